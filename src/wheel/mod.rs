@@ -1,0 +1,109 @@
+//! The pure timing wheels: no tokio, no clock, no I/O.
+//!
+//! Time inside a wheel is a bare `u64` count of ticks that the caller passes in; what a tick is
+//! (a millisecond, a second) is the caller's business. Both wheels keep their entries in a
+//! generational slab, so [`insert`](Wheel::insert) and [`remove`](Wheel::remove) are O(1) and
+//! allocate nothing once the slab has grown to the working set, and a stale [`EntryId`] is refused
+//! rather than aliasing a newer entry.
+//!
+//! - [`HierarchicalWheel`]: Kafka-style levels of `slots` buckets, each level's tick the whole span
+//!   of the level below, created lazily as far deadlines arrive. Entries of an upper bucket are
+//!   demoted level by level as it comes due. [`next_deadline`](Wheel::next_deadline) comes from
+//!   per-level occupancy bitmaps, so a driver sleeps straight to the next due bucket.
+//! - [`RoundsWheel`]: one ring of `slots` buckets; an entry more than a revolution away carries a
+//!   count of rounds that the cursor counts down each time it passes the entry's bucket.
+//!
+//! # Examples
+//! ```
+//! use timewheel::wheel::{HierarchicalWheel, Wheel};
+//!
+//! let mut wheel = HierarchicalWheel::new(64)?;
+//! let soon = wheel.insert(5, "soon");
+//! wheel.insert(90_000, "much later");
+//! assert_eq!(wheel.remove(soon), Some("soon"));
+//! assert_eq!(wheel.remove(soon), None, "a stale id is refused");
+//!
+//! let mut fired = Vec::new();
+//! wheel.advance(100_000, |e| fired.push((e.deadline, e.value)));
+//! assert_eq!(fired, [(90_000, "much later")]);
+//! # Ok::<(), timewheel::Error>(())
+//! ```
+
+mod bitmap;
+mod hierarchical;
+mod rounds;
+mod slab;
+
+pub use hierarchical::HierarchicalWheel;
+pub use rounds::RoundsWheel;
+pub use slab::EntryId;
+
+/// The most buckets a wheel level (or the rounds ring) may have.
+pub const MAX_SLOTS: usize = 1 << 20;
+
+/// An entry handed out by [`Wheel::advance`] because its deadline has come.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired<T> {
+    /// The id the entry had; it is stale from now on.
+    pub id: EntryId,
+    /// The tick the entry was due at (at most the `now` passed to `advance`).
+    pub deadline: u64,
+    /// The value given to [`Wheel::insert`].
+    pub value: T,
+}
+
+/// The operations both wheels share.
+///
+/// The wheel has a clock, [`now`](Wheel::now), which only `advance` moves and which never goes
+/// back. Every operation is O(1) except `advance`, which costs O(levels) per bucket it empties
+/// plus O(1) per entry it expires or moves.
+pub trait Wheel<T> {
+    /// Adds `value`, due at tick `deadline`, and returns its id.
+    ///
+    /// Any `u64` deadline is accepted. A deadline at or before [`now`](Wheel::now) is due at once:
+    /// the next call to `advance` yields it, whatever `now` that call passes.
+    fn insert(&mut self, deadline: u64, value: T) -> EntryId;
+
+    /// Removes the entry `id` and gives its value back, or `None` if `id` is stale (the entry
+    /// was removed or expired already).
+    fn remove(&mut self, id: EntryId) -> Option<T>;
+
+    /// Moves the clock to `max(self.now(), now)` and calls `expired` once for every entry whose
+    /// deadline is at or before the clock, in no particular order. Calling it again with the same
+    /// or an earlier `now` is harmless; jumps of any size cost per bucket visited, not per tick.
+    fn advance(&mut self, now: u64, expired: impl FnMut(Expired<T>));
+
+    /// The tick at which `advance` next has work to do, or `None` if the wheel is empty.
+    ///
+    /// No entry is due before it, so `advance` with an earlier tick yields nothing: a driver can
+    /// sleep until then. It may be earlier than the earliest deadline (the hierarchical wheel
+    /// wakes to demote an upper bucket, the rounds wheel to count down rounds), and it is at most
+    /// `now()` when an entry is already due.
+    fn next_deadline(&self) -> Option<u64>;
+
+    /// The number of pending entries.
+    fn len(&self) -> usize;
+
+    /// Whether no entry is pending.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The wheel's clock: the largest `now` passed to `advance` so far (0 at first).
+    fn now(&self) -> u64;
+
+    /// The deadline of the pending entry `id`, or `None` if `id` is stale.
+    fn deadline(&self, id: EntryId) -> Option<u64>;
+}
+
+/// Checks a slot count given by a caller; `min` is 2 for the hierarchical wheel (one slot per
+/// level would never reach further) and 1 for the rounds wheel.
+fn check_slots(slots: usize, min: usize) -> Result<(), crate::Error> {
+    if (min..=MAX_SLOTS).contains(&slots) {
+        Ok(())
+    } else {
+        Err(crate::Error::invalid(format!(
+            "slots must be between {min} and {MAX_SLOTS}, got {slots}"
+        )))
+    }
+}

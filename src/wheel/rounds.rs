@@ -1,0 +1,268 @@
+//! The single-level rounds wheel (one ring with per-entry circle counts).
+//!
+//! One ring of `slots` buckets of one tick each; the cursor is the clock. An entry due at tick `d`
+//! lives in bucket `d % slots` and carries `rounds`: how many times the cursor will pass that
+//! bucket before tick `d`. Each visit counts it down; an entry visited at zero has come due.
+//! Entries due at or before the clock wait on a separate overdue list that the next `advance`
+//! drains first.
+//!
+//! The ring costs one bucket walk per visit even for entries rounds away (the "idle spin" the
+//! hierarchical wheel avoids), so pick enough slots to cover the usual delays in one revolution.
+//! A jump of a whole revolution or more sweeps every bucket once and recomputes the rounds, so
+//! any jump costs O(entries), never O(ticks).
+
+use super::bitmap::Bitmap;
+use super::slab::{Entry, EntryId, Slab, NIL};
+use super::{check_slots, Expired, Wheel};
+
+/// A single-level timing wheel with a rounds count per entry.
+///
+/// # Examples
+/// ```
+/// use timewheel::wheel::{RoundsWheel, Wheel};
+///
+/// // Seed 004's delayed messages: 3600 one-second slots, a task 3610 s away goes round once.
+/// let mut wheel = RoundsWheel::new(3600)?;
+/// wheel.insert(3610, "auto-review order 42");
+/// let mut fired = Vec::new();
+/// wheel.advance(3609, |e| fired.push(e.value));
+/// assert!(fired.is_empty());
+/// wheel.advance(3610, |e| fired.push(e.value));
+/// assert_eq!(fired, ["auto-review order 42"]);
+/// # Ok::<(), timewheel::Error>(())
+/// ```
+pub struct RoundsWheel<T> {
+    slab: Slab<T>,
+    /// The `slots` ring buckets, then the overdue list at index `slots`.
+    heads: Vec<u32>,
+    /// Occupancy of the ring buckets (not of the overdue list).
+    occupied: Bitmap,
+    slots: u64,
+    /// The cursor: the last tick visited.
+    now: u64,
+}
+
+impl<T> RoundsWheel<T> {
+    /// A ring of `slots` one-tick buckets.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`](crate::Error::Invalid) unless `1 <= slots <=` [`MAX_SLOTS`](super::MAX_SLOTS).
+    pub fn new(slots: usize) -> Result<Self, crate::Error> {
+        check_slots(slots, 1)?;
+        Ok(RoundsWheel {
+            slab: Slab::new(),
+            heads: vec![NIL; slots + 1],
+            occupied: Bitmap::new(slots),
+            slots: slots as u64,
+            now: 0,
+        })
+    }
+
+    fn overdue(&self) -> usize {
+        self.slots as usize
+    }
+
+    /// Revolutions the cursor makes past `deadline`'s bucket after tick `from` and before
+    /// `deadline`, saturated to `u32` (a saturated count is recomputed when it runs out).
+    fn rounds_after(&self, from: u64, deadline: u64) -> u32 {
+        ((deadline - from - 1) / self.slots).min(u32::MAX as u64) as u32
+    }
+
+    /// Links entry `index` where its deadline belongs, seen from cursor `from`.
+    fn place(&mut self, index: u32, from: u64) {
+        let deadline = self.slab.get(index).deadline;
+        if deadline <= from {
+            let overdue = self.overdue();
+            self.slab.push(&mut self.heads, overdue, index);
+            return;
+        }
+        let slot = (deadline % self.slots) as usize;
+        self.slab.get_mut(index).rounds = self.rounds_after(from, deadline);
+        self.slab.push(&mut self.heads, slot, index);
+        self.occupied.set(slot);
+    }
+
+    /// Detaches bucket `bucket` and hands each entry to `visit`, which says whether it expired.
+    /// Survivors are linked back into the bucket.
+    fn visit_bucket(&mut self, bucket: usize, mut expire: impl FnMut(&mut Self, u32) -> bool) {
+        self.occupied.clear(bucket);
+        let mut index = Slab::<T>::take_bucket(&mut self.heads, bucket);
+        while index != NIL {
+            let next = self.slab.get(index).next;
+            if !expire(self, index) {
+                self.slab.push(&mut self.heads, bucket, index);
+                self.occupied.set(bucket);
+            }
+            index = next;
+        }
+    }
+
+    fn expire_into(&mut self, index: u32, expired: &mut impl FnMut(Expired<T>)) {
+        let id = self.slab.id_of(index);
+        let deadline = self.slab.get(index).deadline;
+        expired(Expired {
+            id,
+            deadline,
+            value: self.slab.free(index),
+        });
+    }
+}
+
+impl<T> Wheel<T> for RoundsWheel<T> {
+    fn insert(&mut self, deadline: u64, value: T) -> EntryId {
+        let id = self.slab.insert(deadline, value);
+        self.place(self.slab.index_of(id).expect("just inserted"), self.now);
+        id
+    }
+
+    fn remove(&mut self, id: EntryId) -> Option<T> {
+        let index = self.slab.index_of(id)?;
+        if let Some(bucket) = self.slab.unlink(&mut self.heads, index) {
+            if bucket != self.overdue() {
+                self.occupied.clear(bucket);
+            }
+        }
+        Some(self.slab.free(index))
+    }
+
+    fn advance(&mut self, now: u64, mut expired: impl FnMut(Expired<T>)) {
+        let overdue = self.overdue();
+        let mut index = Slab::<T>::take_bucket(&mut self.heads, overdue);
+        while index != NIL {
+            let next = self.slab.get(index).next;
+            self.expire_into(index, &mut expired);
+            index = next;
+        }
+        if now <= self.now {
+            return;
+        }
+        let steps = now - self.now;
+        if steps >= self.slots {
+            // A revolution or more: every bucket would be visited, so sweep each once.
+            for bucket in 0..self.slots as usize {
+                self.visit_bucket(bucket, |wheel, i| {
+                    if wheel.slab.get(i).deadline <= now {
+                        wheel.expire_into(i, &mut expired);
+                        return true;
+                    }
+                    let rounds = wheel.rounds_after(now, wheel.slab.get(i).deadline);
+                    wheel.slab.get_mut(i).rounds = rounds;
+                    false
+                });
+            }
+        } else {
+            // Visit the occupied buckets of ticks now+1 ..= now+steps, in tick order.
+            let first = ((self.now + 1) % self.slots) as usize;
+            let mut k = 0;
+            while let Some(found) = self
+                .occupied
+                .next_set_from((first + k) % self.slots as usize)
+            {
+                k += found;
+                if k as u64 >= steps {
+                    break;
+                }
+                let tick = self.now + 1 + k as u64;
+                self.visit_bucket((first + k) % self.slots as usize, |wheel, i| {
+                    let Entry {
+                        rounds, deadline, ..
+                    } = *wheel.slab.get(i);
+                    if rounds > 0 {
+                        wheel.slab.get_mut(i).rounds -= 1;
+                        return false;
+                    }
+                    if deadline <= tick {
+                        debug_assert_eq!(deadline, tick, "entry expired off its own tick");
+                        wheel.expire_into(i, &mut expired);
+                        return true;
+                    }
+                    // The count was saturated: work out the rest from here.
+                    wheel.slab.get_mut(i).rounds = wheel.rounds_after(tick, deadline);
+                    false
+                });
+                k += 1;
+            }
+        }
+        self.now = now;
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        if self.heads[self.overdue()] != NIL {
+            return Some(self.now);
+        }
+        let first = ((self.now % self.slots + 1) % self.slots) as usize;
+        // A bucket is visited next at the first tick after the cursor that maps onto it.
+        self.occupied
+            .next_set_from(first)
+            .map(|k| self.now.saturating_add(1 + k as u64))
+    }
+
+    fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    fn now(&self) -> u64 {
+        self.now
+    }
+
+    fn deadline(&self, id: EntryId) -> Option<u64> {
+        self.slab.index_of(id).map(|i| self.slab.get(i).deadline)
+    }
+}
+
+impl<T> std::fmt::Debug for RoundsWheel<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoundsWheel")
+            .field("slots", &self.slots)
+            .field("len", &self.slab.len())
+            .field("now", &self.now)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_count_down_once_per_revolution() {
+        let mut wheel = RoundsWheel::new(4).unwrap();
+        let id = wheel.insert(10, ());
+        let index = wheel.slab.index_of(id).unwrap();
+        assert_eq!(
+            wheel.slab.get(index).rounds,
+            2,
+            "bucket 2 is passed at ticks 2 and 6 before 10"
+        );
+        wheel.advance(2, |_| panic!("not due"));
+        assert_eq!(wheel.slab.get(index).rounds, 1);
+        wheel.advance(9, |_| panic!("not due"));
+        assert_eq!(wheel.slab.get(index).rounds, 0);
+        let mut fired = 0;
+        wheel.advance(10, |e| {
+            assert_eq!(e.deadline, 10);
+            fired += 1;
+        });
+        assert_eq!(fired, 1);
+    }
+
+    #[test]
+    fn a_saturated_count_is_recomputed_not_fired_early() {
+        let mut wheel = RoundsWheel::new(4).unwrap();
+        let far = 8 * u32::MAX as u64 + 1; // bucket 1, about 2^33 rounds away
+        let id = wheel.insert(far, ());
+        let index = wheel.slab.index_of(id).unwrap();
+        assert_eq!(wheel.slab.get(index).rounds, u32::MAX, "saturated");
+        // Pretend the cursor has counted the saturated rounds down to zero.
+        wheel.slab.get_mut(index).rounds = 0;
+        wheel.advance(1, |e| panic!("fired {} at tick 1", e.deadline));
+        assert_eq!(
+            wheel.slab.get(index).rounds,
+            u32::MAX,
+            "recomputed, and still saturated"
+        );
+        let mut fired = Vec::new();
+        wheel.advance(far, |e| fired.push(e.deadline));
+        assert_eq!(fired, [far]);
+    }
+}
