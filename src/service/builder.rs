@@ -1,0 +1,127 @@
+//! Configuration of the service.
+
+use std::time::Duration;
+
+use super::Scheduler;
+use crate::wheel::{HierarchicalWheel, RoundsWheel};
+use crate::Error;
+
+/// The default tick: 1 ms, the resolution of Tokio's own timer.
+pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
+/// The default number of buckets per wheel level (or in the rounds ring).
+pub const DEFAULT_SLOTS: usize = 64;
+/// The default capacity of the channel from handles to the actor.
+pub const DEFAULT_CHANNEL_CAPACITY: usize = 1024;
+
+/// Which timing wheel the service keeps its timers in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WheelKind {
+    /// Kafka-style levels that reach any deadline; cheap for far and sparse timers, and lets the
+    /// actor sleep straight to the next due bucket. The default.
+    #[default]
+    Hierarchical,
+    /// One ring of `slots` buckets with a rounds count per timer; simple and quick when nearly
+    /// all delays fit in one revolution (`slots * tick`), wasteful for far deadlines.
+    Rounds,
+}
+
+/// How the actor moves the wheel's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Advance {
+    /// Sleep until the wheel's next due bucket, waking early for new requests. Idle costs
+    /// nothing. The default.
+    #[default]
+    NextDeadline,
+    /// Wake on a `tokio::time::interval` of one tick, like the classic ticker loop, whether or
+    /// not anything is due.
+    Interval,
+}
+
+/// Configures and starts a [`Scheduler`]. Made by [`Scheduler::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a Builder does nothing until .start() is called"]
+pub struct Builder {
+    pub(crate) tick: Duration,
+    pub(crate) slots: usize,
+    pub(crate) wheel: WheelKind,
+    pub(crate) advance: Advance,
+    pub(crate) max_pending: usize,
+    pub(crate) channel_capacity: usize,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            tick: DEFAULT_TICK,
+            slots: DEFAULT_SLOTS,
+            wheel: WheelKind::default(),
+            advance: Advance::default(),
+            max_pending: usize::MAX,
+            channel_capacity: DEFAULT_CHANNEL_CAPACITY,
+        }
+    }
+}
+
+impl Builder {
+    /// The wheel's resolution: deadlines round up to a tick (default [`DEFAULT_TICK`]).
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.tick = tick;
+        self
+    }
+
+    /// Buckets per level (hierarchical, at least 2) or in the ring (rounds, at least 1);
+    /// default [`DEFAULT_SLOTS`]. Powers of two are fastest.
+    pub fn slots(mut self, slots: usize) -> Self {
+        self.slots = slots;
+        self
+    }
+
+    /// Which wheel to use (default [`WheelKind::Hierarchical`]).
+    pub fn wheel(mut self, wheel: WheelKind) -> Self {
+        self.wheel = wheel;
+        self
+    }
+
+    /// How the wheel is driven (default [`Advance::NextDeadline`]).
+    pub fn advance(mut self, advance: Advance) -> Self {
+        self.advance = advance;
+        self
+    }
+
+    /// The most timers pending at once; past it, scheduling fails with [`Error::Full`].
+    /// Unlimited by default.
+    pub fn max_pending(mut self, max_pending: usize) -> Self {
+        self.max_pending = max_pending;
+        self
+    }
+
+    /// How many requests may queue for the actor before senders wait (default
+    /// [`DEFAULT_CHANNEL_CAPACITY`]).
+    pub fn channel_capacity(mut self, capacity: usize) -> Self {
+        self.channel_capacity = capacity;
+        self
+    }
+
+    /// Checks the settings and spawns the actor on the current Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a zero tick, a slot count the wheel refuses, a zero `max_pending`
+    /// or channel capacity, or when called outside a Tokio runtime.
+    pub fn start(self) -> Result<Scheduler, Error> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::invalid("Builder::start must be called from inside a Tokio runtime")
+        })?;
+        if self.max_pending == 0 {
+            return Err(Error::invalid("max_pending must be at least 1"));
+        }
+        if self.channel_capacity == 0 {
+            return Err(Error::invalid("channel_capacity must be at least 1"));
+        }
+        // Check the slot count with the wheel that will use it, before anything is spawned.
+        match self.wheel {
+            WheelKind::Hierarchical => drop(HierarchicalWheel::<()>::new(self.slots)?),
+            WheelKind::Rounds => drop(RoundsWheel::<()>::new(self.slots)?),
+        }
+        Scheduler::start(self, &runtime)
+    }
+}

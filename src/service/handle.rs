@@ -1,0 +1,500 @@
+//! `Scheduler`: the cheap, cloneable handle to the timer service.
+
+use std::future::Future;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::actor;
+use super::builder::{Builder, WheelKind};
+use super::clock::Clock;
+use super::command::{Add, Command, Repeating, Timer};
+use super::job::Job;
+use super::key::Key;
+use super::shared::{Shared, UNPLACED};
+use super::Scheduled;
+use crate::wheel::{HierarchicalWheel, RoundsWheel};
+use crate::Error;
+
+/// How many times a repeating timer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repeat {
+    /// This many runs, then the timer ends (its [`Scheduled`] resolves `Ok`). Must be at least 1.
+    Times(u64),
+    /// Until cancelled or the service stops.
+    Forever,
+}
+
+/// A snapshot of the service's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Timers accepted and not yet ended.
+    pub pending: usize,
+    /// Timers accepted since the start.
+    pub scheduled: u64,
+    /// Runs started: each run of a repeating timer counts, and so does a keyed sleep waking.
+    pub fired: u64,
+    /// Timers ended by a cancel.
+    pub cancelled: u64,
+    /// Timers ended because the service stopped.
+    pub stopped: u64,
+}
+
+/// A handle to a running timer service.
+///
+/// `Clone + Send + Sync + 'static`; a clone is two reference-count increments. Every clone
+/// reaches the same timers, so a timer scheduled on one task can be cancelled by key from any
+/// other. When the last handle is dropped, the service stops as if [`stop`](Self::stop) had been
+/// called.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use timewheel::{Error, Scheduler};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Error> {
+/// let timer = Scheduler::builder().start()?;
+/// timer.schedule("conn-7", Duration::from_secs(30), |key| async move {
+///     println!("{key} timed out");
+/// }).await?;
+/// assert!(timer.contains("conn-7"));
+/// assert!(timer.cancel("conn-7").await, "traffic arrived: the timeout is cancelled");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Scheduler {
+    tx: mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+    clock: Clock,
+}
+
+impl Scheduler {
+    /// A [`Builder`] with the defaults: 1 ms tick, 64 slots, hierarchical wheel, next-deadline
+    /// advance, no cap on pending timers.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn start(builder: Builder, runtime: &tokio::runtime::Handle) -> Result<Self, Error> {
+        let clock = Clock::new(builder.tick)?;
+        let shared = Arc::new(Shared::new(builder.max_pending));
+        let (tx, rx) = mpsc::channel(builder.channel_capacity);
+        let config = actor::Config {
+            clock,
+            advance: builder.advance,
+            tick: builder.tick,
+        };
+        match builder.wheel {
+            WheelKind::Hierarchical => runtime.spawn(actor::run(
+                HierarchicalWheel::new(builder.slots)?,
+                rx,
+                shared.clone(),
+                config,
+            )),
+            WheelKind::Rounds => runtime.spawn(actor::run(
+                RoundsWheel::new(builder.slots)?,
+                rx,
+                shared.clone(),
+                config,
+            )),
+        };
+        Ok(Scheduler { tx, shared, clock })
+    }
+
+    /// Runs `job` with the timer's key once `delay` has passed.
+    ///
+    /// The job is called on the service's task and the future it returns is spawned as a Tokio
+    /// task of its own, so a slow or panicking job never holds up other timers. It fires no
+    /// earlier than `delay` from now and, on an unloaded runtime, within two ticks of it; a zero
+    /// delay fires on the next tick.
+    ///
+    /// # Errors
+    /// - [`Error::DuplicateKey`] if a timer with this key is pending (that timer is untouched);
+    /// - [`Error::Invalid`] for an empty key or a delay whose deadline cannot be represented;
+    /// - [`Error::Full`] when `max_pending` timers are pending;
+    /// - [`Error::Stopped`] once the service has stopped.
+    ///
+    /// # Cancel safety
+    /// If this future is dropped before it completes, the timer is not scheduled and the key is
+    /// free again.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let done = timer.schedule("req-1", Duration::from_millis(250), |key| async move {
+    ///     println!("{key}: no answer in 250 ms");
+    /// }).await?;
+    /// let err = timer.schedule("req-1", Duration::from_secs(1), |_| async {}).await.unwrap_err();
+    /// assert_eq!(err, Error::DuplicateKey("req-1".into()));
+    /// done.await?; // resolves once the job has been started
+    /// # Ok(()) }
+    /// ```
+    pub async fn schedule<K, F, Fut>(
+        &self,
+        key: K,
+        delay: Duration,
+        job: F,
+    ) -> Result<Scheduled, Error>
+    where
+        K: Into<String>,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (_, deadline) = self.clock.after(delay)?;
+        self.submit(key.into(), deadline, Some(Box::new(job)), None)
+            .await
+    }
+
+    /// Like [`schedule`](Self::schedule), with an absolute deadline. A deadline in the past
+    /// fires on the next tick.
+    ///
+    /// # Errors
+    /// As [`schedule`](Self::schedule).
+    ///
+    /// # Cancel safety
+    /// As [`schedule`](Self::schedule).
+    pub async fn schedule_at<K, F, Fut>(
+        &self,
+        key: K,
+        deadline: Instant,
+        job: F,
+    ) -> Result<Scheduled, Error>
+    where
+        K: Into<String>,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let deadline = self.clock.deadline(deadline)?;
+        self.submit(key.into(), deadline, Some(Box::new(job)), None)
+            .await
+    }
+
+    /// Runs `job` every `period`, first one period from now, at a fixed rate: run `n` is due at
+    /// `start + n * period` however late earlier runs were, so the timer never drifts (runs
+    /// missed while the service was held up are made up at once). The returned [`Scheduled`]
+    /// resolves after the last run of [`Repeat::Times`]; cancel by key to end it early.
+    ///
+    /// # Errors
+    /// As [`schedule`](Self::schedule), and [`Error::Invalid`] for a zero period or
+    /// `Repeat::Times(0)`.
+    ///
+    /// # Cancel safety
+    /// As [`schedule`](Self::schedule).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use timewheel::{Error, Repeat, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// // A poison buff: three ticks of damage, one a second.
+    /// let done = timer.schedule_repeating("poison:player-9", Duration::from_secs(1), Repeat::Times(3), |key| async move {
+    ///     println!("{key}: -5 hp");
+    /// }).await?;
+    /// done.await?;
+    /// assert_eq!(timer.stats().fired, 3);
+    /// # Ok(()) }
+    /// ```
+    pub async fn schedule_repeating<K, F, Fut>(
+        &self,
+        key: K,
+        period: Duration,
+        repeat: Repeat,
+        job: F,
+    ) -> Result<Scheduled, Error>
+    where
+        K: Into<String>,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        if period.is_zero() {
+            return Err(Error::invalid(
+                "a repeating timer's period must be longer than zero",
+            ));
+        }
+        let runs_left = match repeat {
+            Repeat::Times(0) => return Err(Error::invalid("Repeat::Times needs at least one run")),
+            Repeat::Times(n) => Some(n),
+            Repeat::Forever => None,
+        };
+        let (due, deadline) = self.clock.after(period)?;
+        let repeat = Box::new(Repeating {
+            period,
+            due,
+            runs_left,
+        });
+        self.submit(key.into(), deadline, Some(Box::new(job)), Some(repeat))
+            .await
+    }
+
+    /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
+    /// [`cancel`](Self::cancel)`(key)` is called from anywhere first.
+    ///
+    /// # Errors
+    /// As [`schedule`](Self::schedule), plus [`Error::Cancelled`] as above.
+    ///
+    /// # Cancel safety
+    /// Dropping the future cancels the keyed sleep (like dropping `tokio::time::sleep`), so the
+    /// key is free again.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let other = timer.clone();
+    /// let sleeper = tokio::spawn(async move { other.sleep_keyed("cooldown:player-9", Duration::from_secs(5)).await });
+    /// tokio::time::sleep(Duration::from_secs(1)).await;
+    /// timer.cancel("cooldown:player-9").await;
+    /// assert_eq!(sleeper.await.unwrap(), Err(Error::Cancelled));
+    /// # Ok(()) }
+    /// ```
+    pub async fn sleep_keyed(&self, key: impl Into<String>, delay: Duration) -> Result<(), Error> {
+        let (_, deadline) = self.clock.after(delay)?;
+        let scheduled = self.submit(key.into(), deadline, None, None).await?;
+        let mut guard = CancelOnDrop {
+            scheduler: self,
+            key: scheduled.shared_key().clone(),
+            seq: scheduled.seq(),
+            armed: true,
+        };
+        let outcome = scheduled.await;
+        guard.armed = false;
+        outcome
+    }
+
+    async fn submit(
+        &self,
+        key: String,
+        deadline: u64,
+        job: Option<Box<dyn Job>>,
+        repeat: Option<Box<Repeating>>,
+    ) -> Result<Scheduled, Error> {
+        if key.is_empty() {
+            return Err(Error::invalid("a timer key must not be empty"));
+        }
+        if self.tx.is_closed() {
+            return Err(Error::Stopped);
+        }
+        let key = Key::new(key);
+        let seq = self.shared.claim(key.clone(), true)?;
+        let claim = Claim {
+            shared: &self.shared,
+            key: &key,
+            seq,
+            kept: false,
+        };
+        let add = Add {
+            timer: Timer {
+                key: key.clone(),
+                job,
+                repeat,
+            },
+            seq,
+            deadline,
+        };
+        self.tx
+            .send(Command::Add(add))
+            .await
+            .map_err(|_| Error::Stopped)?;
+        claim.keep();
+        Ok(Scheduled::new(self.shared.clone(), key, seq))
+    }
+
+    /// Cancels the pending timer with this key. Returns `true` if one was pending; its job will
+    /// not run (a run of a repeating timer already started goes on) and its [`Scheduled`]
+    /// resolves `Err(Error::Cancelled)`. Returns `false` if no timer had the key.
+    ///
+    /// # Cancel safety
+    /// The cancel takes effect before the first `.await`; if the future is dropped after that,
+    /// the timer stays cancelled and its entry is cleared from the wheel at its deadline instead
+    /// of at once.
+    ///
+    /// # Examples
+    /// See [`Scheduler`].
+    pub async fn cancel(&self, key: &str) -> bool {
+        match self.shared.end(key, |_| true, Err(Error::Cancelled)) {
+            None => false,
+            Some(UNPLACED) => true,
+            Some(wheel_id) => {
+                // If the service has stopped there is nothing left to release.
+                let _ = self.tx.send(Command::Remove { wheel_id }).await;
+                true
+            }
+        }
+    }
+
+    /// Moves the pending timer with this key to `delay` from now; a repeating timer continues
+    /// at its period from there.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if no timer with this key is pending, [`Error::Invalid`] for a delay
+    /// whose deadline cannot be represented, [`Error::Stopped`] once the service has stopped.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, the timer may or may not have moved.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// timer.schedule("idle:conn-7", Duration::from_secs(30), |_| async {}).await?;
+    /// timer.reschedule("idle:conn-7", Duration::from_secs(30)).await?; // traffic: start over
+    /// assert_eq!(timer.reschedule("conn-unknown", Duration::from_secs(1)).await, Err(Error::NotFound));
+    /// # Ok(()) }
+    /// ```
+    pub async fn reschedule(&self, key: &str, delay: Duration) -> Result<(), Error> {
+        let (due, deadline) = self.clock.after(delay)?;
+        if self.tx.is_closed() {
+            return Err(Error::Stopped);
+        }
+        if !self.shared.keys.contains_key(key) {
+            return Err(Error::NotFound);
+        }
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Reschedule {
+            key: Key::from(key),
+            due,
+            deadline,
+            reply,
+        };
+        self.tx.send(command).await.map_err(|_| Error::Stopped)?;
+        answer.await.unwrap_or(Err(Error::Stopped))
+    }
+
+    /// Whether a timer with this key is pending. Answers from the shared key map, without a
+    /// round trip to the service.
+    pub fn contains(&self, key: &str) -> bool {
+        self.shared.keys.contains_key(key)
+    }
+
+    /// The number of pending timers.
+    pub fn len(&self) -> usize {
+        self.shared.pending.load(Relaxed)
+    }
+
+    /// Whether no timer is pending.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A snapshot of the counters. Each field is read on its own, so under concurrent use they
+    /// may be a moment apart from one another.
+    pub fn stats(&self) -> Stats {
+        let s = &self.shared;
+        Stats {
+            pending: s.pending.load(Relaxed),
+            scheduled: s.scheduled.load(Relaxed),
+            fired: s.fired.load(Relaxed),
+            cancelled: s.cancelled.load(Relaxed),
+            stopped: s.stopped.load(Relaxed),
+        }
+    }
+
+    /// Waits until the service has handled every request sent before this call (timers placed
+    /// in the wheel, cancelled entries released). Returns at once if the service has stopped.
+    pub async fn flush(&self) {
+        let (reply, done) = oneshot::channel();
+        if self.tx.send(Command::Flush(reply)).await.is_ok() {
+            let _ = done.await;
+        }
+    }
+
+    /// Stops the service and returns how many pending timers it dropped. Their jobs never run
+    /// and their [`Scheduled`] futures resolve `Err(Error::Stopped)`; jobs already running go
+    /// on. Later calls on any handle fail with [`Error::Stopped`], and `stop` itself returns 0.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let done = timer.schedule("a", Duration::from_secs(60), |_| async {}).await?;
+    /// assert_eq!(timer.stop().await, 1);
+    /// assert_eq!(done.await, Err(Error::Stopped));
+    /// assert_eq!(timer.stop().await, 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn stop(&self) -> usize {
+        let (reply, done) = oneshot::channel();
+        if self.tx.send(Command::Stop(reply)).await.is_err() {
+            return 0;
+        }
+        done.await.unwrap_or(0)
+    }
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Releases a claimed key if the timer never reached the actor (the send failed, or the
+/// schedule future was dropped mid-send).
+struct Claim<'a> {
+    shared: &'a Shared,
+    key: &'a Key,
+    seq: u64,
+    kept: bool,
+}
+
+impl Claim<'_> {
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.shared.unclaim(self.key.as_str(), self.seq);
+        }
+    }
+}
+
+/// Cancels a keyed sleep whose future is dropped before it completes.
+struct CancelOnDrop<'a> {
+    scheduler: &'a Scheduler,
+    key: Key,
+    seq: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let shared = &self.scheduler.shared;
+        let ended = shared.end(
+            self.key.as_str(),
+            |slot| slot.seq() == self.seq,
+            Err(Error::Cancelled),
+        );
+        if let Some(wheel_id) = ended.filter(|&id| id != UNPLACED) {
+            // Best effort from a destructor: if the channel is full the entry is cleared at its
+            // deadline instead, and it never runs either way.
+            let _ = self.scheduler.tx.try_send(Command::Remove { wheel_id });
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The service's own key type: short keys stored inline, long ones behind one shared allocation.
+//!
+//! Keys are stored twice per pending timer (in the shared key map and beside the entry in the
+//! wheel), and most keys are short ids like `conn-123456`. Storing up to [`INLINE`] bytes inline
+//! keeps a key at 16 bytes with no heap allocation; longer keys share one `Arc`.
+
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// Keys of at most this many bytes are stored inline.
+const INLINE: usize = 14;
+
+#[derive(Clone)]
+pub(crate) enum Key {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Shared(Arc<String>),
+}
+
+impl Key {
+    pub fn new(key: String) -> Self {
+        if key.len() <= INLINE {
+            Self::from(key.as_str())
+        } else {
+            Key::Shared(Arc::new(key))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            // Only ever built from a whole `&str`, so the bytes are valid UTF-8.
+            Key::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..*len as usize]).expect("inline key is UTF-8")
+            }
+            Key::Shared(s) => s,
+        }
+    }
+}
+
+impl From<&str> for Key {
+    fn from(key: &str) -> Self {
+        if key.len() > INLINE {
+            return Key::Shared(Arc::new(key.to_owned()));
+        }
+        let mut bytes = [0; INLINE];
+        bytes[..key.len()].copy_from_slice(key.as_bytes());
+        Key::Inline {
+            len: key.len() as u8,
+            bytes,
+        }
+    }
+}
+
+// Hash, Eq and Borrow all go through `as_str`, so the map can be queried with a plain `&str`.
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Key {}
+
+impl Borrow<str> for Key {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::hash_map::DefaultHasher;
+
+    fn hash_of<T: Hash + ?Sized>(t: &T) -> u64 {
+        let mut h = DefaultHasher::new();
+        t.hash(&mut h);
+        h.finish()
+    }
+
+    #[test]
+    fn a_key_is_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<Key>(), 16);
+    }
+
+    #[test]
+    fn inline_and_shared_keys_behave_like_their_str() {
+        for s in [
+            "",
+            "a",
+            "conn-123456",
+            "exactly-14-byt",
+            "fifteen-bytes!!",
+            "order:auto-review:2026-11-21:42",
+            "ключ",
+        ] {
+            let key = Key::new(s.to_owned());
+            assert_eq!(key.as_str(), s);
+            assert_eq!(key, Key::from(s));
+            assert_eq!(hash_of(&key), hash_of(s), "Borrow<str> needs equal hashes");
+            assert_eq!(matches!(key, Key::Inline { .. }), s.len() <= INLINE, "{s}");
+        }
+    }
+}

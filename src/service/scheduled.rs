@@ -1,0 +1,111 @@
+//! The future a schedule call returns.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use super::key::Key;
+use super::shared::Shared;
+use crate::Error;
+
+/// Resolves when its timer ends: `Ok(())` after the timer's last run, `Err(Error::Cancelled)`
+/// if it was cancelled by key, `Err(Error::Stopped)` if the service stopped first.
+///
+/// Dropping a `Scheduled` does **not** cancel the timer: it only stops listening. An unpolled
+/// `Scheduled` allocates nothing, so scheduling and dropping it is as cheap as it gets.
+///
+/// # Examples
+/// ```
+/// # use std::time::Duration;
+/// # use timewheel::{Error, Scheduler};
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Error> {
+/// let timer = Scheduler::builder().start()?;
+/// let done = timer.schedule("review-order-42", Duration::from_secs(48 * 3600), |key| async move {
+///     println!("auto-reviewing {key}");
+/// }).await?;
+/// timer.cancel("review-order-42").await;
+/// assert_eq!(done.await, Err(Error::Cancelled));
+/// # Ok(()) }
+/// ```
+pub struct Scheduled {
+    shared: Arc<Shared>,
+    key: Key,
+    seq: u64,
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Never polled: nothing is registered beyond the `ARMED` bit.
+    Armed,
+    /// Polled at least once: a waker is parked in the watchers.
+    Polled,
+    /// The outcome has been returned.
+    Finished,
+}
+
+impl Scheduled {
+    pub(crate) fn new(shared: Arc<Shared>, key: Key, seq: u64) -> Self {
+        Scheduled {
+            shared,
+            key,
+            seq,
+            state: State::Armed,
+        }
+    }
+
+    /// The key of the timer this future watches.
+    pub fn key(&self) -> &str {
+        self.key.as_str()
+    }
+
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    pub(crate) fn shared_key(&self) -> &Key {
+        &self.key
+    }
+}
+
+impl Future for Scheduled {
+    type Output = Result<(), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        assert_ne!(
+            self.state,
+            State::Finished,
+            "Scheduled polled after it completed"
+        );
+        match self.shared.poll_outcome(self.seq, cx.waker()) {
+            Some(outcome) => {
+                self.state = State::Finished;
+                Poll::Ready(outcome)
+            }
+            None => {
+                self.state = State::Polled;
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for Scheduled {
+    fn drop(&mut self) {
+        if self.state != State::Finished {
+            self.shared
+                .unwatch(self.key.as_str(), self.seq, self.state == State::Polled);
+        }
+    }
+}
+
+impl std::fmt::Debug for Scheduled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduled")
+            .field("key", &self.key)
+            .field("state", &self.state)
+            .finish()
+    }
+}

@@ -1,0 +1,156 @@
+//! Races on shared keys, on a multi-thread runtime in real time: several tasks schedule, cancel,
+//! reschedule and schedule again the same few keys. Whatever the interleaving, each accepted
+//! timer ends exactly once, and a generation whose `Scheduled` says it was cancelled never runs.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use timewheel::{Advance, Error, Repeat, Scheduler, WheelKind};
+
+const TASKS: u64 = 4;
+const ROUNDS: u64 = 2_000;
+const KEYS: u64 = 3;
+
+async fn hammer(wheel: WheelKind, advance: Advance) {
+    let timer = Scheduler::builder()
+        .wheel(wheel)
+        .advance(advance)
+        .start()
+        .unwrap();
+    let ran: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let generation = Arc::new(AtomicU64::new(0));
+    let cancels_won = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let (timer, ran, generation, cancels_won) = (
+            timer.clone(),
+            ran.clone(),
+            generation.clone(),
+            cancels_won.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ task;
+            let mut next = move |n: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % n
+            };
+            let mut accepted = Vec::new();
+            for _ in 0..ROUNDS {
+                let key = format!("shared-{}", next(KEYS));
+                match next(5) {
+                    0 | 1 => {
+                        let g = generation.fetch_add(1, Ordering::Relaxed);
+                        let ran = ran.clone();
+                        // Recorded in the closure body: on the actor, at the moment it starts the job.
+                        let job = move |_key: String| {
+                            *ran.lock().unwrap().entry(g).or_insert(0) += 1;
+                            std::future::ready(())
+                        };
+                        let delay = Duration::from_micros(next(3_000));
+                        let repeating = next(4) == 0;
+                        let scheduled = if repeating {
+                            timer
+                                .schedule_repeating(
+                                    key.as_str(),
+                                    Duration::from_millis(1),
+                                    Repeat::Times(2),
+                                    job,
+                                )
+                                .await
+                        } else {
+                            timer.schedule(key.as_str(), delay, job).await
+                        };
+                        match scheduled {
+                            Ok(done) => accepted.push((g, repeating, done)),
+                            Err(Error::DuplicateKey(k)) => assert_eq!(k, key),
+                            Err(e) => panic!("unexpected {e}"),
+                        }
+                    }
+                    2 | 3 => {
+                        if timer.cancel(&key).await {
+                            cancels_won.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    _ => match timer
+                        .reschedule(&key, Duration::from_micros(next(2_000)))
+                        .await
+                    {
+                        Ok(()) | Err(Error::NotFound) => {}
+                        Err(e) => panic!("unexpected {e}"),
+                    },
+                }
+                if next(8) == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            accepted
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        for (g, repeating, done) in task.await.unwrap() {
+            let outcome = tokio::time::timeout(Duration::from_secs(30), done)
+                .await
+                .expect("every timer ends");
+            outcomes.push((g, repeating, outcome));
+        }
+    }
+    // Every job the actor started has been started once flush returns.
+    timer.flush().await;
+    let ran = ran.lock().unwrap().clone();
+    let mut cancelled = 0;
+    for (g, repeating, outcome) in &outcomes {
+        let runs = ran.get(g).copied().unwrap_or(0);
+        // A repeating timer runs twice in full; a cancel may stop it after its first run.
+        let (full, before_cancel) = if *repeating { (2, 0..=1) } else { (1, 0..=0) };
+        match outcome {
+            Ok(()) => assert_eq!(runs, full, "generation {g} (repeating: {repeating}) fired"),
+            Err(Error::Cancelled) => {
+                cancelled += 1;
+                assert!(
+                    before_cancel.contains(&runs),
+                    "cancelled generation {g} (repeating: {repeating}) ran {runs} times"
+                );
+            }
+            Err(e) => panic!("generation {g} ended with {e}"),
+        }
+    }
+    let stats = timer.stats();
+    assert_eq!(stats.scheduled as usize, outcomes.len());
+    assert_eq!(stats.cancelled, cancelled);
+    assert_eq!(
+        cancels_won.load(Ordering::Relaxed),
+        cancelled,
+        "each successful cancel ended one timer"
+    );
+    assert_eq!(stats.pending, 0);
+    assert!(
+        cancelled > 0 && (outcomes.len() as u64) > cancelled,
+        "the race exercised both endings"
+    );
+    assert_eq!(timer.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn races_on_one_key_hierarchical_next_deadline() {
+    hammer(WheelKind::Hierarchical, Advance::NextDeadline).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn races_on_one_key_hierarchical_interval() {
+    hammer(WheelKind::Hierarchical, Advance::Interval).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn races_on_one_key_rounds_next_deadline() {
+    hammer(WheelKind::Rounds, Advance::NextDeadline).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn races_on_one_key_rounds_interval() {
+    hammer(WheelKind::Rounds, Advance::Interval).await;
+}
