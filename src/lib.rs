@@ -8,6 +8,6 @@ pub mod wheel;
 
 pub use error::Error;
 pub use service::{
-    Advance, Builder, Repeat, Scheduled, Scheduler, Stats, WheelKind, DEFAULT_CHANNEL_CAPACITY,
-    DEFAULT_SLOTS, DEFAULT_TICK,
+    Advance, Builder, Repeat, Scheduled, Scheduler, Stats, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_SLOTS,
+    DEFAULT_TICK,
 };

@@ -14,22 +14,14 @@ const ROUNDS: u64 = 2_000;
 const KEYS: u64 = 3;
 
 async fn hammer(wheel: WheelKind, advance: Advance) {
-    let timer = Scheduler::builder()
-        .wheel(wheel)
-        .advance(advance)
-        .start()
-        .unwrap();
+    let timer = Scheduler::builder().wheel(wheel).advance(advance).start().unwrap();
     let ran: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
     let generation = Arc::new(AtomicU64::new(0));
     let cancels_won = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for task in 0..TASKS {
-        let (timer, ran, generation, cancels_won) = (
-            timer.clone(),
-            ran.clone(),
-            generation.clone(),
-            cancels_won.clone(),
-        );
+        let (timer, ran, generation, cancels_won) =
+            (timer.clone(), ran.clone(), generation.clone(), cancels_won.clone());
         tasks.push(tokio::spawn(async move {
             let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ task;
             let mut next = move |n: u64| {
@@ -54,12 +46,7 @@ async fn hammer(wheel: WheelKind, advance: Advance) {
                         let repeating = next(4) == 0;
                         let scheduled = if repeating {
                             timer
-                                .schedule_repeating(
-                                    key.as_str(),
-                                    Duration::from_millis(1),
-                                    Repeat::Times(2),
-                                    job,
-                                )
+                                .schedule_repeating(key.as_str(), Duration::from_millis(1), Repeat::Times(2), job)
                                 .await
                         } else {
                             timer.schedule(key.as_str(), delay, job).await
@@ -75,16 +62,16 @@ async fn hammer(wheel: WheelKind, advance: Advance) {
                             cancels_won.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    _ => match timer
-                        .reschedule(&key, Duration::from_micros(next(2_000)))
-                        .await
-                    {
+                    _ => match timer.reschedule(&key, Duration::from_micros(next(2_000))).await {
                         Ok(()) | Err(Error::NotFound) => {}
                         Err(e) => panic!("unexpected {e}"),
                     },
                 }
-                if next(8) == 0 {
-                    tokio::task::yield_now().await;
+                // Now and then let time pass, so that timers fire as well as get cancelled.
+                match next(64) {
+                    0 => tokio::time::sleep(Duration::from_millis(2)).await,
+                    1..=8 => tokio::task::yield_now().await,
+                    _ => {}
                 }
             }
             accepted
@@ -93,9 +80,7 @@ async fn hammer(wheel: WheelKind, advance: Advance) {
     let mut outcomes = Vec::new();
     for task in tasks {
         for (g, repeating, done) in task.await.unwrap() {
-            let outcome = tokio::time::timeout(Duration::from_secs(30), done)
-                .await
-                .expect("every timer ends");
+            let outcome = tokio::time::timeout(Duration::from_secs(30), done).await.expect("every timer ends");
             outcomes.push((g, repeating, outcome));
         }
     }
@@ -122,16 +107,9 @@ async fn hammer(wheel: WheelKind, advance: Advance) {
     let stats = timer.stats();
     assert_eq!(stats.scheduled as usize, outcomes.len());
     assert_eq!(stats.cancelled, cancelled);
-    assert_eq!(
-        cancels_won.load(Ordering::Relaxed),
-        cancelled,
-        "each successful cancel ended one timer"
-    );
+    assert_eq!(cancels_won.load(Ordering::Relaxed), cancelled, "each successful cancel ended one timer");
     assert_eq!(stats.pending, 0);
-    assert!(
-        cancelled > 0 && (outcomes.len() as u64) > cancelled,
-        "the race exercised both endings"
-    );
+    assert!(cancelled > 0 && (outcomes.len() as u64) > cancelled, "the race exercised both endings");
     assert_eq!(timer.stop().await, 0);
 }
 

@@ -15,13 +15,7 @@ const COMBOS: [(WheelKind, Advance); 4] = [
 ];
 
 fn start(wheel: WheelKind, advance: Advance, tick: Duration) -> Scheduler {
-    Scheduler::builder()
-        .tick(tick)
-        .slots(64)
-        .wheel(wheel)
-        .advance(advance)
-        .start()
-        .expect("valid settings")
+    Scheduler::builder().tick(tick).slots(64).wheel(wheel).advance(advance).start().expect("valid settings")
 }
 
 /// A job log: each run records its key and the (paused) time it was started at.
@@ -55,30 +49,16 @@ async fn fires_never_early_and_within_two_ticks() {
             let timer = start(wheel, advance, tick);
             let log = Log::default();
             let mut expected = Vec::new();
-            for (i, ms) in [0u64, 1, 2, 5, 37, 64, 65, 999, 1_000, 4_097]
-                .into_iter()
-                .enumerate()
-            {
+            for (i, ms) in [0u64, 1, 2, 5, 37, 64, 65, 999, 1_000, 4_097].into_iter().enumerate() {
                 let key = format!("t{i}");
                 let deadline = Instant::now() + Duration::from_millis(ms);
-                let done = timer
-                    .schedule(key.as_str(), Duration::from_millis(ms), log.job())
-                    .await
-                    .unwrap();
+                let done = timer.schedule(key.as_str(), Duration::from_millis(ms), log.job()).await.unwrap();
                 expected.push((key, deadline, done));
             }
             for (key, deadline, done) in expected {
                 assert_eq!(done.await, Ok(()), "{key} with {wheel:?}/{advance:?}");
-                let (_, at) = log
-                    .runs()
-                    .into_iter()
-                    .find(|(k, _)| *k == key)
-                    .expect("ran");
-                assert!(
-                    at >= deadline,
-                    "{key} fired {:?} early ({wheel:?}/{advance:?}, tick {tick:?})",
-                    deadline - at
-                );
+                let (_, at) = log.runs().into_iter().find(|(k, _)| *k == key).expect("ran");
+                assert!(at >= deadline, "{key} fired {:?} early ({wheel:?}/{advance:?}, tick {tick:?})", deadline - at);
                 assert!(
                     at <= deadline + 2 * tick,
                     "{key} fired {:?} late ({wheel:?}/{advance:?}, tick {tick:?})",
@@ -99,10 +79,7 @@ async fn far_deadlines_fire_on_time() {
         let log = Log::default();
         let review = Duration::from_secs(48 * 3600); // seed 004: auto-review after 48 hours
         let deadline = Instant::now() + review;
-        let done = timer
-            .schedule("review:order-42", review, log.job())
-            .await
-            .unwrap();
+        let done = timer.schedule("review:order-42", review, log.job()).await.unwrap();
         assert_eq!(done.await, Ok(()));
         let at = log.runs()[0].1;
         assert!(
@@ -121,15 +98,9 @@ async fn schedule_at_in_the_past_fires_on_the_next_tick() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let log = Log::default();
         let asked = Instant::now();
-        let done = timer
-            .schedule_at("late", asked - Duration::from_millis(30), log.job())
-            .await
-            .unwrap();
+        let done = timer.schedule_at("late", asked - Duration::from_millis(30), log.job()).await.unwrap();
         assert_eq!(done.await, Ok(()));
-        assert!(
-            log.runs()[0].1 <= asked + tick,
-            "{wheel:?}/{advance:?}: past deadline not fired on the next tick"
-        );
+        assert!(log.runs()[0].1 <= asked + tick, "{wheel:?}/{advance:?}: past deadline not fired on the next tick");
     }
 }
 
@@ -138,30 +109,18 @@ async fn cancelled_timers_never_run() {
     for (wheel, advance) in COMBOS {
         let timer = start(wheel, advance, Duration::from_millis(1));
         let log = Log::default();
-        let doomed = timer
-            .schedule("conn-1", Duration::from_millis(20), log.job())
-            .await
-            .unwrap();
-        let kept = timer
-            .schedule("conn-2", Duration::from_millis(20), log.job())
-            .await
-            .unwrap();
+        let doomed = timer.schedule("conn-1", Duration::from_millis(20), log.job()).await.unwrap();
+        let kept = timer.schedule("conn-2", Duration::from_millis(20), log.job()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(19)).await;
         assert!(timer.cancel("conn-1").await);
-        assert!(
-            !timer.cancel("conn-1").await,
-            "a second cancel finds nothing"
-        );
+        assert!(!timer.cancel("conn-1").await, "a second cancel finds nothing");
         assert!(!timer.cancel("never-scheduled").await);
         assert_eq!(doomed.await, Err(Error::Cancelled));
         assert_eq!(kept.await, Ok(()));
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(log.keys(), ["conn-2"], "{wheel:?}/{advance:?}");
         let stats = timer.stats();
-        assert_eq!(
-            (stats.pending, stats.fired, stats.cancelled, stats.scheduled),
-            (0, 1, 1, 2)
-        );
+        assert_eq!((stats.pending, stats.fired, stats.cancelled, stats.scheduled), (0, 1, 1, 2));
     }
 }
 
@@ -170,35 +129,16 @@ async fn a_duplicate_key_is_refused_and_the_first_timer_kept() {
     for (wheel, advance) in COMBOS {
         let timer = start(wheel, advance, Duration::from_millis(1));
         let log = Log::default();
-        let first = timer
-            .schedule("buff:haste", Duration::from_millis(30), log.job())
-            .await
-            .unwrap();
-        let err = timer
-            .schedule(
-                String::from("buff:haste"),
-                Duration::from_millis(5),
-                log.job(),
-            )
-            .await
-            .unwrap_err();
+        let first = timer.schedule("buff:haste", Duration::from_millis(30), log.job()).await.unwrap();
+        let err = timer.schedule(String::from("buff:haste"), Duration::from_millis(5), log.job()).await.unwrap_err();
         assert_eq!(err, Error::DuplicateKey("buff:haste".into()));
-        assert!(
-            err.to_string().contains("already pending"),
-            "the message says what happened: {err}"
-        );
+        assert!(err.to_string().contains("already pending"), "the message says what happened: {err}");
         let at = Instant::now();
         assert_eq!(first.await, Ok(()));
         assert_eq!(log.runs().len(), 1);
-        assert!(
-            log.runs()[0].1 >= at + Duration::from_millis(30),
-            "the first timer kept its own deadline"
-        );
+        assert!(log.runs()[0].1 >= at + Duration::from_millis(30), "the first timer kept its own deadline");
         // Once it has ended, the key is free again.
-        assert!(timer
-            .schedule("buff:haste", Duration::from_millis(5), log.job())
-            .await
-            .is_ok());
+        assert!(timer.schedule("buff:haste", Duration::from_millis(5), log.job()).await.is_ok());
     }
 }
 
@@ -210,10 +150,7 @@ async fn repeating_timers_run_at_a_fixed_rate() {
         let log = Log::default();
         let period = Duration::from_millis(7);
         let start_at = Instant::now();
-        let done = timer
-            .schedule_repeating("dot", period, Repeat::Times(5), log.job())
-            .await
-            .unwrap();
+        let done = timer.schedule_repeating("dot", period, Repeat::Times(5), log.job()).await.unwrap();
         assert_eq!(done.await, Ok(()));
         let runs = log.runs();
         assert_eq!(runs.len(), 5, "{wheel:?}/{advance:?}");
@@ -233,32 +170,17 @@ async fn repeating_timers_run_at_a_fixed_rate() {
 
 #[tokio::test(start_paused = true)]
 async fn a_late_runtime_does_not_make_a_repeating_timer_drift() {
-    let timer = start(
-        WheelKind::Hierarchical,
-        Advance::NextDeadline,
-        Duration::from_millis(1),
-    );
+    let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
     let log = Log::default();
     let start_at = Instant::now();
-    let done = timer
-        .schedule_repeating(
-            "tick",
-            Duration::from_millis(10),
-            Repeat::Times(10),
-            log.job(),
-        )
-        .await
-        .unwrap();
+    let done = timer.schedule_repeating("tick", Duration::from_millis(10), Repeat::Times(10), log.job()).await.unwrap();
     // Jump the clock 35 ms in one step, as a stalled runtime would see it: runs 1-3 are late.
     tokio::time::advance(Duration::from_millis(35)).await;
     assert_eq!(done.await, Ok(()));
     let runs = log.runs();
     assert_eq!(runs.len(), 10);
     let last = runs[9].1 - start_at;
-    assert!(
-        last >= Duration::from_millis(100) && last <= Duration::from_millis(102),
-        "run 10 at {last:?}: drifted"
-    );
+    assert!(last >= Duration::from_millis(100) && last <= Duration::from_millis(102), "run 10 at {last:?}: drifted");
 }
 
 #[tokio::test(start_paused = true)]
@@ -266,24 +188,13 @@ async fn forever_repeats_until_cancelled() {
     for (wheel, advance) in COMBOS {
         let timer = start(wheel, advance, Duration::from_millis(1));
         let log = Log::default();
-        let done = timer
-            .schedule_repeating(
-                "regen",
-                Duration::from_millis(10),
-                Repeat::Forever,
-                log.job(),
-            )
-            .await
-            .unwrap();
+        let done =
+            timer.schedule_repeating("regen", Duration::from_millis(10), Repeat::Forever, log.job()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(55)).await;
         assert!(timer.cancel("regen").await);
         assert_eq!(done.await, Err(Error::Cancelled));
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(
-            log.runs().len(),
-            5,
-            "{wheel:?}/{advance:?}: runs at 10..50 ms, none after the cancel"
-        );
+        assert_eq!(log.runs().len(), 5, "{wheel:?}/{advance:?}: runs at 10..50 ms, none after the cancel");
     }
 }
 
@@ -292,55 +203,29 @@ async fn sleep_keyed_wakes_or_reports_the_cancel() {
     for (wheel, advance) in COMBOS {
         let timer = start(wheel, advance, Duration::from_millis(1));
         let before = Instant::now();
-        timer
-            .sleep_keyed("cooldown:a", Duration::from_millis(40))
-            .await
-            .unwrap();
+        timer.sleep_keyed("cooldown:a", Duration::from_millis(40)).await.unwrap();
         assert!(Instant::now() >= before + Duration::from_millis(40));
 
         let other = timer.clone();
-        let sleeper = tokio::spawn(async move {
-            other
-                .sleep_keyed("cooldown:b", Duration::from_secs(5))
-                .await
-        });
+        let sleeper = tokio::spawn(async move { other.sleep_keyed("cooldown:b", Duration::from_secs(5)).await });
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(timer.contains("cooldown:b"));
         assert!(timer.cancel("cooldown:b").await);
-        assert_eq!(
-            sleeper.await.unwrap(),
-            Err(Error::Cancelled),
-            "{wheel:?}/{advance:?}"
-        );
+        assert_eq!(sleeper.await.unwrap(), Err(Error::Cancelled), "{wheel:?}/{advance:?}");
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn dropping_a_keyed_sleep_cancels_it_but_dropping_scheduled_does_not() {
-    let timer = start(
-        WheelKind::Hierarchical,
-        Advance::NextDeadline,
-        Duration::from_millis(1),
-    );
-    let timed_out = tokio::time::timeout(
-        Duration::from_millis(10),
-        timer.sleep_keyed("s", Duration::from_secs(1)),
-    )
-    .await;
+    let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
+    let timed_out =
+        tokio::time::timeout(Duration::from_millis(10), timer.sleep_keyed("s", Duration::from_secs(1))).await;
     assert!(timed_out.is_err());
-    assert!(
-        !timer.contains("s"),
-        "the dropped keyed sleep released its key"
-    );
+    assert!(!timer.contains("s"), "the dropped keyed sleep released its key");
     assert_eq!(timer.stats().cancelled, 1);
 
     let log = Log::default();
-    drop(
-        timer
-            .schedule("fire-and-forget", Duration::from_millis(10), log.job())
-            .await
-            .unwrap(),
-    );
+    drop(timer.schedule("fire-and-forget", Duration::from_millis(10), log.job()).await.unwrap());
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(log.keys(), ["fire-and-forget"]);
 }
@@ -350,173 +235,70 @@ async fn reschedule_moves_the_deadline_from_now() {
     for (wheel, advance) in COMBOS {
         let timer = start(wheel, advance, Duration::from_millis(1));
         let log = Log::default();
-        let done = timer
-            .schedule("idle:conn-7", Duration::from_millis(30), log.job())
-            .await
-            .unwrap();
+        let done = timer.schedule("idle:conn-7", Duration::from_millis(30), log.job()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
         let moved_at = Instant::now();
-        timer
-            .reschedule("idle:conn-7", Duration::from_millis(30))
-            .await
-            .unwrap();
+        timer.reschedule("idle:conn-7", Duration::from_millis(30)).await.unwrap();
         assert_eq!(done.await, Ok(()));
         let at = log.runs()[0].1;
-        assert!(
-            at >= moved_at + Duration::from_millis(30),
-            "{wheel:?}/{advance:?}: fired at the old deadline"
-        );
+        assert!(at >= moved_at + Duration::from_millis(30), "{wheel:?}/{advance:?}: fired at the old deadline");
         assert!(at <= moved_at + Duration::from_millis(32));
-        assert_eq!(
-            timer
-                .reschedule("idle:conn-7", Duration::from_millis(1))
-                .await,
-            Err(Error::NotFound)
-        );
-        assert_eq!(
-            timer.reschedule("nope", Duration::from_millis(1)).await,
-            Err(Error::NotFound)
-        );
+        assert_eq!(timer.reschedule("idle:conn-7", Duration::from_millis(1)).await, Err(Error::NotFound));
+        assert_eq!(timer.reschedule("nope", Duration::from_millis(1)).await, Err(Error::NotFound));
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn rescheduling_a_repeating_timer_keeps_its_period_from_there() {
-    let timer = start(
-        WheelKind::Hierarchical,
-        Advance::NextDeadline,
-        Duration::from_millis(1),
-    );
+    let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
     let log = Log::default();
     let t0 = Instant::now();
-    let done = timer
-        .schedule_repeating("r", Duration::from_millis(10), Repeat::Times(3), log.job())
-        .await
-        .unwrap();
+    let done = timer.schedule_repeating("r", Duration::from_millis(10), Repeat::Times(3), log.job()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(15)).await; // run 1 at 10 ms
-    timer
-        .reschedule("r", Duration::from_millis(100))
-        .await
-        .unwrap(); // run 2 at 115 ms, run 3 at 125 ms
+    timer.reschedule("r", Duration::from_millis(100)).await.unwrap(); // run 2 at 115 ms, run 3 at 125 ms
     assert_eq!(done.await, Ok(()));
     let at: Vec<Duration> = log.runs().iter().map(|(_, t)| *t - t0).collect();
-    assert_eq!(
-        at,
-        [
-            Duration::from_millis(10),
-            Duration::from_millis(115),
-            Duration::from_millis(125)
-        ]
-    );
+    assert_eq!(at, [Duration::from_millis(10), Duration::from_millis(115), Duration::from_millis(125)]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn bad_input_is_an_error_never_a_panic() {
     let invalid = |r: Result<_, Error>| matches!(r, Err(Error::Invalid(_)));
-    let timer = start(
-        WheelKind::Hierarchical,
-        Advance::NextDeadline,
-        Duration::from_millis(1),
-    );
+    let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
     let job = |_key: String| async {};
-    assert!(invalid(
-        timer
-            .schedule("", Duration::from_secs(1), job)
-            .await
-            .map(drop)
-    ));
-    assert!(invalid(
-        timer.schedule("k", Duration::MAX, job).await.map(drop)
-    ));
-    assert!(invalid(
-        timer
-            .schedule_repeating("k", Duration::ZERO, Repeat::Forever, job)
-            .await
-            .map(drop)
-    ));
-    assert!(invalid(
-        timer
-            .schedule_repeating("k", Duration::from_secs(1), Repeat::Times(0), job)
-            .await
-            .map(drop)
-    ));
-    assert!(invalid(
-        timer
-            .schedule_repeating("k", Duration::MAX, Repeat::Times(1), job)
-            .await
-            .map(drop)
-    ));
+    assert!(invalid(timer.schedule("", Duration::from_secs(1), job).await.map(drop)));
+    assert!(invalid(timer.schedule("k", Duration::MAX, job).await.map(drop)));
+    assert!(invalid(timer.schedule_repeating("k", Duration::ZERO, Repeat::Forever, job).await.map(drop)));
+    assert!(invalid(timer.schedule_repeating("k", Duration::from_secs(1), Repeat::Times(0), job).await.map(drop)));
+    assert!(invalid(timer.schedule_repeating("k", Duration::MAX, Repeat::Times(1), job).await.map(drop)));
     assert!(invalid(timer.sleep_keyed("k", Duration::MAX).await));
     assert!(invalid(timer.reschedule("k", Duration::MAX).await));
     assert!(timer.is_empty(), "nothing was accepted");
 
-    assert!(invalid(
-        Scheduler::builder().tick(Duration::ZERO).start().map(drop)
-    ));
+    assert!(invalid(Scheduler::builder().tick(Duration::ZERO).start().map(drop)));
     assert!(invalid(Scheduler::builder().slots(0).start().map(drop)));
-    assert!(invalid(
-        Scheduler::builder()
-            .slots(0)
-            .wheel(WheelKind::Rounds)
-            .start()
-            .map(drop)
-    ));
-    assert!(invalid(
-        Scheduler::builder()
-            .slots(1)
-            .wheel(WheelKind::Hierarchical)
-            .start()
-            .map(drop)
-    ));
-    assert!(invalid(
-        Scheduler::builder().max_pending(0).start().map(drop)
-    ));
-    let err = Scheduler::builder()
-        .tick(Duration::ZERO)
-        .start()
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("tick"),
-        "the message names the setting: {err}"
-    );
+    assert!(invalid(Scheduler::builder().slots(0).wheel(WheelKind::Rounds).start().map(drop)));
+    assert!(invalid(Scheduler::builder().slots(1).wheel(WheelKind::Hierarchical).start().map(drop)));
+    assert!(invalid(Scheduler::builder().max_pending(0).start().map(drop)));
+    let err = Scheduler::builder().tick(Duration::ZERO).start().unwrap_err();
+    assert!(err.to_string().contains("tick"), "the message names the setting: {err}");
 }
 
 #[test]
 fn starting_outside_a_runtime_is_an_error() {
-    assert!(matches!(
-        Scheduler::builder().start(),
-        Err(Error::Invalid(_))
-    ));
+    assert!(matches!(Scheduler::builder().start(), Err(Error::Invalid(_))));
 }
 
 #[tokio::test(start_paused = true)]
 async fn max_pending_caps_the_service() {
     let timer = Scheduler::builder().max_pending(2).start().unwrap();
     let job = |_key: String| async {};
-    timer
-        .schedule("a", Duration::from_secs(1), job)
-        .await
-        .unwrap();
-    timer
-        .schedule("b", Duration::from_secs(1), job)
-        .await
-        .unwrap();
-    assert_eq!(
-        timer
-            .schedule("c", Duration::from_secs(1), job)
-            .await
-            .unwrap_err(),
-        Error::Full(2)
-    );
+    timer.schedule("a", Duration::from_secs(1), job).await.unwrap();
+    timer.schedule("b", Duration::from_secs(1), job).await.unwrap();
+    assert_eq!(timer.schedule("c", Duration::from_secs(1), job).await.unwrap_err(), Error::Full(2));
     assert!(!timer.contains("c"));
     timer.cancel("a").await;
-    assert!(
-        timer
-            .schedule("c", Duration::from_secs(1), job)
-            .await
-            .is_ok(),
-        "room again after a cancel"
-    );
+    assert!(timer.schedule("c", Duration::from_secs(1), job).await.is_ok(), "room again after a cancel");
     assert_eq!(timer.len(), 2);
 }
 
@@ -527,20 +309,12 @@ async fn stop_ends_every_pending_timer_as_stopped() {
         let log = Log::default();
         let mut waiting = Vec::new();
         for i in 0..10 {
-            waiting.push(
-                timer
-                    .schedule(format!("t{i}"), Duration::from_secs(60), log.job())
-                    .await
-                    .unwrap(),
-            );
+            waiting.push(timer.schedule(format!("t{i}"), Duration::from_secs(60), log.job()).await.unwrap());
         }
-        let repeating = timer
-            .schedule_repeating("rep", Duration::from_millis(5), Repeat::Forever, log.job())
-            .await
-            .unwrap();
+        let repeating =
+            timer.schedule_repeating("rep", Duration::from_millis(5), Repeat::Forever, log.job()).await.unwrap();
         let other = timer.clone();
-        let sleeper =
-            tokio::spawn(async move { other.sleep_keyed("nap", Duration::from_secs(60)).await });
+        let sleeper = tokio::spawn(async move { other.sleep_keyed("nap", Duration::from_secs(60)).await });
         tokio::time::sleep(Duration::from_millis(12)).await;
         assert_eq!(timer.stop().await, 12, "{wheel:?}/{advance:?}");
         assert_eq!(timer.stop().await, 0, "stop is idempotent");
@@ -549,29 +323,13 @@ async fn stop_ends_every_pending_timer_as_stopped() {
         }
         assert_eq!(repeating.await, Err(Error::Stopped));
         assert_eq!(sleeper.await.unwrap(), Err(Error::Stopped));
-        assert_eq!(
-            log.runs().len(),
-            2,
-            "the repeating timer ran at 5 and 10 ms only"
-        );
+        assert_eq!(log.runs().len(), 2, "the repeating timer ran at 5 and 10 ms only");
         assert!(timer.is_empty() && !timer.contains("t0"));
         let stats = timer.stats();
         assert_eq!((stats.stopped, stats.scheduled), (12, 12));
-        assert_eq!(
-            timer
-                .schedule("late", Duration::from_secs(1), log.job())
-                .await
-                .unwrap_err(),
-            Error::Stopped
-        );
-        assert_eq!(
-            timer.reschedule("t1", Duration::from_secs(1)).await,
-            Err(Error::Stopped)
-        );
-        assert_eq!(
-            timer.sleep_keyed("nap", Duration::from_secs(1)).await,
-            Err(Error::Stopped)
-        );
+        assert_eq!(timer.schedule("late", Duration::from_secs(1), log.job()).await.unwrap_err(), Error::Stopped);
+        assert_eq!(timer.reschedule("t1", Duration::from_secs(1)).await, Err(Error::Stopped));
+        assert_eq!(timer.sleep_keyed("nap", Duration::from_secs(1)).await, Err(Error::Stopped));
         assert!(!timer.cancel("t1").await);
         timer.flush().await; // returns at once
     }
@@ -579,45 +337,22 @@ async fn stop_ends_every_pending_timer_as_stopped() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_last_handle_stops_the_service() {
-    let timer = start(
-        WheelKind::Hierarchical,
-        Advance::NextDeadline,
-        Duration::from_millis(1),
-    );
-    let done = timer
-        .schedule("orphan", Duration::from_secs(60), |_| async {})
-        .await
-        .unwrap();
+    let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
+    let done = timer.schedule("orphan", Duration::from_secs(60), |_| async {}).await.unwrap();
     drop(timer);
     assert_eq!(done.await, Err(Error::Stopped));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_panicking_job_does_not_stop_the_wheel() {
-    let timer = start(
-        WheelKind::Hierarchical,
-        Advance::NextDeadline,
-        Duration::from_millis(1),
-    );
+    let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
     let log = Log::default();
     timer
-        .schedule(
-            "panics-in-closure",
-            Duration::from_millis(1),
-            |_key| -> std::future::Ready<()> { panic!("boom") },
-        )
+        .schedule("panics-in-closure", Duration::from_millis(1), |_key| -> std::future::Ready<()> { panic!("boom") })
         .await
         .unwrap();
-    timer
-        .schedule("panics-in-future", Duration::from_millis(1), |_key| async {
-            panic!("boom")
-        })
-        .await
-        .unwrap();
-    let after = timer
-        .schedule("after", Duration::from_millis(5), log.job())
-        .await
-        .unwrap();
+    timer.schedule("panics-in-future", Duration::from_millis(1), |_key| async { panic!("boom") }).await.unwrap();
+    let after = timer.schedule("after", Duration::from_millis(5), log.job()).await.unwrap();
     assert_eq!(after.await, Ok(()));
     assert_eq!(log.keys(), ["after"]);
     assert_eq!(timer.stats().fired, 3);
@@ -632,28 +367,19 @@ async fn every_accepted_timer_ends_exactly_once() {
         let mut outcomes = Vec::new();
         let mut rng = 0x5EED_u64;
         let mut next = move |n: u64| {
-            rng = rng
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (rng >> 33) % n
         };
         for round in 0..400 {
             let key = format!("k{}", next(40));
             match next(4) {
                 0 | 1 => {
-                    if let Ok(done) = timer
-                        .schedule(key.as_str(), Duration::from_millis(next(50)), log.job())
-                        .await
-                    {
+                    if let Ok(done) = timer.schedule(key.as_str(), Duration::from_millis(next(50)), log.job()).await {
                         outcomes.push((key, done));
                     }
                 }
                 2 => drop(timer.cancel(&key).await),
-                _ => drop(
-                    timer
-                        .reschedule(&key, Duration::from_millis(next(50)))
-                        .await,
-                ),
+                _ => drop(timer.reschedule(&key, Duration::from_millis(next(50))).await),
             }
             if round % 7 == 0 {
                 tokio::time::sleep(Duration::from_millis(next(10))).await;
@@ -671,17 +397,9 @@ async fn every_accepted_timer_ends_exactly_once() {
         }
         let stats = timer.stats();
         assert_eq!(stats.scheduled as usize, outcomes.len());
-        assert_eq!(
-            (stats.fired, stats.cancelled, stats.stopped),
-            (fired, cancelled, stopped),
-            "{wheel:?}/{advance:?}"
-        );
+        assert_eq!((stats.fired, stats.cancelled, stats.stopped), (fired, cancelled, stopped), "{wheel:?}/{advance:?}");
         assert_eq!(left as u64, stopped);
-        assert_eq!(
-            log.runs().len() as u64,
-            fired,
-            "every fired timer ran once, no cancelled one ran"
-        );
+        assert_eq!(log.runs().len() as u64, fired, "every fired timer ran once, no cancelled one ran");
         assert!(
             fired > 0 && cancelled > 0 && stopped > 0,
             "the mix exercised every ending: {fired} {cancelled} {stopped}"
@@ -698,21 +416,12 @@ async fn a_cancel_that_never_reached_the_actor_still_wins() {
         let timer = Scheduler::builder().channel_capacity(1).start().unwrap();
         let log = Log::default();
         let first = match repeat {
-            None => timer
-                .schedule("z", Duration::from_millis(5), log.job())
-                .await
-                .unwrap(),
-            Some(r) => timer
-                .schedule_repeating("z", Duration::from_millis(5), r, log.job())
-                .await
-                .unwrap(),
+            None => timer.schedule("z", Duration::from_millis(5), log.job()).await.unwrap(),
+            Some(r) => timer.schedule_repeating("z", Duration::from_millis(5), r, log.job()).await.unwrap(),
         };
         timer.flush().await; // "z" is in the wheel
                              // Fill the channel's one place (the actor cannot run until this task yields) ...
-        timer
-            .schedule("filler", Duration::from_secs(60), log.job())
-            .await
-            .unwrap();
+        timer.schedule("filler", Duration::from_secs(60), log.job()).await.unwrap();
         // ... so the cancel releases the key but cannot send its Remove; then it is dropped.
         {
             let cancel = std::pin::pin!(timer.cancel("z"));
@@ -721,20 +430,10 @@ async fn a_cancel_that_never_reached_the_actor_still_wins() {
         assert!(!timer.contains("z"));
         assert_eq!(first.await, Err(Error::Cancelled));
         // The same key again, due after the orphaned entry.
-        let second = timer
-            .schedule("z", Duration::from_millis(50), log.job())
-            .await
-            .unwrap();
+        let second = timer.schedule("z", Duration::from_millis(50), log.job()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(
-            log.keys().is_empty(),
-            "the cancelled entry ran ({repeat:?})"
-        );
-        assert_eq!(
-            second.await,
-            Ok(()),
-            "the new timer under the same key is unharmed ({repeat:?})"
-        );
+        assert!(log.keys().is_empty(), "the cancelled entry ran ({repeat:?})");
+        assert_eq!(second.await, Ok(()), "the new timer under the same key is unharmed ({repeat:?})");
         assert_eq!(log.keys(), ["z"]);
     }
 }

@@ -51,18 +51,12 @@ fn check<W: Wheel<u32>>(mut wheel: W, ops: Vec<Op>) -> Result<(), TestCaseError>
             Op::Insert { delay } => {
                 let deadline = clock.wrapping_add(delay);
                 let id = wheel.insert(deadline, value);
-                prop_assert!(
-                    model.insert(id, (deadline, value)).is_none(),
-                    "id {id:?} handed out twice"
-                );
+                prop_assert!(model.insert(id, (deadline, value)).is_none(), "id {id:?} handed out twice");
                 ids.push(id);
             }
             Op::InsertAt { deadline } => {
                 let id = wheel.insert(deadline, value);
-                prop_assert!(
-                    model.insert(id, (deadline, value)).is_none(),
-                    "id {id:?} handed out twice"
-                );
+                prop_assert!(model.insert(id, (deadline, value)).is_none(), "id {id:?} handed out twice");
                 ids.push(id);
             }
             Op::Remove { n } => {
@@ -71,29 +65,16 @@ fn check<W: Wheel<u32>>(mut wheel: W, ops: Vec<Op>) -> Result<(), TestCaseError>
                 }
                 let id = ids[n % ids.len()];
                 prop_assert_eq!(wheel.deadline(id), model.get(&id).map(|e| e.0));
-                prop_assert_eq!(
-                    wheel.remove(id),
-                    model.remove(&id).map(|e| e.1),
-                    "remove {:?}",
-                    id
-                );
+                prop_assert_eq!(wheel.remove(id), model.remove(&id).map(|e| e.1), "remove {:?}", id);
                 prop_assert_eq!(wheel.remove(id), None, "second remove of {:?}", id);
             }
             Op::Advance { step, back } => {
-                let now = if back {
-                    clock.saturating_sub(step)
-                } else {
-                    clock.saturating_add(step)
-                };
+                let now = if back { clock.saturating_sub(step) } else { clock.saturating_add(step) };
                 clock = clock.max(now);
                 let mut got = Vec::new();
                 wheel.advance(now, |e| got.push((e.id, e.deadline, e.value)));
                 got.sort();
-                let due: Vec<EntryId> = model
-                    .iter()
-                    .filter(|(_, e)| e.0 <= clock)
-                    .map(|(id, _)| *id)
-                    .collect();
+                let due: Vec<EntryId> = model.iter().filter(|(_, e)| e.0 <= clock).map(|(id, _)| *id).collect();
                 let want: Vec<(EntryId, u64, u32)> = due
                     .iter()
                     .map(|id| {
@@ -110,19 +91,9 @@ fn check<W: Wheel<u32>>(mut wheel: W, ops: Vec<Op>) -> Result<(), TestCaseError>
         match (wheel.next_deadline(), earliest) {
             (None, None) => {}
             (Some(next), Some(earliest)) => {
-                prop_assert!(
-                    next <= earliest.max(clock),
-                    "next_deadline {} after earliest deadline {}",
-                    next,
-                    earliest
-                )
+                prop_assert!(next <= earliest.max(clock), "next_deadline {} after earliest deadline {}", next, earliest)
             }
-            (next, earliest) => prop_assert!(
-                false,
-                "next_deadline {:?} but earliest deadline {:?}",
-                next,
-                earliest
-            ),
+            (next, earliest) => prop_assert!(false, "next_deadline {:?} but earliest deadline {:?}", next, earliest),
         }
     }
     // Whatever is left comes out at the end of time, exactly once.
@@ -137,21 +108,13 @@ fn check<W: Wheel<u32>>(mut wheel: W, ops: Vec<Op>) -> Result<(), TestCaseError>
 
 /// Drives the wheel only through `next_deadline`, as a sleeping driver would, and checks that
 /// every entry comes out on its own deadline, never early and never late.
-fn check_precise_advance<W: Wheel<u64>>(
-    mut wheel: W,
-    deadlines: Vec<u64>,
-) -> Result<(), TestCaseError> {
+fn check_precise_advance<W: Wheel<u64>>(mut wheel: W, deadlines: Vec<u64>) -> Result<(), TestCaseError> {
     for &d in &deadlines {
         wheel.insert(d, d);
     }
     let mut fired = 0;
     while let Some(next) = wheel.next_deadline() {
-        prop_assert!(
-            next >= wheel.now(),
-            "next_deadline {} behind the clock {}",
-            next,
-            wheel.now()
-        );
+        prop_assert!(next >= wheel.now(), "next_deadline {} behind the clock {}", next, wheel.now());
         wheel.advance(next, |e| {
             assert_eq!(e.deadline, e.value);
             assert_eq!(e.deadline, next, "fired at {next}, due at {}", e.deadline);
@@ -194,10 +157,7 @@ proptest! {
 #[test]
 fn zero_and_oversized_slot_counts_are_refused() {
     assert!(HierarchicalWheel::<()>::new(0).is_err());
-    assert!(
-        HierarchicalWheel::<()>::new(1).is_err(),
-        "one slot per level never reaches further"
-    );
+    assert!(HierarchicalWheel::<()>::new(1).is_err(), "one slot per level never reaches further");
     assert!(RoundsWheel::<()>::new(0).is_err());
     assert!(RoundsWheel::<()>::new(1).is_ok());
     assert!(RoundsWheel::<()>::new(timewheel::wheel::MAX_SLOTS + 1).is_err());

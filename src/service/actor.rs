@@ -46,13 +46,7 @@ pub(crate) async fn run<W: Wheel<Timer>>(
     shared: Arc<Shared>,
     config: Config,
 ) {
-    let mut actor = Actor {
-        wheel,
-        shared,
-        clock: config.clock,
-        due: Vec::new(),
-        early: HashMap::new(),
-    };
+    let mut actor = Actor { wheel, shared, clock: config.clock, due: Vec::new(), early: HashMap::new() };
     let mut batch = Vec::with_capacity(BATCH);
     let mut ticker = (config.advance == Advance::Interval).then(|| {
         let mut ticker = tokio::time::interval_at(Instant::now() + config.tick, config.tick);
@@ -70,10 +64,7 @@ pub(crate) async fn run<W: Wheel<Timer>>(
         }
         let wake_at = match ticker {
             Some(_) => None,
-            None => actor
-                .wheel
-                .next_deadline()
-                .map(|t| actor.clock.instant(t).unwrap_or_else(far_future)),
+            None => actor.wheel.next_deadline().map(|t| actor.clock.instant(t).unwrap_or_else(far_future)),
         };
         if let Some(at) = wake_at.filter(|&at| sleeping_until != Some(at)) {
             sleep.as_mut().reset(at);
@@ -109,10 +100,7 @@ pub(crate) async fn run<W: Wheel<Timer>>(
     }
 }
 
-async fn wait(
-    ticker: &mut Option<tokio::time::Interval>,
-    sleep: std::pin::Pin<&mut tokio::time::Sleep>,
-) {
+async fn wait(ticker: &mut Option<tokio::time::Interval>, sleep: std::pin::Pin<&mut tokio::time::Sleep>) {
     match ticker {
         Some(ticker) => drop(ticker.tick().await),
         None => sleep.await,
@@ -128,13 +116,14 @@ impl<W: Wheel<Timer>> Actor<W> {
     fn handle(&mut self, command: Command) {
         match command {
             Command::Add(add) => self.add(add),
+            Command::AddMany(adds) => adds.into_iter().for_each(|add| self.add(add)),
             Command::Remove { wheel_id } => drop(self.wheel.remove(EntryId::from_u64(wheel_id))),
-            Command::Reschedule {
-                key,
-                due,
-                deadline,
-                reply,
-            } => {
+            Command::RemoveMany(ids) => {
+                for wheel_id in ids {
+                    self.wheel.remove(EntryId::from_u64(wheel_id));
+                }
+            }
+            Command::Reschedule { key, due, deadline, reply } => {
                 let _ = reply.send(self.reschedule(key.as_str(), due, deadline));
             }
             Command::Flush(reply) => drop(reply.send(())),
@@ -142,14 +131,7 @@ impl<W: Wheel<Timer>> Actor<W> {
         }
     }
 
-    fn add(
-        &mut self,
-        Add {
-            mut timer,
-            seq,
-            mut deadline,
-        }: Add,
-    ) {
+    fn add(&mut self, Add { mut timer, seq, mut deadline }: Add) {
         if let Some((due, tick)) = self.early.remove(&seq) {
             deadline = tick;
             if let Some(repeat) = timer.repeat.as_mut() {
@@ -174,10 +156,7 @@ impl<W: Wheel<Timer>> Actor<W> {
             self.early.insert(slot.seq(), (due, deadline));
             return Ok(());
         }
-        let mut timer = self
-            .wheel
-            .remove(EntryId::from_u64(slot.wheel_id))
-            .ok_or(Error::NotFound)?;
+        let mut timer = self.wheel.remove(EntryId::from_u64(slot.wheel_id)).ok_or(Error::NotFound)?;
         if let Some(repeat) = timer.repeat.as_mut() {
             repeat.due = due;
         }
@@ -197,26 +176,15 @@ impl<W: Wheel<Timer>> Actor<W> {
         self.due = due;
     }
 
-    fn fire(
-        &mut self,
-        Expired {
-            id,
-            value: mut timer,
-            ..
-        }: Expired<Timer>,
-    ) {
+    fn fire(&mut self, Expired { id, value: mut timer, .. }: Expired<Timer>) {
         let id = id.to_u64();
         let key = timer.key.as_str().to_owned();
-        let next = timer
-            .repeat
-            .as_mut()
-            .filter(|r| r.runs_left != Some(1))
-            .and_then(|repeat| {
-                // Fixed rate: the next run is due a period after this one was due, not after now.
-                repeat.due = repeat.due.checked_add(repeat.period)?;
-                repeat.runs_left = repeat.runs_left.map(|n| n - 1);
-                self.clock.deadline(repeat.due).ok()
-            });
+        let next = timer.repeat.as_mut().filter(|r| r.runs_left != Some(1)).and_then(|repeat| {
+            // Fixed rate: the next run is due a period after this one was due, not after now.
+            repeat.due = repeat.due.checked_add(repeat.period)?;
+            repeat.runs_left = repeat.runs_left.map(|n| n - 1);
+            self.clock.deadline(repeat.due).ok()
+        });
         match next {
             Some(deadline) => {
                 // More runs to come: the key stays claimed and the timer goes back in the wheel.
@@ -235,11 +203,7 @@ impl<W: Wheel<Timer>> Actor<W> {
             None => {
                 // The last run: whoever releases the key ends the timer, and a cancel may have
                 // got there first.
-                if self
-                    .shared
-                    .end(&key, |slot| slot.wheel_id == id, Ok(()))
-                    .is_some()
-                {
+                if self.shared.end(&key, |slot| slot.wheel_id == id, Ok(())).is_some() {
                     if let Some(job) = &timer.job {
                         job.start(key);
                     }
@@ -254,29 +218,33 @@ impl<W: Wheel<Timer>> Actor<W> {
         rx.close();
         let mut dropped = 0;
         while let Some(command) = rx.recv().await {
-            match command {
-                Command::Add(Add { timer, seq, .. }) => {
-                    let ended = self.shared.end(
-                        timer.key.as_str(),
-                        |slot| slot.seq() == seq,
-                        Err(Error::Stopped),
-                    );
-                    dropped += usize::from(ended.is_some());
+            let adds = match command {
+                Command::Add(add) => vec![add],
+                Command::AddMany(adds) => adds,
+                Command::Reschedule { reply, .. } => {
+                    let _ = reply.send(Err(Error::Stopped));
+                    continue;
                 }
-                Command::Reschedule { reply, .. } => drop(reply.send(Err(Error::Stopped))),
-                Command::Flush(reply) => drop(reply.send(())),
-                Command::Stop(reply) => drop(reply.send(0)),
-                Command::Remove { .. } => {}
+                Command::Flush(reply) => {
+                    let _ = reply.send(());
+                    continue;
+                }
+                Command::Stop(reply) => {
+                    let _ = reply.send(0);
+                    continue;
+                }
+                Command::Remove { .. } | Command::RemoveMany(_) => continue,
+            };
+            for Add { timer, seq, .. } in adds {
+                let owns = |slot: &super::shared::Slot| slot.seq() == seq;
+                let ended = self.shared.end(timer.key.as_str(), owns, Err(Error::Stopped));
+                dropped += usize::from(ended.is_some());
             }
         }
         let shared = &self.shared;
         self.wheel.advance(u64::MAX, |Expired { id, value, .. }| {
             let id = id.to_u64();
-            let ended = shared.end(
-                value.key.as_str(),
-                |slot| slot.wheel_id == id,
-                Err(Error::Stopped),
-            );
+            let ended = shared.end(value.key.as_str(), |slot| slot.wheel_id == id, Err(Error::Stopped));
             dropped += usize::from(ended.is_some());
         });
         self.early.clear();

@@ -108,9 +108,8 @@ impl Builder {
     /// [`Error::Invalid`] for a zero tick, a slot count the wheel refuses, a zero `max_pending`
     /// or channel capacity, or when called outside a Tokio runtime.
     pub fn start(self) -> Result<Scheduler, Error> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            Error::invalid("Builder::start must be called from inside a Tokio runtime")
-        })?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::invalid("Builder::start must be called from inside a Tokio runtime"))?;
         if self.max_pending == 0 {
             return Err(Error::invalid("max_pending must be at least 1"));
         }

@@ -18,15 +18,12 @@ pub(crate) struct Clock {
 
 impl Clock {
     pub fn new(tick: Duration) -> Result<Self, Error> {
-        let tick_nanos = u64::try_from(tick.as_nanos())
-            .map_err(|_| Error::invalid("the tick must be shorter than 584 years"))?;
+        let tick_nanos =
+            u64::try_from(tick.as_nanos()).map_err(|_| Error::invalid("the tick must be shorter than 584 years"))?;
         if tick_nanos == 0 {
             return Err(Error::invalid("the tick must be longer than zero"));
         }
-        Ok(Clock {
-            origin: Instant::now(),
-            tick_nanos,
-        })
+        Ok(Clock { origin: Instant::now(), tick_nanos })
     }
 
     /// The current tick, rounded down.
@@ -42,17 +39,19 @@ impl Clock {
     /// The tick of a deadline, rounded up; instants before the origin map to tick 0.
     pub fn deadline(&self, at: Instant) -> Result<u64, Error> {
         let nanos = at.saturating_duration_since(self.origin).as_nanos();
-        u64::try_from(nanos.div_ceil(self.tick_nanos as u128)).map_err(|_| {
-            Error::invalid("the deadline is too far in the future to be represented in ticks")
-        })
+        u64::try_from(nanos.div_ceil(self.tick_nanos as u128))
+            .map_err(|_| Error::invalid("the deadline is too far in the future to be represented in ticks"))
     }
 
     /// The deadline `delay` from now, as an instant and a tick.
     pub fn after(&self, delay: Duration) -> Result<(Instant, u64), Error> {
-        let at = Instant::now().checked_add(delay).ok_or_else(|| {
-            Error::invalid(format!(
-                "a delay of {delay:?} puts the deadline past what Instant can represent"
-            ))
+        self.after_from(Instant::now(), delay)
+    }
+
+    /// The deadline `delay` after `now`, as an instant and a tick.
+    pub fn after_from(&self, now: Instant, delay: Duration) -> Result<(Instant, u64), Error> {
+        let at = now.checked_add(delay).ok_or_else(|| {
+            Error::invalid(format!("a delay of {delay:?} puts the deadline past what Instant can represent"))
         })?;
         Ok((at, self.deadline(at)?))
     }
@@ -73,18 +72,9 @@ mod tests {
         let clock = Clock::new(Duration::from_millis(10)).unwrap();
         let origin = Instant::now();
         assert_eq!(clock.deadline(origin).unwrap(), 0);
-        assert_eq!(
-            clock.deadline(origin + Duration::from_millis(1)).unwrap(),
-            1
-        );
-        assert_eq!(
-            clock.deadline(origin + Duration::from_millis(10)).unwrap(),
-            1
-        );
-        assert_eq!(
-            clock.deadline(origin + Duration::from_millis(11)).unwrap(),
-            2
-        );
+        assert_eq!(clock.deadline(origin + Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(clock.deadline(origin + Duration::from_millis(10)).unwrap(), 1);
+        assert_eq!(clock.deadline(origin + Duration::from_millis(11)).unwrap(), 2);
         tokio::time::advance(Duration::from_millis(19)).await;
         assert_eq!(clock.now(), 1);
         assert_eq!(clock.instant(2), Some(origin + Duration::from_millis(20)));
@@ -96,12 +86,7 @@ mod tests {
         assert!(Clock::new(Duration::MAX).is_err());
         let clock = Clock::new(Duration::from_nanos(1)).unwrap();
         assert!(clock.after(Duration::MAX).is_err());
-        assert!(
-            clock
-                .after(Duration::from_secs(600 * 365 * 86_400))
-                .is_err(),
-            "more than u64 nanoseconds of ticks"
-        );
+        assert!(clock.after(Duration::from_secs(600 * 365 * 86_400)).is_err(), "more than u64 nanoseconds of ticks");
         let coarse = Clock::new(Duration::from_secs(1)).unwrap();
         assert_eq!(coarse.instant(u64::MAX), None, "u64::MAX seconds is past any Instant");
     }

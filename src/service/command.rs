@@ -34,10 +34,14 @@ pub(crate) struct Add {
 
 pub(crate) enum Command {
     Add(Add),
+    /// A batch of `Add`s in one message.
+    AddMany(Vec<Add>),
     /// Take a cancelled timer (whose key the handle already released) out of the wheel.
     Remove {
         wheel_id: u64,
     },
+    /// A batch of `Remove`s in one message.
+    RemoveMany(Vec<u64>),
     Reschedule {
         key: Key,
         due: Instant,

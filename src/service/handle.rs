@@ -84,24 +84,14 @@ impl Scheduler {
         let clock = Clock::new(builder.tick)?;
         let shared = Arc::new(Shared::new(builder.max_pending));
         let (tx, rx) = mpsc::channel(builder.channel_capacity);
-        let config = actor::Config {
-            clock,
-            advance: builder.advance,
-            tick: builder.tick,
-        };
+        let config = actor::Config { clock, advance: builder.advance, tick: builder.tick };
         match builder.wheel {
-            WheelKind::Hierarchical => runtime.spawn(actor::run(
-                HierarchicalWheel::new(builder.slots)?,
-                rx,
-                shared.clone(),
-                config,
-            )),
-            WheelKind::Rounds => runtime.spawn(actor::run(
-                RoundsWheel::new(builder.slots)?,
-                rx,
-                shared.clone(),
-                config,
-            )),
+            WheelKind::Hierarchical => {
+                runtime.spawn(actor::run(HierarchicalWheel::new(builder.slots)?, rx, shared.clone(), config))
+            }
+            WheelKind::Rounds => {
+                runtime.spawn(actor::run(RoundsWheel::new(builder.slots)?, rx, shared.clone(), config))
+            }
         };
         Ok(Scheduler { tx, shared, clock })
     }
@@ -138,20 +128,14 @@ impl Scheduler {
     /// done.await?; // resolves once the job has been started
     /// # Ok(()) }
     /// ```
-    pub async fn schedule<K, F, Fut>(
-        &self,
-        key: K,
-        delay: Duration,
-        job: F,
-    ) -> Result<Scheduled, Error>
+    pub async fn schedule<K, F, Fut>(&self, key: K, delay: Duration, job: F) -> Result<Scheduled, Error>
     where
         K: Into<String>,
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let (_, deadline) = self.clock.after(delay)?;
-        self.submit(key.into(), deadline, Some(Box::new(job)), None)
-            .await
+        self.submit(key.into(), deadline, Some(Box::new(job)), None).await
     }
 
     /// Like [`schedule`](Self::schedule), with an absolute deadline. A deadline in the past
@@ -162,20 +146,14 @@ impl Scheduler {
     ///
     /// # Cancel safety
     /// As [`schedule`](Self::schedule).
-    pub async fn schedule_at<K, F, Fut>(
-        &self,
-        key: K,
-        deadline: Instant,
-        job: F,
-    ) -> Result<Scheduled, Error>
+    pub async fn schedule_at<K, F, Fut>(&self, key: K, deadline: Instant, job: F) -> Result<Scheduled, Error>
     where
         K: Into<String>,
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let deadline = self.clock.deadline(deadline)?;
-        self.submit(key.into(), deadline, Some(Box::new(job)), None)
-            .await
+        self.submit(key.into(), deadline, Some(Box::new(job)), None).await
     }
 
     /// Runs `job` every `period`, first one period from now, at a fixed rate: run `n` is due at
@@ -218,9 +196,7 @@ impl Scheduler {
         Fut: Future<Output = ()> + Send + 'static,
     {
         if period.is_zero() {
-            return Err(Error::invalid(
-                "a repeating timer's period must be longer than zero",
-            ));
+            return Err(Error::invalid("a repeating timer's period must be longer than zero"));
         }
         let runs_left = match repeat {
             Repeat::Times(0) => return Err(Error::invalid("Repeat::Times needs at least one run")),
@@ -228,13 +204,8 @@ impl Scheduler {
             Repeat::Forever => None,
         };
         let (due, deadline) = self.clock.after(period)?;
-        let repeat = Box::new(Repeating {
-            period,
-            due,
-            runs_left,
-        });
-        self.submit(key.into(), deadline, Some(Box::new(job)), Some(repeat))
-            .await
+        let repeat = Box::new(Repeating { period, due, runs_left });
+        self.submit(key.into(), deadline, Some(Box::new(job)), Some(repeat)).await
     }
 
     /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
@@ -264,15 +235,94 @@ impl Scheduler {
     pub async fn sleep_keyed(&self, key: impl Into<String>, delay: Duration) -> Result<(), Error> {
         let (_, deadline) = self.clock.after(delay)?;
         let scheduled = self.submit(key.into(), deadline, None, None).await?;
-        let mut guard = CancelOnDrop {
-            scheduler: self,
-            key: scheduled.shared_key().clone(),
-            seq: scheduled.seq(),
-            armed: true,
-        };
+        let mut guard =
+            CancelOnDrop { scheduler: self, key: scheduled.shared_key().clone(), seq: scheduled.seq(), armed: true };
         let outcome = scheduled.await;
         guard.armed = false;
         outcome
+    }
+
+    /// Schedules many timers with one message to the service: the way to create a million
+    /// timers in a short time. Returns one result per item, in order; an item that fails (a
+    /// duplicate key, also within the batch, an empty key, a delay out of range, `Full`) fails
+    /// alone. Timers scheduled this way have no [`Scheduled`] future: they end as any other
+    /// (fired, cancelled, stopped) and are counted in [`stats`](Self::stats).
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, none of the batch is scheduled.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let job = |key: String| async move { println!("{key} timed out") };
+    /// let results = timer
+    ///     .schedule_many([("conn-1", Duration::from_secs(30), job), ("conn-1", Duration::from_secs(5), job)])
+    ///     .await;
+    /// assert_eq!(results, [Ok(()), Err(Error::DuplicateKey("conn-1".into()))]);
+    /// assert_eq!(timer.cancel_many(["conn-1", "conn-2"]).await, [true, false]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn schedule_many<I, K, F, Fut>(&self, items: I) -> Vec<Result<(), Error>>
+    where
+        I: IntoIterator<Item = (K, Duration, F)>,
+        K: Into<String>,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let items = items.into_iter();
+        let mut results = Vec::with_capacity(items.size_hint().0);
+        let mut unsent = Unsent { shared: &self.shared, adds: Vec::with_capacity(items.size_hint().0) };
+        let now = Instant::now();
+        for (key, delay, job) in items {
+            let add = self
+                .clock
+                .after_from(now, delay)
+                .and_then(|(_, deadline)| self.claim(key.into(), deadline, Some(Box::new(job)), None, false));
+            results.push(add.map(|add| unsent.adds.push(add)));
+        }
+        if unsent.adds.is_empty() {
+            return results;
+        }
+        match self.tx.reserve().await {
+            Ok(permit) => permit.send(Command::AddMany(std::mem::take(&mut unsent.adds))),
+            Err(_) => results.iter_mut().filter(|r| r.is_ok()).for_each(|r| *r = Err(Error::Stopped)),
+        }
+        results
+    }
+
+    /// Cancels many timers with one message to the service. Returns, per key in order, whether
+    /// a pending timer was cancelled (as [`cancel`](Self::cancel) would).
+    ///
+    /// # Cancel safety
+    /// As [`cancel`](Self::cancel).
+    ///
+    /// # Examples
+    /// See [`schedule_many`](Self::schedule_many).
+    pub async fn cancel_many<I, S>(&self, keys: I) -> Vec<bool>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut placed = Vec::new();
+        let results = keys
+            .into_iter()
+            .map(|key| match self.shared.end(key.as_ref(), |_| true, Err(Error::Cancelled)) {
+                None => false,
+                Some(UNPLACED) => true,
+                Some(wheel_id) => {
+                    placed.push(wheel_id);
+                    true
+                }
+            })
+            .collect();
+        if !placed.is_empty() {
+            let _ = self.tx.send(Command::RemoveMany(placed)).await;
+        }
+        results
     }
 
     async fn submit(
@@ -282,6 +332,24 @@ impl Scheduler {
         job: Option<Box<dyn Job>>,
         repeat: Option<Box<Repeating>>,
     ) -> Result<Scheduled, Error> {
+        let add = self.claim(key, deadline, job, repeat, true)?;
+        let (key, seq) = (add.timer.key.clone(), add.seq);
+        let mut unsent = Unsent { shared: &self.shared, adds: Some(add) };
+        // Reserve first: if this future is dropped while waiting, `unsent` releases the key.
+        let permit = self.tx.reserve().await.map_err(|_| Error::Stopped)?;
+        permit.send(Command::Add(unsent.adds.take().expect("claimed above")));
+        Ok(Scheduled::new(self.shared.clone(), key, seq))
+    }
+
+    /// Checks a new timer's key and claims it in the key map.
+    fn claim(
+        &self,
+        key: String,
+        deadline: u64,
+        job: Option<Box<dyn Job>>,
+        repeat: Option<Box<Repeating>>,
+        watched: bool,
+    ) -> Result<Add, Error> {
         if key.is_empty() {
             return Err(Error::invalid("a timer key must not be empty"));
         }
@@ -289,28 +357,8 @@ impl Scheduler {
             return Err(Error::Stopped);
         }
         let key = Key::new(key);
-        let seq = self.shared.claim(key.clone(), true)?;
-        let claim = Claim {
-            shared: &self.shared,
-            key: &key,
-            seq,
-            kept: false,
-        };
-        let add = Add {
-            timer: Timer {
-                key: key.clone(),
-                job,
-                repeat,
-            },
-            seq,
-            deadline,
-        };
-        self.tx
-            .send(Command::Add(add))
-            .await
-            .map_err(|_| Error::Stopped)?;
-        claim.keep();
-        Ok(Scheduled::new(self.shared.clone(), key, seq))
+        let seq = self.shared.claim(key.clone(), watched)?;
+        Ok(Add { timer: Timer { key, job, repeat }, seq, deadline })
     }
 
     /// Cancels the pending timer with this key. Returns `true` if one was pending; its job will
@@ -367,12 +415,7 @@ impl Scheduler {
             return Err(Error::NotFound);
         }
         let (reply, answer) = oneshot::channel();
-        let command = Command::Reschedule {
-            key: Key::from(key),
-            due,
-            deadline,
-            reply,
-        };
+        let command = Command::Reschedule { key: Key::from(key), due, deadline, reply };
         self.tx.send(command).await.map_err(|_| Error::Stopped)?;
         answer.await.unwrap_or(Err(Error::Stopped))
     }
@@ -443,31 +486,21 @@ impl Scheduler {
 
 impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scheduler")
-            .field("stats", &self.stats())
-            .finish()
+        f.debug_struct("Scheduler").field("stats", &self.stats()).finish()
     }
 }
 
-/// Releases a claimed key if the timer never reached the actor (the send failed, or the
-/// schedule future was dropped mid-send).
-struct Claim<'a> {
+/// Timers claimed in the key map but not yet handed to the actor. Dropping it releases their
+/// keys, so a failed or abandoned send leaves nothing behind.
+struct Unsent<'a, T: IntoIterator<Item = Add> + Default> {
     shared: &'a Shared,
-    key: &'a Key,
-    seq: u64,
-    kept: bool,
+    adds: T,
 }
 
-impl Claim<'_> {
-    fn keep(mut self) {
-        self.kept = true;
-    }
-}
-
-impl Drop for Claim<'_> {
+impl<T: IntoIterator<Item = Add> + Default> Drop for Unsent<'_, T> {
     fn drop(&mut self) {
-        if !self.kept {
-            self.shared.unclaim(self.key.as_str(), self.seq);
+        for add in std::mem::take(&mut self.adds) {
+            self.shared.unclaim(add.timer.key.as_str(), add.seq);
         }
     }
 }
@@ -486,11 +519,7 @@ impl Drop for CancelOnDrop<'_> {
             return;
         }
         let shared = &self.scheduler.shared;
-        let ended = shared.end(
-            self.key.as_str(),
-            |slot| slot.seq() == self.seq,
-            Err(Error::Cancelled),
-        );
+        let ended = shared.end(self.key.as_str(), |slot| slot.seq() == self.seq, Err(Error::Cancelled));
         if let Some(wheel_id) = ended.filter(|&id| id != UNPLACED) {
             // Best effort from a destructor: if the channel is full the entry is cleared at its
             // deadline instead, and it never runs either way.

@@ -29,9 +29,7 @@ impl Key {
     pub fn as_str(&self) -> &str {
         match self {
             // Only ever built from a whole `&str`, so the bytes are valid UTF-8.
-            Key::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..*len as usize]).expect("inline key is UTF-8")
-            }
+            Key::Inline { len, bytes } => std::str::from_utf8(&bytes[..*len as usize]).expect("inline key is UTF-8"),
             Key::Shared(s) => s,
         }
     }
@@ -44,10 +42,7 @@ impl From<&str> for Key {
         }
         let mut bytes = [0; INLINE];
         bytes[..key.len()].copy_from_slice(key.as_bytes());
-        Key::Inline {
-            len: key.len() as u8,
-            bytes,
-        }
+        Key::Inline { len: key.len() as u8, bytes }
     }
 }
 
@@ -96,15 +91,9 @@ mod tests {
 
     #[test]
     fn inline_and_shared_keys_behave_like_their_str() {
-        for s in [
-            "",
-            "a",
-            "conn-123456",
-            "exactly-14-byt",
-            "fifteen-bytes!!",
-            "order:auto-review:2026-11-21:42",
-            "ключ",
-        ] {
+        for s in
+            ["", "a", "conn-123456", "exactly-14-byt", "fifteen-bytes!!", "order:auto-review:2026-11-21:42", "ключ"]
+        {
             let key = Key::new(s.to_owned());
             assert_eq!(key.as_str(), s);
             assert_eq!(key, Key::from(s));

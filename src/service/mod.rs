@@ -17,8 +17,6 @@ mod key;
 mod scheduled;
 mod shared;
 
-pub use builder::{
-    Advance, Builder, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_SLOTS, DEFAULT_TICK,
-};
+pub use builder::{Advance, Builder, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_SLOTS, DEFAULT_TICK};
 pub use handle::{Repeat, Scheduler, Stats};
 pub use scheduled::Scheduled;

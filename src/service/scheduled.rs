@@ -48,12 +48,7 @@ enum State {
 
 impl Scheduled {
     pub(crate) fn new(shared: Arc<Shared>, key: Key, seq: u64) -> Self {
-        Scheduled {
-            shared,
-            key,
-            seq,
-            state: State::Armed,
-        }
+        Scheduled { shared, key, seq, state: State::Armed }
     }
 
     /// The key of the timer this future watches.
@@ -74,11 +69,7 @@ impl Future for Scheduled {
     type Output = Result<(), Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        assert_ne!(
-            self.state,
-            State::Finished,
-            "Scheduled polled after it completed"
-        );
+        assert_ne!(self.state, State::Finished, "Scheduled polled after it completed");
         match self.shared.poll_outcome(self.seq, cx.waker()) {
             Some(outcome) => {
                 self.state = State::Finished;
@@ -95,17 +86,13 @@ impl Future for Scheduled {
 impl Drop for Scheduled {
     fn drop(&mut self) {
         if self.state != State::Finished {
-            self.shared
-                .unwatch(self.key.as_str(), self.seq, self.state == State::Polled);
+            self.shared.unwatch(self.key.as_str(), self.seq, self.state == State::Polled);
         }
     }
 }
 
 impl std::fmt::Debug for Scheduled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scheduled")
-            .field("key", &self.key)
-            .field("state", &self.state)
-            .finish()
+        f.debug_struct("Scheduled").field("key", &self.key).field("state", &self.state).finish()
     }
 }

@@ -92,10 +92,7 @@ impl Shared {
                 Err(Error::DuplicateKey(e.key().as_str().to_owned()))
             }
             dashmap::Entry::Vacant(e) => {
-                e.insert(Slot {
-                    seq: if armed { seq | ARMED } else { seq },
-                    wheel_id: UNPLACED,
-                });
+                e.insert(Slot { seq: if armed { seq | ARMED } else { seq }, wheel_id: UNPLACED });
                 self.scheduled.fetch_add(1, Relaxed);
                 Ok(seq)
             }
@@ -104,11 +101,7 @@ impl Shared {
 
     /// Gives back a claim whose timer never reached the actor, as if it had never been made.
     pub fn unclaim(&self, key: &str, seq: u64) {
-        if self
-            .keys
-            .remove_if(key, |_, slot| slot.seq() == seq)
-            .is_some()
-        {
+        if self.keys.remove_if(key, |_, slot| slot.seq() == seq).is_some() {
             self.pending.fetch_sub(1, Relaxed);
             self.scheduled.fetch_sub(1, Relaxed);
         }
@@ -116,12 +109,7 @@ impl Shared {
 
     /// Ends the timer holding `key` if `owns` accepts its slot, and reports `outcome` to its
     /// watcher. Returns the slot's wheel id if this call ended the timer.
-    pub fn end(
-        &self,
-        key: &str,
-        owns: impl FnOnce(&Slot) -> bool,
-        outcome: Outcome,
-    ) -> Option<u64> {
+    pub fn end(&self, key: &str, owns: impl FnOnce(&Slot) -> bool, outcome: Outcome) -> Option<u64> {
         let mut wake = None;
         let counter = match outcome {
             Ok(()) => &self.fired,
@@ -183,10 +171,7 @@ impl Shared {
         };
         // An unpolled watcher of a pending timer has nothing in `watchers` to clean up.
         if polled || !pending {
-            self.watchers
-                .lock()
-                .expect("watchers lock poisoned")
-                .remove(&seq);
+            self.watchers.lock().expect("watchers lock poisoned").remove(&seq);
         }
     }
 }

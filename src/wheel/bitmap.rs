@@ -12,10 +12,7 @@ pub(crate) struct Bitmap {
 
 impl Bitmap {
     pub fn new(len: usize) -> Self {
-        Bitmap {
-            words: vec![0; len.div_ceil(64)],
-            len,
-        }
+        Bitmap { words: vec![0; len.div_ceil(64)], len }
     }
 
     pub fn set(&mut self, i: usize) {
@@ -30,11 +27,7 @@ impl Bitmap {
     /// The first set bit at or after `from`, going round past the end to the start:
     /// returned as the distance `k` from `from`, so the bucket is `(from + k) % len`.
     pub fn next_set_from(&self, from: usize) -> Option<usize> {
-        debug_assert!(
-            from < self.len,
-            "cursor {from} out of range 0..{}",
-            self.len
-        );
+        debug_assert!(from < self.len, "cursor {from} out of range 0..{}", self.len);
         let first = from / 64;
         // The word holding `from`, with the bits below it masked off.
         let masked = self.words[first] & (!0u64 << (from % 64));
@@ -45,18 +38,10 @@ impl Bitmap {
         for step in 1..=n {
             let w = (first + step) % n;
             // On wrapping back to `first`, only the bits below `from` are left to look at.
-            let word = if w == first {
-                self.words[w] & !(!0u64 << (from % 64))
-            } else {
-                self.words[w]
-            };
+            let word = if w == first { self.words[w] & !(!0u64 << (from % 64)) } else { self.words[w] };
             if word != 0 {
                 let bit = w * 64 + word.trailing_zeros() as usize;
-                return Some(if bit >= from {
-                    bit - from
-                } else {
-                    bit + self.len - from
-                });
+                return Some(if bit >= from { bit - from } else { bit + self.len - from });
             }
         }
         None
@@ -71,24 +56,14 @@ mod tests {
     #[test]
     fn next_set_from_matches_a_linear_scan() {
         for len in [1, 5, 63, 64, 65, 130, 200] {
-            for pattern in [
-                vec![],
-                vec![0],
-                vec![len - 1],
-                vec![0, len / 2],
-                vec![len / 3, len - 1],
-            ] {
+            for pattern in [vec![], vec![0], vec![len - 1], vec![0, len / 2], vec![len / 3, len - 1]] {
                 let mut map = Bitmap::new(len);
                 for &i in &pattern {
                     map.set(i);
                 }
                 for from in 0..len {
                     let expected = (0..len).find(|k| pattern.contains(&((from + k) % len)));
-                    assert_eq!(
-                        map.next_set_from(from),
-                        expected,
-                        "len {len} pattern {pattern:?} from {from}"
-                    );
+                    assert_eq!(map.next_set_from(from), expected, "len {len} pattern {pattern:?} from {from}");
                 }
             }
         }

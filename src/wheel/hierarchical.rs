@@ -87,11 +87,7 @@ impl<T> HierarchicalWheel<T> {
     /// The lowest level whose window holds `deadline` (which must be after the clock), creating
     /// levels as needed.
     fn level_for(&mut self, deadline: u64) -> usize {
-        debug_assert!(
-            deadline > self.now,
-            "deadline {deadline} is not after the clock {}",
-            self.now
-        );
+        debug_assert!(deadline > self.now, "deadline {deadline} is not after the clock {}", self.now);
         let mut level = 0;
         loop {
             if level == self.levels.len() {
@@ -110,17 +106,14 @@ impl<T> HierarchicalWheel<T> {
     fn add_level(&mut self) {
         let tick = match self.levels.last() {
             None => 1,
-            Some(top) => top
-                .span
-                .expect("a level spanning all of u64 has no level above it"),
+            Some(top) => top.span.expect("a level spanning all of u64 has no level above it"),
         };
         self.levels.push(Level {
             tick,
             span: tick.checked_mul(self.slots),
             occupied: Bitmap::new(self.slots as usize),
         });
-        self.heads
-            .resize(self.heads.len() + self.slots as usize, NIL);
+        self.heads.resize(self.heads.len() + self.slots as usize, NIL);
     }
 
     /// Links entry `index` into the bucket its deadline belongs to, as seen from the clock.
@@ -135,8 +128,7 @@ impl<T> HierarchicalWheel<T> {
             let level = self.level_for(deadline);
             (level, self.slot(level, deadline))
         };
-        self.slab
-            .push(&mut self.heads, level * self.slots as usize + slot, index);
+        self.slab.push(&mut self.heads, level * self.slots as usize + slot, index);
         self.levels[level].occupied.set(slot);
     }
 
@@ -149,9 +141,7 @@ impl<T> HierarchicalWheel<T> {
                 continue;
             };
             // The bucket holds a deadline <= u64::MAX, so its start fits; saturate regardless.
-            let start = self
-                .bucket_start(level, self.now)
-                .saturating_add((k as u64).saturating_mul(l.tick));
+            let start = self.bucket_start(level, self.now).saturating_add((k as u64).saturating_mul(l.tick));
             if best.is_none_or(|(s, ..)| start < s) {
                 best = Some((start, level, (cursor + k) % self.slots as usize));
             }
@@ -185,23 +175,15 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
             // Move the clock to the bucket so demoted entries are placed relative to it.
             self.now = self.now.max(start);
             self.levels[level].occupied.clear(slot);
-            let mut index =
-                Slab::<T>::take_bucket(&mut self.heads, level * self.slots as usize + slot);
+            let mut index = Slab::<T>::take_bucket(&mut self.heads, level * self.slots as usize + slot);
             while index != NIL {
                 let entry = self.slab.get(index);
                 let (next, deadline) = (entry.next, entry.deadline);
                 if deadline <= target {
                     let id = self.slab.id_of(index);
-                    expired(Expired {
-                        id,
-                        deadline,
-                        value: self.slab.free(index),
-                    });
+                    expired(Expired { id, deadline, value: self.slab.free(index) });
                 } else {
-                    debug_assert!(
-                        level > 0,
-                        "level-0 bucket at {start} holds deadline {deadline} > {target}"
-                    );
+                    debug_assert!(level > 0, "level-0 bucket at {start} holds deadline {deadline} > {target}");
                     self.place(index);
                 }
                 index = next;
@@ -266,28 +248,13 @@ mod tests {
         wheel.insert(352, "350 ms");
         wheel.insert(452, "450 ms");
         assert_eq!(wheel.levels(), 3);
-        assert_eq!(
-            wheel.next_deadline(),
-            Some(340),
-            "level 1's 340..360 bucket is due first"
-        );
-        assert!(
-            drain(&mut wheel, 340).is_empty(),
-            "demoted at 340, not yet due"
-        );
+        assert_eq!(wheel.next_deadline(), Some(340), "level 1's 340..360 bucket is due first");
+        assert!(drain(&mut wheel, 340).is_empty(), "demoted at 340, not yet due");
         assert_eq!(wheel.next_deadline(), Some(352));
         assert_eq!(drain(&mut wheel, 352), [(352, "350 ms")]);
-        assert_eq!(
-            wheel.next_deadline(),
-            Some(400),
-            "level 2's 400..800 bucket"
-        );
+        assert_eq!(wheel.next_deadline(), Some(400), "level 2's 400..800 bucket");
         assert!(drain(&mut wheel, 400).is_empty());
-        assert_eq!(
-            wheel.next_deadline(),
-            Some(440),
-            "demoted into level 1's 440..460 bucket"
-        );
+        assert_eq!(wheel.next_deadline(), Some(440), "demoted into level 1's 440..460 bucket");
         assert!(drain(&mut wheel, 451).is_empty());
         assert_eq!(drain(&mut wheel, 10_000), [(452, "450 ms")]);
         assert!(wheel.is_empty());
@@ -301,16 +268,8 @@ mod tests {
             for level in 0..wheel.levels() {
                 let tick = wheel.levels[level].tick;
                 for t in [0, 1, 63, 64, 65, 12_345, u64::MAX / 3, u64::MAX] {
-                    assert_eq!(
-                        wheel.bucket_start(level, t),
-                        t / tick * tick,
-                        "slots {slots} level {level} t {t}"
-                    );
-                    assert_eq!(
-                        wheel.slot(level, t),
-                        (t / tick % slots as u64) as usize,
-                        "slots {slots} level {level}"
-                    );
+                    assert_eq!(wheel.bucket_start(level, t), t / tick * tick, "slots {slots} level {level} t {t}");
+                    assert_eq!(wheel.slot(level, t), (t / tick % slots as u64) as usize, "slots {slots} level {level}");
                 }
             }
         }
@@ -320,11 +279,7 @@ mod tests {
     fn levels_stop_at_the_one_spanning_u64() {
         let mut wheel = HierarchicalWheel::new(64).unwrap();
         wheel.insert(u64::MAX, ());
-        assert_eq!(
-            wheel.levels(),
-            11,
-            "64^11 > 2^64, so the eleventh level covers everything"
-        );
+        assert_eq!(wheel.levels(), 11, "64^11 > 2^64, so the eleventh level covers everything");
         assert_eq!(drain(&mut wheel, u64::MAX), [(u64::MAX, ())]);
     }
 
@@ -334,10 +289,6 @@ mod tests {
         drain(&mut wheel, 1_000);
         wheel.insert(3, 'x');
         assert_eq!(wheel.next_deadline(), Some(1_000));
-        assert_eq!(
-            drain(&mut wheel, 500),
-            [(3, 'x')],
-            "an earlier now still drains what is due"
-        );
+        assert_eq!(drain(&mut wheel, 500), [(3, 'x')], "an earlier now still drains what is due");
     }
 }

@@ -102,8 +102,6 @@ fn check_slots(slots: usize, min: usize) -> Result<(), crate::Error> {
     if (min..=MAX_SLOTS).contains(&slots) {
         Ok(())
     } else {
-        Err(crate::Error::invalid(format!(
-            "slots must be between {min} and {MAX_SLOTS}, got {slots}"
-        )))
+        Err(crate::Error::invalid(format!("slots must be between {min} and {MAX_SLOTS}, got {slots}")))
     }
 }

@@ -100,11 +100,7 @@ impl<T> RoundsWheel<T> {
     fn expire_into(&mut self, index: u32, expired: &mut impl FnMut(Expired<T>)) {
         let id = self.slab.id_of(index);
         let deadline = self.slab.get(index).deadline;
-        expired(Expired {
-            id,
-            deadline,
-            value: self.slab.free(index),
-        });
+        expired(Expired { id, deadline, value: self.slab.free(index) });
     }
 }
 
@@ -154,19 +150,14 @@ impl<T> Wheel<T> for RoundsWheel<T> {
             // Visit the occupied buckets of ticks now+1 ..= now+steps, in tick order.
             let first = ((self.now + 1) % self.slots) as usize;
             let mut k = 0;
-            while let Some(found) = self
-                .occupied
-                .next_set_from((first + k) % self.slots as usize)
-            {
+            while let Some(found) = self.occupied.next_set_from((first + k) % self.slots as usize) {
                 k += found;
                 if k as u64 >= steps {
                     break;
                 }
                 let tick = self.now + 1 + k as u64;
                 self.visit_bucket((first + k) % self.slots as usize, |wheel, i| {
-                    let Entry {
-                        rounds, deadline, ..
-                    } = *wheel.slab.get(i);
+                    let Entry { rounds, deadline, .. } = *wheel.slab.get(i);
                     if rounds > 0 {
                         wheel.slab.get_mut(i).rounds -= 1;
                         return false;
@@ -192,9 +183,7 @@ impl<T> Wheel<T> for RoundsWheel<T> {
         }
         let first = ((self.now % self.slots + 1) % self.slots) as usize;
         // A bucket is visited next at the first tick after the cursor that maps onto it.
-        self.occupied
-            .next_set_from(first)
-            .map(|k| self.now.saturating_add(1 + k as u64))
+        self.occupied.next_set_from(first).map(|k| self.now.saturating_add(1 + k as u64))
     }
 
     fn len(&self) -> usize {
@@ -229,11 +218,7 @@ mod tests {
         let mut wheel = RoundsWheel::new(4).unwrap();
         let id = wheel.insert(10, ());
         let index = wheel.slab.index_of(id).unwrap();
-        assert_eq!(
-            wheel.slab.get(index).rounds,
-            2,
-            "bucket 2 is passed at ticks 2 and 6 before 10"
-        );
+        assert_eq!(wheel.slab.get(index).rounds, 2, "bucket 2 is passed at ticks 2 and 6 before 10");
         wheel.advance(2, |_| panic!("not due"));
         assert_eq!(wheel.slab.get(index).rounds, 1);
         wheel.advance(9, |_| panic!("not due"));
@@ -256,11 +241,7 @@ mod tests {
         // Pretend the cursor has counted the saturated rounds down to zero.
         wheel.slab.get_mut(index).rounds = 0;
         wheel.advance(1, |e| panic!("fired {} at tick 1", e.deadline));
-        assert_eq!(
-            wheel.slab.get(index).rounds,
-            u32::MAX,
-            "recomputed, and still saturated"
-        );
+        assert_eq!(wheel.slab.get(index).rounds, u32::MAX, "recomputed, and still saturated");
         let mut fired = Vec::new();
         wheel.advance(far, |e| fired.push(e.deadline));
         assert_eq!(fired, [far]);

@@ -34,10 +34,7 @@ impl EntryId {
 
     /// The inverse of [`EntryId::to_u64`].
     pub const fn from_u64(raw: u64) -> Self {
-        EntryId {
-            index: raw as u32,
-            generation: (raw >> 32) as u32,
-        }
+        EntryId { index: raw as u32, generation: (raw >> 32) as u32 }
     }
 }
 
@@ -66,11 +63,7 @@ pub(crate) struct Slab<T> {
 
 impl<T> Slab<T> {
     pub fn new() -> Self {
-        Slab {
-            entries: Vec::new(),
-            free: NIL,
-            len: 0,
-        }
+        Slab { entries: Vec::new(), free: NIL, len: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -89,28 +82,12 @@ impl<T> Slab<T> {
             self.free = entry.next;
             entry.deadline = deadline;
             entry.value = Some(value);
-            return EntryId {
-                index,
-                generation: entry.generation,
-            };
+            return EntryId { index, generation: entry.generation };
         }
         let index = self.entries.len();
-        assert!(
-            index < MAX_ENTRIES,
-            "a timing wheel holds at most {MAX_ENTRIES} entries"
-        );
-        self.entries.push(Entry {
-            deadline,
-            next: NIL,
-            prev: NIL,
-            generation: 0,
-            rounds: 0,
-            value: Some(value),
-        });
-        EntryId {
-            index: index as u32,
-            generation: 0,
-        }
+        assert!(index < MAX_ENTRIES, "a timing wheel holds at most {MAX_ENTRIES} entries");
+        self.entries.push(Entry { deadline, next: NIL, prev: NIL, generation: 0, rounds: 0, value: Some(value) });
+        EntryId { index: index as u32, generation: 0 }
     }
 
     /// The live entry's index, if `id` still names one.
@@ -120,10 +97,7 @@ impl<T> Slab<T> {
     }
 
     pub fn id_of(&self, index: u32) -> EntryId {
-        EntryId {
-            index,
-            generation: self.entries[index as usize].generation,
-        }
+        EntryId { index, generation: self.entries[index as usize].generation }
     }
 
     /// Vacates a live slot that is no longer linked into any bucket and returns its value.
@@ -150,10 +124,7 @@ impl<T> Slab<T> {
 
     /// Links entry `index` at the front of `bucket`.
     pub fn push(&mut self, heads: &mut [u32], bucket: usize, index: u32) {
-        debug_assert!(
-            bucket < HEAD as usize,
-            "bucket {bucket} does not fit beside the HEAD bit"
-        );
+        debug_assert!(bucket < HEAD as usize, "bucket {bucket} does not fit beside the HEAD bit");
         let old = heads[bucket];
         if old != NIL {
             self.entries[old as usize].prev = index;
@@ -192,10 +163,7 @@ mod tests {
 
     #[test]
     fn ids_round_trip_through_u64() {
-        let id = EntryId {
-            index: 7,
-            generation: 3,
-        };
+        let id = EntryId { index: 7, generation: 3 };
         assert_eq!(EntryId::from_u64(id.to_u64()), id);
     }
 
@@ -217,10 +185,7 @@ mod tests {
         slab.entries[0].generation = u32::MAX - 1;
         slab.free(a.index);
         let b = slab.insert(1, ());
-        assert_ne!(
-            b.index, a.index,
-            "a slot at the last generation must not be handed out again"
-        );
+        assert_ne!(b.index, a.index, "a slot at the last generation must not be handed out again");
     }
 
     #[test]
@@ -234,11 +199,7 @@ mod tests {
         // Bucket 1 is now 2 -> 1 -> 0.
         assert_eq!(slab.unlink(&mut heads, ids[1]), None);
         assert_eq!(slab.get(ids[2]).next, ids[0]);
-        assert_eq!(
-            slab.unlink(&mut heads, ids[2]),
-            None,
-            "bucket still holds entry 0"
-        );
+        assert_eq!(slab.unlink(&mut heads, ids[2]), None, "bucket still holds entry 0");
         assert_eq!(heads[1], ids[0]);
         assert_eq!(slab.unlink(&mut heads, ids[0]), Some(1));
         assert_eq!(heads[1], NIL);

@@ -1,0 +1,101 @@
+//! The batch API: one message per call, one result per item.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use timewheel::{Error, Scheduler};
+
+fn recorder(
+    log: &Arc<Mutex<Vec<String>>>,
+) -> impl Fn(String) -> std::future::Ready<()> + Send + Sync + Clone + 'static {
+    let log = log.clone();
+    move |key| {
+        log.lock().unwrap().push(key);
+        std::future::ready(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_fails_item_by_item() {
+    let timer = Scheduler::builder().max_pending(5).start().unwrap();
+    let log = Arc::default();
+    let job = recorder(&log);
+    timer.schedule("pending", Duration::from_secs(1), job.clone()).await.unwrap();
+    let ms = Duration::from_millis;
+    let results = timer
+        .schedule_many([
+            ("a".to_string(), ms(10), job.clone()),
+            ("a".to_string(), ms(20), job.clone()), // duplicate inside the batch
+            ("pending".to_string(), ms(20), job.clone()), // duplicate of a pending timer
+            (String::new(), ms(20), job.clone()),   // empty key
+            ("b".to_string(), Duration::MAX, job.clone()), // unrepresentable deadline
+            ("c".to_string(), ms(30), job.clone()),
+            ("d".to_string(), ms(40), job.clone()),
+            ("e".to_string(), ms(50), job.clone()),
+            ("f".to_string(), ms(60), job.clone()), // over max_pending
+        ])
+        .await;
+    assert_eq!(results[0], Ok(()));
+    assert_eq!(results[1], Err(Error::DuplicateKey("a".into())));
+    assert_eq!(results[2], Err(Error::DuplicateKey("pending".into())));
+    assert!(matches!(results[3], Err(Error::Invalid(_))));
+    assert!(matches!(results[4], Err(Error::Invalid(_))));
+    assert_eq!(&results[5..8], [Ok(()), Ok(()), Ok(())]);
+    assert_eq!(results[8], Err(Error::Full(5)));
+    assert_eq!(timer.len(), 5);
+
+    tokio::time::sleep(ms(100)).await;
+    let mut fired = log.lock().unwrap().clone();
+    fired.sort();
+    assert_eq!(fired, ["a", "c", "d", "e"], "the accepted items fired, each once");
+    assert_eq!(timer.stats().fired, 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_many_reports_each_key() {
+    let timer = Scheduler::builder().start().unwrap();
+    let log = Arc::default();
+    let job = recorder(&log);
+    let keys: Vec<String> = (0..1000).map(|i| format!("conn-{i}")).collect();
+    let results = timer.schedule_many(keys.iter().map(|k| (k.clone(), Duration::from_millis(50), job.clone()))).await;
+    assert!(results.iter().all(Result::is_ok));
+    timer.flush().await;
+
+    // Cancel the even ones, plus keys that were never scheduled and one twice.
+    let mut to_cancel: Vec<String> = keys.iter().step_by(2).cloned().collect();
+    to_cancel.push("missing".into());
+    to_cancel.push("conn-0".into());
+    let cancelled = timer.cancel_many(&to_cancel).await;
+    assert_eq!(cancelled.len(), 502);
+    assert!(cancelled[..500].iter().all(|&c| c));
+    assert_eq!(&cancelled[500..], [false, false], "a missing key and a second cancel find nothing");
+    assert_eq!(timer.len(), 500);
+
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fired = log.lock().unwrap().clone();
+    assert_eq!(fired.len(), 500);
+    assert!(fired.iter().all(|k| k[5..].parse::<u32>().unwrap() % 2 == 1), "no cancelled timer ran");
+    let stats = timer.stats();
+    assert_eq!((stats.fired, stats.cancelled, stats.pending), (500, 500, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_on_a_stopped_service_is_refused_whole() {
+    let timer = Scheduler::builder().start().unwrap();
+    timer.stop().await;
+    let job = |_key: String| async {};
+    let results = timer.schedule_many([("x", Duration::from_secs(1), job), ("y", Duration::from_secs(1), job)]).await;
+    assert_eq!(results, [Err(Error::Stopped), Err(Error::Stopped)]);
+    assert!(timer.is_empty());
+    assert_eq!(timer.cancel_many(["x"]).await, [false]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stop_counts_batched_timers() {
+    let timer = Scheduler::builder().start().unwrap();
+    let job = |_key: String| async {};
+    let results = timer.schedule_many((0..100).map(|i| (format!("k{i}"), Duration::from_secs(60), job))).await;
+    assert_eq!(results.len(), 100);
+    assert_eq!(timer.stop().await, 100);
+    assert_eq!(timer.stats().stopped, 100);
+}
