@@ -1,0 +1,143 @@
+//! A tour of timewheel on its defaults (1 ms tick, hierarchical wheel, next-deadline advance),
+//! in real time, in about three seconds:
+//!
+//! 1. connection timeouts: a few thousand connections each get a 1.5 s idle timeout; traffic
+//!    arrives on most of them (timeout cancelled, or pushed back), the rest time out;
+//! 2. game buffs: a damage-over-time buff that ticks five times, a regeneration that repeats
+//!    until dispelled, a haste buff that expires, and a skill cooldown awaited in place;
+//! 3. an order auto-review 48 hours out, far beyond any level-0 span, kept pending until stop.
+//!
+//! Run it with `cargo run --release --example tour`.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use timewheel::{Error, Repeat, Scheduler};
+use tokio::time::{sleep, Instant};
+
+const CONNECTIONS: usize = 5_000;
+const IDLE_TIMEOUT: Duration = Duration::from_millis(1_500);
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+    let started = Instant::now();
+    let timer = Scheduler::builder().start()?;
+    println!("timewheel tour: 1 ms tick, hierarchical wheel, sleeping to the next deadline\n");
+
+    let connections = tokio::spawn(connection_timeouts(timer.clone()));
+    let buffs = tokio::spawn(game_buffs(timer.clone()));
+
+    println!("[order] auto-review of order 42 in 48 hours");
+    timer
+        .schedule("review:order-42", Duration::from_secs(48 * 3600), |key| async move {
+            println!("[order] {key}: auto-reviewed with 5 stars");
+        })
+        .await?;
+
+    let (timed_out, cancelled) = connections.await.expect("connection task");
+    buffs.await.expect("buff task")?;
+
+    let stats = timer.stats();
+    println!("\n[stats] {stats:?}");
+    println!("[stats] connections: {timed_out} timed out, {cancelled} cancelled by traffic");
+    println!("[order] still pending after {:.1?}: {}", started.elapsed(), timer.contains("review:order-42"));
+    let dropped = timer.stop().await;
+    println!("[stop] service stopped, {dropped} pending timer dropped (the order review)");
+    assert_eq!(dropped, 1);
+    assert_eq!(timed_out + cancelled, CONNECTIONS);
+    println!("tour finished in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+/// Every connection gets an idle timeout. Traffic arrives on nine in ten: four of them close
+/// cleanly (cancel), five stay open and push their timeout back (reschedule) before closing.
+async fn connection_timeouts(timer: Scheduler) -> (usize, usize) {
+    let timed_out = Arc::new(AtomicUsize::new(0));
+    let t0 = Instant::now();
+    for i in 0..CONNECTIONS {
+        let timed_out = timed_out.clone();
+        timer
+            .schedule(format!("conn-{i}"), IDLE_TIMEOUT, move |_key| {
+                timed_out.fetch_add(1, Relaxed);
+                async {}
+            })
+            .await
+            .expect("fresh key");
+    }
+    println!("[conn] {CONNECTIONS} idle timeouts of {IDLE_TIMEOUT:?} scheduled in {:.1?}", t0.elapsed());
+
+    let mut cancelled = 0;
+    for wave in 0..10 {
+        sleep(Duration::from_millis(100)).await;
+        // Traffic on the connections whose number ends in this wave's digit.
+        for i in (wave..CONNECTIONS).step_by(10).filter(|i| i % 10 != 9) {
+            let key = format!("conn-{i}");
+            if i % 10 < 4 {
+                cancelled += usize::from(timer.cancel(&key).await);
+            } else {
+                timer.reschedule(&key, IDLE_TIMEOUT).await.expect("still pending");
+            }
+        }
+        println!(
+            "[conn] t={:>4} ms traffic wave {wave}: {} pending, {cancelled} closed, {} timed out",
+            t0.elapsed().as_millis(),
+            timer.len(),
+            timed_out.load(Relaxed)
+        );
+    }
+    // The pushed-back connections close later, before their new deadline.
+    sleep(Duration::from_millis(600)).await;
+    let busy: Vec<String> =
+        (0..CONNECTIONS).filter(|i| (4..9).contains(&(i % 10))).map(|i| format!("conn-{i}")).collect();
+    cancelled += timer.cancel_many(&busy).await.into_iter().filter(|&c| c).count();
+    println!("[conn] t={:>4} ms the busy connections closed: {cancelled} cancelled in all", t0.elapsed().as_millis());
+
+    // The idle ones (number ending in 9) time out at 1.5 s.
+    while timer.contains(&format!("conn-{}", CONNECTIONS - 1)) {
+        sleep(Duration::from_millis(50)).await;
+    }
+    timer.flush().await;
+    println!(
+        "[conn] t={:>4} ms {} idle connections timed out, none of the others",
+        t0.elapsed().as_millis(),
+        timed_out.load(Relaxed)
+    );
+    (timed_out.load(Relaxed), cancelled)
+}
+
+async fn game_buffs(timer: Scheduler) -> Result<(), Error> {
+    let t0 = Instant::now();
+    let at = move || t0.elapsed().as_millis();
+
+    // Poison: five ticks of damage, one every 250 ms.
+    let poison = timer
+        .schedule_repeating("poison:player-1", Duration::from_millis(250), Repeat::Times(5), move |key| async move {
+            println!("[buff] t={:>4} ms {key}: -5 hp", at());
+        })
+        .await?;
+    // Regeneration until dispelled.
+    timer
+        .schedule_repeating("regen:player-2", Duration::from_millis(400), Repeat::Forever, move |key| async move {
+            println!("[buff] t={:>4} ms {key}: +3 hp", at());
+        })
+        .await?;
+    // Haste expires after 1 s.
+    timer
+        .schedule("haste:player-1", Duration::from_secs(1), move |key| async move {
+            println!("[buff] t={:>4} ms {key}: expired, speed back to normal", at());
+        })
+        .await?;
+
+    // A skill cooldown, awaited in place; a second cast during the cooldown is refused.
+    timer.sleep_keyed("cooldown:player-1:fireball", Duration::from_millis(600)).await?;
+    println!("[buff] t={:>4} ms cooldown:player-1:fireball: ready again", at());
+
+    poison.await?;
+    println!("[buff] t={:>4} ms poison:player-1: worn off after 5 ticks", at());
+    sleep(Duration::from_millis(500)).await;
+    let dispelled = timer.cancel("regen:player-2").await;
+    println!("[buff] t={:>4} ms regen:player-2: dispelled ({dispelled})", at());
+    Ok(())
+}
