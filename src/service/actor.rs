@@ -140,7 +140,7 @@ impl<W: Wheel<Timer>> Actor<W> {
         }
         // No slot, or someone else's: the timer was cancelled while on its way (and the
         // canceller has ended it already).
-        let Some(mut slot) = self.shared.keys.get_mut(timer.key.as_str()) else {
+        let Some(mut slot) = self.shared.keys.get_mut(timer.key.as_bytes()) else {
             return;
         };
         if slot.seq() == seq {
@@ -149,7 +149,7 @@ impl<W: Wheel<Timer>> Actor<W> {
     }
 
     fn reschedule(&mut self, key: &str, due: Instant, deadline: u64) -> Result<(), Error> {
-        let Some(mut slot) = self.shared.keys.get_mut(key) else {
+        let Some(mut slot) = self.shared.keys.get_mut(key.as_bytes()) else {
             return Err(Error::NotFound);
         };
         if slot.wheel_id == UNPLACED {
@@ -188,7 +188,7 @@ impl<W: Wheel<Timer>> Actor<W> {
         match next {
             Some(deadline) => {
                 // More runs to come: the key stays claimed and the timer goes back in the wheel.
-                let Some(mut slot) = self.shared.keys.get_mut(key.as_str()) else {
+                let Some(mut slot) = self.shared.keys.get_mut(key.as_bytes()) else {
                     return;
                 };
                 if slot.wheel_id != id {

@@ -411,7 +411,7 @@ impl Scheduler {
         if self.tx.is_closed() {
             return Err(Error::Stopped);
         }
-        if !self.shared.keys.contains_key(key) {
+        if !self.shared.contains(key) {
             return Err(Error::NotFound);
         }
         let (reply, answer) = oneshot::channel();
@@ -423,7 +423,7 @@ impl Scheduler {
     /// Whether a timer with this key is pending. Answers from the shared key map, without a
     /// round trip to the service.
     pub fn contains(&self, key: &str) -> bool {
-        self.shared.keys.contains_key(key)
+        self.shared.contains(key)
     }
 
     /// The number of pending timers.

@@ -27,10 +27,15 @@ impl Key {
     }
 
     pub fn as_str(&self) -> &str {
+        // Only ever built from a whole `&str`, so the bytes are valid UTF-8.
+        std::str::from_utf8(self.as_bytes()).expect("a key is UTF-8")
+    }
+
+    /// The key's bytes: what the key map hashes and compares, so lookups skip UTF-8 checks.
+    pub fn as_bytes(&self) -> &[u8] {
         match self {
-            // Only ever built from a whole `&str`, so the bytes are valid UTF-8.
-            Key::Inline { len, bytes } => std::str::from_utf8(&bytes[..*len as usize]).expect("inline key is UTF-8"),
-            Key::Shared(s) => s,
+            Key::Inline { len, bytes } => &bytes[..*len as usize],
+            Key::Shared(s) => s.as_bytes(),
         }
     }
 }
@@ -46,24 +51,24 @@ impl From<&str> for Key {
     }
 }
 
-// Hash, Eq and Borrow all go through `as_str`, so the map can be queried with a plain `&str`.
+// Hash, Eq and Borrow all go through `as_bytes`, so the map can be queried with `key.as_bytes()`.
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state)
+        self.as_bytes().hash(state)
     }
 }
 
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
+        self.as_bytes() == other.as_bytes()
     }
 }
 
 impl Eq for Key {}
 
-impl Borrow<str> for Key {
-    fn borrow(&self) -> &str {
-        self.as_str()
+impl Borrow<[u8]> for Key {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
     }
 }
 
@@ -97,7 +102,7 @@ mod tests {
             let key = Key::new(s.to_owned());
             assert_eq!(key.as_str(), s);
             assert_eq!(key, Key::from(s));
-            assert_eq!(hash_of(&key), hash_of(s), "Borrow<str> needs equal hashes");
+            assert_eq!(hash_of(&key), hash_of(s.as_bytes()), "Borrow<[u8]> needs equal hashes");
             assert_eq!(matches!(key, Key::Inline { .. }), s.len() <= INLINE, "{s}");
         }
     }
