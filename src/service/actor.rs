@@ -16,8 +16,8 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::builder::Advance;
 use super::clock::Clock;
 use super::command::{Add, Command, Timer};
-use super::shared::{Shared, UNPLACED};
-use crate::wheel::{EntryId, Expired, Wheel};
+use super::shared::Shared;
+use crate::wheel::{EntryId, Expired, ExternalIds};
 use crate::Error;
 
 /// Requests taken off the channel per wake-up.
@@ -35,18 +35,21 @@ struct Actor<W> {
     clock: Clock,
     /// Reused buffer of entries due in one advance.
     due: Vec<Expired<Timer>>,
+    /// Ids of entries that left the wheel, given back to the pool once per loop iteration.
+    dead: Vec<EntryId>,
     /// Reschedules that overtook their timer's `Add` (sent from another handle while the `Add`
-    /// was still on its way), by sequence number: the new due instant and deadline tick.
-    early: HashMap<u64, (Instant, u64)>,
+    /// was still on its way), by id: the new due instant and deadline tick.
+    early: HashMap<EntryId, (Instant, u64)>,
 }
 
-pub(crate) async fn run<W: Wheel<Timer>>(
+pub(crate) async fn run<W: ExternalIds<Timer>>(
     wheel: W,
     mut rx: mpsc::Receiver<Command>,
     shared: Arc<Shared>,
     config: Config,
 ) {
-    let mut actor = Actor { wheel, shared, clock: config.clock, due: Vec::new(), early: HashMap::new() };
+    let mut actor =
+        Actor { wheel, shared, clock: config.clock, due: Vec::new(), dead: Vec::new(), early: HashMap::new() };
     let mut batch = Vec::with_capacity(BATCH);
     let mut ticker = (config.advance == Advance::Interval).then(|| {
         let mut ticker = tokio::time::interval_at(Instant::now() + config.tick, config.tick);
@@ -62,6 +65,7 @@ pub(crate) async fn run<W: Wheel<Timer>>(
         if advance {
             actor.fire_due();
         }
+        actor.shared.ids.give_back_all(&mut actor.dead);
         let wake_at = match ticker {
             Some(_) => None,
             None => actor.wheel.next_deadline().map(|t| actor.clock.instant(t).unwrap_or_else(far_future)),
@@ -112,17 +116,13 @@ fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
-impl<W: Wheel<Timer>> Actor<W> {
+impl<W: ExternalIds<Timer>> Actor<W> {
     fn handle(&mut self, command: Command) {
         match command {
             Command::Add(add) => self.add(add),
             Command::AddMany(adds) => adds.into_iter().for_each(|add| self.add(add)),
-            Command::Remove { wheel_id } => drop(self.wheel.remove(EntryId::from_u64(wheel_id))),
-            Command::RemoveMany(ids) => {
-                for wheel_id in ids {
-                    self.wheel.remove(EntryId::from_u64(wheel_id));
-                }
-            }
+            Command::Remove { id } => self.remove(id),
+            Command::RemoveMany(ids) => ids.into_iter().for_each(|id| self.remove(id)),
             Command::Reschedule { key, due, deadline, reply } => {
                 let _ = reply.send(self.reschedule(key.as_str(), due, deadline));
             }
@@ -131,36 +131,40 @@ impl<W: Wheel<Timer>> Actor<W> {
         }
     }
 
-    fn add(&mut self, Add { mut timer, seq, mut deadline }: Add) {
-        if let Some((due, tick)) = self.early.remove(&seq) {
-            deadline = tick;
-            if let Some(repeat) = timer.repeat.as_mut() {
-                repeat.due = due;
+    /// Puts a timer in the wheel under the id its handle chose. No look at the key map: if the
+    /// timer was cancelled on its way, the check before it fires finds that out.
+    fn add(&mut self, Add { mut timer, id, mut deadline }: Add) {
+        if !self.early.is_empty() {
+            if let Some((due, tick)) = self.early.remove(&id) {
+                deadline = tick;
+                if let Some(repeat) = timer.repeat.as_mut() {
+                    repeat.due = due;
+                }
             }
         }
-        // No slot, or someone else's: the timer was cancelled while on its way (and the
-        // canceller has ended it already).
-        let Some(mut slot) = self.shared.keys.get_mut(timer.key.as_bytes()) else {
-            return;
-        };
-        if slot.seq() == seq {
-            slot.wheel_id = self.wheel.insert(deadline, timer).to_u64();
+        self.wheel.insert_at(id, deadline, timer);
+    }
+
+    fn remove(&mut self, id: EntryId) {
+        // A stale id (the timer fired meanwhile, or its Add is still on its way) finds nothing.
+        if self.wheel.remove(id).is_some() {
+            self.dead.push(id);
         }
     }
 
     fn reschedule(&mut self, key: &str, due: Instant, deadline: u64) -> Result<(), Error> {
-        let Some(mut slot) = self.shared.keys.get_mut(key.as_bytes()) else {
-            return Err(Error::NotFound);
-        };
-        if slot.wheel_id == UNPLACED {
-            self.early.insert(slot.seq(), (due, deadline));
-            return Ok(());
+        let id = self.shared.id_of(key).ok_or(Error::NotFound)?;
+        match self.wheel.remove(id) {
+            Some(mut timer) => {
+                if let Some(repeat) = timer.repeat.as_mut() {
+                    repeat.due = due;
+                }
+                // Same id, new deadline: the key map needs no update.
+                self.wheel.insert_at(id, deadline, timer);
+            }
+            // Pending but not in the wheel: its Add is still on its way.
+            None => drop(self.early.insert(id, (due, deadline))),
         }
-        let mut timer = self.wheel.remove(EntryId::from_u64(slot.wheel_id)).ok_or(Error::NotFound)?;
-        if let Some(repeat) = timer.repeat.as_mut() {
-            repeat.due = due;
-        }
-        slot.wheel_id = self.wheel.insert(deadline, timer).to_u64();
         Ok(())
     }
 
@@ -177,7 +181,6 @@ impl<W: Wheel<Timer>> Actor<W> {
     }
 
     fn fire(&mut self, Expired { id, value: mut timer, .. }: Expired<Timer>) {
-        let id = id.to_u64();
         let key = timer.key.as_str().to_owned();
         let next = timer.repeat.as_mut().filter(|r| r.runs_left != Some(1)).and_then(|repeat| {
             // Fixed rate: the next run is due a period after this one was due, not after now.
@@ -186,24 +189,22 @@ impl<W: Wheel<Timer>> Actor<W> {
             self.clock.deadline(repeat.due).ok()
         });
         match next {
-            Some(deadline) => {
-                // More runs to come: the key stays claimed and the timer goes back in the wheel.
-                let Some(mut slot) = self.shared.keys.get_mut(key.as_bytes()) else {
-                    return;
-                };
-                if slot.wheel_id != id {
-                    return; // cancelled a moment ago
-                }
+            // More runs to come, and still wanted: the key stays claimed and the timer goes back
+            // in the wheel under the same id. A cancel from here on stops the runs after this one.
+            Some(deadline) if self.shared.id_of(&key) == Some(id) => {
                 self.shared.fired.fetch_add(1, Relaxed);
                 if let Some(job) = &timer.job {
                     job.start(key);
                 }
-                slot.wheel_id = self.wheel.insert(deadline, timer).to_u64();
+                self.wheel.insert_at(id, deadline, timer);
             }
+            // Cancelled a moment ago (its Remove is still on its way, or was never sent).
+            Some(_) => self.dead.push(id),
             None => {
+                self.dead.push(id);
                 // The last run: whoever releases the key ends the timer, and a cancel may have
                 // got there first.
-                if self.shared.end(&key, |slot| slot.wheel_id == id, Ok(())).is_some() {
+                if self.shared.end(&key, |slot| slot.id() == id, Ok(())).is_some() {
                     if let Some(job) = &timer.job {
                         job.start(key);
                     }
@@ -217,36 +218,21 @@ impl<W: Wheel<Timer>> Actor<W> {
     async fn shut_down(&mut self, rx: &mut mpsc::Receiver<Command>) -> usize {
         rx.close();
         let mut dropped = 0;
+        let mut stop = |key: &str, id: EntryId| {
+            let ended = self.shared.end(key, |slot| slot.id() == id, Err(Error::Stopped));
+            dropped += usize::from(ended.is_some());
+        };
         while let Some(command) = rx.recv().await {
-            let adds = match command {
-                Command::Add(add) => vec![add],
-                Command::AddMany(adds) => adds,
-                Command::Reschedule { reply, .. } => {
-                    let _ = reply.send(Err(Error::Stopped));
-                    continue;
-                }
-                Command::Flush(reply) => {
-                    let _ = reply.send(());
-                    continue;
-                }
-                Command::Stop(reply) => {
-                    let _ = reply.send(0);
-                    continue;
-                }
-                Command::Remove { .. } | Command::RemoveMany(_) => continue,
-            };
-            for Add { timer, seq, .. } in adds {
-                let owns = |slot: &super::shared::Slot| slot.seq() == seq;
-                let ended = self.shared.end(timer.key.as_str(), owns, Err(Error::Stopped));
-                dropped += usize::from(ended.is_some());
+            match command {
+                Command::Add(Add { timer, id, .. }) => stop(timer.key.as_str(), id),
+                Command::AddMany(adds) => adds.iter().for_each(|add| stop(add.timer.key.as_str(), add.id)),
+                Command::Reschedule { reply, .. } => drop(reply.send(Err(Error::Stopped))),
+                Command::Flush(reply) => drop(reply.send(())),
+                Command::Stop(reply) => drop(reply.send(0)),
+                Command::Remove { .. } | Command::RemoveMany(_) => {}
             }
         }
-        let shared = &self.shared;
-        self.wheel.advance(u64::MAX, |Expired { id, value, .. }| {
-            let id = id.to_u64();
-            let ended = shared.end(value.key.as_str(), |slot| slot.wheel_id == id, Err(Error::Stopped));
-            dropped += usize::from(ended.is_some());
-        });
+        self.wheel.advance(u64::MAX, |Expired { id, value, .. }| stop(value.key.as_str(), id));
         self.early.clear();
         dropped
     }

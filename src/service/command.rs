@@ -5,6 +5,7 @@ use tokio::time::Instant;
 
 use super::job::Job;
 use super::key::Key;
+use crate::wheel::EntryId;
 use crate::Error;
 
 /// A timer on its way into the wheel, and the value the wheel holds for it.
@@ -26,8 +27,8 @@ pub(crate) struct Repeating {
 
 pub(crate) struct Add {
     pub timer: Timer,
-    /// The sequence number the handle claimed the key with.
-    pub seq: u64,
+    /// The entry id the handle drew from the pool and recorded in the key map.
+    pub id: EntryId,
     /// The deadline tick.
     pub deadline: u64,
 }
@@ -38,10 +39,10 @@ pub(crate) enum Command {
     AddMany(Vec<Add>),
     /// Take a cancelled timer (whose key the handle already released) out of the wheel.
     Remove {
-        wheel_id: u64,
+        id: EntryId,
     },
     /// A batch of `Remove`s in one message.
-    RemoveMany(Vec<u64>),
+    RemoveMany(Vec<EntryId>),
     Reschedule {
         key: Key,
         due: Instant,

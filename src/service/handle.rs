@@ -14,9 +14,9 @@ use super::clock::Clock;
 use super::command::{Add, Command, Repeating, Timer};
 use super::job::Job;
 use super::key::Key;
-use super::shared::{Shared, UNPLACED};
+use super::shared::Shared;
 use super::Scheduled;
-use crate::wheel::{HierarchicalWheel, RoundsWheel};
+use crate::wheel::{EntryId, HierarchicalWheel, RoundsWheel};
 use crate::Error;
 
 /// How many times a repeating timer runs.
@@ -86,11 +86,14 @@ impl Scheduler {
         let (tx, rx) = mpsc::channel(builder.channel_capacity);
         let config = actor::Config { clock, advance: builder.advance, tick: builder.tick };
         match builder.wheel {
-            WheelKind::Hierarchical => {
-                runtime.spawn(actor::run(HierarchicalWheel::new(builder.slots)?, rx, shared.clone(), config))
-            }
+            WheelKind::Hierarchical => runtime.spawn(actor::run(
+                HierarchicalWheel::with_external_ids(builder.slots)?,
+                rx,
+                shared.clone(),
+                config,
+            )),
             WheelKind::Rounds => {
-                runtime.spawn(actor::run(RoundsWheel::new(builder.slots)?, rx, shared.clone(), config))
+                runtime.spawn(actor::run(RoundsWheel::with_external_ids(builder.slots)?, rx, shared.clone(), config))
             }
         };
         Ok(Scheduler { tx, shared, clock })
@@ -236,7 +239,7 @@ impl Scheduler {
         let (_, deadline) = self.clock.after(delay)?;
         let scheduled = self.submit(key.into(), deadline, None, None).await?;
         let mut guard =
-            CancelOnDrop { scheduler: self, key: scheduled.shared_key().clone(), seq: scheduled.seq(), armed: true };
+            CancelOnDrop { scheduler: self, key: scheduled.shared_key().clone(), id: scheduled.id(), armed: true };
         let outcome = scheduled.await;
         guard.armed = false;
         outcome
@@ -312,9 +315,8 @@ impl Scheduler {
             .into_iter()
             .map(|key| match self.shared.end(key.as_ref(), |_| true, Err(Error::Cancelled)) {
                 None => false,
-                Some(UNPLACED) => true,
-                Some(wheel_id) => {
-                    placed.push(wheel_id);
+                Some(id) => {
+                    placed.push(id);
                     true
                 }
             })
@@ -333,12 +335,12 @@ impl Scheduler {
         repeat: Option<Box<Repeating>>,
     ) -> Result<Scheduled, Error> {
         let add = self.claim(key, deadline, job, repeat, true)?;
-        let (key, seq) = (add.timer.key.clone(), add.seq);
+        let (key, id) = (add.timer.key.clone(), add.id);
         let mut unsent = Unsent { shared: &self.shared, adds: Some(add) };
         // Reserve first: if this future is dropped while waiting, `unsent` releases the key.
         let permit = self.tx.reserve().await.map_err(|_| Error::Stopped)?;
         permit.send(Command::Add(unsent.adds.take().expect("claimed above")));
-        Ok(Scheduled::new(self.shared.clone(), key, seq))
+        Ok(Scheduled::new(self.shared.clone(), key, id))
     }
 
     /// Checks a new timer's key and claims it in the key map.
@@ -357,8 +359,12 @@ impl Scheduler {
             return Err(Error::Stopped);
         }
         let key = Key::new(key);
-        let seq = self.shared.claim(key.clone(), watched)?;
-        Ok(Add { timer: Timer { key, job, repeat }, seq, deadline })
+        let id = self.shared.ids.take()?;
+        if let Err(e) = self.shared.claim(key.clone(), id, watched) {
+            self.shared.ids.give_back(id);
+            return Err(e);
+        }
+        Ok(Add { timer: Timer { key, job, repeat }, id, deadline })
     }
 
     /// Cancels the pending timer with this key. Returns `true` if one was pending; its job will
@@ -375,10 +381,9 @@ impl Scheduler {
     pub async fn cancel(&self, key: &str) -> bool {
         match self.shared.end(key, |_| true, Err(Error::Cancelled)) {
             None => false,
-            Some(UNPLACED) => true,
-            Some(wheel_id) => {
+            Some(id) => {
                 // If the service has stopped there is nothing left to release.
-                let _ = self.tx.send(Command::Remove { wheel_id }).await;
+                let _ = self.tx.send(Command::Remove { id }).await;
                 true
             }
         }
@@ -500,7 +505,7 @@ struct Unsent<'a, T: IntoIterator<Item = Add> + Default> {
 impl<T: IntoIterator<Item = Add> + Default> Drop for Unsent<'_, T> {
     fn drop(&mut self) {
         for add in std::mem::take(&mut self.adds) {
-            self.shared.unclaim(add.timer.key.as_str(), add.seq);
+            self.shared.unclaim(add.timer.key.as_str(), add.id);
         }
     }
 }
@@ -509,7 +514,7 @@ impl<T: IntoIterator<Item = Add> + Default> Drop for Unsent<'_, T> {
 struct CancelOnDrop<'a> {
     scheduler: &'a Scheduler,
     key: Key,
-    seq: u64,
+    id: EntryId,
     armed: bool,
 }
 
@@ -519,11 +524,10 @@ impl Drop for CancelOnDrop<'_> {
             return;
         }
         let shared = &self.scheduler.shared;
-        let ended = shared.end(self.key.as_str(), |slot| slot.seq() == self.seq, Err(Error::Cancelled));
-        if let Some(wheel_id) = ended.filter(|&id| id != UNPLACED) {
+        if shared.end(self.key.as_str(), |slot| slot.id() == self.id, Err(Error::Cancelled)).is_some() {
             // Best effort from a destructor: if the channel is full the entry is cleared at its
             // deadline instead, and it never runs either way.
-            let _ = self.scheduler.tx.try_send(Command::Remove { wheel_id });
+            let _ = self.scheduler.tx.try_send(Command::Remove { id: self.id });
         }
     }
 }

@@ -12,6 +12,7 @@ mod builder;
 mod clock;
 mod command;
 mod handle;
+mod ids;
 mod job;
 mod key;
 mod scheduled;

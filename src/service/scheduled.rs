@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 
 use super::key::Key;
 use super::shared::Shared;
+use crate::wheel::EntryId;
 use crate::Error;
 
 /// Resolves when its timer ends: `Ok(())` after the timer's last run, `Err(Error::Cancelled)`
@@ -32,7 +33,7 @@ use crate::Error;
 pub struct Scheduled {
     shared: Arc<Shared>,
     key: Key,
-    seq: u64,
+    id: EntryId,
     state: State,
 }
 
@@ -47,8 +48,8 @@ enum State {
 }
 
 impl Scheduled {
-    pub(crate) fn new(shared: Arc<Shared>, key: Key, seq: u64) -> Self {
-        Scheduled { shared, key, seq, state: State::Armed }
+    pub(crate) fn new(shared: Arc<Shared>, key: Key, id: EntryId) -> Self {
+        Scheduled { shared, key, id, state: State::Armed }
     }
 
     /// The key of the timer this future watches.
@@ -56,8 +57,8 @@ impl Scheduled {
         self.key.as_str()
     }
 
-    pub(crate) fn seq(&self) -> u64 {
-        self.seq
+    pub(crate) fn id(&self) -> EntryId {
+        self.id
     }
 
     pub(crate) fn shared_key(&self) -> &Key {
@@ -70,7 +71,7 @@ impl Future for Scheduled {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         assert_ne!(self.state, State::Finished, "Scheduled polled after it completed");
-        match self.shared.poll_outcome(self.seq, cx.waker()) {
+        match self.shared.poll_outcome(self.id, cx.waker()) {
             Some(outcome) => {
                 self.state = State::Finished;
                 Poll::Ready(outcome)
@@ -86,7 +87,7 @@ impl Future for Scheduled {
 impl Drop for Scheduled {
     fn drop(&mut self) {
         if self.state != State::Finished {
-            self.shared.unwatch(self.key.as_str(), self.seq, self.state == State::Polled);
+            self.shared.unwatch(self.key.as_str(), self.id, self.state == State::Polled);
         }
     }
 }

@@ -1,5 +1,5 @@
-//! State shared by the handles and the actor: the key map, the watchers of `Scheduled` futures,
-//! and the counters behind [`Stats`](super::Stats).
+//! State shared by the handles and the actor: the key map, the id pool, the watchers of
+//! `Scheduled` futures, and the counters behind [`Stats`](super::Stats).
 //!
 //! # Who ends a timer
 //! Every accepted timer has one entry in `keys` from `schedule` until it ends. Whoever removes
@@ -20,28 +20,28 @@ use std::task::Waker;
 
 use dashmap::DashMap;
 
+use super::ids::IdPool;
 use super::key::Key;
+use crate::wheel::EntryId;
 use crate::Error;
 
 /// How a timer ended, as its `Scheduled` future reports it.
 pub(crate) type Outcome = Result<(), Error>;
 
-/// The key map's value: which schedule call owns the key, and where its entry is in the wheel.
-#[derive(Debug)]
-pub(crate) struct Slot {
-    /// The schedule call's sequence number, with [`ARMED`] set while a `Scheduled` watches it.
-    seq: u64,
-    /// The wheel entry's id ([`EntryId::to_u64`](crate::wheel::EntryId::to_u64)), or [`UNPLACED`]
-    /// until the actor has put the timer into the wheel.
-    pub wheel_id: u64,
-}
+/// The key map's value: the timer's wheel entry id (which also names the timer for its
+/// watcher), with [`ARMED`] set while a `Scheduled` watches it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot(u64);
 
 const ARMED: u64 = 1 << 63;
-pub(crate) const UNPLACED: u64 = u64::MAX;
 
 impl Slot {
-    pub fn seq(&self) -> u64 {
-        self.seq & !ARMED
+    pub fn id(self) -> EntryId {
+        EntryId::from_u64(self.0 & !ARMED)
+    }
+
+    fn armed(self) -> bool {
+        self.0 & ARMED != 0
     }
 }
 
@@ -53,8 +53,8 @@ pub(crate) enum Watch {
 pub(crate) struct Shared {
     /// Seeded foldhash: a quarter of SipHash's cost on short keys, still keyed per process.
     pub keys: DashMap<Key, Slot, foldhash::fast::RandomState>,
-    watchers: Mutex<HashMap<u64, Watch>>,
-    next_seq: AtomicU64,
+    pub ids: IdPool,
+    watchers: Mutex<HashMap<EntryId, Watch>>,
     /// Timers accepted and not yet ended (the entries of `keys`), kept apart so that `len` and
     /// the `max_pending` check cost one atomic rather than a walk over the map's shards.
     pub pending: AtomicUsize,
@@ -69,8 +69,8 @@ impl Shared {
     pub fn new(max_pending: usize) -> Self {
         Shared {
             keys: DashMap::default(),
+            ids: IdPool::default(),
             watchers: Mutex::new(HashMap::new()),
-            next_seq: AtomicU64::new(0),
             pending: AtomicUsize::new(0),
             max_pending,
             scheduled: AtomicU64::new(0),
@@ -80,51 +80,53 @@ impl Shared {
         }
     }
 
-    /// Claims `key` for a new timer and returns its sequence number.
-    pub fn claim(&self, key: Key, armed: bool) -> Result<u64, Error> {
+    /// Claims `key` for a new timer that will live in the wheel under `id`. On failure the
+    /// caller still owns `id` (it was never published).
+    pub fn claim(&self, key: Key, id: EntryId, watched: bool) -> Result<(), Error> {
         if self.pending.fetch_add(1, Relaxed) >= self.max_pending {
             self.pending.fetch_sub(1, Relaxed);
             return Err(Error::Full(self.max_pending));
         }
-        let seq = self.next_seq.fetch_add(1, Relaxed);
         match self.keys.entry(key) {
             dashmap::Entry::Occupied(e) => {
                 self.pending.fetch_sub(1, Relaxed);
                 Err(Error::DuplicateKey(e.key().as_str().to_owned()))
             }
             dashmap::Entry::Vacant(e) => {
-                e.insert(Slot { seq: if armed { seq | ARMED } else { seq }, wheel_id: UNPLACED });
+                e.insert(Slot(id.to_u64() | if watched { ARMED } else { 0 }));
                 self.scheduled.fetch_add(1, Relaxed);
-                Ok(seq)
+                Ok(())
             }
         }
     }
 
-    /// Gives back a claim whose timer never reached the actor, as if it had never been made.
-    pub fn unclaim(&self, key: &str, seq: u64) {
-        if self.keys.remove_if(key.as_bytes(), |_, slot| slot.seq() == seq).is_some() {
+    /// Takes back a claim whose timer never reached the actor, as if it had never been made, and
+    /// returns its id to the pool (a cancel may have seen it, so it comes back a generation on).
+    pub fn unclaim(&self, key: &str, id: EntryId) {
+        if self.keys.remove_if(key.as_bytes(), |_, slot| slot.id() == id).is_some() {
             self.pending.fetch_sub(1, Relaxed);
             self.scheduled.fetch_sub(1, Relaxed);
         }
+        self.ids.give_back(id);
     }
 
     /// Ends the timer holding `key` if `owns` accepts its slot, and reports `outcome` to its
-    /// watcher. Returns the slot's wheel id if this call ended the timer.
-    pub fn end(&self, key: &str, owns: impl FnOnce(&Slot) -> bool, outcome: Outcome) -> Option<u64> {
+    /// watcher. Returns the timer's id if this call ended it.
+    pub fn end(&self, key: &str, owns: impl FnOnce(Slot) -> bool, outcome: Outcome) -> Option<EntryId> {
         let mut wake = None;
         let counter = match outcome {
             Ok(()) => &self.fired,
             Err(Error::Cancelled) => &self.cancelled,
             Err(_) => &self.stopped,
         };
-        let (_, slot) = self.keys.remove_if(key.as_bytes(), |_, slot| {
+        let (_, slot) = self.keys.remove_if(key.as_bytes(), |_, &slot| {
             if !owns(slot) {
                 return false;
             }
             // Recorded under the map's lock, so a watcher that no longer finds the key is
             // sure to find the outcome.
-            if slot.seq & ARMED != 0 {
-                wake = self.record(slot.seq(), outcome);
+            if slot.armed() {
+                wake = self.record(slot.id(), outcome);
             }
             true
         })?;
@@ -133,16 +135,12 @@ impl Shared {
         if let Some(waker) = wake {
             waker.wake();
         }
-        Some(slot.wheel_id)
+        Some(slot.id())
     }
 
-    /// Leaves `outcome` for the watcher of `seq`; returns its waker if it is already waiting.
-    fn record(&self, seq: u64, outcome: Outcome) -> Option<Waker> {
-        let mut watchers = self.watchers.lock().expect("watchers lock poisoned");
-        match watchers.insert(seq, Watch::Done(outcome)) {
-            Some(Watch::Waiting(waker)) => Some(waker),
-            _ => None,
-        }
+    /// The id of the pending timer holding `key`.
+    pub fn id_of(&self, key: &str) -> Option<EntryId> {
+        self.keys.get(key.as_bytes()).map(|slot| slot.id())
     }
 
     /// Whether a timer with this key is pending.
@@ -150,34 +148,43 @@ impl Shared {
         self.keys.contains_key(key.as_bytes())
     }
 
-    /// Polls the outcome of timer `seq` for its `Scheduled` future.
-    pub fn poll_outcome(&self, seq: u64, waker: &Waker) -> Option<Outcome> {
+    /// Leaves `outcome` for the watcher of `id`; returns its waker if it is already waiting.
+    fn record(&self, id: EntryId, outcome: Outcome) -> Option<Waker> {
         let mut watchers = self.watchers.lock().expect("watchers lock poisoned");
-        match watchers.remove(&seq) {
+        match watchers.insert(id, Watch::Done(outcome)) {
+            Some(Watch::Waiting(waker)) => Some(waker),
+            _ => None,
+        }
+    }
+
+    /// Polls the outcome of timer `id` for its `Scheduled` future.
+    pub fn poll_outcome(&self, id: EntryId, waker: &Waker) -> Option<Outcome> {
+        let mut watchers = self.watchers.lock().expect("watchers lock poisoned");
+        match watchers.remove(&id) {
             Some(Watch::Done(outcome)) => Some(outcome),
             Some(Watch::Waiting(old)) if old.will_wake(waker) => {
-                watchers.insert(seq, Watch::Waiting(old));
+                watchers.insert(id, Watch::Waiting(old));
                 None
             }
             _ => {
-                watchers.insert(seq, Watch::Waiting(waker.clone()));
+                watchers.insert(id, Watch::Waiting(waker.clone()));
                 None
             }
         }
     }
 
-    /// Stops watching timer `seq`: clears its `ARMED` bit, or forgets its recorded outcome.
-    pub fn unwatch(&self, key: &str, seq: u64, polled: bool) {
+    /// Stops watching timer `id`: clears its `ARMED` bit, or forgets its recorded outcome.
+    pub fn unwatch(&self, key: &str, id: EntryId, polled: bool) {
         let pending = match self.keys.get_mut(key.as_bytes()) {
-            Some(mut slot) if slot.seq() == seq => {
-                slot.seq &= !ARMED;
+            Some(mut slot) if slot.id() == id => {
+                slot.0 &= !ARMED;
                 true
             }
             _ => false,
         };
         // An unpolled watcher of a pending timer has nothing in `watchers` to clean up.
         if polled || !pending {
-            self.watchers.lock().expect("watchers lock poisoned").remove(&seq);
+            self.watchers.lock().expect("watchers lock poisoned").remove(&id);
         }
     }
 }

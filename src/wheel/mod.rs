@@ -96,6 +96,14 @@ pub trait Wheel<T> {
     fn deadline(&self, id: EntryId) -> Option<u64>;
 }
 
+/// Inserting under an id the caller chose (the service's handles pick ids from a shared pool,
+/// so the actor never has to tell them which id a timer got). Only for wheels made
+/// `with_external_ids`; the caller gives each freed slot out again with the next generation.
+pub(crate) trait ExternalIds<T>: Wheel<T> {
+    /// Adds `value` under `id`, whose slot must be vacant.
+    fn insert_at(&mut self, id: EntryId, deadline: u64, value: T);
+}
+
 /// Checks a slot count given by a caller; `min` is 2 for the hierarchical wheel (one slot per
 /// level would never reach further) and 1 for the rounds wheel.
 fn check_slots(slots: usize, min: usize) -> Result<(), crate::Error> {

@@ -13,7 +13,7 @@
 
 use super::bitmap::Bitmap;
 use super::slab::{Entry, EntryId, Slab, NIL};
-use super::{check_slots, Expired, Wheel};
+use super::{check_slots, Expired, ExternalIds, Wheel};
 
 /// A single-level timing wheel with a rounds count per entry.
 ///
@@ -56,6 +56,11 @@ impl<T> RoundsWheel<T> {
             slots: slots as u64,
             now: 0,
         })
+    }
+
+    /// A wheel whose ids the caller chooses, through [`ExternalIds::insert_at`].
+    pub(crate) fn with_external_ids(slots: usize) -> Result<Self, crate::Error> {
+        Ok(RoundsWheel { slab: Slab::with_external_ids(), ..Self::new(slots)? })
     }
 
     fn overdue(&self) -> usize {
@@ -196,6 +201,13 @@ impl<T> Wheel<T> for RoundsWheel<T> {
 
     fn deadline(&self, id: EntryId) -> Option<u64> {
         self.slab.index_of(id).map(|i| self.slab.get(i).deadline)
+    }
+}
+
+impl<T> ExternalIds<T> for RoundsWheel<T> {
+    fn insert_at(&mut self, id: EntryId, deadline: u64, value: T) {
+        self.slab.insert_at(id, deadline, value);
+        self.place(id.index(), self.now);
     }
 }
 
