@@ -280,13 +280,21 @@ impl Scheduler {
         let mut results = Vec::with_capacity(items.size_hint().0);
         let mut unsent = Unsent { shared: &self.shared, adds: Vec::with_capacity(items.size_hint().0) };
         let now = Instant::now();
+        // Ids for the whole batch under one lock; one left over by a failed item is used next.
+        let mut ids = self.shared.ids.take_many(items.size_hint().0).unwrap_or_default().into_iter();
+        let mut unused = None;
         for (key, delay, job) in items {
-            let add = self
-                .clock
-                .after_from(now, delay)
-                .and_then(|(_, deadline)| self.claim(key.into(), deadline, Some(Box::new(job)), None, false));
+            let add = self.clock.after_from(now, delay).and_then(|(_, deadline)| {
+                let id = match unused.take().or_else(|| ids.next()) {
+                    Some(id) => id,
+                    None => self.shared.ids.take()?,
+                };
+                self.claim(key.into(), id, deadline, Some(Box::new(job)), None, false)
+                    .inspect_err(|_| unused = Some(id))
+            });
             results.push(add.map(|add| unsent.adds.push(add)));
         }
+        unused.into_iter().chain(ids).for_each(|id| self.shared.ids.give_back(id));
         if unsent.adds.is_empty() {
             return results;
         }
@@ -334,8 +342,9 @@ impl Scheduler {
         job: Option<Box<dyn Job>>,
         repeat: Option<Box<Repeating>>,
     ) -> Result<Scheduled, Error> {
-        let add = self.claim(key, deadline, job, repeat, true)?;
-        let (key, id) = (add.timer.key.clone(), add.id);
+        let id = self.shared.ids.take()?;
+        let add = self.claim(key, id, deadline, job, repeat, true).inspect_err(|_| self.shared.ids.give_back(id))?;
+        let key = add.timer.key.clone();
         let mut unsent = Unsent { shared: &self.shared, adds: Some(add) };
         // Reserve first: if this future is dropped while waiting, `unsent` releases the key.
         let permit = self.tx.reserve().await.map_err(|_| Error::Stopped)?;
@@ -343,10 +352,12 @@ impl Scheduler {
         Ok(Scheduled::new(self.shared.clone(), key, id))
     }
 
-    /// Checks a new timer's key and claims it in the key map.
+    /// Checks a new timer's key and claims it in the key map under `id`. On failure the caller
+    /// still owns `id`.
     fn claim(
         &self,
         key: String,
+        id: EntryId,
         deadline: u64,
         job: Option<Box<dyn Job>>,
         repeat: Option<Box<Repeating>>,
@@ -359,11 +370,7 @@ impl Scheduler {
             return Err(Error::Stopped);
         }
         let key = Key::new(key);
-        let id = self.shared.ids.take()?;
-        if let Err(e) = self.shared.claim(key.clone(), id, watched) {
-            self.shared.ids.give_back(id);
-            return Err(e);
-        }
+        self.shared.claim(key.clone(), id, watched)?;
         Ok(Add { timer: Timer { key, job, repeat }, id, deadline })
     }
 

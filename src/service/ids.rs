@@ -56,7 +56,7 @@ impl Pool {
     /// (sorting only after half the pool's worth of returns, so it is O(log n) per id).
     fn tidy(&mut self) {
         if self.free.len() == self.fresh as usize && self.returned_since_sort >= self.free.len() / 2 {
-            self.free.sort_unstable_by(|a, b| b.index().cmp(&a.index()));
+            self.free.sort_unstable_by_key(|id| std::cmp::Reverse(id.index()));
             self.returned_since_sort = 0;
         }
     }
