@@ -32,15 +32,26 @@ impl Clock {
     }
 
     fn tick_at(&self, at: Instant) -> u64 {
-        let nanos = at.saturating_duration_since(self.origin).as_nanos();
-        u64::try_from(nanos / self.tick_nanos as u128).unwrap_or(u64::MAX)
+        match self.since_origin(at) {
+            Ok(nanos) => nanos / self.tick_nanos,
+            Err(nanos) => u64::try_from(nanos / self.tick_nanos as u128).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Nanoseconds from the origin to `at` (0 if before): as a `u64` for the next 584 years,
+    /// so the common case divides in 64 bits, else as the full `u128`.
+    fn since_origin(&self, at: Instant) -> Result<u64, u128> {
+        let elapsed = at.saturating_duration_since(self.origin);
+        u64::try_from(elapsed.as_nanos()).map_err(|_| elapsed.as_nanos())
     }
 
     /// The tick of a deadline, rounded up; instants before the origin map to tick 0.
     pub fn deadline(&self, at: Instant) -> Result<u64, Error> {
-        let nanos = at.saturating_duration_since(self.origin).as_nanos();
-        u64::try_from(nanos.div_ceil(self.tick_nanos as u128))
-            .map_err(|_| Error::invalid("the deadline is too far in the future to be represented in ticks"))
+        match self.since_origin(at) {
+            Ok(nanos) => Ok(nanos.div_ceil(self.tick_nanos)),
+            Err(nanos) => u64::try_from(nanos.div_ceil(self.tick_nanos as u128))
+                .map_err(|_| Error::invalid("the deadline is too far in the future to be represented in ticks")),
+        }
     }
 
     /// The deadline `delay` from now, as an instant and a tick.
