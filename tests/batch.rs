@@ -99,3 +99,26 @@ async fn stop_counts_batched_timers() {
     assert_eq!(timer.stop().await, 100);
     assert_eq!(timer.stats().stopped, 100);
 }
+
+/// Without a cap the batch is claimed shard by shard under one lock each: duplicates inside the
+/// batch and against pending timers must still fail alone, and the first of a pair must win.
+#[tokio::test(start_paused = true)]
+async fn duplicates_fail_alone_when_claimed_shard_by_shard() {
+    let timer = Scheduler::builder().start().unwrap();
+    let log = Arc::default();
+    let job = recorder(&log);
+    timer.schedule("k7", Duration::from_secs(1), job.clone()).await.unwrap();
+    // 200 distinct keys over every shard, each twice in a row, plus the pending "k7".
+    let items: Vec<(String, Duration, _)> =
+        (0..200).flat_map(|i| [i, i]).map(|i| (format!("k{i}"), Duration::from_millis(10 + i), job.clone())).collect();
+    let results = timer.schedule_many(items).await;
+    for (n, result) in results.iter().enumerate() {
+        let key = format!("k{}", n / 2);
+        let expected = if n % 2 == 1 || key == "k7" { Err(Error::DuplicateKey(key)) } else { Ok(()) };
+        assert_eq!(*result, expected, "item {n}");
+    }
+    assert_eq!(timer.len(), 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(log.lock().unwrap().len(), 199, "every accepted item fired once (k7 waits for its own 1 s)");
+    assert_eq!(timer.stats().scheduled, 200);
+}

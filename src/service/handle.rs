@@ -276,25 +276,38 @@ impl Scheduler {
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let items = items.into_iter();
-        let mut results = Vec::with_capacity(items.size_hint().0);
-        let mut unsent = Unsent { shared: &self.shared, adds: Vec::with_capacity(items.size_hint().0) };
         let now = Instant::now();
-        // Ids for the whole batch under one lock; one left over by a failed item is used next.
-        let mut ids = self.shared.ids.take_many(items.size_hint().0).unwrap_or_default().into_iter();
-        let mut unused = None;
+        // Check every item first, then claim the keys of the good ones in one go.
+        let mut results = Vec::new();
+        let mut timers = Vec::new();
+        let mut claims = Vec::new();
         for (key, delay, job) in items {
-            let add = self.clock.after_from(now, delay).and_then(|(_, deadline)| {
-                let id = match unused.take().or_else(|| ids.next()) {
-                    Some(id) => id,
-                    None => self.shared.ids.take()?,
-                };
-                self.claim(key.into(), id, deadline, Some(Box::new(job)), None, false)
-                    .inspect_err(|_| unused = Some(id))
-            });
-            results.push(add.map(|add| unsent.adds.push(add)));
+            let key = key.into();
+            let checked = self.check_key(&key).and_then(|()| self.clock.after_from(now, delay));
+            results.push(checked.map(|(_, deadline)| {
+                timers.push((deadline, Box::new(job) as Box<dyn Job>));
+                claims.push((Key::new(key), EntryId::from_u64(0)));
+            }));
         }
-        unused.into_iter().chain(ids).for_each(|id| self.shared.ids.give_back(id));
+        if claims.is_empty() {
+            return results;
+        }
+        let Ok(ids) = self.shared.ids.take_many(claims.len()) else {
+            return results.into_iter().map(|r| r.and(Err(Error::Full(self.shared.max_pending)))).collect();
+        };
+        claims.iter_mut().zip(&ids).for_each(|(claim, &id)| claim.1 = id);
+        let claimed = self.shared.claim_many(&claims);
+        let mut unsent = Unsent { shared: &self.shared, adds: Vec::with_capacity(claims.len()) };
+        let mut outcomes = claimed.into_iter();
+        for ((result, (key, id)), (deadline, job)) in results.iter_mut().filter(|r| r.is_ok()).zip(claims).zip(timers) {
+            match outcomes.next().expect("one outcome per claim") {
+                Ok(()) => unsent.adds.push(Add { timer: Timer { key, job: Some(job), repeat: None }, id, deadline }),
+                Err(e) => {
+                    self.shared.ids.give_back(id);
+                    *result = Err(e);
+                }
+            }
+        }
         if unsent.adds.is_empty() {
             return results;
         }
@@ -318,17 +331,11 @@ impl Scheduler {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut placed = Vec::new();
-        let results = keys
-            .into_iter()
-            .map(|key| match self.shared.end(key.as_ref(), |_| true, Err(Error::Cancelled)) {
-                None => false,
-                Some(id) => {
-                    placed.push(id);
-                    true
-                }
-            })
-            .collect();
+        let keys: Vec<S> = keys.into_iter().collect();
+        let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
+        let ended = self.shared.cancel_many(&keys);
+        let results = ended.iter().map(Option::is_some).collect();
+        let placed: Vec<EntryId> = ended.into_iter().flatten().collect();
         if !placed.is_empty() {
             let _ = self.tx.send(Command::RemoveMany(placed)).await;
         }
@@ -352,6 +359,16 @@ impl Scheduler {
         Ok(Scheduled::new(self.shared.clone(), key, id))
     }
 
+    fn check_key(&self, key: &str) -> Result<(), Error> {
+        if key.is_empty() {
+            return Err(Error::invalid("a timer key must not be empty"));
+        }
+        if self.tx.is_closed() {
+            return Err(Error::Stopped);
+        }
+        Ok(())
+    }
+
     /// Checks a new timer's key and claims it in the key map under `id`. On failure the caller
     /// still owns `id`.
     fn claim(
@@ -363,12 +380,7 @@ impl Scheduler {
         repeat: Option<Box<Repeating>>,
         watched: bool,
     ) -> Result<Add, Error> {
-        if key.is_empty() {
-            return Err(Error::invalid("a timer key must not be empty"));
-        }
-        if self.tx.is_closed() {
-            return Err(Error::Stopped);
-        }
+        self.check_key(&key)?;
         let key = Key::new(key);
         self.shared.claim(key.clone(), id, watched)?;
         Ok(Add { timer: Timer { key, job, repeat }, id, deadline })

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::task::Waker;
 
-use dashmap::DashMap;
+use dashmap::{DashMap, SharedValue};
 
 use super::ids::IdPool;
 use super::key::Key;
@@ -98,6 +98,88 @@ impl Shared {
                 Ok(())
             }
         }
+    }
+
+    /// Claims many keys for timers (none watched), taking each shard's lock once for all its
+    /// keys rather than once per key. A locked instruction waits for earlier stores to reach the
+    /// cache, so one lock per key would pay each key's cache miss in turn; under one lock the
+    /// misses of a shard's keys overlap. Results are in the order of `claims`.
+    pub fn claim_many(&self, claims: &[(Key, EntryId)]) -> Vec<Result<(), Error>> {
+        if !self.reserve(claims.len()) {
+            // Too close to `max_pending` to know in advance which items fit: one by one, in order.
+            return claims.iter().map(|(key, id)| self.claim(key.clone(), *id, false)).collect();
+        }
+        let mut results = vec![Ok(()); claims.len()];
+        let mut inserted = 0;
+        for (shard, batch) in self.by_shard(claims.iter().map(|(key, _)| key.as_bytes())) {
+            let mut table = self.keys.shards()[shard].write();
+            for (i, hash) in batch {
+                let (key, id) = &claims[i];
+                if table.find(hash, |(k, _)| k == key).is_some() {
+                    results[i] = Err(Error::DuplicateKey(key.as_str().to_owned()));
+                    continue;
+                }
+                let value = (key.clone(), SharedValue::new(Slot(id.to_u64())));
+                table.insert(hash, value, |(k, _)| self.keys.hash_usize(k) as u64);
+                inserted += 1;
+            }
+        }
+        self.pending.fetch_sub(claims.len() - inserted, Relaxed);
+        self.scheduled.fetch_add(inserted as u64, Relaxed);
+        results
+    }
+
+    /// Reserves room for `n` more pending timers under `max_pending`, all or none.
+    fn reserve(&self, n: usize) -> bool {
+        self.pending
+            .fetch_update(Relaxed, Relaxed, |pending| pending.checked_add(n).filter(|&p| p <= self.max_pending))
+            .is_ok()
+    }
+
+    /// Groups keys (by position) under the shard that holds them, each with its hash.
+    fn by_shard<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Vec<(usize, Vec<(usize, u64)>)> {
+        let mut groups: Vec<(usize, Vec<(usize, u64)>)> = Vec::new();
+        let mut hashed: Vec<(usize, usize, u64)> = keys
+            .enumerate()
+            .map(|(i, key)| {
+                let hash = self.keys.hash_usize(&key);
+                (self.keys.determine_shard(hash), i, hash as u64)
+            })
+            .collect();
+        hashed.sort_unstable_by_key(|&(shard, i, _)| (shard, i));
+        for (shard, i, hash) in hashed {
+            match groups.last_mut() {
+                Some((s, batch)) if *s == shard => batch.push((i, hash)),
+                _ => groups.push((shard, vec![(i, hash)])),
+            }
+        }
+        groups
+    }
+
+    /// Ends the timers holding `keys` as cancelled, one lock per shard (see
+    /// [`claim_many`](Self::claim_many)). Returns, per key, the id of the timer it ended.
+    pub fn cancel_many(&self, keys: &[&str]) -> Vec<Option<EntryId>> {
+        let mut ended = vec![None; keys.len()];
+        let mut wake = Vec::new();
+        let mut count = 0;
+        for (shard, batch) in self.by_shard(keys.iter().map(|k| k.as_bytes())) {
+            let mut table = self.keys.shards()[shard].write();
+            for (i, hash) in batch {
+                let Some((_, slot)) = table.remove_entry(hash, |(k, _)| k.as_bytes() == keys[i].as_bytes()) else {
+                    continue;
+                };
+                let slot = slot.into_inner();
+                if slot.armed() {
+                    wake.extend(self.record(slot.id(), Err(Error::Cancelled)));
+                }
+                ended[i] = Some(slot.id());
+                count += 1;
+            }
+        }
+        self.pending.fetch_sub(count, Relaxed);
+        self.cancelled.fetch_add(count as u64, Relaxed);
+        wake.into_iter().for_each(Waker::wake);
+        ended
     }
 
     /// Takes back a claim whose timer never reached the actor, as if it had never been made, and
