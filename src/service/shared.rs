@@ -136,23 +136,16 @@ impl Shared {
             .is_ok()
     }
 
-    /// Groups keys (by position) under the shard that holds them, each with its hash.
+    /// Groups keys (by position) under the shard that holds them, each with its hash; a
+    /// counting sort, since shards are few.
     fn by_shard<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Vec<(usize, Vec<(usize, u64)>)> {
-        let mut groups: Vec<(usize, Vec<(usize, u64)>)> = Vec::new();
-        let mut hashed: Vec<(usize, usize, u64)> = keys
-            .enumerate()
-            .map(|(i, key)| {
-                let hash = self.keys.hash_usize(&key);
-                (self.keys.determine_shard(hash), i, hash as u64)
-            })
-            .collect();
-        hashed.sort_unstable_by_key(|&(shard, i, _)| (shard, i));
-        for (shard, i, hash) in hashed {
-            match groups.last_mut() {
-                Some((s, batch)) if *s == shard => batch.push((i, hash)),
-                _ => groups.push((shard, vec![(i, hash)])),
-            }
+        let mut groups: Vec<(usize, Vec<(usize, u64)>)> =
+            (0..self.keys.shards().len()).map(|shard| (shard, Vec::new())).collect();
+        for (i, key) in keys.enumerate() {
+            let hash = self.keys.hash_usize(&key);
+            groups[self.keys.determine_shard(hash)].1.push((i, hash as u64));
         }
+        groups.retain(|(_, batch)| !batch.is_empty());
         groups
     }
 
