@@ -315,6 +315,11 @@ impl Scheduler {
             Ok(permit) => permit.send(Command::AddMany(std::mem::take(&mut unsent.adds))),
             Err(_) => results.iter_mut().filter(|r| r.is_ok()).for_each(|r| *r = Err(Error::Stopped)),
         }
+        // A batch costs the caller one unit of Tokio's cooperative budget however large it is, so
+        // a task sending batch after batch could queue millions of timers before the actor (on
+        // a current-thread runtime) gets to run, and those due meanwhile would fire late. Give
+        // the actor its turn after each batch.
+        tokio::task::yield_now().await;
         results
     }
 
