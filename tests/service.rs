@@ -280,6 +280,8 @@ async fn bad_input_is_an_error_never_a_panic() {
     assert!(invalid(Scheduler::builder().slots(0).wheel(WheelKind::Rounds).start().map(drop)));
     assert!(invalid(Scheduler::builder().slots(1).wheel(WheelKind::Hierarchical).start().map(drop)));
     assert!(invalid(Scheduler::builder().max_pending(0).start().map(drop)));
+    assert!(invalid(Scheduler::builder().channel_capacity(0).start().map(drop)));
+    assert!(invalid(Scheduler::builder().channel_capacity(usize::MAX).start().map(drop)));
     let err = Scheduler::builder().tick(Duration::ZERO).start().unwrap_err();
     assert!(err.to_string().contains("tick"), "the message names the setting: {err}");
 }
@@ -436,4 +438,25 @@ async fn a_cancel_that_never_reached_the_actor_still_wins() {
         assert_eq!(second.await, Ok(()), "the new timer under the same key is unharmed ({repeat:?})");
         assert_eq!(log.keys(), ["z"]);
     }
+}
+
+/// A Stop taken off the channel in the same batch as requests sent after it must still answer
+/// them: the timers they carry end as stopped, none is left pending.
+#[tokio::test(start_paused = true)]
+async fn requests_queued_behind_a_stop_are_not_lost() {
+    let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
+    let job = |_key: String| async {};
+    // Both are queued before the actor runs, so it takes them off the channel together.
+    let (dropped, x, y) = tokio::join!(
+        timer.stop(),
+        timer.schedule("x", Duration::from_secs(1), job),
+        timer.schedule("y", Duration::from_secs(1), job),
+    );
+    let (x, y) = (x.expect("accepted before the stop was handled"), y.expect("accepted too"));
+    assert_eq!(dropped, 2, "the stop counts the timers queued behind it");
+    assert_eq!(x.await, Err(Error::Stopped));
+    assert_eq!(y.await, Err(Error::Stopped));
+    assert!(!timer.contains("x") && !timer.contains("y"));
+    assert_eq!(timer.len(), 0);
+    assert_eq!(timer.stats().stopped, 2);
 }

@@ -16,6 +16,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::builder::Advance;
 use super::clock::Clock;
 use super::command::{Add, Command, Timer};
+use super::key::Key;
 use super::shared::Shared;
 use crate::wheel::{EntryId, Expired, ExternalIds};
 use crate::Error;
@@ -38,8 +39,8 @@ struct Actor<W> {
     /// Ids of entries that left the wheel, given back to the pool once per loop iteration.
     dead: Vec<EntryId>,
     /// Reschedules that overtook their timer's `Add` (sent from another handle while the `Add`
-    /// was still on its way), by id: the new due instant and deadline tick.
-    early: HashMap<EntryId, (Instant, u64)>,
+    /// was still on its way), by id: the key, the new due instant and deadline tick.
+    early: HashMap<EntryId, (Key, Instant, u64)>,
 }
 
 pub(crate) async fn run<W: ExternalIds<Timer>>(
@@ -86,12 +87,15 @@ pub(crate) async fn run<W: ExternalIds<Timer>>(
             received = rx.recv_many(&mut batch, BATCH) => {
                 if received == 0 {
                     // Every handle is gone: nobody can cancel or stop any more, so stop now.
-                    actor.shut_down(&mut rx).await;
+                    actor.shut_down(&mut rx, Vec::new()).await;
                     return;
                 }
-                for command in batch.drain(..) {
+                let mut commands = batch.drain(..);
+                while let Some(command) = commands.next() {
                     if let Command::Stop(reply) = command {
-                        let dropped = actor.shut_down(&mut rx).await;
+                        // Whatever came in after the Stop is refused like the rest of the queue.
+                        let after = commands.collect();
+                        let dropped = actor.shut_down(&mut rx, after).await;
                         let _ = reply.send(dropped);
                         return;
                     }
@@ -135,7 +139,7 @@ impl<W: ExternalIds<Timer>> Actor<W> {
     /// timer was cancelled on its way, the check before it fires finds that out.
     fn add(&mut self, Add { mut timer, id, mut deadline }: Add) {
         if !self.early.is_empty() {
-            if let Some((due, tick)) = self.early.remove(&id) {
+            if let Some((_, due, tick)) = self.early.remove(&id) {
                 deadline = tick;
                 if let Some(repeat) = timer.repeat.as_mut() {
                     repeat.due = due;
@@ -162,8 +166,14 @@ impl<W: ExternalIds<Timer>> Actor<W> {
                 // Same id, new deadline: the key map needs no update.
                 self.wheel.insert_at(id, deadline, timer);
             }
-            // Pending but not in the wheel: its Add is still on its way.
-            None => drop(self.early.insert(id, (due, deadline))),
+            // Pending but not in the wheel: its Add is still on its way. Forget earlier ones whose
+            // key has moved on (their Add was abandoned, or the timer cancelled), so the map only
+            // holds what can still arrive.
+            None => {
+                let shared = &self.shared;
+                self.early.retain(|id, (key, ..)| shared.id_of(key.as_str()) == Some(*id));
+                self.early.insert(id, (Key::from(key), due, deadline));
+            }
         }
         Ok(())
     }
@@ -214,22 +224,27 @@ impl<W: ExternalIds<Timer>> Actor<W> {
     }
 
     /// Ends every pending timer as stopped and returns how many there were. Requests already
-    /// queued are answered first, so no accepted timer is left behind.
-    async fn shut_down(&mut self, rx: &mut mpsc::Receiver<Command>) -> usize {
+    /// taken off the channel (`taken`) or still queued are answered first, so no accepted timer
+    /// is left behind.
+    async fn shut_down(&mut self, rx: &mut mpsc::Receiver<Command>, taken: Vec<Command>) -> usize {
         rx.close();
         let mut dropped = 0;
         let mut stop = |key: &str, id: EntryId| {
             let ended = self.shared.end(key, |slot| slot.id() == id, Err(Error::Stopped));
             dropped += usize::from(ended.is_some());
         };
-        while let Some(command) = rx.recv().await {
-            match command {
+        {
+            let mut refuse = |command: Command| match command {
                 Command::Add(Add { timer, id, .. }) => stop(timer.key.as_str(), id),
                 Command::AddMany(adds) => adds.iter().for_each(|add| stop(add.timer.key.as_str(), add.id)),
                 Command::Reschedule { reply, .. } => drop(reply.send(Err(Error::Stopped))),
                 Command::Flush(reply) => drop(reply.send(())),
                 Command::Stop(reply) => drop(reply.send(0)),
                 Command::Remove { .. } | Command::RemoveMany(_) => {}
+            };
+            taken.into_iter().for_each(&mut refuse);
+            while let Some(command) = rx.recv().await {
+                refuse(command);
             }
         }
         self.wheel.advance(u64::MAX, |Expired { id, value, .. }| stop(value.key.as_str(), id));

@@ -113,8 +113,12 @@ impl Builder {
         if self.max_pending == 0 {
             return Err(Error::invalid("max_pending must be at least 1"));
         }
-        if self.channel_capacity == 0 {
-            return Err(Error::invalid("channel_capacity must be at least 1"));
+        if !(1..=tokio::sync::Semaphore::MAX_PERMITS).contains(&self.channel_capacity) {
+            return Err(Error::invalid(format!(
+                "channel_capacity must be between 1 and {}, got {}",
+                tokio::sync::Semaphore::MAX_PERMITS,
+                self.channel_capacity
+            )));
         }
         // Check the slot count with the wheel that will use it, before anything is spawned.
         match self.wheel {

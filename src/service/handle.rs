@@ -49,7 +49,8 @@ pub struct Stats {
 /// `Clone + Send + Sync + 'static`; a clone is two reference-count increments. Every clone
 /// reaches the same timers, so a timer scheduled on one task can be cancelled by key from any
 /// other. When the last handle is dropped, the service stops as if [`stop`](Self::stop) had been
-/// called.
+/// called; a handle captured by a pending timer's job counts, so a repeating job that holds a
+/// clone keeps the service alive until it is cancelled or `stop` is called.
 ///
 /// # Examples
 /// ```
@@ -276,6 +277,12 @@ impl Scheduler {
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        // A batch costs the caller one unit of Tokio's cooperative budget however large it is, so
+        // a task sending batch after batch could queue millions of timers before the actor (on
+        // a current-thread runtime) gets to run, and those due meanwhile would fire late. Give
+        // the actor its turn before each batch (before, not after: nothing is claimed yet, so a
+        // future dropped here schedules nothing).
+        tokio::task::yield_now().await;
         let now = Instant::now();
         // Check every item first, then claim the keys of the good ones in one go.
         let mut results = Vec::new();
@@ -315,11 +322,6 @@ impl Scheduler {
             Ok(permit) => permit.send(Command::AddMany(std::mem::take(&mut unsent.adds))),
             Err(_) => results.iter_mut().filter(|r| r.is_ok()).for_each(|r| *r = Err(Error::Stopped)),
         }
-        // A batch costs the caller one unit of Tokio's cooperative budget however large it is, so
-        // a task sending batch after batch could queue millions of timers before the actor (on
-        // a current-thread runtime) gets to run, and those due meanwhile would fire late. Give
-        // the actor its turn after each batch.
-        tokio::task::yield_now().await;
         results
     }
 
@@ -391,9 +393,11 @@ impl Scheduler {
         Ok(Add { timer: Timer { key, job, repeat }, id, deadline })
     }
 
-    /// Cancels the pending timer with this key. Returns `true` if one was pending; its job will
-    /// not run (a run of a repeating timer already started goes on) and its [`Scheduled`]
-    /// resolves `Err(Error::Cancelled)`. Returns `false` if no timer had the key.
+    /// Cancels the pending timer with this key. Returns `true` if one was pending: its job will
+    /// not run and its [`Scheduled`] resolves `Err(Error::Cancelled)`. For a repeating timer,
+    /// runs already started go on, and a run the service was firing at the very moment of the
+    /// cancel may still start its job just after `cancel` returns; no later run does. Returns
+    /// `false` if no timer had the key.
     ///
     /// # Cancel safety
     /// The cancel takes effect before the first `.await`; if the future is dropped after that,

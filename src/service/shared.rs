@@ -181,6 +181,10 @@ impl Shared {
         if self.keys.remove_if(key.as_bytes(), |_, slot| slot.id() == id).is_some() {
             self.pending.fetch_sub(1, Relaxed);
             self.scheduled.fetch_sub(1, Relaxed);
+        } else {
+            // A cancel ended it meanwhile and left its outcome for a `Scheduled` that will now
+            // never exist.
+            self.watchers.lock().expect("watchers lock poisoned").remove(&id);
         }
         self.ids.give_back(id);
     }
