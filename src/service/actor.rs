@@ -191,7 +191,6 @@ impl<W: ExternalIds<Timer>> Actor<W> {
     }
 
     fn fire(&mut self, Expired { id, value: mut timer, .. }: Expired<Timer>) {
-        let key = timer.key.as_str().to_owned();
         let next = timer.repeat.as_mut().filter(|r| r.runs_left != Some(1)).and_then(|repeat| {
             // Fixed rate: the next run is due a period after this one was due, not after now.
             repeat.due = repeat.due.checked_add(repeat.period)?;
@@ -201,10 +200,10 @@ impl<W: ExternalIds<Timer>> Actor<W> {
         match next {
             // More runs to come, and still wanted: the key stays claimed and the timer goes back
             // in the wheel under the same id. A cancel from here on stops the runs after this one.
-            Some(deadline) if self.shared.id_of(&key) == Some(id) => {
+            Some(deadline) if self.shared.id_of(timer.key.as_str()) == Some(id) => {
                 self.shared.fired.fetch_add(1, Relaxed);
                 if let Some(job) = &timer.job {
-                    job.start(key);
+                    job.start(timer.key.as_str().to_owned());
                 }
                 self.wheel.insert_at(id, deadline, timer);
             }
@@ -214,9 +213,9 @@ impl<W: ExternalIds<Timer>> Actor<W> {
                 self.dead.push(id);
                 // The last run: whoever releases the key ends the timer, and a cancel may have
                 // got there first.
-                if self.shared.end(&key, |slot| slot.id() == id, Ok(())).is_some() {
+                if self.shared.end(timer.key.as_str(), |slot| slot.id() == id, Ok(())).is_some() {
                     if let Some(job) = &timer.job {
-                        job.start(key);
+                        job.start(timer.key.as_str().to_owned());
                     }
                 }
             }

@@ -158,7 +158,7 @@ impl<T> HierarchicalWheel<T> {
 impl<T> Wheel<T> for HierarchicalWheel<T> {
     fn insert(&mut self, deadline: u64, value: T) -> EntryId {
         let id = self.slab.insert(deadline, value);
-        self.place(self.slab.index_of(id).expect("just inserted"));
+        self.place(id.index());
         id
     }
 

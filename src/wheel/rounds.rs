@@ -112,7 +112,7 @@ impl<T> RoundsWheel<T> {
 impl<T> Wheel<T> for RoundsWheel<T> {
     fn insert(&mut self, deadline: u64, value: T) -> EntryId {
         let id = self.slab.insert(deadline, value);
-        self.place(self.slab.index_of(id).expect("just inserted"), self.now);
+        self.place(id.index(), self.now);
         id
     }
 
