@@ -360,6 +360,43 @@ async fn a_panicking_job_does_not_stop_the_wheel() {
     assert_eq!(timer.stats().fired, 3);
 }
 
+/// Jobs due together are started together: one that finishes in its first poll, one that has to
+/// wait (and goes on as a task of its own), one that panics. None holds up the others or the
+/// wheel. Each records its key from inside its future, so this tests the futures being run.
+#[tokio::test(start_paused = true)]
+async fn jobs_due_together_all_run_whether_they_finish_wait_or_panic() {
+    let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let record = |ran: &Arc<Mutex<Vec<String>>>| {
+        let ran = ran.clone();
+        move |key: String| {
+            let ran = ran.clone();
+            async move { ran.lock().unwrap().push(key) }
+        }
+    };
+    let waits = {
+        let ran = ran.clone();
+        move |key: String| {
+            let (mut gate, ran) = (gate.clone(), ran.clone());
+            async move {
+                gate.wait_for(|open| *open).await.expect("the gate stays");
+                ran.lock().unwrap().push(key);
+            }
+        }
+    };
+    timer.schedule("waits", Duration::from_millis(3), waits).await.unwrap();
+    timer.schedule("panics", Duration::from_millis(3), |_key| async { panic!("boom") }).await.unwrap();
+    timer.schedule("quick", Duration::from_millis(3), record(&ran)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(*ran.lock().unwrap(), ["quick"], "the quick job ran; the waiting one is still waiting");
+    open.send(true).unwrap();
+    timer.schedule("later", Duration::from_millis(5), record(&ran)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(*ran.lock().unwrap(), ["quick", "waits", "later"]);
+    assert_eq!(timer.stats().fired, 4);
+}
+
 /// Every accepted timer ends exactly once, whatever mix of operations it met.
 #[tokio::test(start_paused = true)]
 async fn every_accepted_timer_ends_exactly_once() {

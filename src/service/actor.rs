@@ -16,6 +16,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::builder::Advance;
 use super::clock::Clock;
 use super::command::{Add, Command, Timer};
+use super::job::Starts;
 use super::key::Key;
 use super::shared::Shared;
 use crate::wheel::{EntryId, Expired, ExternalIds};
@@ -41,6 +42,8 @@ struct Actor<W> {
     /// Reschedules that overtook their timer's `Add` (sent from another handle while the `Add`
     /// was still on its way), by id: the key, the new due instant and deadline tick.
     early: HashMap<EntryId, (Key, Instant, u64)>,
+    /// The jobs due in the current advance, started together once it is done.
+    starts: Starts,
 }
 
 pub(crate) async fn run<W: ExternalIds<Timer>>(
@@ -49,8 +52,15 @@ pub(crate) async fn run<W: ExternalIds<Timer>>(
     shared: Arc<Shared>,
     config: Config,
 ) {
-    let mut actor =
-        Actor { wheel, shared, clock: config.clock, due: Vec::new(), dead: Vec::new(), early: HashMap::new() };
+    let mut actor = Actor {
+        wheel,
+        shared,
+        clock: config.clock,
+        due: Vec::new(),
+        dead: Vec::new(),
+        early: HashMap::new(),
+        starts: Starts::default(),
+    };
     let mut batch = Vec::with_capacity(BATCH);
     let mut ticker = (config.advance == Advance::Interval).then(|| {
         let mut ticker = tokio::time::interval_at(Instant::now() + config.tick, config.tick);
@@ -188,6 +198,7 @@ impl<W: ExternalIds<Timer>> Actor<W> {
             self.fire(expired);
         }
         self.due = due;
+        self.starts.spawn();
     }
 
     fn fire(&mut self, Expired { id, value: mut timer, .. }: Expired<Timer>) {
@@ -203,7 +214,7 @@ impl<W: ExternalIds<Timer>> Actor<W> {
             Some(deadline) if self.shared.id_of(timer.key.as_str()) == Some(id) => {
                 self.shared.fired.fetch_add(1, Relaxed);
                 if let Some(job) = &timer.job {
-                    job.start(timer.key.as_str().to_owned());
+                    self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
                 }
                 self.wheel.insert_at(id, deadline, timer);
             }
@@ -215,7 +226,7 @@ impl<W: ExternalIds<Timer>> Actor<W> {
                 // got there first.
                 if self.shared.end(timer.key.as_str(), |slot| slot.id() == id, Ok(())).is_some() {
                     if let Some(job) = &timer.job {
-                        job.start(timer.key.as_str().to_owned());
+                        self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
                     }
                 }
             }

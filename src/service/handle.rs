@@ -102,8 +102,10 @@ impl Scheduler {
 
     /// Runs `job` with the timer's key once `delay` has passed.
     ///
-    /// The job is called on the service's task and the future it returns is spawned as a Tokio
-    /// task of its own, so a slow or panicking job never holds up other timers. It fires no
+    /// The job is called on the service's task, and the future it returns is polled first on a
+    /// task shared with the jobs due at the same tick and, if it has to wait, goes on as a Tokio
+    /// task of its own; so a slow or panicking job never holds up the wheel (see the README's
+    /// "Jobs" for what jobs due together share). It fires no
     /// earlier than `delay` from now and, on an unloaded runtime, within two ticks of it; a zero
     /// delay fires on the next tick.
     ///

@@ -1,14 +1,28 @@
-//! Type erasure for user jobs.
+//! Type erasure for user jobs, and how due jobs are started.
+//!
+//! # One task per tick, not one per job
+//! The actor calls each due job's closure (cheap: it only builds a future) and collects the
+//! futures of one advance in a [`Starts`]. It then spawns one task that polls each future
+//! once: most timer jobs (log, bump a counter, send on a channel, close a connection) finish
+//! in that first poll and cost no task at all; a job that has to wait is moved to a Tokio
+//! task of its own there and then. Spawning a task per job measured about three times the CPU
+//! of the whole fire path. The wheel never waits for a job either way; what the jobs of one
+//! tick share is the first step of each, so a job that blocks its thread (it should use
+//! `spawn_blocking`) delays the others due with it.
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A started job: the future its closure returned.
+pub(crate) type JobFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A job the actor can start any number of times (once per firing).
 pub(crate) trait Job: Send + Sync + 'static {
-    /// Calls the user's closure with the key and spawns the future it returns as a Tokio task.
-    /// A closure that panics before returning its future is reported and does not unwind into
-    /// the actor; a panic inside the future stays in its own task.
-    fn start(&self, key: String);
+    /// Calls the user's closure with the key. A closure that panics before returning its
+    /// future is reported and does not unwind into the actor.
+    fn call(&self, key: String) -> Option<JobFuture>;
 }
 
 impl<F, Fut> Job for F
@@ -16,10 +30,52 @@ where
     F: Fn(String) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    fn start(&self, key: String) {
+    fn call(&self, key: String) -> Option<JobFuture> {
         match catch_unwind(AssertUnwindSafe(|| self(key))) {
-            Ok(future) => drop(tokio::spawn(future)),
-            Err(_) => tracing::error!("a timer job panicked before returning its future"),
+            Ok(future) => Some(Box::pin(future)),
+            Err(_) => {
+                tracing::error!("a timer job panicked before returning its future");
+                None
+            }
         }
+    }
+}
+
+/// The jobs due in one advance, to be started together.
+#[derive(Default)]
+pub(crate) struct Starts {
+    futures: Vec<JobFuture>,
+}
+
+impl Starts {
+    pub fn push(&mut self, job: &dyn Job, key: String) {
+        self.futures.extend(job.call(key));
+    }
+
+    /// Spawns one task that starts every collected job.
+    pub fn spawn(&mut self) {
+        if !self.futures.is_empty() {
+            drop(tokio::spawn(StartAll(std::mem::take(&mut self.futures))));
+        }
+    }
+}
+
+/// Polls each job once; those still pending go on as tasks of their own.
+struct StartAll(Vec<JobFuture>);
+
+impl Future for StartAll {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        for mut future in self.0.drain(..) {
+            // The waker a pending job registers here is this task's, which is finished by the
+            // time it fires; the job's own task polls it again first and registers its own.
+            match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+                Ok(Poll::Ready(())) => {}
+                Ok(Poll::Pending) => drop(tokio::spawn(future)),
+                Err(_) => tracing::error!("a timer job panicked"),
+            }
+        }
+        Poll::Ready(())
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! [`Scheduler::builder`] configures and spawns the actor. Handles send it requests over a
 //! bounded channel; the key map is shared, so duplicate checks, `contains`, `len` and cancels
-//! answer without waiting for the actor. Due jobs run as Tokio tasks of their own.
+//! answer without waiting for the actor. Due jobs start on a Tokio task apart from the wheel's.
 //!
 //! All time comes from `tokio::time`, so `tokio::time::pause()` and `advance()` drive the
 //! service deterministically in tests.
