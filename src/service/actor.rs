@@ -194,14 +194,31 @@ impl<W: ExternalIds<Timer>> Actor<W> {
         let due = &mut self.due;
         self.wheel.advance(now, |expired| due.push(expired));
         let mut due = std::mem::take(&mut self.due);
+        // Repeating timers with runs to come go back in the wheel at once; the rest end here,
+        // all in one pass over the key map.
+        let mut last = Vec::new();
         for expired in due.drain(..) {
-            self.fire(expired);
+            if let Some(expired) = self.repeat(expired) {
+                last.push(expired);
+            }
+        }
+        let timers: Vec<(&[u8], EntryId)> = last.iter().map(|e| (e.value.key.as_bytes(), e.id)).collect();
+        // Whoever releases a key ends its timer, and a cancel may have got there first.
+        let ended = self.shared.fire_many(&timers);
+        drop(timers);
+        for (Expired { id, value: timer, .. }, ended) in last.into_iter().zip(ended) {
+            self.dead.push(id);
+            if let (true, Some(job)) = (ended, &timer.job) {
+                self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
+            }
         }
         self.due = due;
         self.starts.spawn();
     }
 
-    fn fire(&mut self, Expired { id, value: mut timer, .. }: Expired<Timer>) {
+    /// Runs a repeating timer that has runs to come and puts it back in the wheel, or drops one
+    /// cancelled meanwhile. Returns the timer if this was its last run.
+    fn repeat(&mut self, Expired { id, value: mut timer, deadline }: Expired<Timer>) -> Option<Expired<Timer>> {
         let next = timer.repeat.as_mut().filter(|r| r.runs_left != Some(1)).and_then(|repeat| {
             // Fixed rate: the next run is due a period after this one was due, not after now.
             repeat.due = repeat.due.checked_add(repeat.period)?;
@@ -211,25 +228,20 @@ impl<W: ExternalIds<Timer>> Actor<W> {
         match next {
             // More runs to come, and still wanted: the key stays claimed and the timer goes back
             // in the wheel under the same id. A cancel from here on stops the runs after this one.
-            Some(deadline) if self.shared.id_of(timer.key.as_str()) == Some(id) => {
+            Some(next) if self.shared.id_of(timer.key.as_str()) == Some(id) => {
                 self.shared.fired.fetch_add(1, Relaxed);
                 if let Some(job) = &timer.job {
                     self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
                 }
-                self.wheel.insert_at(id, deadline, timer);
+                self.wheel.insert_at(id, next, timer);
+                None
             }
             // Cancelled a moment ago (its Remove is still on its way, or was never sent).
-            Some(_) => self.dead.push(id),
-            None => {
+            Some(_) => {
                 self.dead.push(id);
-                // The last run: whoever releases the key ends the timer, and a cancel may have
-                // got there first.
-                if self.shared.end(timer.key.as_str(), |slot| slot.id() == id, Ok(())).is_some() {
-                    if let Some(job) = &timer.job {
-                        self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
-                    }
-                }
+                None
             }
+            None => Some(Expired { id, value: timer, deadline }),
         }
     }
 

@@ -175,6 +175,34 @@ impl Shared {
         ended
     }
 
+    /// Ends as fired the timers of `timers` (key, id) whose key still holds that id, one lock
+    /// per shard (see [`claim_many`](Self::claim_many)): the fire path's batch form of
+    /// [`end`](Self::end). Returns, per timer, whether this call ended it.
+    pub fn fire_many(&self, timers: &[(&[u8], EntryId)]) -> Vec<bool> {
+        let mut ended = vec![false; timers.len()];
+        let mut wake = Vec::new();
+        let mut count = 0;
+        for (shard, batch) in self.by_shard(timers.iter().map(|(key, _)| *key)) {
+            let mut table = self.keys.shards()[shard].write();
+            for (i, hash) in batch {
+                let (key, id) = timers[i];
+                let owned = |(k, slot): &(Key, SharedValue<Slot>)| k.as_bytes() == key && slot.get().id() == id;
+                let Some((_, slot)) = table.remove_entry(hash, owned) else {
+                    continue;
+                };
+                if slot.get().armed() {
+                    wake.extend(self.record(id, Ok(())));
+                }
+                ended[i] = true;
+                count += 1;
+            }
+        }
+        self.pending.fetch_sub(count, Relaxed);
+        self.fired.fetch_add(count as u64, Relaxed);
+        wake.into_iter().for_each(Waker::wake);
+        ended
+    }
+
     /// Takes back a claim whose timer never reached the actor, as if it had never been made, and
     /// returns its id to the pool (a cancel may have seen it, so it comes back a generation on).
     pub fn unclaim(&self, key: &str, id: EntryId) {
