@@ -397,6 +397,23 @@ async fn jobs_due_together_all_run_whether_they_finish_wait_or_panic() {
     assert_eq!(timer.stats().fired, 4);
 }
 
+/// A late wake-up fires everything due in one advance, and starts it in deadline order, one-shot
+/// and repeating timers alike.
+#[tokio::test(start_paused = true)]
+async fn one_late_advance_starts_jobs_in_deadline_order() {
+    let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
+    let log = Log::default();
+    timer.schedule("a", Duration::from_millis(5), log.job()).await.unwrap();
+    timer.schedule_repeating("r", Duration::from_millis(10), Repeat::Times(2), log.job()).await.unwrap();
+    let b = timer.schedule("b", Duration::from_millis(15), log.job()).await.unwrap();
+    timer.flush().await;
+    // One jump past "a" and the first "r": the service wakes once for both.
+    tokio::time::advance(Duration::from_millis(12)).await;
+    assert_eq!(b.await, Ok(()));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(log.keys(), ["a", "r", "b", "r"]);
+}
+
 /// Every accepted timer ends exactly once, whatever mix of operations it met.
 #[tokio::test(start_paused = true)]
 async fn every_accepted_timer_ends_exactly_once() {

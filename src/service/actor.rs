@@ -188,61 +188,54 @@ impl<W: ExternalIds<Timer>> Actor<W> {
         Ok(())
     }
 
-    /// Advances the wheel to the clock's tick and starts every due job.
+    /// Advances the wheel to the clock's tick and starts every due job, in deadline order.
     fn fire_due(&mut self) {
         let now = self.clock.now();
         let due = &mut self.due;
         self.wheel.advance(now, |expired| due.push(expired));
         let mut due = std::mem::take(&mut self.due);
-        // Repeating timers with runs to come go back in the wheel at once; the rest end here,
-        // all in one pass over the key map.
-        let mut last = Vec::new();
-        for expired in due.drain(..) {
-            if let Some(expired) = self.repeat(expired) {
-                last.push(expired);
-            }
-        }
-        let timers: Vec<(&[u8], EntryId)> = last.iter().map(|e| (e.value.key.as_bytes(), e.id)).collect();
-        // Whoever releases a key ends its timer, and a cancel may have got there first.
-        let ended = self.shared.fire_many(&timers);
-        drop(timers);
-        for (Expired { id, value: timer, .. }, ended) in last.into_iter().zip(ended) {
-            self.dead.push(id);
-            if let (true, Some(job)) = (ended, &timer.job) {
-                self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
+        // The timers on their last run end here, all in one pass over the key map. Whoever
+        // releases a key ends its timer, and a cancel may have got there first.
+        let last: Vec<(&[u8], EntryId)> =
+            due.iter().filter(|e| self.next_run(&e.value).is_none()).map(|e| (e.value.key.as_bytes(), e.id)).collect();
+        let mut ended = self.shared.fire_many(&last).into_iter();
+        drop(last);
+        for Expired { id, value: mut timer, .. } in due.drain(..) {
+            match self.next_run(&timer) {
+                None => {
+                    self.dead.push(id);
+                    if let (Some(true), Some(job)) = (ended.next(), &timer.job) {
+                        self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
+                    }
+                }
+                // More runs to come, and still wanted: the key stays claimed and the timer goes
+                // back in the wheel under the same id. A cancel from here on stops the runs after
+                // this one.
+                Some((next_due, next)) if self.shared.id_of(timer.key.as_str()) == Some(id) => {
+                    self.shared.fired.fetch_add(1, Relaxed);
+                    if let Some(job) = &timer.job {
+                        self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
+                    }
+                    if let Some(repeat) = timer.repeat.as_mut() {
+                        repeat.due = next_due;
+                        repeat.runs_left = repeat.runs_left.map(|n| n - 1);
+                    }
+                    self.wheel.insert_at(id, next, timer);
+                }
+                // Cancelled a moment ago (its Remove is still on its way, or was never sent).
+                Some(_) => self.dead.push(id),
             }
         }
         self.due = due;
         self.starts.spawn();
     }
 
-    /// Runs a repeating timer that has runs to come and puts it back in the wheel, or drops one
-    /// cancelled meanwhile. Returns the timer if this was its last run.
-    fn repeat(&mut self, Expired { id, value: mut timer, deadline }: Expired<Timer>) -> Option<Expired<Timer>> {
-        let next = timer.repeat.as_mut().filter(|r| r.runs_left != Some(1)).and_then(|repeat| {
-            // Fixed rate: the next run is due a period after this one was due, not after now.
-            repeat.due = repeat.due.checked_add(repeat.period)?;
-            repeat.runs_left = repeat.runs_left.map(|n| n - 1);
-            self.clock.deadline(repeat.due).ok()
-        });
-        match next {
-            // More runs to come, and still wanted: the key stays claimed and the timer goes back
-            // in the wheel under the same id. A cancel from here on stops the runs after this one.
-            Some(next) if self.shared.id_of(timer.key.as_str()) == Some(id) => {
-                self.shared.fired.fetch_add(1, Relaxed);
-                if let Some(job) = &timer.job {
-                    self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
-                }
-                self.wheel.insert_at(id, next, timer);
-                None
-            }
-            // Cancelled a moment ago (its Remove is still on its way, or was never sent).
-            Some(_) => {
-                self.dead.push(id);
-                None
-            }
-            None => Some(Expired { id, value: timer, deadline }),
-        }
+    /// When a repeating timer's next run is due (instant and tick), or `None` if this run is
+    /// its last. Fixed rate: a period after this run was due, not after now.
+    fn next_run(&self, timer: &Timer) -> Option<(Instant, u64)> {
+        let repeat = timer.repeat.as_ref().filter(|r| r.runs_left != Some(1))?;
+        let due = repeat.due.checked_add(repeat.period)?;
+        Some((due, self.clock.deadline(due).ok()?))
     }
 
     /// Ends every pending timer as stopped and returns how many there were. Requests already
