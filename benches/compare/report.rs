@@ -248,31 +248,24 @@ fn verdicts(config: &Config, m: &Medians) -> Vec<Verdict> {
     let (t2_small, t2_large) = (t2_sizes[0], *t2_sizes.last().expect("sizes"));
     let w3 = |imp, field| m.get(imp, "W3", config.w3_n, field);
     let w4 = |imp, workload| m.get(imp, workload, config.w4_n, "cpu_ms");
+    // W1 insert time, W2 cancel time and W1 bytes of `ours` against `rival`, each under its limit.
+    let w12_checks = |ours, rival, [insert, cancel, bytes]: [f64; 3]| {
+        let checks = [
+            ("W1 ns/insert", "W1", "ns_per_insert", insert),
+            ("W2 ns/cancel", "W2", "ns_per_cancel", cancel),
+            ("bytes/timer", "W1", "rss_bytes_per_timer", bytes),
+        ];
+        let check = |(what, workload, field, limit)| {
+            ratio_check(what, w12(ours, workload, field), w12(rival, workload, field), limit)
+        };
+        checks.into_iter().map(check).collect::<Vec<_>>()
+    };
     let interval = w4(ServiceInterval, "W4").map_or("-".into(), num);
     vec![
         Verdict {
             id: "T1",
             what: format!("pure hierarchical vs DelayQueue at N={at}"),
-            checks: vec![
-                ratio_check(
-                    "W1 ns/insert",
-                    w12(Hierarchical, "W1", "ns_per_insert"),
-                    w12(DelayQueue, "W1", "ns_per_insert"),
-                    0.5,
-                ),
-                ratio_check(
-                    "W2 ns/cancel",
-                    w12(Hierarchical, "W2", "ns_per_cancel"),
-                    w12(DelayQueue, "W2", "ns_per_cancel"),
-                    0.33,
-                ),
-                ratio_check(
-                    "bytes/timer",
-                    w12(Hierarchical, "W1", "rss_bytes_per_timer"),
-                    w12(DelayQueue, "W1", "rss_bytes_per_timer"),
-                    0.75,
-                ),
-            ],
+            checks: w12_checks(Hierarchical, DelayQueue, [0.5, 0.33, 0.75]),
         },
         Verdict {
             id: "T2",
@@ -287,26 +280,7 @@ fn verdicts(config: &Config, m: &Medians) -> Vec<Verdict> {
         Verdict {
             id: "T3",
             what: format!("service (one call per timer) vs tokio-task at N={at}"),
-            checks: vec![
-                ratio_check(
-                    "W1 ns/insert",
-                    w12(Service, "W1", "ns_per_insert"),
-                    w12(TokioTask, "W1", "ns_per_insert"),
-                    0.33,
-                ),
-                ratio_check(
-                    "W2 ns/cancel",
-                    w12(Service, "W2", "ns_per_cancel"),
-                    w12(TokioTask, "W2", "ns_per_cancel"),
-                    0.5,
-                ),
-                ratio_check(
-                    "bytes/timer",
-                    w12(Service, "W1", "rss_bytes_per_timer"),
-                    w12(TokioTask, "W1", "rss_bytes_per_timer"),
-                    0.25,
-                ),
-            ],
+            checks: w12_checks(Service, TokioTask, [0.33, 0.5, 0.25]),
         },
         Verdict {
             id: "T4",

@@ -196,15 +196,19 @@ impl<W: ExternalIds<Timer>> Actor<W> {
         let mut due = std::mem::take(&mut self.due);
         // The timers on their last run end here, all in one pass over the key map. Whoever
         // releases a key ends its timer, and a cancel may have got there first.
-        let last: Vec<(&[u8], EntryId)> =
-            due.iter().filter(|e| self.next_run(&e.value).is_none()).map(|e| (e.value.key.as_bytes(), e.id)).collect();
-        let mut ended = self.shared.fire_many(&last).into_iter();
+        let last: Vec<(&[u8], Option<EntryId>)> = due
+            .iter()
+            .filter(|e| self.next_run(&e.value).is_none())
+            .map(|e| (e.value.key.as_bytes(), Some(e.id)))
+            .collect();
+        let mut ended = self.shared.end_many(&last, Ok(())).into_iter();
         drop(last);
         for Expired { id, value: mut timer, .. } in due.drain(..) {
             match self.next_run(&timer) {
                 None => {
                     self.dead.push(id);
-                    if let (Some(true), Some(job)) = (ended.next(), &timer.job) {
+                    let ended_here = ended.next().flatten().is_some();
+                    if let (true, Some(job)) = (ended_here, &timer.job) {
                         self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
                     }
                 }

@@ -341,8 +341,8 @@ impl Scheduler {
         S: AsRef<str>,
     {
         let keys: Vec<S> = keys.into_iter().collect();
-        let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
-        let ended = self.shared.cancel_many(&keys);
+        let keys: Vec<(&[u8], Option<EntryId>)> = keys.iter().map(|key| (key.as_ref().as_bytes(), None)).collect();
+        let ended = self.shared.end_many(&keys, Err(Error::Cancelled));
         let results = ended.iter().map(Option::is_some).collect();
         let placed: Vec<EntryId> = ended.into_iter().flatten().collect();
         if !placed.is_empty() {

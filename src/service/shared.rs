@@ -149,56 +149,33 @@ impl Shared {
         groups
     }
 
-    /// Ends the timers holding `keys` as cancelled, one lock per shard (see
-    /// [`claim_many`](Self::claim_many)). Returns, per key, the id of the timer it ended.
-    pub fn cancel_many(&self, keys: &[&str]) -> Vec<Option<EntryId>> {
-        let mut ended = vec![None; keys.len()];
+    /// The batch form of [`end`](Self::end), one lock per shard (see
+    /// [`claim_many`](Self::claim_many)): ends the timer holding each key, only if it has the
+    /// given id when one is given, and reports `outcome` to its watcher. Returns, per key, the
+    /// id of the timer this call ended.
+    pub fn end_many(&self, timers: &[(&[u8], Option<EntryId>)], outcome: Outcome) -> Vec<Option<EntryId>> {
+        let mut ended = vec![None; timers.len()];
         let mut wake = Vec::new();
-        let mut count = 0;
-        for (shard, batch) in self.by_shard(keys.iter().map(|k| k.as_bytes())) {
-            let mut table = self.keys.shards()[shard].write();
-            for (i, hash) in batch {
-                let Some((_, slot)) = table.remove_entry(hash, |(k, _)| k.as_bytes() == keys[i].as_bytes()) else {
-                    continue;
-                };
-                let slot = slot.into_inner();
-                if slot.armed() {
-                    wake.extend(self.record(slot.id(), Err(Error::Cancelled)));
-                }
-                ended[i] = Some(slot.id());
-                count += 1;
-            }
-        }
-        self.pending.fetch_sub(count, Relaxed);
-        self.cancelled.fetch_add(count as u64, Relaxed);
-        wake.into_iter().for_each(Waker::wake);
-        ended
-    }
-
-    /// Ends as fired the timers of `timers` (key, id) whose key still holds that id, one lock
-    /// per shard (see [`claim_many`](Self::claim_many)): the fire path's batch form of
-    /// [`end`](Self::end). Returns, per timer, whether this call ended it.
-    pub fn fire_many(&self, timers: &[(&[u8], EntryId)]) -> Vec<bool> {
-        let mut ended = vec![false; timers.len()];
-        let mut wake = Vec::new();
-        let mut count = 0;
         for (shard, batch) in self.by_shard(timers.iter().map(|(key, _)| *key)) {
             let mut table = self.keys.shards()[shard].write();
             for (i, hash) in batch {
                 let (key, id) = timers[i];
-                let owned = |(k, slot): &(Key, SharedValue<Slot>)| k.as_bytes() == key && slot.get().id() == id;
+                let owned = |(k, slot): &(Key, SharedValue<Slot>)| {
+                    k.as_bytes() == key && id.is_none_or(|id| slot.get().id() == id)
+                };
                 let Some((_, slot)) = table.remove_entry(hash, owned) else {
                     continue;
                 };
-                if slot.get().armed() {
-                    wake.extend(self.record(id, Ok(())));
+                let slot = slot.into_inner();
+                if slot.armed() {
+                    wake.extend(self.record(slot.id(), outcome.clone()));
                 }
-                ended[i] = true;
-                count += 1;
+                ended[i] = Some(slot.id());
             }
         }
+        let count = ended.iter().flatten().count();
         self.pending.fetch_sub(count, Relaxed);
-        self.fired.fetch_add(count as u64, Relaxed);
+        self.counter(&outcome).fetch_add(count as u64, Relaxed);
         wake.into_iter().for_each(Waker::wake);
         ended
     }
@@ -221,11 +198,7 @@ impl Shared {
     /// watcher. Returns the timer's id if this call ended it.
     pub fn end(&self, key: &str, owns: impl FnOnce(Slot) -> bool, outcome: Outcome) -> Option<EntryId> {
         let mut wake = None;
-        let counter = match outcome {
-            Ok(()) => &self.fired,
-            Err(Error::Cancelled) => &self.cancelled,
-            Err(_) => &self.stopped,
-        };
+        let counter = self.counter(&outcome);
         let (_, slot) = self.keys.remove_if(key.as_bytes(), |_, &slot| {
             if !owns(slot) {
                 return false;
@@ -243,6 +216,15 @@ impl Shared {
             waker.wake();
         }
         Some(slot.id())
+    }
+
+    /// The `Stats` counter of timers that ended with `outcome`.
+    fn counter(&self, outcome: &Outcome) -> &AtomicU64 {
+        match outcome {
+            Ok(()) => &self.fired,
+            Err(Error::Cancelled) => &self.cancelled,
+            Err(_) => &self.stopped,
+        }
     }
 
     /// The id of the pending timer holding `key`.
