@@ -132,3 +132,31 @@ async fn races_on_one_key_rounds_next_deadline() {
 async fn races_on_one_key_rounds_interval() {
     hammer(WheelKind::Rounds, Advance::Interval).await;
 }
+
+/// The actor sleeps until the earliest deadline it knows, and a request wakes it only when it
+/// cannot wait for that. Timers due far sooner, scheduled from several threads while the actor is
+/// asleep or busy, must each wake it in time: one left in a queue would wait for the hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn timers_due_before_the_actors_wake_up_wake_it_from_any_thread() {
+    let timer = Scheduler::builder().start().unwrap();
+    timer.schedule("an-hour-away", Duration::from_secs(3600), |_| async {}).await.unwrap();
+    timer.flush().await; // the actor now sleeps for the hour
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let timer = timer.clone();
+        tasks.push(tokio::spawn(async move {
+            // One at a time, so that the queues never fill (which would wake the actor too) and
+            // the wheel often holds nothing but the far timer.
+            for i in 0..25u64 {
+                let delay = Duration::from_micros((i * 7919 + task * 104_729) % 3_000);
+                let done = timer.schedule(format!("soon-{task}-{i}"), delay, |_| async {}).await.unwrap();
+                let outcome = tokio::time::timeout(Duration::from_secs(10), done).await;
+                assert_eq!(outcome.expect("a timer due within 3 ms fired within 10 s"), Ok(()));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(timer.len(), 1, "only the far timer is left");
+}

@@ -463,11 +463,11 @@ async fn every_accepted_timer_ends_exactly_once() {
     }
 }
 
-/// A cancel whose `Remove` never reaches the actor (its future was dropped while the channel
-/// was full) must still win: the entry left in the wheel is recognised at its deadline and never
-/// runs, even when the key has been scheduled again meanwhile.
+/// A cancel never waits for the actor, even with the request queues full: it releases the key
+/// and queues the entry's removal under one lock, so it is complete the first time it is polled.
+/// The cancelled timer never runs, and its key can be scheduled again at once.
 #[tokio::test(start_paused = true)]
-async fn a_cancel_that_never_reached_the_actor_still_wins() {
+async fn a_cancel_completes_at_once_even_with_the_queues_full() {
     for repeat in [None, Some(Repeat::Forever)] {
         let timer = Scheduler::builder().channel_capacity(1).start().unwrap();
         let log = Log::default();
@@ -476,22 +476,57 @@ async fn a_cancel_that_never_reached_the_actor_still_wins() {
             Some(r) => timer.schedule_repeating("z", Duration::from_millis(5), r, log.job()).await.unwrap(),
         };
         timer.flush().await; // "z" is in the wheel
-                             // Fill the channel's one place (the actor cannot run until this task yields) ...
-        timer.schedule("filler", Duration::from_secs(60), log.job()).await.unwrap();
-        // ... so the cancel releases the key but cannot send its Remove; then it is dropped.
+                             // Queue requests in (almost surely) every shard; the actor cannot run until this task
+                             // yields, so the queues stay full.
+        let fillers: Vec<String> = (0..64).map(|i| format!("filler-{i}")).collect();
+        let fill = fillers.iter().map(|key| (key.as_str(), Duration::from_secs(60), log.job()));
+        assert!(timer.schedule_many(fill).await.iter().all(Result::is_ok));
         {
             let cancel = std::pin::pin!(timer.cancel("z"));
-            assert!(futures::poll!(cancel).is_pending());
+            assert_eq!(futures::poll!(cancel), std::task::Poll::Ready(true), "the cancel waited ({repeat:?})");
         }
         assert!(!timer.contains("z"));
         assert_eq!(first.await, Err(Error::Cancelled));
-        // The same key again, due after the orphaned entry.
+        // The same key again, due after the cancelled entry would have been.
         let second = timer.schedule("z", Duration::from_millis(50), log.job()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(log.keys().is_empty(), "the cancelled entry ran ({repeat:?})");
         assert_eq!(second.await, Ok(()), "the new timer under the same key is unharmed ({repeat:?})");
         assert_eq!(log.keys(), ["z"]);
     }
+}
+
+/// With the request queues full, a schedule waits for the actor to empty its shard's queue, and
+/// goes in as soon as it has: no time passes waiting for anything else. A schedule dropped while
+/// it waits leaves nothing behind.
+#[tokio::test(start_paused = true)]
+async fn a_schedule_waits_for_room_and_schedules_nothing_if_dropped_while_waiting() {
+    let timer = Scheduler::builder().channel_capacity(1).start().unwrap();
+    let log = Log::default();
+    // 256 keys fill every shard's one place (short of a 1 in 10^11 hash draw); the actor cannot
+    // run until this task yields.
+    let fillers: Vec<String> = (0..256).map(|i| format!("filler-{i}")).collect();
+    let fill = fillers.iter().map(|key| (key.as_str(), Duration::from_secs(60), log.job()));
+    assert!(timer.schedule_many(fill).await.iter().all(Result::is_ok));
+    {
+        let waiting = std::pin::pin!(timer.schedule("dropped", Duration::from_secs(1), log.job()));
+        assert!(futures::poll!(waiting).is_pending(), "the schedule waits for room");
+    }
+    timer.flush().await;
+    assert!(!timer.contains("dropped"));
+    assert_eq!(timer.stats().scheduled, 256, "the dropped schedule was never accepted");
+
+    // Due after the fillers, so not urgent: only their full queues wake the actor.
+    let start = tokio::time::Instant::now();
+    let late = async {
+        for i in 0..64 {
+            timer.schedule(format!("late-{i}"), Duration::from_secs(120), log.job()).await.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(600), late).await.expect("every waiting schedule got room");
+    assert_eq!(start.elapsed(), Duration::ZERO, "room came from the actor, not from a deadline passing");
+    assert_eq!(timer.len(), 256 + 64);
+    assert!(log.keys().is_empty());
 }
 
 /// A Stop taken off the channel in the same batch as requests sent after it must still answer

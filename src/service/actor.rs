@@ -5,8 +5,6 @@
 //! deadline. The tick is always read from the clock, so a late wake-up catches up in one
 //! advance and the wheel never drifts from real time.
 
-use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,15 +13,14 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::builder::Advance;
 use super::clock::Clock;
-use super::command::{Add, Command, Timer};
+use super::command::{Add, Command, Op, Timer};
 use super::job::Starts;
-use super::key::Key;
-use super::shared::Shared;
+use super::shared::{By, Shared};
 use crate::wheel::{EntryId, Expired, ExternalIds};
 use crate::Error;
 
-/// Requests taken off the channel per wake-up.
-const BATCH: usize = 256;
+/// Commands taken off the channel per wake-up.
+const BATCH: usize = 64;
 
 pub(crate) struct Config {
     pub clock: Clock,
@@ -37,11 +34,11 @@ struct Actor<W> {
     clock: Clock,
     /// Reused buffer of entries due in one advance.
     due: Vec<Expired<Timer>>,
-    /// Ids of entries that left the wheel, given back to the pool once per loop iteration.
-    dead: Vec<EntryId>,
-    /// Reschedules that overtook their timer's `Add` (sent from another handle while the `Add`
-    /// was still on its way), by id: the key, the new due instant and deadline tick.
-    early: HashMap<EntryId, (Key, Instant, u64)>,
+    /// Ids of entries that left the wheel, by the shard whose pool they came from; given back
+    /// when the actor next takes that shard's requests.
+    dead: Vec<Vec<EntryId>>,
+    /// Reused buffer that a shard's inbox is swapped into.
+    ops: Vec<Op>,
     /// The jobs due in the current advance, started together once it is done.
     starts: Starts,
 }
@@ -54,11 +51,11 @@ pub(crate) async fn run<W: ExternalIds<Timer>>(
 ) {
     let mut actor = Actor {
         wheel,
-        shared,
+        dead: vec![Vec::new(); shared.shard_count()],
+        shared: shared.clone(),
         clock: config.clock,
         due: Vec::new(),
-        dead: Vec::new(),
-        early: HashMap::new(),
+        ops: Vec::new(),
         starts: Starts::default(),
     };
     let mut batch = Vec::with_capacity(BATCH);
@@ -73,21 +70,31 @@ pub(crate) async fn run<W: ExternalIds<Timer>>(
     let mut sleeping_until: Option<Instant> = None;
     let mut advance = true;
     loop {
+        actor.take_requests();
         if advance {
             actor.fire_due();
         }
-        actor.shared.ids.give_back_all(&mut actor.dead);
+        let next_deadline = actor.wheel.next_deadline();
+        // In interval mode the actor takes requests in on every tick, so none is urgent.
+        let wakes_at = if ticker.is_some() { 0 } else { next_deadline.unwrap_or(u64::MAX).max(1) };
+        if actor.shared.will_wake_at(wakes_at) {
+            // Requests came in while the actor was busy: take them before waiting, yielding
+            // now and then so a steady stream of them cannot hold the thread.
+            advance = ticker.is_none();
+            tokio::task::coop::consume_budget().await;
+            continue;
+        }
         let wake_at = match ticker {
             Some(_) => None,
-            None => actor.wheel.next_deadline().map(|t| actor.clock.instant(t).unwrap_or_else(far_future)),
+            None => next_deadline.map(|t| actor.clock.instant(t).unwrap_or_else(far_future)),
         };
         if let Some(at) = wake_at.filter(|&at| sleeping_until != Some(at)) {
             sleep.as_mut().reset(at);
             sleeping_until = Some(at);
         }
         let timed = ticker.is_some() || wake_at.is_some();
-        // Time first: requests can keep the channel busy, but a tick or deadline completes at
-        // most once per tick, so neither side starves the other.
+        // Time first: requests can keep the actor busy, but a tick or deadline completes at most
+        // once per tick, so neither side starves the other.
         tokio::select! {
             biased;
             () = wait(&mut ticker, sleep.as_mut()), if timed => {
@@ -100,20 +107,25 @@ pub(crate) async fn run<W: ExternalIds<Timer>>(
                     actor.shut_down(&mut rx, Vec::new()).await;
                     return;
                 }
+                // The requests queued before these commands were sent come first.
+                actor.take_requests();
                 let mut commands = batch.drain(..);
                 while let Some(command) = commands.next() {
-                    if let Command::Stop(reply) = command {
-                        // Whatever came in after the Stop is refused like the rest of the queue.
-                        let after = commands.collect();
-                        let dropped = actor.shut_down(&mut rx, after).await;
-                        let _ = reply.send(dropped);
-                        return;
+                    match command {
+                        Command::Flush(reply) => drop(reply.send(())),
+                        Command::Stop(reply) => {
+                            // Whatever came in after the Stop is refused like the rest of the queue.
+                            let after = commands.collect();
+                            let dropped = actor.shut_down(&mut rx, after).await;
+                            let _ = reply.send(dropped);
+                            return;
+                        }
                     }
-                    actor.handle(command);
                 }
                 // In interval mode the wheel moves on ticks only, like the classic ticker loop.
                 advance = ticker.is_none();
             }
+            () = shared.ready() => advance = ticker.is_none(),
         }
     }
 }
@@ -131,60 +143,43 @@ fn far_future() -> Instant {
 }
 
 impl<W: ExternalIds<Timer>> Actor<W> {
-    fn handle(&mut self, command: Command) {
-        match command {
-            Command::Add(add) => self.add(add),
-            Command::AddMany(adds) => adds.into_iter().for_each(|add| self.add(add)),
-            Command::Remove { id } => self.remove(id),
-            Command::RemoveMany(ids) => ids.into_iter().for_each(|id| self.remove(id)),
-            Command::Reschedule { key, due, deadline, reply } => {
-                let _ = reply.send(self.reschedule(key.as_str(), due, deadline));
+    /// Takes every shard's queued requests and carries them out, giving back dead ids on the way.
+    fn take_requests(&mut self) {
+        let mut ops = std::mem::take(&mut self.ops);
+        for shard in 0..self.dead.len() {
+            self.shared.take_requests(shard, &mut ops, &mut self.dead[shard]);
+            ops.drain(..).for_each(|op| self.apply(op));
+        }
+        self.ops = ops;
+    }
+
+    fn apply(&mut self, op: Op) {
+        match op {
+            // No look at the key map: if the timer was cancelled meanwhile, its `Remove` follows.
+            Op::Add(Add { timer, id, deadline }) => self.wheel.insert_at(id, deadline, timer),
+            // A stale id (the timer fired meanwhile) finds nothing.
+            Op::Remove(id) => {
+                if self.wheel.remove(id).is_some() {
+                    self.bury(id);
+                }
             }
-            Command::Flush(reply) => drop(reply.send(())),
-            Command::Stop(_) => unreachable!("Stop is handled by the run loop"),
+            Op::Move { id, due, deadline, reply } => drop(reply.send(self.move_timer(id, due, deadline))),
         }
     }
 
-    /// Puts a timer in the wheel under the id its handle chose. No look at the key map: if the
-    /// timer was cancelled on its way, the check before it fires finds that out.
-    fn add(&mut self, Add { mut timer, id, mut deadline }: Add) {
-        if !self.early.is_empty() {
-            if let Some((_, due, tick)) = self.early.remove(&id) {
-                deadline = tick;
-                if let Some(repeat) = timer.repeat.as_mut() {
-                    repeat.due = due;
-                }
-            }
+    /// Takes note that `id`'s entry has left the wheel, so the id can be drawn again.
+    fn bury(&mut self, id: EntryId) {
+        self.dead[self.shared.shard_of_id(id)].push(id);
+    }
+
+    /// Gives a pending timer a new deadline under the same id, so the key map needs no update.
+    /// Its `Add` came before this request, so it is in the wheel unless it has fired.
+    fn move_timer(&mut self, id: EntryId, due: Instant, deadline: u64) -> Result<(), Error> {
+        let mut timer = self.wheel.remove(id).ok_or(Error::NotFound)?;
+        if let Some(repeat) = timer.repeat.as_mut() {
+            repeat.due = due;
         }
         self.wheel.insert_at(id, deadline, timer);
-    }
-
-    fn remove(&mut self, id: EntryId) {
-        // A stale id (the timer fired meanwhile, or its Add is still on its way) finds nothing.
-        if self.wheel.remove(id).is_some() {
-            self.dead.push(id);
-        }
-    }
-
-    fn reschedule(&mut self, key: &str, due: Instant, deadline: u64) -> Result<(), Error> {
-        let id = self.shared.id_of(key).ok_or(Error::NotFound)?;
-        match self.wheel.remove(id) {
-            Some(mut timer) => {
-                if let Some(repeat) = timer.repeat.as_mut() {
-                    repeat.due = due;
-                }
-                // Same id, new deadline: the key map needs no update.
-                self.wheel.insert_at(id, deadline, timer);
-            }
-            // Pending but not in the wheel: its Add is still on its way. Forget earlier ones whose
-            // key has moved on (their Add was abandoned, or the timer cancelled), so the map only
-            // holds what can still arrive.
-            None => {
-                let shared = &self.shared;
-                self.early.retain(|id, (key, ..)| shared.id_of(key.as_str()) == Some(*id));
-                self.early.insert(id, (Key::from(key), due, deadline));
-            }
-        }
         Ok(())
     }
 
@@ -201,12 +196,12 @@ impl<W: ExternalIds<Timer>> Actor<W> {
             .filter(|e| self.next_run(&e.value).is_none())
             .map(|e| (e.value.key.as_bytes(), Some(e.id)))
             .collect();
-        let mut ended = self.shared.end_many(&last, Ok(())).into_iter();
+        let mut ended = self.shared.end_many(&last, Ok(()), By::Actor).into_iter();
         drop(last);
         for Expired { id, value: mut timer, .. } in due.drain(..) {
             match self.next_run(&timer) {
                 None => {
-                    self.dead.push(id);
+                    self.bury(id);
                     let ended_here = ended.next().flatten().is_some();
                     if let (true, Some(job)) = (ended_here, &timer.job) {
                         self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
@@ -215,8 +210,7 @@ impl<W: ExternalIds<Timer>> Actor<W> {
                 // More runs to come, and still wanted: the key stays claimed and the timer goes
                 // back in the wheel under the same id. A cancel from here on stops the runs after
                 // this one.
-                Some((next_due, next)) if self.shared.id_of(timer.key.as_str()) == Some(id) => {
-                    self.shared.fired.fetch_add(1, Relaxed);
+                Some((next_due, next)) if self.shared.ran_again(timer.key.as_bytes(), id) => {
                     if let Some(job) = &timer.job {
                         self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
                     }
@@ -226,8 +220,8 @@ impl<W: ExternalIds<Timer>> Actor<W> {
                     }
                     self.wheel.insert_at(id, next, timer);
                 }
-                // Cancelled a moment ago (its Remove is still on its way, or was never sent).
-                Some(_) => self.dead.push(id),
+                // Cancelled a moment ago (its `Remove` is still queued).
+                Some(_) => self.bury(id),
             }
         }
         self.due = due;
@@ -243,31 +237,41 @@ impl<W: ExternalIds<Timer>> Actor<W> {
     }
 
     /// Ends every pending timer as stopped and returns how many there were. Requests already
-    /// taken off the channel (`taken`) or still queued are answered first, so no accepted timer
-    /// is left behind.
+    /// queued are carried out first and commands answered, so no accepted timer is left behind;
+    /// from here on, every shard refuses new ones.
     async fn shut_down(&mut self, rx: &mut mpsc::Receiver<Command>, taken: Vec<Command>) -> usize {
         rx.close();
-        let mut dropped = 0;
-        let mut stop = |key: &str, id: EntryId| {
-            let ended = self.shared.end(key, |slot| slot.id() == id, Err(Error::Stopped));
-            dropped += usize::from(ended.is_some());
-        };
-        {
-            let mut refuse = |command: Command| match command {
-                Command::Add(Add { timer, id, .. }) => stop(timer.key.as_str(), id),
-                Command::AddMany(adds) => adds.iter().for_each(|add| stop(add.timer.key.as_str(), add.id)),
-                Command::Reschedule { reply, .. } => drop(reply.send(Err(Error::Stopped))),
-                Command::Flush(reply) => drop(reply.send(())),
-                Command::Stop(reply) => drop(reply.send(0)),
-                Command::Remove { .. } | Command::RemoveMany(_) => {}
-            };
-            taken.into_iter().for_each(&mut refuse);
-            while let Some(command) = rx.recv().await {
-                refuse(command);
-            }
+        let mut ops = std::mem::take(&mut self.ops);
+        for shard in 0..self.dead.len() {
+            self.shared.close(shard, &mut ops);
         }
-        self.wheel.advance(u64::MAX, |Expired { id, value, .. }| stop(value.key.as_str(), id));
-        self.early.clear();
+        ops.into_iter().for_each(|op| self.apply(op));
+        let refuse = |command: Command| match command {
+            Command::Flush(reply) => drop(reply.send(())),
+            Command::Stop(reply) => drop(reply.send(0)),
+        };
+        taken.into_iter().for_each(refuse);
+        while let Some(command) = rx.recv().await {
+            refuse(command);
+        }
+        let due = &mut self.due;
+        self.wheel.advance(u64::MAX, |expired| due.push(expired));
+        let timers: Vec<(&[u8], Option<EntryId>)> =
+            self.due.iter().map(|e| (e.value.key.as_bytes(), Some(e.id))).collect();
+        let dropped = self.shared.end_many(&timers, Err(Error::Stopped), By::Actor).iter().flatten().count();
+        drop(timers);
+        self.due.clear();
         dropped
+    }
+}
+
+impl<W> Drop for Actor<W> {
+    /// If the actor's task is dropped without stopping (its runtime shut down), the shards still
+    /// refuse requests from then on, so that none is accepted that nobody would carry out.
+    fn drop(&mut self) {
+        let mut ignored = Vec::new();
+        for shard in 0..self.dead.len() {
+            self.shared.close(shard, &mut ignored);
+        }
     }
 }

@@ -10,7 +10,7 @@ use crate::Error;
 pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
 /// The default number of buckets per wheel level (or in the rounds ring).
 pub const DEFAULT_SLOTS: usize = 64;
-/// The default capacity of the channel from handles to the actor.
+/// The default number of requests that may queue for the actor before senders wait.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 1024;
 
 /// Which timing wheel the service keeps its timers in.
@@ -96,7 +96,9 @@ impl Builder {
     }
 
     /// How many requests may queue for the actor before senders wait (default
-    /// [`DEFAULT_CHANNEL_CAPACITY`]).
+    /// [`DEFAULT_CHANNEL_CAPACITY`]). The room is spread over the key map's shards, so a
+    /// schedule waits when its key's shard has its share queued. A cancel never waits: it only
+    /// releases what a schedule took. A batch waits until no shard is full, then goes in whole.
     pub fn channel_capacity(mut self, capacity: usize) -> Self {
         self.channel_capacity = capacity;
         self

@@ -10,6 +10,14 @@ use tokio::time::Instant;
 
 use crate::Error;
 
+/// When a new timer is due, as an instant and as a deadline tick, and the tick it was set at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Due {
+    pub at: Instant,
+    pub deadline: u64,
+    pub set_at: u64,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Clock {
     origin: Instant,
@@ -31,7 +39,7 @@ impl Clock {
         self.tick_at(Instant::now())
     }
 
-    fn tick_at(&self, at: Instant) -> u64 {
+    pub fn tick_at(&self, at: Instant) -> u64 {
         match self.since_origin(at) {
             Ok(nanos) => nanos / self.tick_nanos,
             Err(nanos) => u64::try_from(nanos / self.tick_nanos as u128).unwrap_or(u64::MAX),
@@ -54,20 +62,23 @@ impl Clock {
         }
     }
 
-    /// The deadline `delay` from now, as an instant and a tick.
-    pub fn after(&self, delay: Duration) -> Result<(Instant, u64), Error> {
+    /// When a timer set now for `delay` is due.
+    pub fn after(&self, delay: Duration) -> Result<Due, Error> {
         self.after_from(Instant::now(), delay)
     }
 
-    /// The deadline `delay` after `now`, as an instant and a tick.
-    pub fn after_from(&self, now: Instant, delay: Duration) -> Result<(Instant, u64), Error> {
+    pub fn after_from(&self, now: Instant, delay: Duration) -> Result<Due, Error> {
         let at = now.checked_add(delay).ok_or_else(|| {
             Error::invalid(format!("a delay of {delay:?} puts the deadline past what Instant can represent"))
         })?;
-        Ok((at, self.deadline(at)?))
+        Ok(Due { at, deadline: self.deadline(at)?, set_at: self.tick_at(now) })
     }
 
-    /// The instant tick `t` begins, or `None` if it is beyond what `Instant` can represent.
+    /// A new timer due at the instant `at`.
+    pub fn at(&self, at: Instant) -> Result<Due, Error> {
+        Ok(Due { at, deadline: self.deadline(at)?, set_at: self.now() })
+    }
+
     pub fn instant(&self, t: u64) -> Option<Instant> {
         let nanos = t.checked_mul(self.tick_nanos)?;
         self.origin.checked_add(Duration::from_nanos(nanos))

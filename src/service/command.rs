@@ -1,4 +1,5 @@
-//! The messages handles send to the actor.
+//! The messages handles send to the actor: `Op`s through the key map's shard inboxes, the rest
+//! as `Command`s over the channel.
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -33,22 +34,25 @@ pub(crate) struct Add {
     pub deadline: u64,
 }
 
-pub(crate) enum Command {
+/// What a handle asks of the wheel when it claims or releases a key. Queued in the key's shard
+/// under the lock that changes the key map, so the actor sees a shard's `Op`s in the order of
+/// the map changes they go with.
+pub(crate) enum Op {
     Add(Add),
-    /// A batch of `Add`s in one message.
-    AddMany(Vec<Add>),
     /// Take a cancelled timer (whose key the handle already released) out of the wheel.
-    Remove {
+    Remove(EntryId),
+    /// Move a pending timer to a new deadline (a reschedule), and say whether it was still there.
+    Move {
         id: EntryId,
-    },
-    /// A batch of `Remove`s in one message.
-    RemoveMany(Vec<EntryId>),
-    Reschedule {
-        key: Key,
         due: Instant,
         deadline: u64,
         reply: oneshot::Sender<Result<(), Error>>,
     },
+}
+
+/// Requests that go over the channel. The actor takes in every queued `Op` before it handles
+/// one, so a `Command` never overtakes an `Op` sent before it.
+pub(crate) enum Command {
     /// Reply once every command sent before this one has been handled.
     Flush(oneshot::Sender<()>),
     Stop(oneshot::Sender<usize>),

@@ -1,7 +1,6 @@
 //! `Scheduler`: the cheap, cloneable handle to the timer service.
 
 use std::future::Future;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,11 +9,11 @@ use tokio::time::Instant;
 
 use super::actor;
 use super::builder::{Builder, WheelKind};
-use super::clock::Clock;
-use super::command::{Add, Command, Repeating, Timer};
+use super::clock::{Clock, Due};
+use super::command::{Command, Op, Repeating, Timer};
 use super::job::Job;
 use super::key::Key;
-use super::shared::Shared;
+use super::shared::{By, Shared};
 use super::Scheduled;
 use crate::wheel::{EntryId, HierarchicalWheel, RoundsWheel};
 use crate::Error;
@@ -83,7 +82,7 @@ impl Scheduler {
 
     pub(crate) fn start(builder: Builder, runtime: &tokio::runtime::Handle) -> Result<Self, Error> {
         let clock = Clock::new(builder.tick)?;
-        let shared = Arc::new(Shared::new(builder.max_pending));
+        let shared = Arc::new(Shared::new(builder.max_pending, builder.channel_capacity));
         let (tx, rx) = mpsc::channel(builder.channel_capacity);
         let config = actor::Config { clock, advance: builder.advance, tick: builder.tick };
         match builder.wheel {
@@ -140,8 +139,8 @@ impl Scheduler {
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let (_, deadline) = self.clock.after(delay)?;
-        self.submit(key.into(), deadline, Some(Box::new(job)), None).await
+        let due = self.clock.after(delay)?;
+        self.submit(key.into(), due, Some(Box::new(job)), None).await
     }
 
     /// Like [`schedule`](Self::schedule), with an absolute deadline. A deadline in the past
@@ -158,8 +157,8 @@ impl Scheduler {
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let deadline = self.clock.deadline(deadline)?;
-        self.submit(key.into(), deadline, Some(Box::new(job)), None).await
+        let due = self.clock.at(deadline)?;
+        self.submit(key.into(), due, Some(Box::new(job)), None).await
     }
 
     /// Runs `job` every `period`, first one period from now, at a fixed rate: run `n` is due at
@@ -209,9 +208,9 @@ impl Scheduler {
             Repeat::Times(n) => Some(n),
             Repeat::Forever => None,
         };
-        let (due, deadline) = self.clock.after(period)?;
-        let repeat = Box::new(Repeating { period, due, runs_left });
-        self.submit(key.into(), deadline, Some(Box::new(job)), Some(repeat)).await
+        let due = self.clock.after(period)?;
+        let repeat = Box::new(Repeating { period, due: due.at, runs_left });
+        self.submit(key.into(), due, Some(Box::new(job)), Some(repeat)).await
     }
 
     /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
@@ -239,8 +238,8 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub async fn sleep_keyed(&self, key: impl Into<String>, delay: Duration) -> Result<(), Error> {
-        let (_, deadline) = self.clock.after(delay)?;
-        let scheduled = self.submit(key.into(), deadline, None, None).await?;
+        let due = self.clock.after(delay)?;
+        let scheduled = self.submit(key.into(), due, None, None).await?;
         let mut guard =
             CancelOnDrop { scheduler: self, key: scheduled.shared_key().clone(), id: scheduled.id(), armed: true };
         let outcome = scheduled.await;
@@ -289,40 +288,20 @@ impl Scheduler {
         // Check every item first, then claim the keys of the good ones in one go.
         let mut results = Vec::new();
         let mut timers = Vec::new();
-        let mut claims = Vec::new();
         for (key, delay, job) in items {
             let key = key.into();
             let checked = self.check_key(&key).and_then(|()| self.clock.after_from(now, delay));
-            results.push(checked.map(|(_, deadline)| {
-                timers.push((deadline, Box::new(job) as Box<dyn Job>));
-                claims.push((Key::new(key), EntryId::from_u64(0)));
+            results.push(checked.map(|due| {
+                let job = Some(Box::new(job) as Box<dyn Job>);
+                timers.push((Timer { key: Key::new(key), job, repeat: None }, due.deadline));
             }));
         }
-        if claims.is_empty() {
+        if timers.is_empty() {
             return results;
         }
-        let Ok(ids) = self.shared.ids.take_many(claims.len()) else {
-            return results.into_iter().map(|r| r.and(Err(Error::Full(self.shared.max_pending)))).collect();
-        };
-        claims.iter_mut().zip(&ids).for_each(|(claim, &id)| claim.1 = id);
-        let claimed = self.shared.claim_many(&claims);
-        let mut unsent = Unsent { shared: &self.shared, adds: Vec::with_capacity(claims.len()) };
-        let mut outcomes = claimed.into_iter();
-        for ((result, (key, id)), (deadline, job)) in results.iter_mut().filter(|r| r.is_ok()).zip(claims).zip(timers) {
-            match outcomes.next().expect("one outcome per claim") {
-                Ok(()) => unsent.adds.push(Add { timer: Timer { key, job: Some(job), repeat: None }, id, deadline }),
-                Err(e) => {
-                    self.shared.ids.give_back(id);
-                    *result = Err(e);
-                }
-            }
-        }
-        if unsent.adds.is_empty() {
-            return results;
-        }
-        match self.tx.reserve().await {
-            Ok(permit) => permit.send(Command::AddMany(std::mem::take(&mut unsent.adds))),
-            Err(_) => results.iter_mut().filter(|r| r.is_ok()).for_each(|r| *r = Err(Error::Stopped)),
+        let mut claimed = self.shared.add_many(timers, self.clock.tick_at(now)).await.into_iter();
+        for result in results.iter_mut().filter(|r| r.is_ok()) {
+            *result = claimed.next().expect("one outcome per claim");
         }
         results
     }
@@ -342,29 +321,24 @@ impl Scheduler {
     {
         let keys: Vec<S> = keys.into_iter().collect();
         let keys: Vec<(&[u8], Option<EntryId>)> = keys.iter().map(|key| (key.as_ref().as_bytes(), None)).collect();
-        let ended = self.shared.end_many(&keys, Err(Error::Cancelled));
-        let results = ended.iter().map(Option::is_some).collect();
-        let placed: Vec<EntryId> = ended.into_iter().flatten().collect();
-        if !placed.is_empty() {
-            let _ = self.tx.send(Command::RemoveMany(placed)).await;
-        }
-        results
+        let ended = self.shared.end_many(&keys, Err(Error::Cancelled), By::Handle);
+        tokio::task::coop::consume_budget().await;
+        ended.iter().map(Option::is_some).collect()
     }
 
     async fn submit(
         &self,
         key: String,
-        deadline: u64,
+        due: Due,
         job: Option<Box<dyn Job>>,
         repeat: Option<Box<Repeating>>,
     ) -> Result<Scheduled, Error> {
-        let id = self.shared.ids.take()?;
-        let add = self.claim(key, id, deadline, job, repeat, true).inspect_err(|_| self.shared.ids.give_back(id))?;
-        let key = add.timer.key.clone();
-        let mut unsent = Unsent { shared: &self.shared, adds: Some(add) };
-        // Reserve first: if this future is dropped while waiting, `unsent` releases the key.
-        let permit = self.tx.reserve().await.map_err(|_| Error::Stopped)?;
-        permit.send(Command::Add(unsent.adds.take().expect("claimed above")));
+        // A schedule waits for nothing while there is room, so without this a task scheduling
+        // in a loop would hold its thread, and on a current-thread runtime the service too.
+        tokio::task::coop::consume_budget().await;
+        self.check_key(&key)?;
+        let key = Key::new(key);
+        let id = self.shared.add(Timer { key: key.clone(), job, repeat }, due, true).await?;
         Ok(Scheduled::new(self.shared.clone(), key, id))
     }
 
@@ -378,23 +352,6 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Checks a new timer's key and claims it in the key map under `id`. On failure the caller
-    /// still owns `id`.
-    fn claim(
-        &self,
-        key: String,
-        id: EntryId,
-        deadline: u64,
-        job: Option<Box<dyn Job>>,
-        repeat: Option<Box<Repeating>>,
-        watched: bool,
-    ) -> Result<Add, Error> {
-        self.check_key(&key)?;
-        let key = Key::new(key);
-        self.shared.claim(key.clone(), id, watched)?;
-        Ok(Add { timer: Timer { key, job, repeat }, id, deadline })
-    }
-
     /// Cancels the pending timer with this key. Returns `true` if one was pending: its job will
     /// not run and its [`Scheduled`] resolves `Err(Error::Cancelled)`. For a repeating timer,
     /// runs already started go on, and a run the service was firing at the very moment of the
@@ -402,21 +359,16 @@ impl Scheduler {
     /// `false` if no timer had the key.
     ///
     /// # Cancel safety
-    /// The cancel takes effect before the first `.await`; if the future is dropped after that,
-    /// the timer stays cancelled and its entry is cleared from the wheel at its deadline instead
-    /// of at once.
+    /// The cancel takes effect the first time the future is polled, entirely; dropping the future
+    /// after that leaves the timer cancelled.
     ///
     /// # Examples
     /// See [`Scheduler`].
     pub async fn cancel(&self, key: &str) -> bool {
-        match self.shared.end(key, |_| true, Err(Error::Cancelled)) {
-            None => false,
-            Some(id) => {
-                // If the service has stopped there is nothing left to release.
-                let _ = self.tx.send(Command::Remove { id }).await;
-                true
-            }
-        }
+        let cancelled = self.shared.end(key.as_bytes(), None, Err(Error::Cancelled), By::Handle).is_some();
+        // As in `submit`: give way now and then to the service and other tasks.
+        tokio::task::coop::consume_budget().await;
+        cancelled
     }
 
     /// Moves the pending timer with this key to `delay` from now; a repeating timer continues
@@ -442,16 +394,12 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub async fn reschedule(&self, key: &str, delay: Duration) -> Result<(), Error> {
-        let (due, deadline) = self.clock.after(delay)?;
+        let Due { at: due, deadline, .. } = self.clock.after(delay)?;
         if self.tx.is_closed() {
             return Err(Error::Stopped);
         }
-        if !self.shared.contains(key) {
-            return Err(Error::NotFound);
-        }
         let (reply, answer) = oneshot::channel();
-        let command = Command::Reschedule { key: Key::from(key), due, deadline, reply };
-        self.tx.send(command).await.map_err(|_| Error::Stopped)?;
+        self.shared.move_timer(key, |id| Op::Move { id, due, deadline, reply }).await?;
         answer.await.unwrap_or(Err(Error::Stopped))
     }
 
@@ -463,7 +411,7 @@ impl Scheduler {
 
     /// The number of pending timers.
     pub fn len(&self) -> usize {
-        self.shared.pending.load(Relaxed)
+        self.shared.stats().pending
     }
 
     /// Whether no timer is pending.
@@ -474,14 +422,7 @@ impl Scheduler {
     /// A snapshot of the counters. Each field is read on its own, so under concurrent use they
     /// may be a moment apart from one another.
     pub fn stats(&self) -> Stats {
-        let s = &self.shared;
-        Stats {
-            pending: s.pending.load(Relaxed),
-            scheduled: s.scheduled.load(Relaxed),
-            fired: s.fired.load(Relaxed),
-            cancelled: s.cancelled.load(Relaxed),
-            stopped: s.stopped.load(Relaxed),
-        }
+        self.shared.stats()
     }
 
     /// Waits until the service has handled every request sent before this call (timers placed
@@ -525,21 +466,6 @@ impl std::fmt::Debug for Scheduler {
     }
 }
 
-/// Timers claimed in the key map but not yet handed to the actor. Dropping it releases their
-/// keys, so a failed or abandoned send leaves nothing behind.
-struct Unsent<'a, T: IntoIterator<Item = Add> + Default> {
-    shared: &'a Shared,
-    adds: T,
-}
-
-impl<T: IntoIterator<Item = Add> + Default> Drop for Unsent<'_, T> {
-    fn drop(&mut self) {
-        for add in std::mem::take(&mut self.adds) {
-            self.shared.unclaim(add.timer.key.as_str(), add.id);
-        }
-    }
-}
-
 /// Cancels a keyed sleep whose future is dropped before it completes.
 struct CancelOnDrop<'a> {
     scheduler: &'a Scheduler,
@@ -553,11 +479,6 @@ impl Drop for CancelOnDrop<'_> {
         if !self.armed {
             return;
         }
-        let shared = &self.scheduler.shared;
-        if shared.end(self.key.as_str(), |slot| slot.id() == self.id, Err(Error::Cancelled)).is_some() {
-            // Best effort from a destructor: if the channel is full the entry is cleared at its
-            // deadline instead, and it never runs either way.
-            let _ = self.scheduler.tx.try_send(Command::Remove { id: self.id });
-        }
+        self.scheduler.shared.end(self.key.as_bytes(), Some(self.id), Err(Error::Cancelled), By::Handle);
     }
 }

@@ -1,8 +1,9 @@
 //! The Tokio timer service: an actor task that owns a wheel, and cloneable handles to it.
 //!
-//! [`Scheduler::builder`] configures and spawns the actor. Handles send it requests over a
-//! bounded channel; the key map is shared, so duplicate checks, `contains`, `len` and cancels
-//! answer without waiting for the actor. Due jobs start on a Tokio task apart from the wheel's.
+//! [`Scheduler::builder`] configures and spawns the actor. The key map is shared and split into
+//! shards; a handle claims or releases a key and queues the matching request for the actor under
+//! the shard's one lock, so duplicate checks, `contains`, `len` and cancels answer without waiting
+//! for the actor. Due jobs start on a Tokio task apart from the wheel's.
 //!
 //! All time comes from `tokio::time`, so `tokio::time::pause()` and `advance()` drive the
 //! service deterministically in tests.

@@ -71,7 +71,7 @@ impl Future for Scheduled {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         assert_ne!(self.state, State::Finished, "Scheduled polled after it completed");
-        match self.shared.poll_outcome(self.id, cx.waker()) {
+        match self.shared.poll_outcome(self.key.as_bytes(), self.id, cx.waker()) {
             Some(outcome) => {
                 self.state = State::Finished;
                 Poll::Ready(outcome)
@@ -87,7 +87,7 @@ impl Future for Scheduled {
 impl Drop for Scheduled {
     fn drop(&mut self) {
         if self.state != State::Finished {
-            self.shared.unwatch(self.key.as_str(), self.id, self.state == State::Polled);
+            self.shared.unwatch(self.key.as_bytes(), self.id, self.state == State::Polled);
         }
     }
 }

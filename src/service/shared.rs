@@ -1,25 +1,45 @@
-//! State shared by the handles and the actor: the key map, the id pool, the watchers of
-//! `Scheduled` futures, and the counters behind [`Stats`](super::Stats).
+//! State shared by the handles and the actor: the key map, split into shards that each hold
+//! their keys, id pool, watchers, counters and the inbox of requests on their way to the actor.
+//!
+//! # One lock per request
+//! A key's shard is chosen by its hash. Scheduling claims the key, draws the timer's id and
+//! queues its `Add` under that shard's lock; cancelling releases the key and queues the
+//! `Remove` under it too. So a request costs one uncontended lock and no channel, there is
+//! never a key claimed whose `Add` has not been sent, and the actor sees the requests for one
+//! key in the order they changed the map. The actor takes each shard's inbox whole when it
+//! wakes.
+//!
+//! # Waking the actor only when it must
+//! The actor publishes the tick it will wake at anyway (`next_wake`). A new timer due before
+//! then wakes it through `ready`; so does a reschedule (its caller awaits the answer) and an
+//! inbox reaching its capacity. Everything else waits for the actor's next wake-up, so a burst
+//! of schedules and cancels costs no task switch per request. The actor looks at the inboxes
+//! once more after publishing, so a request queued while it was busy is never left behind.
 //!
 //! # Who ends a timer
-//! Every accepted timer has one entry in `keys` from `schedule` until it ends. Whoever removes
-//! that entry ends the timer, exactly once: the actor when the timer fires for the last time or
-//! the service stops, a handle when it cancels. The actor re-checks the entry before it runs a
-//! job, so a timer cancelled a moment before its deadline never runs.
+//! Every accepted timer has one entry in the key map from `schedule` until it ends. Whoever
+//! removes that entry ends the timer, exactly once: the actor when the timer fires for the last
+//! time or the service stops, a handle when it cancels. The actor re-checks the entry before it
+//! runs a job, so a timer cancelled a moment before its deadline never runs.
 //!
 //! # Watching a timer without allocating for it
 //! A `Scheduled` future that is never polled costs nothing beyond an `ARMED` bit in the key map
-//! entry. When an armed timer ends, its outcome is left in `watchers` for the future to collect;
-//! a polled future parks its waker there. Dropping the future clears the bit, so outcomes are
-//! only ever recorded for futures that can still read them.
+//! entry. When an armed timer ends, its outcome is left in the shard's `watchers` for the future
+//! to collect; a polled future parks its waker there. Dropping the future clears the bit, so
+//! outcomes are only ever recorded for futures that can still read them.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
 
-use dashmap::{DashMap, SharedValue};
+use hashbrown::HashTable;
+use tokio::sync::Notify;
 
+use super::clock::Due;
+use super::command::{Op, Timer};
+use super::handle::Stats;
 use super::ids::IdPool;
 use super::key::Key;
 use crate::wheel::EntryId;
@@ -45,210 +65,401 @@ impl Slot {
     }
 }
 
-pub(crate) enum Watch {
+enum Watch {
     Waiting(Waker),
     Done(Outcome),
 }
 
+/// Who ends a timer, which says whether its entry is still in the wheel.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum By {
+    /// A handle (a cancel): the entry stays in the wheel until the actor takes the queued
+    /// `Remove`.
+    Handle,
+    /// The actor, which has already taken the entry out of the wheel (or will, on stopping).
+    Actor,
+}
+
+/// One shard, on its own cache lines so that locking one does not slow a neighbour.
+#[repr(align(128))]
+struct Padded(Mutex<Shard>);
+
+struct Shard {
+    keys: HashTable<(Key, Slot)>,
+    hasher: foldhash::fast::RandomState,
+    ids: IdPool,
+    watchers: HashMap<EntryId, Watch>,
+    inbox: Vec<Op>,
+    /// Set once the service has stopped: requests are refused from then on.
+    closed: bool,
+    /// A sender found the inbox full and waits for the actor to empty it.
+    blocked: bool,
+    counts: Stats,
+}
+
 pub(crate) struct Shared {
-    /// Seeded foldhash: a quarter of SipHash's cost on short keys, still keyed per process.
-    pub keys: DashMap<Key, Slot, foldhash::fast::RandomState>,
-    pub ids: IdPool,
-    watchers: Mutex<HashMap<EntryId, Watch>>,
-    /// Timers accepted and not yet ended (the entries of `keys`), kept apart so that `len` and
-    /// the `max_pending` check cost one atomic rather than a walk over the map's shards.
-    pub pending: AtomicUsize,
+    shards: Box<[Padded]>,
+    hasher: foldhash::fast::RandomState,
+    /// `shards.len()` is `1 << shard_bits`.
+    shard_bits: u32,
+    /// Inbox length at which senders wait for the actor.
+    inbox_cap: usize,
     pub max_pending: usize,
-    pub scheduled: AtomicU64,
-    pub fired: AtomicU64,
-    pub cancelled: AtomicU64,
-    pub stopped: AtomicU64,
+    /// Timers pending across all shards, kept only when `max_pending` is set.
+    limited_pending: AtomicUsize,
+    /// The tick the actor wakes at without being told (`u64::MAX`: not at all; 0: on every tick,
+    /// so that no request is urgent).
+    next_wake: AtomicU64,
+    /// Wakes the actor for requests that cannot wait; `signalled` is set while a wake-up is on
+    /// its way.
+    ready: Notify,
+    signalled: AtomicBool,
+    /// Wakes senders that found an inbox full once the actor has emptied it.
+    room: Notify,
 }
 
 impl Shared {
-    pub fn new(max_pending: usize) -> Self {
+    /// A key map of four shards per core (as a power of two), whose inboxes together hold about
+    /// `capacity` requests before senders wait.
+    pub fn new(max_pending: usize, capacity: usize) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let shard_bits = (cores * 4).clamp(4, 64).next_power_of_two().trailing_zeros();
+        let count = 1u32 << shard_bits;
+        let hasher = foldhash::fast::RandomState::default();
+        let shards = (0..count)
+            .map(|s| {
+                Padded(Mutex::new(Shard {
+                    keys: HashTable::new(),
+                    hasher: hasher.clone(),
+                    ids: IdPool::new(s, count),
+                    watchers: HashMap::new(),
+                    inbox: Vec::new(),
+                    closed: false,
+                    blocked: false,
+                    counts: Stats::default(),
+                }))
+            })
+            .collect();
         Shared {
-            keys: DashMap::default(),
-            ids: IdPool::default(),
-            watchers: Mutex::new(HashMap::new()),
-            pending: AtomicUsize::new(0),
+            shards,
+            hasher,
+            shard_bits,
+            inbox_cap: capacity.div_ceil(count as usize),
             max_pending,
-            scheduled: AtomicU64::new(0),
-            fired: AtomicU64::new(0),
-            cancelled: AtomicU64::new(0),
-            stopped: AtomicU64::new(0),
+            limited_pending: AtomicUsize::new(0),
+            next_wake: AtomicU64::new(u64::MAX),
+            ready: Notify::new(),
+            signalled: AtomicBool::new(false),
+            room: Notify::new(),
         }
     }
 
-    /// Claims `key` for a new timer that will live in the wheel under `id`. On failure the
-    /// caller still owns `id` (it was never published).
-    pub fn claim(&self, key: Key, id: EntryId, watched: bool) -> Result<(), Error> {
-        if self.pending.fetch_add(1, Relaxed) >= self.max_pending {
-            self.pending.fetch_sub(1, Relaxed);
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard of a key, and the key's hash. The shard comes from the bits just below the
+    /// top seven, which the table itself uses for neither its bucket index nor its tags.
+    fn locate(&self, key: &[u8]) -> (usize, u64) {
+        let hash = self.hasher.hash_one(key);
+        ((hash << 7 >> (64 - self.shard_bits)) as usize, hash)
+    }
+
+    /// The shard whose pool `id` came from.
+    pub fn shard_of_id(&self, id: EntryId) -> usize {
+        id.index() as usize & (self.shards.len() - 1)
+    }
+
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+        self.shards[shard].0.lock().expect("key map shard lock poisoned")
+    }
+
+    /// Runs `request` on the key's shard once its inbox has room (or the service has stopped,
+    /// which `request` is to check), waking the actor if `request` says it is urgent. Cancel
+    /// safe: nothing happens to the shard until `request`.
+    async fn with_room<R>(&self, shard: usize, mut request: impl FnMut(&mut Shard) -> (R, bool)) -> R {
+        loop {
+            // Taken before the check, so a `notify_waiters` after it is not missed.
+            let room = self.room.notified();
+            {
+                let mut guard = self.lock(shard);
+                if guard.inbox.len() < self.inbox_cap || guard.closed {
+                    let (result, urgent) = request(&mut guard);
+                    self.nudge(&guard, urgent);
+                    return result;
+                }
+                // The request that filled the inbox has woken the actor already (see `nudge`).
+                guard.blocked = true;
+            }
+            room.await;
+        }
+    }
+
+    /// Whether a timer set at tick `set_at` and due at `deadline` cannot wait for the actor's
+    /// next wake-up: it is due before it, or that wake-up is overdue (the runtime has not got
+    /// round to it: the actor is nudged at most about once per tick then).
+    fn urgent(&self, set_at: u64, deadline: u64) -> bool {
+        let wake = self.next_wake.load(Relaxed);
+        wake != 0 && (deadline < wake || set_at >= wake)
+    }
+
+    /// Called under `shard`'s lock after queueing requests: wakes the actor if they are urgent
+    /// or the inbox is full.
+    fn nudge(&self, shard: &Shard, urgent: bool) {
+        if urgent || shard.inbox.len() >= self.inbox_cap {
+            self.wake_actor();
+        }
+    }
+
+    /// Wakes the actor unless a wake-up is already on its way. The caller holds a shard's lock,
+    /// so if the actor has emptied that shard since it last cleared `signalled`, this sees the
+    /// cleared flag.
+    fn wake_actor(&self) {
+        if !self.signalled.load(Relaxed) && !self.signalled.swap(true, Relaxed) {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Resolves when requests may be waiting in the inboxes.
+    pub async fn ready(&self) {
+        self.ready.notified().await
+    }
+
+    /// Claims `timer.key` for a new timer due at `deadline` and queues its `Add`, waiting while
+    /// the shard's inbox is full. Returns the timer's id.
+    pub async fn add(&self, timer: Timer, due: Due, watched: bool) -> Result<EntryId, Error> {
+        let (shard, hash) = self.locate(timer.key.as_bytes());
+        let mut timer = Some(timer);
+        self.with_room(shard, |s| {
+            let timer = timer.take().expect("a request runs once");
+            (self.claim(s, hash, timer, due.deadline, watched), self.urgent(due.set_at, due.deadline))
+        })
+        .await
+    }
+
+    /// Claims many keys (none watched), in order, taking each shard's lock once for all its
+    /// keys: a locked instruction waits for earlier stores to reach the cache, so one lock per
+    /// key would pay each key's cache miss in turn, while under one lock the misses of a shard's
+    /// keys overlap. Waits first until no inbox is full, so the whole batch goes in or, if the
+    /// future is dropped while waiting, none of it.
+    pub async fn add_many(&self, timers: Vec<(Timer, u64)>, set_at: u64) -> Vec<Result<(), Error>> {
+        loop {
+            let room = self.room.notified();
+            let mut full = false;
+            for shard in 0..self.shards.len() {
+                let mut s = self.lock(shard);
+                if s.inbox.len() >= self.inbox_cap && !s.closed {
+                    s.blocked = true;
+                    full = true;
+                }
+            }
+            if !full {
+                break;
+            }
+            room.await;
+        }
+        let mut results = vec![Ok(()); timers.len()];
+        if !self.reserve(timers.len()) {
+            // Too close to `max_pending` to know in advance which items fit: one by one, in order.
+            for (result, (timer, deadline)) in results.iter_mut().zip(timers) {
+                let (shard, hash) = self.locate(timer.key.as_bytes());
+                let mut s = self.lock(shard);
+                *result = self.claim(&mut s, hash, timer, deadline, false).map(drop);
+                self.nudge(&s, self.urgent(set_at, deadline));
+            }
+            return results;
+        }
+        let mut groups = self.by_shard(timers.iter().map(|(timer, _)| timer.key.as_bytes()));
+        let mut timers: Vec<Option<(Timer, u64)>> = timers.into_iter().map(Some).collect();
+        for (shard, batch) in groups.drain(..) {
+            let mut s = self.lock(shard);
+            let mut urgent = false;
+            for (i, hash) in batch {
+                let (timer, deadline) = timers[i].take().expect("each timer is in one group");
+                urgent |= self.urgent(set_at, deadline);
+                // Room in `max_pending` is held already.
+                results[i] = s.claim(hash, timer, deadline, false).map(drop);
+                if results[i].is_err() {
+                    self.release(1);
+                }
+            }
+            self.nudge(&s, urgent);
+        }
+        results
+    }
+
+    /// Claims the key for one timer under its shard's lock, counting it against `max_pending`.
+    fn claim(&self, s: &mut Shard, hash: u64, timer: Timer, deadline: u64, watched: bool) -> Result<EntryId, Error> {
+        if !self.reserve(1) {
             return Err(Error::Full(self.max_pending));
         }
-        match self.keys.entry(key) {
-            dashmap::Entry::Occupied(e) => {
-                self.pending.fetch_sub(1, Relaxed);
-                Err(Error::DuplicateKey(e.key().as_str().to_owned()))
-            }
-            dashmap::Entry::Vacant(e) => {
-                e.insert(Slot(id.to_u64() | if watched { ARMED } else { 0 }));
-                self.scheduled.fetch_add(1, Relaxed);
-                Ok(())
-            }
-        }
-    }
-
-    /// Claims many keys for timers (none watched), taking each shard's lock once for all its
-    /// keys rather than once per key. A locked instruction waits for earlier stores to reach the
-    /// cache, so one lock per key would pay each key's cache miss in turn; under one lock the
-    /// misses of a shard's keys overlap. Results are in the order of `claims`.
-    pub fn claim_many(&self, claims: &[(Key, EntryId)]) -> Vec<Result<(), Error>> {
-        if !self.reserve(claims.len()) {
-            // Too close to `max_pending` to know in advance which items fit: one by one, in order.
-            return claims.iter().map(|(key, id)| self.claim(key.clone(), *id, false)).collect();
-        }
-        let mut results = vec![Ok(()); claims.len()];
-        let mut inserted = 0;
-        for (shard, batch) in self.by_shard(claims.iter().map(|(key, _)| key.as_bytes())) {
-            let mut table = self.keys.shards()[shard].write();
-            for (i, hash) in batch {
-                let (key, id) = &claims[i];
-                if table.find(hash, |(k, _)| k == key).is_some() {
-                    results[i] = Err(Error::DuplicateKey(key.as_str().to_owned()));
-                    continue;
-                }
-                let value = (key.clone(), SharedValue::new(Slot(id.to_u64())));
-                table.insert(hash, value, |(k, _)| self.keys.hash_usize(k) as u64);
-                inserted += 1;
-            }
-        }
-        self.pending.fetch_sub(claims.len() - inserted, Relaxed);
-        self.scheduled.fetch_add(inserted as u64, Relaxed);
-        results
+        s.claim(hash, timer, deadline, watched).inspect_err(|_| self.release(1))
     }
 
     /// Reserves room for `n` more pending timers under `max_pending`, all or none.
     fn reserve(&self, n: usize) -> bool {
-        self.pending
-            .fetch_update(Relaxed, Relaxed, |pending| pending.checked_add(n).filter(|&p| p <= self.max_pending))
-            .is_ok()
+        self.max_pending == usize::MAX
+            || self
+                .limited_pending
+                .fetch_update(Relaxed, Relaxed, |pending| pending.checked_add(n).filter(|&p| p <= self.max_pending))
+                .is_ok()
+    }
+
+    /// Gives back the room of `n` timers that ended or were never accepted.
+    fn release(&self, n: usize) {
+        if self.max_pending != usize::MAX && n > 0 {
+            self.limited_pending.fetch_sub(n, Relaxed);
+        }
     }
 
     /// Groups keys (by position) under the shard that holds them, each with its hash; a
     /// counting sort, since shards are few.
     fn by_shard<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Vec<(usize, Vec<(usize, u64)>)> {
-        let mut groups: Vec<(usize, Vec<(usize, u64)>)> =
-            (0..self.keys.shards().len()).map(|shard| (shard, Vec::new())).collect();
+        let mut groups: Vec<(usize, Vec<(usize, u64)>)> = (0..self.shards.len()).map(|s| (s, Vec::new())).collect();
         for (i, key) in keys.enumerate() {
-            let hash = self.keys.hash_usize(&key);
-            groups[self.keys.determine_shard(hash)].1.push((i, hash as u64));
+            let (shard, hash) = self.locate(key);
+            groups[shard].1.push((i, hash));
         }
         groups.retain(|(_, batch)| !batch.is_empty());
         groups
     }
 
+    /// Moves the timer holding `key` to a new deadline: queues the move behind the shard's
+    /// earlier requests, so it finds the timer in the wheel. `make` builds the request from the
+    /// timer's id.
+    pub async fn move_timer(&self, key: &str, make: impl FnOnce(EntryId) -> Op) -> Result<(), Error> {
+        let (shard, hash) = self.locate(key.as_bytes());
+        let mut make = Some(make);
+        self.with_room(shard, |s| {
+            if s.closed {
+                return (Err(Error::Stopped), false);
+            }
+            let Some(slot) = s.find(hash, key.as_bytes()) else {
+                return (Err(Error::NotFound), false);
+            };
+            s.inbox.push(make.take().expect("a request runs once")(slot.id()));
+            // Its caller awaits the answer.
+            (Ok(()), true)
+        })
+        .await
+    }
+
+    /// Ends the timer holding `key` (only if it has the id `id`, when given) and reports
+    /// `outcome` to its watcher. Returns the timer's id if this call ended it.
+    pub fn end(&self, key: &[u8], id: Option<EntryId>, outcome: Outcome, by: By) -> Option<EntryId> {
+        let (shard, hash) = self.locate(key);
+        let mut wake = None;
+        let ended = {
+            let mut s = self.lock(shard);
+            let ended = s.end(hash, key, id, &outcome, by, |w| wake = Some(w))?;
+            // A cancelled entry can wait in the wheel: it is checked before it fires.
+            self.nudge(&s, false);
+            ended
+        };
+        self.release(1);
+        if let Some(waker) = wake {
+            waker.wake();
+        }
+        Some(ended)
+    }
+
     /// The batch form of [`end`](Self::end), one lock per shard (see
-    /// [`claim_many`](Self::claim_many)): ends the timer holding each key, only if it has the
-    /// given id when one is given, and reports `outcome` to its watcher. Returns, per key, the
-    /// id of the timer this call ended.
-    pub fn end_many(&self, timers: &[(&[u8], Option<EntryId>)], outcome: Outcome) -> Vec<Option<EntryId>> {
+    /// [`add_many`](Self::add_many)). Returns, per key, the id of the timer this call ended.
+    pub fn end_many(&self, timers: &[(&[u8], Option<EntryId>)], outcome: Outcome, by: By) -> Vec<Option<EntryId>> {
         let mut ended = vec![None; timers.len()];
         let mut wake = Vec::new();
         for (shard, batch) in self.by_shard(timers.iter().map(|(key, _)| *key)) {
-            let mut table = self.keys.shards()[shard].write();
+            let mut s = self.lock(shard);
             for (i, hash) in batch {
                 let (key, id) = timers[i];
-                let owned = |(k, slot): &(Key, SharedValue<Slot>)| {
-                    k.as_bytes() == key && id.is_none_or(|id| slot.get().id() == id)
-                };
-                let Some((_, slot)) = table.remove_entry(hash, owned) else {
-                    continue;
-                };
-                let slot = slot.into_inner();
-                if slot.armed() {
-                    wake.extend(self.record(slot.id(), outcome.clone()));
-                }
-                ended[i] = Some(slot.id());
+                ended[i] = s.end(hash, key, id, &outcome, by, |w| wake.push(w));
             }
+            self.nudge(&s, false);
         }
-        let count = ended.iter().flatten().count();
-        self.pending.fetch_sub(count, Relaxed);
-        self.counter(&outcome).fetch_add(count as u64, Relaxed);
+        self.release(ended.iter().flatten().count());
         wake.into_iter().for_each(Waker::wake);
         ended
     }
 
-    /// Takes back a claim whose timer never reached the actor, as if it had never been made, and
-    /// returns its id to the pool (a cancel may have seen it, so it comes back a generation on).
-    pub fn unclaim(&self, key: &str, id: EntryId) {
-        if self.keys.remove_if(key.as_bytes(), |_, slot| slot.id() == id).is_some() {
-            self.pending.fetch_sub(1, Relaxed);
-            self.scheduled.fetch_sub(1, Relaxed);
-        } else {
-            // A cancel ended it meanwhile and left its outcome for a `Scheduled` that will now
-            // never exist.
-            self.watchers.lock().expect("watchers lock poisoned").remove(&id);
-        }
-        self.ids.give_back(id);
-    }
-
-    /// Ends the timer holding `key` if `owns` accepts its slot, and reports `outcome` to its
-    /// watcher. Returns the timer's id if this call ended it.
-    pub fn end(&self, key: &str, owns: impl FnOnce(Slot) -> bool, outcome: Outcome) -> Option<EntryId> {
-        let mut wake = None;
-        let counter = self.counter(&outcome);
-        let (_, slot) = self.keys.remove_if(key.as_bytes(), |_, &slot| {
-            if !owns(slot) {
-                return false;
-            }
-            // Recorded under the map's lock, so a watcher that no longer finds the key is
-            // sure to find the outcome.
-            if slot.armed() {
-                wake = self.record(slot.id(), outcome);
-            }
-            true
-        })?;
-        self.pending.fetch_sub(1, Relaxed);
-        counter.fetch_add(1, Relaxed);
-        if let Some(waker) = wake {
-            waker.wake();
-        }
-        Some(slot.id())
-    }
-
-    /// The `Stats` counter of timers that ended with `outcome`.
-    fn counter(&self, outcome: &Outcome) -> &AtomicU64 {
-        match outcome {
-            Ok(()) => &self.fired,
-            Err(Error::Cancelled) => &self.cancelled,
-            Err(_) => &self.stopped,
-        }
-    }
-
     /// The id of the pending timer holding `key`.
     pub fn id_of(&self, key: &str) -> Option<EntryId> {
-        self.keys.get(key.as_bytes()).map(|slot| slot.id())
+        let (shard, hash) = self.locate(key.as_bytes());
+        self.lock(shard).find(hash, key.as_bytes()).map(Slot::id)
     }
 
     /// Whether a timer with this key is pending.
     pub fn contains(&self, key: &str) -> bool {
-        self.keys.contains_key(key.as_bytes())
+        self.id_of(key).is_some()
     }
 
-    /// Leaves `outcome` for the watcher of `id`; returns its waker if it is already waiting.
-    fn record(&self, id: EntryId, outcome: Outcome) -> Option<Waker> {
-        let mut watchers = self.watchers.lock().expect("watchers lock poisoned");
-        match watchers.insert(id, Watch::Done(outcome)) {
-            Some(Watch::Waiting(waker)) => Some(waker),
-            _ => None,
+    /// For the actor, about a repeating timer that has just run: if `key` still holds timer `id`,
+    /// counts the run and returns `true`; otherwise the timer was cancelled meanwhile.
+    pub fn ran_again(&self, key: &[u8], id: EntryId) -> bool {
+        let (shard, hash) = self.locate(key);
+        let mut s = self.lock(shard);
+        let pending = s.find(hash, key).is_some_and(|slot| slot.id() == id);
+        s.counts.fired += u64::from(pending);
+        pending
+    }
+
+    /// The counters, summed over the shards.
+    pub fn stats(&self) -> Stats {
+        let mut total = Stats::default();
+        for shard in 0..self.shards.len() {
+            let c = self.lock(shard).counts;
+            total.pending += c.pending;
+            total.scheduled += c.scheduled;
+            total.fired += c.fired;
+            total.cancelled += c.cancelled;
+            total.stopped += c.stopped;
+        }
+        total
+    }
+
+    /// For the actor: takes the requests queued in `shard` into `ops` (empty on entry), and gives
+    /// back the `dead` ids that came from it. Clears `signalled` first when `shard` is the first,
+    /// so a request queued after the actor has looked at its shard wakes it again.
+    pub fn take_requests(&self, shard: usize, ops: &mut Vec<Op>, dead: &mut Vec<EntryId>) {
+        if shard == 0 {
+            self.signalled.store(false, Relaxed);
+        }
+        let blocked = {
+            let mut s = self.lock(shard);
+            std::mem::swap(&mut s.inbox, ops);
+            s.ids.give_back_all(dead);
+            std::mem::take(&mut s.blocked)
+        };
+        if blocked {
+            self.room.notify_waiters();
         }
     }
 
-    /// Polls the outcome of timer `id` for its `Scheduled` future.
-    pub fn poll_outcome(&self, id: EntryId, waker: &Waker) -> Option<Outcome> {
-        let mut watchers = self.watchers.lock().expect("watchers lock poisoned");
+    /// For the actor, before it waits: publishes the tick it will wake at without being told
+    /// (0 if it wakes on every tick whatever is due, at least 1 otherwise), then says whether requests arrived
+    /// meanwhile that it must take first.
+    pub fn will_wake_at(&self, tick: u64) -> bool {
+        self.next_wake.store(tick, Relaxed);
+        // A request queued after this look finds `tick` under the shard's lock, and wakes the
+        // actor if it cannot wait for it.
+        (0..self.shards.len()).any(|shard| !self.lock(shard).inbox.is_empty())
+    }
+
+    /// For the actor, once it stops: refuses every request from now on and takes those queued.
+    pub fn close(&self, shard: usize, ops: &mut Vec<Op>) {
+        let mut s = self.lock(shard);
+        s.closed = true;
+        ops.append(&mut s.inbox);
+        let blocked = std::mem::take(&mut s.blocked);
+        drop(s);
+        if blocked {
+            self.room.notify_waiters();
+        }
+    }
+
+    /// Polls the outcome of timer `id` (holding `key`) for its `Scheduled` future.
+    pub fn poll_outcome(&self, key: &[u8], id: EntryId, waker: &Waker) -> Option<Outcome> {
+        let (shard, _) = self.locate(key);
+        let watchers = &mut self.lock(shard).watchers;
         match watchers.remove(&id) {
             Some(Watch::Done(outcome)) => Some(outcome),
             Some(Watch::Waiting(old)) if old.will_wake(waker) => {
@@ -263,9 +474,11 @@ impl Shared {
     }
 
     /// Stops watching timer `id`: clears its `ARMED` bit, or forgets its recorded outcome.
-    pub fn unwatch(&self, key: &str, id: EntryId, polled: bool) {
-        let pending = match self.keys.get_mut(key.as_bytes()) {
-            Some(mut slot) if slot.id() == id => {
+    pub fn unwatch(&self, key: &[u8], id: EntryId, polled: bool) {
+        let (shard, hash) = self.locate(key);
+        let mut s = self.lock(shard);
+        let pending = match s.find_mut(hash, key) {
+            Some(slot) if slot.id() == id => {
                 slot.0 &= !ARMED;
                 true
             }
@@ -273,7 +486,68 @@ impl Shared {
         };
         // An unpolled watcher of a pending timer has nothing in `watchers` to clean up.
         if polled || !pending {
-            self.watchers.lock().expect("watchers lock poisoned").remove(&id);
+            s.watchers.remove(&id);
         }
+    }
+}
+
+impl Shard {
+    fn find(&self, hash: u64, key: &[u8]) -> Option<Slot> {
+        self.keys.find(hash, |(k, _)| k.as_bytes() == key).map(|&(_, slot)| slot)
+    }
+
+    fn find_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut Slot> {
+        self.keys.find_mut(hash, |(k, _)| k.as_bytes() == key).map(|(_, slot)| slot)
+    }
+
+    /// Claims the key for a timer (already counted against `max_pending`), draws its id and
+    /// queues its `Add`.
+    fn claim(&mut self, hash: u64, timer: Timer, deadline: u64, watched: bool) -> Result<EntryId, Error> {
+        if self.closed {
+            return Err(Error::Stopped);
+        }
+        let hasher = &self.hasher;
+        let entry = self.keys.entry(hash, |(k, _)| *k == timer.key, |(k, _)| hasher.hash_one(k.as_bytes()));
+        let hashbrown::hash_table::Entry::Vacant(vacant) = entry else {
+            return Err(Error::DuplicateKey(timer.key.as_str().to_owned()));
+        };
+        let id = self.ids.take()?;
+        vacant.insert((timer.key.clone(), Slot(id.to_u64() | if watched { ARMED } else { 0 })));
+        self.inbox.push(Op::Add(super::command::Add { timer, id, deadline }));
+        self.counts.pending += 1;
+        self.counts.scheduled += 1;
+        Ok(id)
+    }
+
+    /// Ends the timer holding `key` if it has the id `id` (when given): releases the key,
+    /// records `outcome` for its watcher (handing `wake` the waker to call once unlocked),
+    /// counts it, and queues its `Remove` if a handle ended it.
+    fn end(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        id: Option<EntryId>,
+        outcome: &Outcome,
+        by: By,
+        wake: impl FnOnce(Waker),
+    ) -> Option<EntryId> {
+        let owned = |(k, slot): &(Key, Slot)| k.as_bytes() == key && id.is_none_or(|id| slot.id() == id);
+        let (_, slot) = self.keys.find_entry(hash, owned).ok()?.remove().0;
+        let id = slot.id();
+        if slot.armed() {
+            if let Some(Watch::Waiting(waker)) = self.watchers.insert(id, Watch::Done(outcome.clone())) {
+                wake(waker);
+            }
+        }
+        self.counts.pending -= 1;
+        match outcome {
+            Ok(()) => self.counts.fired += 1,
+            Err(Error::Cancelled) => self.counts.cancelled += 1,
+            Err(_) => self.counts.stopped += 1,
+        }
+        if by == By::Handle {
+            self.inbox.push(Op::Remove(id));
+        }
+        Some(id)
     }
 }
