@@ -17,6 +17,8 @@
 
 #[path = "compare/delayqueue.rs"]
 mod delayqueue;
+#[path = "compare/floor.rs"]
+mod floor;
 #[path = "compare/inputs.rs"]
 mod inputs;
 #[path = "compare/measure.rs"]
@@ -50,10 +52,12 @@ pub enum Impl {
     ServiceInterval,
     TokioTask,
     DelayQueue,
+    /// Not a timer: the key-map work alone that a keyed service does per timer (W1/W2 only), for reference.
+    KeyMapFloor,
 }
 
 impl Impl {
-    pub const ALL: [Impl; 7] = [
+    pub const ALL: [Impl; 8] = [
         Impl::Hierarchical,
         Impl::Rounds,
         Impl::Service,
@@ -61,6 +65,7 @@ impl Impl {
         Impl::ServiceInterval,
         Impl::TokioTask,
         Impl::DelayQueue,
+        Impl::KeyMapFloor,
     ];
 
     pub fn name(self) -> &'static str {
@@ -72,6 +77,7 @@ impl Impl {
             Impl::ServiceInterval => "timewheel-service-interval",
             Impl::TokioTask => "tokio-task",
             Impl::DelayQueue => "tokio-delayqueue",
+            Impl::KeyMapFloor => "floor-keymap",
         }
     }
 
@@ -90,12 +96,15 @@ impl Impl {
     /// `--rt=multi` (2 workers, one per core) measures the other kind.
     pub fn default_rt(self) -> Rt {
         match self {
-            Impl::Hierarchical | Impl::Rounds => Rt::None,
+            Impl::Hierarchical | Impl::Rounds | Impl::KeyMapFloor => Rt::None,
             _ => Rt::Current,
         }
     }
 
     pub fn supports(self, workload: Workload) -> bool {
+        if self == Impl::KeyMapFloor {
+            return workload == Workload::W12;
+        }
         match workload {
             Workload::W12 | Workload::W3 => self != Impl::ServiceInterval,
             Workload::W4 => self != Impl::ServiceBatch,
@@ -113,6 +122,7 @@ impl Impl {
             Impl::ServiceInterval => service::run(self.name(), Calls::One, Advance::Interval, rt, workload, n, idle),
             Impl::TokioTask => tokio_task::run(rt, workload, n, idle),
             Impl::DelayQueue => delayqueue::run(rt, workload, n, idle),
+            Impl::KeyMapFloor => floor::w12(self.name(), n),
         }
     }
 }
