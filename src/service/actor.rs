@@ -77,13 +77,9 @@ pub(crate) async fn run<W: ExternalIds<Timer>>(
         let next_deadline = actor.wheel.next_deadline();
         // In interval mode the actor takes requests in on every tick, so none is urgent.
         let wakes_at = if ticker.is_some() { 0 } else { next_deadline.unwrap_or(u64::MAX).max(1) };
-        if actor.shared.will_wake_at(wakes_at) {
-            // Requests came in while the actor was busy: take them before waiting, yielding
-            // now and then so a steady stream of them cannot hold the thread.
-            advance = ticker.is_none();
-            tokio::task::coop::consume_budget().await;
-            continue;
-        }
+        // Requests that came in while the actor was busy are taken at once (after the channel's
+        // commands have had their turn), rather than waited for.
+        let requests_waiting = actor.shared.will_wake_at(wakes_at);
         let wake_at = match ticker {
             Some(_) => None,
             None => next_deadline.map(|t| actor.clock.instant(t).unwrap_or_else(far_future)),
@@ -125,7 +121,10 @@ pub(crate) async fn run<W: ExternalIds<Timer>>(
                 // In interval mode the wheel moves on ticks only, like the classic ticker loop.
                 advance = ticker.is_none();
             }
-            () = shared.ready() => advance = ticker.is_none(),
+            () = shared.ready(), if !requests_waiting => advance = ticker.is_none(),
+            // Ready at once unless the task's budget is spent, so a steady stream of requests
+            // cannot hold the thread.
+            () = tokio::task::coop::consume_budget(), if requests_waiting => advance = ticker.is_none(),
         }
     }
 }
