@@ -90,8 +90,9 @@ impl Impl {
     /// - tokio-task: W1 622 vs 1164 ns/insert, W2 859 vs 866 ns/cancel, W3 CPU 2090 vs 2746 ms (its W3 p99 is
     ///   worse, 491 vs 291 ms, because one thread both spawns and fires);
     /// - DelayQueue lives in one task either way: W1/W2 equal, W3 p99 37 vs 50 ms;
-    /// - the service: W1 791 vs 1066 ns, W2 770 vs 905 ns, W3 CPU 2312 vs 3347 ms: caller and actor hand
-    ///   requests over a channel, and on two threads every hand-over can cost a wakeup.
+    /// - the service (measured when requests still went over a channel): W1 791 vs 1066 ns, W2 770 vs 905 ns,
+    ///   W3 CPU 2312 vs 3347 ms: caller and actor hand requests over, and on two threads a hand-over can cost a
+    ///   wakeup.
     ///
     /// `--rt=multi` (2 workers, one per core) measures the other kind.
     pub fn default_rt(self) -> Rt {

@@ -86,7 +86,6 @@ struct Padded(Mutex<Shard>);
 
 struct Shard {
     keys: HashTable<(Key, Slot)>,
-    hasher: foldhash::fast::RandomState,
     ids: IdPool,
     watchers: HashMap<EntryId, Watch>,
     inbox: Vec<Op>,
@@ -130,7 +129,6 @@ impl Shared {
             .map(|s| {
                 Padded(Mutex::new(Shard {
                     keys: HashTable::new(),
-                    hasher: hasher.clone(),
                     ids: IdPool::new(s, count),
                     watchers: HashMap::new(),
                     inbox: Vec::new(),
@@ -278,7 +276,7 @@ impl Shared {
                 let (timer, deadline) = timers[i].take().expect("each timer is in one group");
                 urgent |= self.urgent(set_at, deadline);
                 // Room in `max_pending` is held already.
-                results[i] = s.claim(hash, timer, deadline, false).map(drop);
+                results[i] = s.claim(&self.hasher, hash, timer, deadline, false).map(drop);
                 if results[i].is_err() {
                     self.release(1);
                 }
@@ -293,7 +291,7 @@ impl Shared {
         if !self.reserve(1) {
             return Err(Error::Full(self.max_pending));
         }
-        s.claim(hash, timer, deadline, watched).inspect_err(|_| self.release(1))
+        s.claim(&self.hasher, hash, timer, deadline, watched).inspect_err(|_| self.release(1))
     }
 
     /// Reserves room for `n` more pending timers under `max_pending`, all or none.
@@ -501,12 +499,18 @@ impl Shard {
     }
 
     /// Claims the key for a timer (already counted against `max_pending`), draws its id and
-    /// queues its `Add`.
-    fn claim(&mut self, hash: u64, timer: Timer, deadline: u64, watched: bool) -> Result<EntryId, Error> {
+    /// queues its `Add`. `hasher` rehashes the keys if the table grows.
+    fn claim(
+        &mut self,
+        hasher: &foldhash::fast::RandomState,
+        hash: u64,
+        timer: Timer,
+        deadline: u64,
+        watched: bool,
+    ) -> Result<EntryId, Error> {
         if self.closed {
             return Err(Error::Stopped);
         }
-        let hasher = &self.hasher;
         let entry = self.keys.entry(hash, |(k, _)| *k == timer.key, |(k, _)| hasher.hash_one(k.as_bytes()));
         let hashbrown::hash_table::Entry::Vacant(vacant) = entry else {
             return Err(Error::DuplicateKey(timer.key.as_str().to_owned()));
