@@ -10,10 +10,9 @@ use tokio::time::Instant;
 
 use crate::Error;
 
-/// When a new timer is due, as an instant and as a deadline tick, and the tick it was set at.
+/// When a new timer is due, as a deadline tick, and the tick it was set at.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Due {
-    pub at: Instant,
     pub deadline: u64,
     pub set_at: u64,
 }
@@ -53,12 +52,17 @@ impl Clock {
         u64::try_from(elapsed.as_nanos()).map_err(|_| elapsed.as_nanos())
     }
 
+    /// The tick of a deadline `nanos` after the origin, rounded up.
+    fn deadline_of(&self, nanos: u128) -> Result<u64, Error> {
+        u64::try_from(nanos.div_ceil(self.tick_nanos as u128))
+            .map_err(|_| Error::invalid("the deadline is too far in the future to be represented in ticks"))
+    }
+
     /// The tick of a deadline, rounded up; instants before the origin map to tick 0.
     pub fn deadline(&self, at: Instant) -> Result<u64, Error> {
         match self.since_origin(at) {
             Ok(nanos) => Ok(nanos.div_ceil(self.tick_nanos)),
-            Err(nanos) => u64::try_from(nanos.div_ceil(self.tick_nanos as u128))
-                .map_err(|_| Error::invalid("the deadline is too far in the future to be represented in ticks")),
+            Err(nanos) => self.deadline_of(nanos),
         }
     }
 
@@ -67,16 +71,32 @@ impl Clock {
         self.after_from(Instant::now(), delay)
     }
 
+    /// When a timer set at `now` for `delay` is due. Reads the time since the origin once and
+    /// stays in integers: this runs once per timer scheduled.
     pub fn after_from(&self, now: Instant, delay: Duration) -> Result<Due, Error> {
-        let at = now.checked_add(delay).ok_or_else(|| {
+        let since = self.since_origin(now);
+        if let (Ok(since), Ok(delay)) = (since, u64::try_from(delay.as_nanos())) {
+            if let Some(due) = since.checked_add(delay) {
+                return Ok(Due { deadline: due.div_ceil(self.tick_nanos), set_at: since / self.tick_nanos });
+            }
+        }
+        // Past 584 years of nanoseconds: the same in 128 bits, and the instant must exist.
+        Self::instant_after(now, delay)?;
+        let since = since.map_or_else(|nanos| nanos, u128::from);
+        Ok(Due { deadline: self.deadline_of(since + delay.as_nanos())?, set_at: self.tick_at(now) })
+    }
+
+    /// The instant `delay` after `now`, which repeating timers and moves keep to stay on their
+    /// period.
+    pub fn instant_after(now: Instant, delay: Duration) -> Result<Instant, Error> {
+        now.checked_add(delay).ok_or_else(|| {
             Error::invalid(format!("a delay of {delay:?} puts the deadline past what Instant can represent"))
-        })?;
-        Ok(Due { at, deadline: self.deadline(at)?, set_at: self.tick_at(now) })
+        })
     }
 
     /// A new timer due at the instant `at`.
     pub fn at(&self, at: Instant) -> Result<Due, Error> {
-        Ok(Due { at, deadline: self.deadline(at)?, set_at: self.now() })
+        Ok(Due { deadline: self.deadline(at)?, set_at: self.now() })
     }
 
     pub fn instant(&self, t: u64) -> Option<Instant> {
@@ -100,6 +120,25 @@ mod tests {
         tokio::time::advance(Duration::from_millis(19)).await;
         assert_eq!(clock.now(), 1);
         assert_eq!(clock.instant(2), Some(origin + Duration::from_millis(20)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_set_now_is_due_where_its_instant_is() {
+        let year = Duration::from_secs(365 * 86_400);
+        for tick in [Duration::from_nanos(1), Duration::from_nanos(7), Duration::from_millis(1), Duration::from_secs(1)] {
+            let clock = Clock::new(tick).unwrap();
+            tokio::time::advance(Duration::from_nanos(123_456_789)).await;
+            let now = Instant::now();
+            // Both sides of 584 years of nanoseconds, where the integer path hands over to u128.
+            for delay in [Duration::ZERO, Duration::from_nanos(1), Duration::from_millis(1500), 500 * year, 700 * year] {
+                let Ok(due) = clock.after_from(now, delay) else {
+                    assert_eq!(tick, Duration::from_nanos(1), "only 1 ns ticks overflow here, not {tick:?} + {delay:?}");
+                    continue;
+                };
+                assert_eq!(due.deadline, clock.deadline(now + delay).unwrap(), "{tick:?} + {delay:?}");
+                assert_eq!(due.set_at, clock.tick_at(now));
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]

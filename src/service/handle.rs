@@ -208,8 +208,9 @@ impl Scheduler {
             Repeat::Times(n) => Some(n),
             Repeat::Forever => None,
         };
-        let due = self.clock.after(period)?;
-        let repeat = Box::new(Repeating { period, due: due.at, runs_left });
+        let now = Instant::now();
+        let due = self.clock.after_from(now, period)?;
+        let repeat = Box::new(Repeating { period, due: Clock::instant_after(now, period)?, runs_left });
         self.submit(key.into(), due, Some(Box::new(job)), Some(repeat)).await
     }
 
@@ -394,7 +395,9 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub async fn reschedule(&self, key: &str, delay: Duration) -> Result<(), Error> {
-        let Due { at: due, deadline, .. } = self.clock.after(delay)?;
+        let now = Instant::now();
+        let Due { deadline, .. } = self.clock.after_from(now, delay)?;
+        let due = Clock::instant_after(now, delay)?;
         if self.tx.is_closed() {
             return Err(Error::Stopped);
         }
