@@ -93,9 +93,15 @@ impl<T> HierarchicalWheel<T> {
     /// levels as needed.
     fn level_for(&mut self, deadline: u64) -> usize {
         debug_assert!(deadline > self.now, "deadline {deadline} is not after the clock {}", self.now);
-        let mut level = 0;
+        // No level below `floor(log_slots(deadline - now))` can hold the deadline: a level's
+        // window starts at or before the clock and spans `slots^(level + 1)` ticks. So start the
+        // search there, which leaves at most two levels to try; each window holds the one below.
+        let mut level = match self.shift {
+            Some(shift) => ((63 - (deadline - self.now).leading_zeros()) / shift) as usize,
+            None => 0,
+        };
         loop {
-            if level == self.levels.len() {
+            while level >= self.levels.len() {
                 self.add_level();
             }
             let Some(span) = self.levels[level].span else {
