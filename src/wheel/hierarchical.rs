@@ -16,7 +16,7 @@
 //! level 0's cursor bucket, which holds only entries already due.
 
 use super::bitmap::Bitmap;
-use super::slab::{EntryId, Slab, NIL};
+use super::slab::{Bucket, EntryId, Slab};
 use super::{check_slots, Expired, ExternalIds, Wheel};
 
 /// A hierarchical timing wheel: O(1) insert and remove, advance by due bucket.
@@ -24,8 +24,8 @@ use super::{check_slots, Expired, ExternalIds, Wheel};
 /// See the [module docs](crate::wheel) for an example.
 pub struct HierarchicalWheel<T> {
     slab: Slab<T>,
-    /// Bucket heads: bucket `slot` of level `l` is `heads[l * slots + slot]`.
-    heads: Vec<u32>,
+    /// The buckets' entries: bucket `slot` of level `l` is `buckets[l * slots + slot]`.
+    buckets: Vec<Bucket>,
     levels: Vec<Level>,
     slots: u64,
     /// `log2(slots)` when `slots` is a power of two, so slot arithmetic is shifts and masks.
@@ -54,7 +54,7 @@ impl<T> HierarchicalWheel<T> {
         check_slots(slots, 2)?;
         Ok(HierarchicalWheel {
             slab: Slab::new(),
-            heads: Vec::new(),
+            buckets: Vec::new(),
             levels: Vec::new(),
             slots: slots as u64,
             shift: slots.is_power_of_two().then(|| slots.trailing_zeros()),
@@ -124,12 +124,12 @@ impl<T> HierarchicalWheel<T> {
             span: tick.checked_mul(self.slots),
             occupied: Bitmap::new(self.slots as usize),
         });
-        self.heads.resize(self.heads.len() + self.slots as usize, NIL);
+        self.buckets.resize_with(self.buckets.len() + self.slots as usize, Bucket::default);
     }
 
     /// Links entry `index` into the bucket its deadline belongs to, as seen from the clock.
     fn place(&mut self, index: u32) {
-        let deadline = self.slab.get(index).deadline;
+        let deadline = self.slab.get(index).deadline();
         let (level, slot) = if deadline <= self.now {
             if self.levels.is_empty() {
                 self.add_level();
@@ -139,7 +139,9 @@ impl<T> HierarchicalWheel<T> {
             let level = self.level_for(deadline);
             (level, self.slot(level, deadline))
         };
-        self.slab.push(&mut self.heads, level * self.slots as usize + slot, index);
+        let bucket = level * self.slots as usize + slot;
+        self.slab.push(&mut self.buckets, bucket, index);
+        self.slab.get_mut(index).aux = bucket as u32;
         self.levels[level].occupied.set(slot);
     }
 
@@ -170,7 +172,8 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
 
     fn remove(&mut self, id: EntryId) -> Option<T> {
         let index = self.slab.index_of(id)?;
-        if let Some(bucket) = self.slab.unlink(&mut self.heads, index) {
+        let bucket = self.slab.get(index).aux as usize;
+        if self.slab.unlink(&mut self.buckets, bucket, index) {
             let slots = self.slots as usize;
             self.levels[bucket / slots].occupied.clear(bucket % slots);
         }
@@ -186,10 +189,11 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
             // Move the clock to the bucket so demoted entries are placed relative to it.
             self.now = self.now.max(start);
             self.levels[level].occupied.clear(slot);
-            let mut index = Slab::<T>::take_bucket(&mut self.heads, level * self.slots as usize + slot);
-            while index != NIL {
-                let entry = self.slab.get(index);
-                let (next, deadline) = (entry.next, entry.deadline);
+            let bucket = level * self.slots as usize + slot;
+            let mut taken = Slab::<T>::take_bucket(&mut self.buckets, bucket);
+            // Each entry lands in a lower level or expires, never back in this bucket.
+            for (_, index) in taken.entries() {
+                let deadline = self.slab.get(index).deadline();
                 if deadline <= target {
                     let id = self.slab.id_of(index);
                     expired(Expired { id, deadline, value: self.slab.free(index) });
@@ -197,8 +201,9 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
                     debug_assert!(level > 0, "level-0 bucket at {start} holds deadline {deadline} > {target}");
                     self.place(index);
                 }
-                index = next;
             }
+            taken.clear();
+            Slab::<T>::restore_bucket(&mut self.buckets, bucket, taken);
         }
         self.now = target;
     }
@@ -216,7 +221,7 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
     }
 
     fn deadline(&self, id: EntryId) -> Option<u64> {
-        self.slab.index_of(id).map(|i| self.slab.get(i).deadline)
+        self.slab.index_of(id).map(|i| self.slab.get(i).deadline())
     }
 }
 

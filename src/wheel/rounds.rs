@@ -12,7 +12,13 @@
 //! any jump costs O(entries), never O(ticks).
 
 use super::bitmap::Bitmap;
-use super::slab::{Entry, EntryId, Slab, NIL};
+use super::slab::{Bucket, EntryId, Slab};
+
+/// An entry's `aux` when it sits in the overdue list; otherwise `aux` is its rounds count.
+const OVERDUE: u32 = 1 << 31;
+
+/// The largest rounds count an entry carries.
+const MAX_ROUNDS: u32 = OVERDUE - 1;
 use super::{check_slots, Expired, ExternalIds, Wheel};
 
 /// A single-level timing wheel with a rounds count per entry.
@@ -34,7 +40,7 @@ use super::{check_slots, Expired, ExternalIds, Wheel};
 pub struct RoundsWheel<T> {
     slab: Slab<T>,
     /// The `slots` ring buckets, then the overdue list at index `slots`.
-    heads: Vec<u32>,
+    buckets: Vec<Bucket>,
     /// Occupancy of the ring buckets (not of the overdue list).
     occupied: Bitmap,
     slots: u64,
@@ -51,7 +57,7 @@ impl<T> RoundsWheel<T> {
         check_slots(slots, 1)?;
         Ok(RoundsWheel {
             slab: Slab::new(),
-            heads: vec![NIL; slots + 1],
+            buckets: vec![Bucket::default(); slots + 1],
             occupied: Bitmap::new(slots),
             slots: slots as u64,
             now: 0,
@@ -67,44 +73,58 @@ impl<T> RoundsWheel<T> {
         self.slots as usize
     }
 
+    /// The bucket entry `index` sits in: its deadline's, unless it was overdue when placed.
+    fn bucket_of(&self, index: u32) -> usize {
+        let entry = self.slab.get(index);
+        if entry.aux == OVERDUE {
+            self.overdue()
+        } else {
+            (entry.deadline() % self.slots) as usize
+        }
+    }
+
     /// Revolutions the cursor makes past `deadline`'s bucket after tick `from` and before
-    /// `deadline`, saturated to `u32` (a saturated count is recomputed when it runs out).
+    /// `deadline`, saturated to [`MAX_ROUNDS`] (a saturated count is recomputed when it runs
+    /// out).
     fn rounds_after(&self, from: u64, deadline: u64) -> u32 {
-        ((deadline - from - 1) / self.slots).min(u32::MAX as u64) as u32
+        ((deadline - from - 1) / self.slots).min(u64::from(MAX_ROUNDS)) as u32
     }
 
     /// Links entry `index` where its deadline belongs, seen from cursor `from`.
     fn place(&mut self, index: u32, from: u64) {
-        let deadline = self.slab.get(index).deadline;
+        let deadline = self.slab.get(index).deadline();
         if deadline <= from {
             let overdue = self.overdue();
-            self.slab.push(&mut self.heads, overdue, index);
+            self.slab.push(&mut self.buckets, overdue, index);
+            self.slab.get_mut(index).aux = OVERDUE;
             return;
         }
         let slot = (deadline % self.slots) as usize;
-        self.slab.get_mut(index).rounds = self.rounds_after(from, deadline);
-        self.slab.push(&mut self.heads, slot, index);
+        self.slab.get_mut(index).aux = self.rounds_after(from, deadline);
+        self.slab.push(&mut self.buckets, slot, index);
         self.occupied.set(slot);
     }
 
-    /// Detaches bucket `bucket` and hands each entry to `visit`, which says whether it expired.
-    /// Survivors are linked back into the bucket.
+    /// Hands each entry of bucket `bucket` to `expire`, which says whether it expired; the
+    /// others stay where they are. `expire` places no entry.
     fn visit_bucket(&mut self, bucket: usize, mut expire: impl FnMut(&mut Self, u32) -> bool) {
-        self.occupied.clear(bucket);
-        let mut index = Slab::<T>::take_bucket(&mut self.heads, bucket);
-        while index != NIL {
-            let next = self.slab.get(index).next;
-            if !expire(self, index) {
-                self.slab.push(&mut self.heads, bucket, index);
-                self.occupied.set(bucket);
+        let mut taken = Slab::<T>::take_bucket(&mut self.buckets, bucket);
+        for position in 0..taken.slots_len() {
+            if let Some(index) = taken.entry_at(position) {
+                if expire(self, index) {
+                    taken.vacate(position);
+                }
             }
-            index = next;
         }
+        if taken.is_empty() {
+            self.occupied.clear(bucket);
+        }
+        Slab::<T>::restore_bucket(&mut self.buckets, bucket, taken);
     }
 
     fn expire_into(&mut self, index: u32, expired: &mut impl FnMut(Expired<T>)) {
         let id = self.slab.id_of(index);
-        let deadline = self.slab.get(index).deadline;
+        let deadline = self.slab.get(index).deadline();
         expired(Expired { id, deadline, value: self.slab.free(index) });
     }
 }
@@ -118,7 +138,8 @@ impl<T> Wheel<T> for RoundsWheel<T> {
 
     fn remove(&mut self, id: EntryId) -> Option<T> {
         let index = self.slab.index_of(id)?;
-        if let Some(bucket) = self.slab.unlink(&mut self.heads, index) {
+        let bucket = self.bucket_of(index);
+        if self.slab.unlink(&mut self.buckets, bucket, index) {
             if bucket != self.overdue() {
                 self.occupied.clear(bucket);
             }
@@ -128,12 +149,12 @@ impl<T> Wheel<T> for RoundsWheel<T> {
 
     fn advance(&mut self, now: u64, mut expired: impl FnMut(Expired<T>)) {
         let overdue = self.overdue();
-        let mut index = Slab::<T>::take_bucket(&mut self.heads, overdue);
-        while index != NIL {
-            let next = self.slab.get(index).next;
+        let mut taken = Slab::<T>::take_bucket(&mut self.buckets, overdue);
+        for (_, index) in taken.entries() {
             self.expire_into(index, &mut expired);
-            index = next;
         }
+        taken.clear();
+        Slab::<T>::restore_bucket(&mut self.buckets, overdue, taken);
         if now <= self.now {
             return;
         }
@@ -142,12 +163,12 @@ impl<T> Wheel<T> for RoundsWheel<T> {
             // A revolution or more: every bucket would be visited, so sweep each once.
             for bucket in 0..self.slots as usize {
                 self.visit_bucket(bucket, |wheel, i| {
-                    if wheel.slab.get(i).deadline <= now {
+                    if wheel.slab.get(i).deadline() <= now {
                         wheel.expire_into(i, &mut expired);
                         return true;
                     }
-                    let rounds = wheel.rounds_after(now, wheel.slab.get(i).deadline);
-                    wheel.slab.get_mut(i).rounds = rounds;
+                    let rounds = wheel.rounds_after(now, wheel.slab.get(i).deadline());
+                    wheel.slab.get_mut(i).aux = rounds;
                     false
                 });
             }
@@ -162,9 +183,9 @@ impl<T> Wheel<T> for RoundsWheel<T> {
                 }
                 let tick = self.now + 1 + k as u64;
                 self.visit_bucket((first + k) % self.slots as usize, |wheel, i| {
-                    let Entry { rounds, deadline, .. } = *wheel.slab.get(i);
+                    let (rounds, deadline) = (wheel.slab.get(i).aux, wheel.slab.get(i).deadline());
                     if rounds > 0 {
-                        wheel.slab.get_mut(i).rounds -= 1;
+                        wheel.slab.get_mut(i).aux -= 1;
                         return false;
                     }
                     if deadline <= tick {
@@ -173,7 +194,7 @@ impl<T> Wheel<T> for RoundsWheel<T> {
                         return true;
                     }
                     // The count was saturated: work out the rest from here.
-                    wheel.slab.get_mut(i).rounds = wheel.rounds_after(tick, deadline);
+                    wheel.slab.get_mut(i).aux = wheel.rounds_after(tick, deadline);
                     false
                 });
                 k += 1;
@@ -183,7 +204,7 @@ impl<T> Wheel<T> for RoundsWheel<T> {
     }
 
     fn next_deadline(&self) -> Option<u64> {
-        if self.heads[self.overdue()] != NIL {
+        if !self.buckets[self.overdue()].is_empty() {
             return Some(self.now);
         }
         let first = ((self.now % self.slots + 1) % self.slots) as usize;
@@ -200,7 +221,7 @@ impl<T> Wheel<T> for RoundsWheel<T> {
     }
 
     fn deadline(&self, id: EntryId) -> Option<u64> {
-        self.slab.index_of(id).map(|i| self.slab.get(i).deadline)
+        self.slab.index_of(id).map(|i| self.slab.get(i).deadline())
     }
 }
 
@@ -230,11 +251,11 @@ mod tests {
         let mut wheel = RoundsWheel::new(4).unwrap();
         let id = wheel.insert(10, ());
         let index = wheel.slab.index_of(id).unwrap();
-        assert_eq!(wheel.slab.get(index).rounds, 2, "bucket 2 is passed at ticks 2 and 6 before 10");
+        assert_eq!(wheel.slab.get(index).aux, 2, "bucket 2 is passed at ticks 2 and 6 before 10");
         wheel.advance(2, |_| panic!("not due"));
-        assert_eq!(wheel.slab.get(index).rounds, 1);
+        assert_eq!(wheel.slab.get(index).aux, 1);
         wheel.advance(9, |_| panic!("not due"));
-        assert_eq!(wheel.slab.get(index).rounds, 0);
+        assert_eq!(wheel.slab.get(index).aux, 0);
         let mut fired = 0;
         wheel.advance(10, |e| {
             assert_eq!(e.deadline, 10);
@@ -249,11 +270,11 @@ mod tests {
         let far = 8 * u32::MAX as u64 + 1; // bucket 1, about 2^33 rounds away
         let id = wheel.insert(far, ());
         let index = wheel.slab.index_of(id).unwrap();
-        assert_eq!(wheel.slab.get(index).rounds, u32::MAX, "saturated");
+        assert_eq!(wheel.slab.get(index).aux, MAX_ROUNDS, "saturated");
         // Pretend the cursor has counted the saturated rounds down to zero.
-        wheel.slab.get_mut(index).rounds = 0;
+        wheel.slab.get_mut(index).aux = 0;
         wheel.advance(1, |e| panic!("fired {} at tick 1", e.deadline));
-        assert_eq!(wheel.slab.get(index).rounds, u32::MAX, "recomputed, and still saturated");
+        assert_eq!(wheel.slab.get(index).aux, MAX_ROUNDS, "recomputed, and still saturated");
         let mut fired = Vec::new();
         wheel.advance(far, |e| fired.push(e.deadline));
         assert_eq!(fired, [far]);

@@ -1,23 +1,96 @@
-//! A generational slab whose entries double as nodes of index-linked bucket lists.
+//! A generational slab whose entries know the bucket they sit in.
 //!
 //! Both wheels keep their entries here. An entry is addressed by an [`EntryId`]: its index in the
 //! slab plus the generation the slot had when the entry was inserted. Removing an entry bumps the
 //! slot's generation, so an old id can never reach the entry that reuses the slot. A slot whose
 //! generation would wrap is retired instead of reused, so ids never alias, even in theory.
 //!
-//! Buckets are doubly linked lists threaded through the entries by index (no pointers, no
-//! `unsafe`). The wheel owns the bucket heads and passes them in by `&mut`, the way tokio-util's
-//! `Stack` is handed its store, which keeps the borrows simple.
+//! # Buckets are arrays, not linked lists
+//! A bucket is a `Vec` of entry indices, and each entry records its bucket and its position
+//! there. Walking a bucket when it comes due is why: a linked list hands over the next entry's
+//! index only once the current entry has been read, so a walk over entries spread through a
+//! large slab waits for one cache miss after another (about 200 ns per entry at a million
+//! timers); an array names every entry up front, and the processor fetches many at once.
+//!
+//! Removing an entry leaves a hole at its position: one write, where a doubly linked list
+//! writes both neighbours. The holes of a bucket form a free list threaded through the holes
+//! themselves, and new entries fill them first, so a bucket never holds more slots than the most
+//! entries it has held at once (like the slab itself), and nothing is ever moved: an entry's
+//! position stays valid until it leaves. Walks skip the holes; each was made by a removal, which
+//! pays for stepping over it. An emptied bucket forgets its holes. The wheel owns the buckets and
+//! passes them in by `&mut`, which keeps the borrows simple.
 
-/// "No entry": the end of a list, or an empty bucket.
+/// "No entry": the end of the free list.
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// Set in [`Entry::prev`] when the entry is the first of its bucket; the low bits are then the
-/// bucket's index. This lets `unlink` fix the bucket head without storing a bucket per entry.
-const HEAD: u32 = 1 << 31;
+/// Marks a bucket slot as a hole; the low bits are the position of the next hole.
+const HOLE: u32 = 1 << 31;
 
-/// The largest number of slots the slab hands out; indices must stay clear of the `HEAD` bit.
-pub(crate) const MAX_ENTRIES: usize = (HEAD - 1) as usize;
+/// "No hole": the end of a bucket's list of holes.
+const NO_HOLE: u32 = HOLE - 1;
+
+/// The largest number of slots the slab hands out; indices (and so bucket positions) stay clear
+/// of the `HOLE` bit and of `NO_HOLE`.
+pub(crate) const MAX_ENTRIES: usize = NO_HOLE as usize;
+
+/// Spare room (in entries) a bucket keeps once it is empty, so a bucket that fills and empties
+/// every revolution does not reallocate each time, while one that held a burst gives it back.
+const KEEP_SPARE: usize = 1024;
+
+/// One bucket: its entries' indices, with holes where entries left.
+#[derive(Clone)]
+pub(crate) struct Bucket {
+    slots: Vec<u32>,
+    /// Entries in `slots` that are not holes.
+    live: usize,
+    /// The most recent hole, whose slot names the next one; `NO_HOLE` if there is none.
+    first_hole: u32,
+}
+
+impl Default for Bucket {
+    fn default() -> Self {
+        Bucket { slots: Vec::new(), live: 0, first_hole: NO_HOLE }
+    }
+}
+
+impl Bucket {
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The entries, with their positions.
+    pub fn entries(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        (0..self.slots.len()).filter_map(|position| Some((position, self.entry_at(position)?)))
+    }
+
+    /// The number of slots, entries and holes.
+    pub fn slots_len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The entry at `position`, unless it is a hole.
+    pub fn entry_at(&self, position: usize) -> Option<u32> {
+        Some(self.slots[position]).filter(|index| index & HOLE == 0)
+    }
+
+    /// Turns the entry at `position` into a hole (its entry has left).
+    pub fn vacate(&mut self, position: usize) {
+        debug_assert_eq!(self.slots[position] & HOLE, 0, "position {position} is a hole already");
+        self.slots[position] = HOLE | self.first_hole;
+        self.first_hole = position as u32;
+        self.live -= 1;
+    }
+
+    /// Forgets every entry and hole, giving back the room if it is large.
+    pub fn clear(&mut self) {
+        self.live = 0;
+        self.first_hole = NO_HOLE;
+        self.slots.clear();
+        if self.slots.capacity() > KEEP_SPARE {
+            self.slots = Vec::new();
+        }
+    }
+}
 
 /// Identifies one inserted entry. Stale ids (of entries since removed or expired) are refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,24 +124,34 @@ impl EntryId {
 }
 
 pub(crate) struct Entry<T> {
-    /// The tick at which the entry is due.
-    pub deadline: u64,
-    /// Next entry in the bucket (or in the free list, for a vacant slot); `NIL` at the end.
-    pub next: u32,
-    /// Previous entry in the bucket, or `HEAD | bucket` for the bucket's first entry.
-    pub prev: u32,
+    /// The tick at which the entry is due, as two halves so that the entry is aligned to 4
+    /// bytes only: with a small value that saves the 4 bytes of padding a `u64` would need.
+    deadline: [u32; 2],
+    /// The entry's position in its bucket; for a vacant slot, the next slot of the free list.
+    link: u32,
+    /// The wheel's own word about the entry: the hierarchical wheel keeps its bucket here, the
+    /// rounds wheel its circle count.
+    pub aux: u32,
     /// Bumped each time the slot is vacated.
     pub generation: u32,
-    /// Revolutions left before the entry expires (the rounds wheel's circle count; unused by the
-    /// hierarchical wheel, and free: it sits in what would otherwise be padding).
-    pub rounds: u32,
     /// `Some` while the slot is occupied.
     pub value: Option<T>,
 }
 
+impl<T> Entry<T> {
+    fn new(deadline: u64, generation: u32, value: Option<T>) -> Self {
+        Entry { deadline: [deadline as u32, (deadline >> 32) as u32], link: NIL, aux: 0, generation, value }
+    }
+
+    /// The tick at which the entry is due.
+    pub fn deadline(&self) -> u64 {
+        u64::from(self.deadline[1]) << 32 | u64::from(self.deadline[0])
+    }
+}
+
 pub(crate) struct Slab<T> {
     entries: Vec<Entry<T>>,
-    /// Head of the free list of vacant slots, threaded through `next`.
+    /// Head of the free list of vacant slots, threaded through `link`.
     free: u32,
     len: usize,
     /// Slots freed since the free list was last put back in index order.
@@ -97,18 +180,11 @@ impl<T> Slab<T> {
         let index = id.index as usize;
         assert!(index < MAX_ENTRIES, "a timing wheel holds at most {MAX_ENTRIES} entries");
         if index >= self.entries.len() {
-            self.entries.resize_with(index + 1, || Entry {
-                deadline: 0,
-                next: NIL,
-                prev: NIL,
-                generation: 0,
-                rounds: 0,
-                value: None,
-            });
+            self.entries.resize_with(index + 1, || Entry::new(0, 0, None));
         }
         let entry = &mut self.entries[index];
         assert!(entry.value.is_none(), "insert_at {id:?}: the slot is occupied");
-        *entry = Entry { deadline, next: NIL, prev: NIL, generation: id.generation, rounds: 0, value: Some(value) };
+        *entry = Entry::new(deadline, id.generation, Some(value));
         self.len += 1;
     }
 
@@ -125,14 +201,13 @@ impl<T> Slab<T> {
         if self.free != NIL {
             let index = self.free;
             let entry = &mut self.entries[index as usize];
-            self.free = entry.next;
-            entry.deadline = deadline;
-            entry.value = Some(value);
+            self.free = entry.link;
+            *entry = Entry::new(deadline, entry.generation, Some(value));
             return EntryId { index, generation: entry.generation };
         }
         let index = self.entries.len();
         assert!(index < MAX_ENTRIES, "a timing wheel holds at most {MAX_ENTRIES} entries");
-        self.entries.push(Entry { deadline, next: NIL, prev: NIL, generation: 0, rounds: 0, value: Some(value) });
+        self.entries.push(Entry::new(deadline, 0, Some(value)));
         EntryId { index: index as u32, generation: 0 }
     }
 
@@ -146,7 +221,7 @@ impl<T> Slab<T> {
         EntryId { index, generation: self.entries[index as usize].generation }
     }
 
-    /// Vacates a live slot that is no longer linked into any bucket and returns its value.
+    /// Vacates a live slot that is no longer in any bucket and returns its value.
     pub fn free(&mut self, index: u32) -> T {
         let entry = &mut self.entries[index as usize];
         let value = entry.value.take().expect("freeing a vacant slab slot");
@@ -157,7 +232,7 @@ impl<T> Slab<T> {
         }
         if entry.generation != u32::MAX {
             // A slot whose generation is exhausted is retired rather than risk an alias.
-            entry.next = self.free;
+            entry.link = self.free;
             self.free = index;
         }
         self.freed_since_relink += 1;
@@ -176,7 +251,7 @@ impl<T> Slab<T> {
         self.free = NIL;
         for (index, entry) in self.entries.iter_mut().enumerate().rev() {
             if entry.generation != u32::MAX {
-                entry.next = self.free;
+                entry.link = self.free;
                 self.free = index as u32;
             }
         }
@@ -190,44 +265,60 @@ impl<T> Slab<T> {
         &mut self.entries[index as usize]
     }
 
-    /// Links entry `index` at the front of `bucket`.
-    pub fn push(&mut self, heads: &mut [u32], bucket: usize, index: u32) {
-        debug_assert!(bucket < HEAD as usize, "bucket {bucket} does not fit beside the HEAD bit");
-        let old = heads[bucket];
-        if old != NIL {
-            self.entries[old as usize].prev = index;
-        }
-        let entry = &mut self.entries[index as usize];
-        entry.next = old;
-        entry.prev = HEAD | bucket as u32;
-        heads[bucket] = index;
+    /// Adds entry `index` to `bucket`, in its latest hole if it has one.
+    pub fn push(&mut self, buckets: &mut [Bucket], bucket: usize, index: u32) {
+        let b = &mut buckets[bucket];
+        let position = if b.first_hole != NO_HOLE {
+            let position = b.first_hole as usize;
+            b.first_hole = b.slots[position] & !HOLE;
+            b.slots[position] = index;
+            position
+        } else {
+            b.slots.push(index);
+            b.slots.len() - 1
+        };
+        b.live += 1;
+        self.entries[index as usize].link = position as u32;
     }
 
-    /// Unlinks entry `index` from its bucket. Returns the bucket if it is now empty.
-    pub fn unlink(&mut self, heads: &mut [u32], index: u32) -> Option<usize> {
-        let Entry { next, prev, .. } = self.entries[index as usize];
-        if next != NIL {
-            self.entries[next as usize].prev = prev;
+    /// Takes entry `index` out of `bucket`, where the wheel put it. Returns whether the bucket
+    /// is now empty.
+    pub fn unlink(&mut self, buckets: &mut [Bucket], bucket: usize, index: u32) -> bool {
+        let position = self.entries[index as usize].link;
+        let b = &mut buckets[bucket];
+        debug_assert_eq!(b.slots[position as usize], index, "entry {index} is not where it says");
+        b.vacate(position as usize);
+        if !b.is_empty() {
+            return false;
         }
-        if prev & HEAD == 0 {
-            self.entries[prev as usize].next = next;
-            return None;
-        }
-        let bucket = (prev & !HEAD) as usize;
-        heads[bucket] = next;
-        (next == NIL).then_some(bucket)
+        b.clear();
+        true
     }
 
-    /// Detaches the whole list of `bucket` and returns its first entry; walk it with `next`.
-    /// The walked entries keep stale links until they are pushed elsewhere or freed.
-    pub fn take_bucket(heads: &mut [u32], bucket: usize) -> u32 {
-        std::mem::replace(&mut heads[bucket], NIL)
+    /// Detaches `bucket` whole, to walk it. Its entries keep their places: hand it back with
+    /// [`Slab::restore_bucket`] holding those that stay (vacate the others), or cleared.
+    pub fn take_bucket(buckets: &mut [Bucket], bucket: usize) -> Bucket {
+        std::mem::take(&mut buckets[bucket])
+    }
+
+    /// Puts back a bucket taken with [`Slab::take_bucket`]; one left with no entries is cleared.
+    pub fn restore_bucket(buckets: &mut [Bucket], bucket: usize, mut taken: Bucket) {
+        debug_assert!(buckets[bucket].slots.is_empty(), "bucket {bucket} filled while it was taken");
+        if taken.is_empty() {
+            taken.clear();
+        }
+        buckets[bucket] = taken;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_with_a_small_value_takes_28_bytes() {
+        assert_eq!(std::mem::size_of::<Entry<u32>>(), 28);
+    }
 
     #[test]
     fn ids_round_trip_through_u64() {
@@ -282,19 +373,41 @@ mod tests {
     }
 
     #[test]
-    fn unlink_fixes_heads_and_neighbours() {
+    fn unlink_leaves_a_hole_that_the_next_push_fills() {
         let mut slab = Slab::new();
-        let mut heads = vec![NIL; 2];
-        let ids: Vec<u32> = (0..3).map(|i| slab.insert(i, i).index).collect();
-        for &i in &ids {
-            slab.push(&mut heads, 1, i);
+        let mut buckets = vec![Bucket::default(); 2];
+        let ids: Vec<u32> = (0..4).map(|i| slab.insert(i, i).index).collect();
+        for &i in &ids[..3] {
+            slab.push(&mut buckets, 1, i);
         }
-        // Bucket 1 is now 2 -> 1 -> 0.
-        assert_eq!(slab.unlink(&mut heads, ids[1]), None);
-        assert_eq!(slab.get(ids[2]).next, ids[0]);
-        assert_eq!(slab.unlink(&mut heads, ids[2]), None, "bucket still holds entry 0");
-        assert_eq!(heads[1], ids[0]);
-        assert_eq!(slab.unlink(&mut heads, ids[0]), Some(1));
-        assert_eq!(heads[1], NIL);
+        let entries = |b: &Bucket| b.entries().collect::<Vec<_>>();
+        assert!(!slab.unlink(&mut buckets, 1, ids[0]));
+        assert!(!slab.unlink(&mut buckets, 1, ids[2]));
+        assert_eq!(entries(&buckets[1]), [(1, ids[1])]);
+        slab.push(&mut buckets, 1, ids[3]);
+        assert_eq!(entries(&buckets[1]), [(1, ids[1]), (2, ids[3])], "the latest hole is filled first");
+        slab.push(&mut buckets, 1, ids[0]);
+        assert_eq!(buckets[1].slots.len(), 3, "then the one before: no slot is added");
+        assert!(!slab.unlink(&mut buckets, 1, ids[3]), "found where it went");
+        assert!(!slab.unlink(&mut buckets, 1, ids[1]));
+        assert!(slab.unlink(&mut buckets, 1, ids[0]), "now empty");
+        assert!(buckets[1].slots.is_empty(), "an emptied bucket forgets its holes");
+    }
+
+    #[test]
+    fn a_large_bucket_gives_its_room_back_once_empty() {
+        let mut slab = Slab::new();
+        let mut buckets = vec![Bucket::default()];
+        let ids: Vec<u32> = (0..2 * KEEP_SPARE as u64).map(|i| slab.insert(i, i).index).collect();
+        ids.iter().for_each(|&i| slab.push(&mut buckets, 0, i));
+        for &i in &ids {
+            slab.unlink(&mut buckets, 0, i);
+        }
+        assert_eq!(buckets[0].slots.capacity(), 0);
+        ids.iter().for_each(|&i| slab.push(&mut buckets, 0, i));
+        let mut taken = Slab::<u64>::take_bucket(&mut buckets, 0);
+        taken.clear();
+        Slab::<u64>::restore_bucket(&mut buckets, 0, taken);
+        assert_eq!(buckets[0].slots.capacity(), 0, "a walked-out large bucket is dropped too");
     }
 }
