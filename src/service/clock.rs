@@ -125,14 +125,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_timer_set_now_is_due_where_its_instant_is() {
         let year = Duration::from_secs(365 * 86_400);
-        for tick in [Duration::from_nanos(1), Duration::from_nanos(7), Duration::from_millis(1), Duration::from_secs(1)] {
+        for tick in [Duration::from_nanos(1), Duration::from_nanos(7), Duration::from_millis(1), Duration::from_secs(1)]
+        {
             let clock = Clock::new(tick).unwrap();
             tokio::time::advance(Duration::from_nanos(123_456_789)).await;
             let now = Instant::now();
             // Both sides of 584 years of nanoseconds, where the integer path hands over to u128.
-            for delay in [Duration::ZERO, Duration::from_nanos(1), Duration::from_millis(1500), 500 * year, 700 * year] {
+            for delay in [Duration::ZERO, Duration::from_nanos(1), Duration::from_millis(1500), 500 * year, 700 * year]
+            {
                 let Ok(due) = clock.after_from(now, delay) else {
-                    assert_eq!(tick, Duration::from_nanos(1), "only 1 ns ticks overflow here, not {tick:?} + {delay:?}");
+                    assert_eq!(
+                        tick,
+                        Duration::from_nanos(1),
+                        "only 1 ns ticks overflow here, not {tick:?} + {delay:?}"
+                    );
                     continue;
                 };
                 assert_eq!(due.deadline, clock.deadline(now + delay).unwrap(), "{tick:?} + {delay:?}");

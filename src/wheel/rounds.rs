@@ -139,10 +139,8 @@ impl<T> Wheel<T> for RoundsWheel<T> {
     fn remove(&mut self, id: EntryId) -> Option<T> {
         let index = self.slab.index_of(id)?;
         let bucket = self.bucket_of(index);
-        if self.slab.unlink(&mut self.buckets, bucket, index) {
-            if bucket != self.overdue() {
-                self.occupied.clear(bucket);
-            }
+        if self.slab.unlink(&mut self.buckets, bucket, index) && bucket != self.overdue() {
+            self.occupied.clear(bucket);
         }
         Some(self.slab.free(index))
     }
