@@ -41,7 +41,7 @@ use super::clock::Due;
 use super::command::{Op, Timer};
 use super::handle::Stats;
 use super::ids::IdPool;
-use super::key::Key;
+use super::key::{Key, Probe};
 use crate::wheel::EntryId;
 use crate::Error;
 
@@ -176,21 +176,32 @@ impl Shared {
     /// which `request` is to check), waking the actor if `request` says it is urgent. Cancel
     /// safe: nothing happens to the shard until `request`.
     async fn with_room<R>(&self, shard: usize, mut request: impl FnMut(&mut Shard) -> (R, bool)) -> R {
+        // Most requests find room at once, and need no `Notified` to wait with.
+        if let Some(result) = self.try_request(shard, &mut request) {
+            return result;
+        }
         loop {
             // Taken before the check, so a `notify_waiters` after it is not missed.
             let room = self.room.notified();
-            {
-                let mut guard = self.lock(shard);
-                if guard.inbox.len() < self.inbox_cap || guard.closed {
-                    let (result, urgent) = request(&mut guard);
-                    self.nudge(&guard, urgent);
-                    return result;
-                }
-                // The request that filled the inbox has woken the actor already (see `nudge`).
-                guard.blocked = true;
+            if let Some(result) = self.try_request(shard, &mut request) {
+                return result;
             }
             room.await;
         }
+    }
+
+    /// Runs `request` if `shard`'s inbox has room (or the service has stopped); otherwise marks
+    /// the shard as having a sender waiting.
+    fn try_request<R>(&self, shard: usize, request: &mut impl FnMut(&mut Shard) -> (R, bool)) -> Option<R> {
+        let mut guard = self.lock(shard);
+        if guard.inbox.len() < self.inbox_cap || guard.closed {
+            let (result, urgent) = request(&mut guard);
+            self.nudge(&guard, urgent);
+            return Some(result);
+        }
+        // The request that filled the inbox has woken the actor already (see `nudge`).
+        guard.blocked = true;
+        None
     }
 
     /// Whether a timer set at tick `set_at` and due at `deadline` cannot wait for the actor's
@@ -491,11 +502,13 @@ impl Shared {
 
 impl Shard {
     fn find(&self, hash: u64, key: &[u8]) -> Option<Slot> {
-        self.keys.find(hash, |(k, _)| k.as_bytes() == key).map(|&(_, slot)| slot)
+        let probe = Probe::new(key);
+        self.keys.find(hash, |(k, _)| k.matches(&probe)).map(|&(_, slot)| slot)
     }
 
     fn find_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut Slot> {
-        self.keys.find_mut(hash, |(k, _)| k.as_bytes() == key).map(|(_, slot)| slot)
+        let probe = Probe::new(key);
+        self.keys.find_mut(hash, |(k, _)| k.matches(&probe)).map(|(_, slot)| slot)
     }
 
     /// Claims the key for a timer (already counted against `max_pending`), draws its id and
@@ -535,7 +548,8 @@ impl Shard {
         by: By,
         wake: impl FnOnce(Waker),
     ) -> Option<EntryId> {
-        let owned = |(k, slot): &(Key, Slot)| k.as_bytes() == key && id.is_none_or(|id| slot.id() == id);
+        let probe = Probe::new(key);
+        let owned = |(k, slot): &(Key, Slot)| k.matches(&probe) && id.is_none_or(|id| slot.id() == id);
         let (_, slot) = self.keys.find_entry(hash, owned).ok()?.remove().0;
         let id = slot.id();
         if slot.armed() {
