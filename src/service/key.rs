@@ -51,7 +51,37 @@ impl From<&str> for Key {
     }
 }
 
-// Hash, Eq and Borrow all go through `as_bytes`, so the map can be queried with `key.as_bytes()`.
+/// A key to look for, borrowed from the caller: a short one copied into the inline form, so
+/// that comparing it with a stored key is a fixed-size compare rather than a call to `memcmp`.
+pub(crate) enum Probe<'a> {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Long(&'a [u8]),
+}
+
+impl<'a> Probe<'a> {
+    pub fn new(key: &'a [u8]) -> Self {
+        if key.len() > INLINE {
+            return Probe::Long(key);
+        }
+        let mut bytes = [0; INLINE];
+        bytes[..key.len()].copy_from_slice(key);
+        Probe::Inline { len: key.len() as u8, bytes }
+    }
+}
+
+impl Key {
+    /// Whether this is the key `probe` looks for. A key is inline exactly when it is short, so
+    /// an inline key never equals a long probe, nor the other way round.
+    pub fn matches(&self, probe: &Probe<'_>) -> bool {
+        match (self, probe) {
+            (Key::Inline { len, bytes }, Probe::Inline { len: l, bytes: b }) => len == l && bytes == b,
+            (Key::Shared(key), Probe::Long(b)) => key.as_bytes() == *b,
+            _ => false,
+        }
+    }
+}
+
+// Hash, Eq and Borrow all go through the key's bytes, so the map can be queried with them.
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.as_bytes().hash(state)
@@ -60,7 +90,11 @@ impl Hash for Key {
 
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
-        self.as_bytes() == other.as_bytes()
+        match (self, other) {
+            // Inline keys are zero-padded, so equal keys have equal arrays.
+            (Key::Inline { len, bytes }, Key::Inline { len: l, bytes: b }) => len == l && bytes == b,
+            _ => self.as_bytes() == other.as_bytes(),
+        }
     }
 }
 
@@ -104,6 +138,18 @@ mod tests {
             assert_eq!(key, Key::from(s));
             assert_eq!(hash_of(&key), hash_of(s.as_bytes()), "Borrow<[u8]> needs equal hashes");
             assert_eq!(matches!(key, Key::Inline { .. }), s.len() <= INLINE, "{s}");
+        }
+    }
+
+    #[test]
+    fn a_key_matches_the_probe_of_its_bytes_and_no_other() {
+        let keys = ["", "a", "conn-1", "conn-12", "exactly-14-byt", "fifteen-bytes!!", "fifteen-bytes!?", "a\0"];
+        for s in keys {
+            for t in keys {
+                let (key, probe) = (Key::from(s), Probe::new(t.as_bytes()));
+                assert_eq!(key.matches(&probe), s == t, "{s:?} against {t:?}");
+                assert_eq!(key == Key::from(t), s == t, "{s:?} == {t:?}");
+            }
         }
     }
 }
