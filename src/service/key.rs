@@ -42,12 +42,10 @@ impl Key {
 
 impl From<&str> for Key {
     fn from(key: &str) -> Self {
-        if key.len() > INLINE {
-            return Key::Shared(Arc::new(key.to_owned()));
+        match Probe::new(key.as_bytes()) {
+            Probe::Inline { len, bytes } => Key::Inline { len, bytes },
+            Probe::Long(_) => Key::Shared(Arc::new(key.to_owned())),
         }
-        let mut bytes = [0; INLINE];
-        bytes[..key.len()].copy_from_slice(key.as_bytes());
-        Key::Inline { len: key.len() as u8, bytes }
     }
 }
 
@@ -70,8 +68,9 @@ impl<'a> Probe<'a> {
 }
 
 impl Key {
-    /// Whether this is the key `probe` looks for. A key is inline exactly when it is short, so
-    /// an inline key never equals a long probe, nor the other way round.
+    /// Whether this is the key `probe` looks for. Inline keys are zero-padded, so equal short
+    /// keys have equal arrays; and a key is inline exactly when it is short, so an inline key
+    /// never equals a long probe, nor the other way round.
     pub fn matches(&self, probe: &Probe<'_>) -> bool {
         match (self, probe) {
             (Key::Inline { len, bytes }, Probe::Inline { len: l, bytes: b }) => len == l && bytes == b,
@@ -90,11 +89,10 @@ impl Hash for Key {
 
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            // Inline keys are zero-padded, so equal keys have equal arrays.
-            (Key::Inline { len, bytes }, Key::Inline { len: l, bytes: b }) => len == l && bytes == b,
-            _ => self.as_bytes() == other.as_bytes(),
-        }
+        other.matches(&match self {
+            Key::Inline { len, bytes } => Probe::Inline { len: *len, bytes: *bytes },
+            Key::Shared(key) => Probe::Long(key.as_bytes()),
+        })
     }
 }
 

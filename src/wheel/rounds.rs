@@ -13,13 +13,13 @@
 
 use super::bitmap::Bitmap;
 use super::slab::{Bucket, EntryId, Slab};
+use super::{check_slots, Expired, ExternalIds, Wheel};
 
 /// An entry's `aux` when it sits in the overdue list; otherwise `aux` is its rounds count.
 const OVERDUE: u32 = 1 << 31;
 
 /// The largest rounds count an entry carries.
 const MAX_ROUNDS: u32 = OVERDUE - 1;
-use super::{check_slots, Expired, ExternalIds, Wheel};
 
 /// A single-level timing wheel with a rounds count per entry.
 ///

@@ -1,4 +1,4 @@
-//! A generational slab whose entries know the bucket they sit in.
+//! A generational slab whose entries know their place in their bucket.
 //!
 //! Both wheels keep their entries here. An entry is addressed by an [`EntryId`]: its index in the
 //! slab plus the generation the slot had when the entry was inserted. Removing an entry bumps the
@@ -6,8 +6,8 @@
 //! generation would wrap is retired instead of reused, so ids never alias, even in theory.
 //!
 //! # Buckets are arrays, not linked lists
-//! A bucket is a `Vec` of entry indices, and each entry records its bucket and its position
-//! there. Walking a bucket when it comes due is why: a linked list hands over the next entry's
+//! A bucket is a `Vec` of entry indices, and each entry records its position there (the wheel
+//! knows the bucket: it keeps it in the entry's `aux` word, or works it out). Walking a bucket when it comes due is why: a linked list hands over the next entry's
 //! index only once the current entry has been read, so a walk over entries spread through a
 //! large slab waits for one cache miss after another (about 200 ns per entry at a million
 //! timers); an array names every entry up front, and the processor fetches many at once.
@@ -71,6 +71,19 @@ impl Bucket {
     /// The entry at `position`, unless it is a hole.
     pub fn entry_at(&self, position: usize) -> Option<u32> {
         Some(self.slots[position]).filter(|index| index & HOLE == 0)
+    }
+
+    /// Adds entry `index`, in the latest hole if there is one, and returns its position.
+    fn insert(&mut self, index: u32) -> usize {
+        self.live += 1;
+        if self.first_hole == NO_HOLE {
+            self.slots.push(index);
+            return self.slots.len() - 1;
+        }
+        let position = self.first_hole as usize;
+        self.first_hole = self.slots[position] & !HOLE;
+        self.slots[position] = index;
+        position
     }
 
     /// Turns the entry at `position` into a hole (its entry has left).
@@ -267,18 +280,7 @@ impl<T> Slab<T> {
 
     /// Adds entry `index` to `bucket`, in its latest hole if it has one.
     pub fn push(&mut self, buckets: &mut [Bucket], bucket: usize, index: u32) {
-        let b = &mut buckets[bucket];
-        let position = if b.first_hole != NO_HOLE {
-            let position = b.first_hole as usize;
-            b.first_hole = b.slots[position] & !HOLE;
-            b.slots[position] = index;
-            position
-        } else {
-            b.slots.push(index);
-            b.slots.len() - 1
-        };
-        b.live += 1;
-        self.entries[index as usize].link = position as u32;
+        self.entries[index as usize].link = buckets[bucket].insert(index) as u32;
     }
 
     /// Takes entry `index` out of `bucket`, where the wheel put it. Returns whether the bucket
