@@ -143,6 +143,38 @@ async fn a_duplicate_key_is_refused_and_the_first_timer_kept() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn keys_can_be_any_kind_of_string_short_or_long() {
+    use std::borrow::Cow;
+    let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
+    let log = Log::default();
+    let long = "order:auto-review:2026-11-21:0000042"; // longer than the 14 bytes stored inline
+    let owned = String::from("conn-owned");
+    let keys: Vec<String> = vec!["conn-str".into(), owned.clone(), format!("{long}-a"), format!("{long}-b")];
+    let delay = Duration::from_millis(5);
+    let mut done = vec![
+        timer.schedule("conn-str", delay, log.job()).await.unwrap(),
+        timer.schedule(&owned, delay, log.job()).await.unwrap(),
+        timer.schedule(Cow::Borrowed(keys[2].as_str()), delay, log.job()).await.unwrap(),
+        timer.schedule(Arc::<str>::from(keys[3].as_str()), delay, log.job()).await.unwrap(),
+    ];
+    // The same key in another form is the same key.
+    let err = timer.schedule(owned.clone(), delay, log.job()).await.unwrap_err();
+    assert_eq!(err, Error::DuplicateKey(owned.clone()));
+    for (scheduled, key) in done.iter().zip(&keys) {
+        assert_eq!(scheduled.key(), key);
+        assert!(timer.contains(key), "{key} is pending");
+    }
+    for scheduled in done.drain(..) {
+        assert_eq!(scheduled.await, Ok(()));
+    }
+    let mut fired = log.keys();
+    fired.sort();
+    let mut expected = keys.clone();
+    expected.sort();
+    assert_eq!(fired, expected, "each job got its own key, whole");
+}
+
+#[tokio::test(start_paused = true)]
 async fn repeating_timers_run_at_a_fixed_rate() {
     for (wheel, advance) in COMBOS {
         let tick = Duration::from_millis(1);

@@ -135,12 +135,12 @@ impl Scheduler {
     /// ```
     pub async fn schedule<K, F, Fut>(&self, key: K, delay: Duration, job: F) -> Result<Scheduled, Error>
     where
-        K: Into<String>,
+        K: AsRef<str>,
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let due = self.clock.after(delay)?;
-        self.submit(key.into(), due, Some(Box::new(job)), None).await
+        self.submit(key.as_ref(), due, Some(Box::new(job)), None).await
     }
 
     /// Like [`schedule`](Self::schedule), with an absolute deadline. A deadline in the past
@@ -153,12 +153,12 @@ impl Scheduler {
     /// As [`schedule`](Self::schedule).
     pub async fn schedule_at<K, F, Fut>(&self, key: K, deadline: Instant, job: F) -> Result<Scheduled, Error>
     where
-        K: Into<String>,
+        K: AsRef<str>,
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let due = self.clock.at(deadline)?;
-        self.submit(key.into(), due, Some(Box::new(job)), None).await
+        self.submit(key.as_ref(), due, Some(Box::new(job)), None).await
     }
 
     /// Runs `job` every `period`, first one period from now, at a fixed rate: run `n` is due at
@@ -196,7 +196,7 @@ impl Scheduler {
         job: F,
     ) -> Result<Scheduled, Error>
     where
-        K: Into<String>,
+        K: AsRef<str>,
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
@@ -211,7 +211,7 @@ impl Scheduler {
         let now = Instant::now();
         let due = self.clock.after_from(now, period)?;
         let repeat = Box::new(Repeating { period, due: Clock::instant_after(now, period)?, runs_left });
-        self.submit(key.into(), due, Some(Box::new(job)), Some(repeat)).await
+        self.submit(key.as_ref(), due, Some(Box::new(job)), Some(repeat)).await
     }
 
     /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
@@ -238,9 +238,9 @@ impl Scheduler {
     /// assert_eq!(sleeper.await.unwrap(), Err(Error::Cancelled));
     /// # Ok(()) }
     /// ```
-    pub async fn sleep_keyed(&self, key: impl Into<String>, delay: Duration) -> Result<(), Error> {
+    pub async fn sleep_keyed(&self, key: impl AsRef<str>, delay: Duration) -> Result<(), Error> {
         let due = self.clock.after(delay)?;
-        let scheduled = self.submit(key.into(), due, None, None).await?;
+        let scheduled = self.submit(key.as_ref(), due, None, None).await?;
         let mut guard =
             CancelOnDrop { scheduler: self, key: scheduled.shared_key().clone(), id: scheduled.id(), armed: true };
         let outcome = scheduled.await;
@@ -275,7 +275,7 @@ impl Scheduler {
     pub async fn schedule_many<I, K, F, Fut>(&self, items: I) -> Vec<Result<(), Error>>
     where
         I: IntoIterator<Item = (K, Duration, F)>,
-        K: Into<String>,
+        K: AsRef<str>,
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
@@ -290,11 +290,11 @@ impl Scheduler {
         let mut results = Vec::new();
         let mut timers = Vec::new();
         for (key, delay, job) in items {
-            let key = key.into();
-            let checked = self.check_key(&key).and_then(|()| self.clock.after_from(now, delay));
+            let key = key.as_ref();
+            let checked = self.check_key(key).and_then(|()| self.clock.after_from(now, delay));
             results.push(checked.map(|due| {
                 let job = Some(Box::new(job) as Box<dyn Job>);
-                timers.push((Timer { key: Key::new(key), job, repeat: None }, due.deadline));
+                timers.push((Timer { key: Key::from(key), job, repeat: None }, due.deadline));
             }));
         }
         if timers.is_empty() {
@@ -329,7 +329,7 @@ impl Scheduler {
 
     async fn submit(
         &self,
-        key: String,
+        key: &str,
         due: Due,
         job: Option<Box<dyn Job>>,
         repeat: Option<Box<Repeating>>,
@@ -337,8 +337,8 @@ impl Scheduler {
         // A schedule waits for nothing while there is room, so without this a task scheduling
         // in a loop would hold its thread, and on a current-thread runtime the service too.
         tokio::task::coop::consume_budget().await;
-        self.check_key(&key)?;
-        let key = Key::new(key);
+        self.check_key(key)?;
+        let key = Key::from(key);
         let id = self.shared.add(Timer { key: key.clone(), job, repeat }, due, true).await?;
         Ok(Scheduled::new(self.shared.clone(), key, id))
     }

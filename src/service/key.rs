@@ -18,14 +18,6 @@ pub(crate) enum Key {
 }
 
 impl Key {
-    pub fn new(key: String) -> Self {
-        if key.len() <= INLINE {
-            Self::from(key.as_str())
-        } else {
-            Key::Shared(Arc::new(key))
-        }
-    }
-
     pub fn as_str(&self) -> &str {
         // Only ever built from a whole `&str`, so the bytes are valid UTF-8.
         std::str::from_utf8(self.as_bytes()).expect("a key is UTF-8")
@@ -131,9 +123,9 @@ mod tests {
         for s in
             ["", "a", "conn-123456", "exactly-14-byt", "fifteen-bytes!!", "order:auto-review:2026-11-21:42", "ключ"]
         {
-            let key = Key::new(s.to_owned());
+            let key = Key::from(s);
             assert_eq!(key.as_str(), s);
-            assert_eq!(key, Key::from(s));
+            assert_eq!(key.clone(), key);
             assert_eq!(hash_of(&key), hash_of(s.as_bytes()), "Borrow<[u8]> needs equal hashes");
             assert_eq!(matches!(key, Key::Inline { .. }), s.len() <= INLINE, "{s}");
         }
