@@ -160,3 +160,53 @@ async fn timers_due_before_the_actors_wake_up_wake_it_from_any_thread() {
     }
     assert_eq!(timer.len(), 1, "only the far timer is left");
 }
+
+/// Threads that schedule and cancel without pause, with timers due at once so the actor fires on
+/// every tick too, while `flush` and `stop` come over the channel: both are answered (the actor
+/// takes the requests that keep arriving only after the channel's commands), and every accepted
+/// timer ends exactly once, fired, cancelled or stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_and_stop_are_answered_while_threads_stream_requests() {
+    const THREADS: u64 = 6;
+    let timer = Scheduler::builder().start().unwrap();
+    // Producers on threads of their own, so they keep queueing while the actor works.
+    let producers: Vec<_> = (0..THREADS)
+        .map(|thread| {
+            let timer = timer.clone();
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                runtime.block_on(async move {
+                    let mut accepted = 0u64;
+                    for i in 0u64.. {
+                        // Due at once: the actor has timers to fire on every tick as well.
+                        let key = format!("stream-{thread}-{i}");
+                        match timer.schedule(key.as_str(), Duration::ZERO, |_| async {}).await {
+                            Ok(_) => accepted += 1,
+                            Err(Error::Stopped) => return accepted,
+                            Err(other) => panic!("unexpected {other}"),
+                        }
+                        if i % 2 == 0 {
+                            timer.cancel(&key).await;
+                        }
+                    }
+                    unreachable!()
+                })
+            })
+        })
+        .collect();
+    while timer.stats().scheduled < 10_000 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for _ in 0..20 {
+        let flushed = tokio::time::timeout(Duration::from_secs(10), timer.flush()).await;
+        flushed.expect("flush answered while requests stream in");
+    }
+    let stopped = tokio::time::timeout(Duration::from_secs(10), timer.stop()).await;
+    let dropped = stopped.expect("stop answered while requests stream in");
+    let accepted: u64 = producers.into_iter().map(|p| p.join().unwrap()).sum();
+    let stats = timer.stats();
+    assert_eq!(stats.scheduled, accepted);
+    assert_eq!(stats.pending, 0);
+    assert_eq!(stats.fired + stats.cancelled + stats.stopped, accepted, "{stats:?}");
+    assert_eq!(stats.stopped, dropped as u64);
+}
