@@ -20,6 +20,10 @@ enum Op {
     Remove { n: usize },
     /// Advance by `step` ticks past the clock (or go back by it, which must be harmless).
     Advance { step: u64, back: bool },
+    /// Insert `count` entries at once, due `delay + i % spread` ticks from the clock: enough to
+    /// fill one bucket past what a wheel moves in one go (see `DRAIN_MIN` in the hierarchical
+    /// wheel).
+    Burst { delay: u64, spread: u64, count: usize },
 }
 
 fn delay() -> impl Strategy<Value = u64> {
@@ -40,6 +44,15 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// `op()` plus bursts, and advances of a tick or two so that drains are seen tick by tick.
+fn op_with_bursts() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => op(),
+        1 => (0..300u64, 1..40u64, 250..700usize).prop_map(|(delay, spread, count)| Op::Burst { delay, spread, count }),
+        3 => (0..3u64).prop_map(|step| Op::Advance { step, back: false }),
+    ]
+}
+
 fn check<W: Wheel<u32>>(mut wheel: W, ops: Vec<Op>) -> Result<(), TestCaseError> {
     // Live entries by id, as the model sees them: id -> (deadline, value).
     let mut model: BTreeMap<EntryId, (u64, u32)> = BTreeMap::new();
@@ -53,6 +66,14 @@ fn check<W: Wheel<u32>>(mut wheel: W, ops: Vec<Op>) -> Result<(), TestCaseError>
                 let id = wheel.insert(deadline, value);
                 prop_assert!(model.insert(id, (deadline, value)).is_none(), "id {id:?} handed out twice");
                 ids.push(id);
+            }
+            Op::Burst { delay, spread, count } => {
+                for i in 0..count as u64 {
+                    let deadline = clock.saturating_add(delay + i % spread);
+                    let id = wheel.insert(deadline, value);
+                    prop_assert!(model.insert(id, (deadline, value)).is_none(), "id {id:?} handed out twice");
+                    ids.push(id);
+                }
             }
             Op::InsertAt { deadline } => {
                 let id = wheel.insert(deadline, value);
@@ -139,6 +160,11 @@ proptest! {
     }
 
     #[test]
+    fn hierarchical_with_bursts_matches_model(slots in prop_oneof![Just(8usize), 2usize..30], ops in prop::collection::vec(op_with_bursts(), 1..80)) {
+        check(HierarchicalWheel::new(slots).unwrap(), ops)?;
+    }
+
+    #[test]
     fn rounds_matches_model(slots in 1usize..80, ops in prop::collection::vec(op(), 1..200)) {
         check(RoundsWheel::new(slots).unwrap(), ops)?;
     }
@@ -146,6 +172,11 @@ proptest! {
     #[test]
     fn hierarchical_fires_on_the_exact_tick(slots in 2usize..70, deadlines in prop::collection::vec(delay().prop_map(|d| d.saturating_add(1)), 1..60)) {
         check_precise_advance(HierarchicalWheel::new(slots).unwrap(), deadlines)?;
+    }
+
+    #[test]
+    fn hierarchical_fires_bursts_on_the_exact_tick(slots in 2usize..70, base in 0..5_000u64, deadlines in prop::collection::vec(0..200u64, 300..1500)) {
+        check_precise_advance(HierarchicalWheel::new(slots).unwrap(), deadlines.into_iter().map(|d| base + d + 1).collect())?;
     }
 
     #[test]

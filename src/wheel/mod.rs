@@ -8,7 +8,9 @@
 //!
 //! - [`HierarchicalWheel`]: Kafka-style levels of `slots` buckets, each level's tick the whole span
 //!   of the level below, created lazily as far deadlines arrive. Entries of an upper bucket are
-//!   demoted level by level as it comes due. [`next_deadline`](Wheel::next_deadline) comes from
+//!   demoted level by level as it comes due; level 0 has twice as many buckets, so that a busy
+//!   level-1 bucket goes down a share per tick over the ticks before it is due rather than all on
+//!   one tick. [`next_deadline`](Wheel::next_deadline) comes from
 //!   per-level occupancy bitmaps, so a driver sleeps straight to the next due bucket.
 //! - [`RoundsWheel`]: one ring of `slots` buckets; an entry more than a revolution away carries a
 //!   count of rounds that the cursor counts down each time it passes the entry's bucket.
@@ -77,7 +79,7 @@ pub trait Wheel<T> {
     ///
     /// No entry is due before it, so `advance` with an earlier tick yields nothing: a driver can
     /// sleep until then. It may be earlier than the earliest deadline (the hierarchical wheel
-    /// wakes to demote an upper bucket, the rounds wheel to count down rounds), and it is at most
+    /// wakes to demote or drain an upper bucket, the rounds wheel to count down rounds), and it is at most
     /// `now()` when an entry is already due.
     fn next_deadline(&self) -> Option<u64>;
 

@@ -58,6 +58,25 @@ impl Bucket {
         self.live == 0
     }
 
+    /// The number of entries (holes not counted).
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Takes out the entry in the last occupied slot, dropping the holes after it, for a bucket
+    /// drained from its end. Any holes left before it are forgotten (walks still skip them), so
+    /// inserts that follow append rather than follow a list that may point past the end.
+    pub fn pop(&mut self) -> Option<u32> {
+        while let Some(index) = self.slots.pop() {
+            if index & HOLE == 0 {
+                self.live -= 1;
+                return Some(index);
+            }
+            self.first_hole = NO_HOLE;
+        }
+        None
+    }
+
     /// The entries, with their positions.
     pub fn entries(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
         (0..self.slots.len()).filter_map(|position| Some((position, self.entry_at(position)?)))
