@@ -393,7 +393,7 @@ mod tests {
         assert_eq!(wheel.buckets[level1].len(), 32_000, "all in level 1's bucket for 128..192");
         assert_eq!(wheel.next_deadline(), Some(64), "the drain starts 64 ticks ahead of the bucket");
         let mut moved = Vec::new();
-        while wheel.buckets[level1].len() > 0 {
+        while !wheel.buckets[level1].is_empty() {
             let before = wheel.buckets[level1].len();
             let next = wheel.next_deadline().unwrap();
             assert_eq!(next, wheel.now().max(63) + 1, "a share on every tick from 64");
