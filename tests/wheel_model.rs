@@ -26,6 +26,20 @@ enum Op {
     Burst { delay: u64, spread: u64, count: usize },
 }
 
+impl Op {
+    /// The deadlines an insert op adds, with the clock at `clock`.
+    fn deadlines(&self, clock: u64) -> Vec<u64> {
+        match *self {
+            Op::Insert { delay } => vec![clock.wrapping_add(delay)],
+            Op::InsertAt { deadline } => vec![deadline],
+            Op::Burst { delay, spread, count } => {
+                (0..count as u64).map(|i| clock.saturating_add(delay + i % spread)).collect()
+            }
+            Op::Remove { .. } | Op::Advance { .. } => Vec::new(),
+        }
+    }
+}
+
 fn delay() -> impl Strategy<Value = u64> {
     prop_oneof![
         4 => 0..70u64,                 // inside level 0 / one revolution
@@ -61,24 +75,12 @@ fn check<W: Wheel<u32>>(mut wheel: W, ops: Vec<Op>) -> Result<(), TestCaseError>
     for (step, op) in ops.into_iter().enumerate() {
         let value = step as u32;
         match op {
-            Op::Insert { delay } => {
-                let deadline = clock.wrapping_add(delay);
-                let id = wheel.insert(deadline, value);
-                prop_assert!(model.insert(id, (deadline, value)).is_none(), "id {id:?} handed out twice");
-                ids.push(id);
-            }
-            Op::Burst { delay, spread, count } => {
-                for i in 0..count as u64 {
-                    let deadline = clock.saturating_add(delay + i % spread);
+            Op::Insert { .. } | Op::InsertAt { .. } | Op::Burst { .. } => {
+                for deadline in op.deadlines(clock) {
                     let id = wheel.insert(deadline, value);
                     prop_assert!(model.insert(id, (deadline, value)).is_none(), "id {id:?} handed out twice");
                     ids.push(id);
                 }
-            }
-            Op::InsertAt { deadline } => {
-                let id = wheel.insert(deadline, value);
-                prop_assert!(model.insert(id, (deadline, value)).is_none(), "id {id:?} handed out twice");
-                ids.push(id);
             }
             Op::Remove { n } => {
                 if ids.is_empty() {
