@@ -135,7 +135,7 @@ async fn races_on_one_key_rounds_interval() {
 
 /// The actor sleeps until the earliest deadline it knows, and a request wakes it only when it
 /// cannot wait for that. Timers due far sooner, scheduled from several threads while the actor is
-/// asleep or busy, must each wake it in time: one left in a queue would wait for the hour.
+/// asleep or busy, must each wake it in time: one that did not would wait for the hour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn timers_due_before_the_actors_wake_up_wake_it_from_any_thread() {
     let timer = Scheduler::builder().start().unwrap();
@@ -145,8 +145,7 @@ async fn timers_due_before_the_actors_wake_up_wake_it_from_any_thread() {
     for task in 0..TASKS {
         let timer = timer.clone();
         tasks.push(tokio::spawn(async move {
-            // One at a time, so that the queues never fill (which would wake the actor too) and
-            // the wheel often holds nothing but the far timer.
+            // One at a time, so that the wheels often hold nothing but the far timer.
             for i in 0..25u64 {
                 let delay = Duration::from_micros((i * 7919 + task * 104_729) % 3_000);
                 let done = timer.schedule(format!("soon-{task}-{i}"), delay, |_| async {}).await.unwrap();
@@ -162,16 +161,14 @@ async fn timers_due_before_the_actors_wake_up_wake_it_from_any_thread() {
 }
 
 /// Threads that schedule and cancel without pause, with timers due at once so the actor fires on
-/// every tick too, while `flush` and `stop` come over the channel: both are answered (the actor
-/// takes the requests that keep arriving only after the channel's commands), and every accepted
-/// timer ends exactly once, fired, cancelled or stopped. (It does not pin down the order of the
-/// actor's select: on this machine the actor finds the inboxes empty often enough to answer a
-/// flush either way.)
+/// every tick too, while `flush` and `stop` come over the channel: both are answered (the timers
+/// that keep arriving wake the actor, and it answers the channel between its advances), and every
+/// accepted timer ends exactly once, fired, cancelled or stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flush_and_stop_are_answered_while_threads_stream_requests() {
     const THREADS: u64 = 6;
     let timer = Scheduler::builder().start().unwrap();
-    // Producers on threads of their own, so they keep queueing while the actor works.
+    // Producers on threads of their own, so they keep placing timers while the actor works.
     let producers: Vec<_> = (0..THREADS)
         .map(|thread| {
             let timer = timer.clone();

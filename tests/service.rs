@@ -495,11 +495,11 @@ async fn every_accepted_timer_ends_exactly_once() {
     }
 }
 
-/// A cancel never waits for the actor, even with the request queues full: it releases the key
-/// and queues the entry's removal under one lock, so it is complete the first time it is polled.
-/// The cancelled timer never runs, and its key can be scheduled again at once.
+/// A cancel never waits for the actor, even with many requests made since it last ran: it
+/// releases the key under the shard's lock, so it is complete the first time it is polled. The
+/// cancelled timer never runs, and its key can be scheduled again at once.
 #[tokio::test(start_paused = true)]
-async fn a_cancel_completes_at_once_even_with_the_queues_full() {
+async fn a_cancel_completes_at_once_while_the_actor_has_not_run() {
     for repeat in [None, Some(Repeat::Forever)] {
         let timer = Scheduler::builder().channel_capacity(1).start().unwrap();
         let log = Log::default();
@@ -507,9 +507,8 @@ async fn a_cancel_completes_at_once_even_with_the_queues_full() {
             None => timer.schedule("z", Duration::from_millis(5), log.job()).await.unwrap(),
             Some(r) => timer.schedule_repeating("z", Duration::from_millis(5), r, log.job()).await.unwrap(),
         };
-        timer.flush().await; // "z" is in the wheel
-                             // Queue requests in (almost surely) every shard; the actor cannot run until this task
-                             // yields, so the queues stay full.
+        timer.flush().await;
+        // Requests in (almost surely) every shard; the actor cannot run until this task yields.
         let fillers: Vec<String> = (0..64).map(|i| format!("filler-{i}")).collect();
         let fill = fillers.iter().map(|key| (key.as_str(), Duration::from_secs(60), log.job()));
         assert!(timer.schedule_many(fill).await.iter().all(Result::is_ok));
@@ -528,37 +527,48 @@ async fn a_cancel_completes_at_once_even_with_the_queues_full() {
     }
 }
 
-/// With the request queues full, a schedule waits for the actor to empty its shard's queue, and
-/// goes in as soon as it has: no time passes waiting for anything else. A schedule dropped while
-/// it waits leaves nothing behind.
+/// A schedule, reschedule or cancel never waits for the actor: each places, moves or removes its
+/// timer in the key's shard under one lock, so it is complete the first time it is polled, even
+/// while the actor cannot run at all (this test's task does not yield between them, and the
+/// runtime has one thread). The timers placed so fire on time once it can.
 #[tokio::test(start_paused = true)]
-async fn a_schedule_waits_for_room_and_schedules_nothing_if_dropped_while_waiting() {
+async fn requests_complete_at_once_while_the_actor_cannot_run() {
     let timer = Scheduler::builder().channel_capacity(1).start().unwrap();
     let log = Log::default();
-    // 256 keys fill every shard's one place (short of a 1 in 10^11 hash draw); the actor cannot
-    // run until this task yields.
-    let fillers: Vec<String> = (0..256).map(|i| format!("filler-{i}")).collect();
+    let start = Instant::now();
+    // More timers than any queue the actor might have to empty, in one batch and one by one.
+    let fillers: Vec<String> = (0..4096).map(|i| format!("filler-{i}")).collect();
     let fill = fillers.iter().map(|key| (key.as_str(), Duration::from_secs(60), log.job()));
     assert!(timer.schedule_many(fill).await.iter().all(Result::is_ok));
-    {
-        let waiting = std::pin::pin!(timer.schedule("dropped", Duration::from_secs(1), log.job()));
-        assert!(futures::poll!(waiting).is_pending(), "the schedule waits for room");
+    for i in 0..64 {
+        let key = format!("soon-{i}");
+        let schedule = std::pin::pin!(timer.schedule(&key, Duration::from_millis(5), log.job()));
+        let std::task::Poll::Ready(scheduled) = futures::poll!(schedule) else {
+            panic!("schedule {i} waited");
+        };
+        drop(scheduled.unwrap());
     }
-    timer.flush().await;
-    assert!(!timer.contains("dropped"));
-    assert_eq!(timer.stats().scheduled, 256, "the dropped schedule was never accepted");
-
-    // Due after the fillers, so not urgent: only their full queues wake the actor.
-    let start = tokio::time::Instant::now();
-    let late = async {
-        for i in 0..64 {
-            timer.schedule(format!("late-{i}"), Duration::from_secs(120), log.job()).await.unwrap();
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(600), late).await.expect("every waiting schedule got room");
-    assert_eq!(start.elapsed(), Duration::ZERO, "room came from the actor, not from a deadline passing");
-    assert_eq!(timer.len(), 256 + 64);
+    let reschedule = std::pin::pin!(timer.reschedule("soon-0", Duration::from_millis(10)));
+    assert_eq!(futures::poll!(reschedule), std::task::Poll::Ready(Ok(())), "the reschedule waited");
+    let cancel = std::pin::pin!(timer.cancel("soon-1"));
+    assert_eq!(futures::poll!(cancel), std::task::Poll::Ready(true), "the cancel waited");
+    assert_eq!(timer.len(), 4096 + 63, "every timer is counted before the actor has run");
+    let again = timer.schedule("soon-2", Duration::from_secs(1), log.job()).await;
+    assert_eq!(again.unwrap_err(), Error::DuplicateKey("soon-2".into()), "the key is claimed at once");
     assert!(log.keys().is_empty());
+
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let runs = log.runs();
+    assert_eq!(runs.len(), 63, "the 5 ms timers but the cancelled one, and the moved one");
+    for (key, at) in runs {
+        let due = if key == "soon-0" { 10 } else { 5 };
+        let late = at.duration_since(start);
+        assert!(
+            late >= Duration::from_millis(due) && late <= Duration::from_millis(due + 2),
+            "{key} ran {late:?} after the start, due at {due} ms"
+        );
+    }
+    assert_eq!(timer.len(), 4096);
 }
 
 /// A Stop taken off the channel in the same batch as requests sent after it must still answer
@@ -580,4 +590,35 @@ async fn requests_queued_behind_a_stop_are_not_lost() {
     assert!(!timer.contains("x") && !timer.contains("y"));
     assert_eq!(timer.len(), 0);
     assert_eq!(timer.stats().stopped, 2);
+}
+
+/// A cancelled timer's job is dropped soon even while the actor sleeps: a shard sweeps the entries
+/// of its cancelled timers out of its wheel once it holds a batch of them (1,024), so a burst of
+/// cancels does not hold on to their jobs until the actor next wakes; and the actor sweeps every
+/// shard whenever it runs.
+#[tokio::test(start_paused = true)]
+async fn cancelled_jobs_are_dropped_while_the_actor_sleeps() {
+    // Enough that every shard sweeps at least once however many there are (at most 64).
+    const N: usize = 100_000;
+    const MOST_UNSWEPT: usize = 64 * 1023;
+    let timer = Scheduler::builder().start().unwrap();
+    let token = Arc::new(());
+    let keys: Vec<String> = (0..N).map(|i| format!("k-{i}")).collect();
+    for key in &keys {
+        let token = token.clone();
+        let job = move |_key: String| {
+            let _held = &token;
+            async {}
+        };
+        timer.schedule(key, Duration::from_secs(3600), job).await.unwrap();
+    }
+    assert_eq!(Arc::strong_count(&token), N + 1, "every pending job holds the token");
+    for key in &keys {
+        assert!(timer.cancel(key).await);
+    }
+    let held = Arc::strong_count(&token) - 1;
+    assert!(held <= MOST_UNSWEPT, "{held} cancelled jobs still held while the actor slept");
+    timer.flush().await; // the actor runs, and sweeps every shard
+    assert_eq!(Arc::strong_count(&token), 1, "every cancelled job dropped once the actor has run");
+    assert_eq!(timer.stats().cancelled, N as u64);
 }

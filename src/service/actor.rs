@@ -1,9 +1,10 @@
-//! The actor: the one task that owns the wheel.
+//! The actor: the one task that moves the wheels on.
 //!
-//! Its loop is the classic ticker `for { select { ... } }`: handle requests as they arrive, and
-//! advance the wheel either on an interval of one tick or by sleeping to the wheel's next
-//! deadline. The tick is always read from the clock, so a late wake-up catches up in one
-//! advance and the wheel never drifts from real time.
+//! Its loop is the classic ticker `for { select { ... } }`: advance the wheels either on an
+//! interval of one tick or by sleeping to their next deadline, and answer the commands that come
+//! over the channel. Timers themselves never pass through it: handles place and remove them in
+//! the shards (see `shared`). The tick is always read from the clock, so a late wake-up catches up
+//! in one advance and the wheels never drift from real time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,11 +14,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::builder::Advance;
 use super::clock::Clock;
-use super::command::{Add, Command, Op, Timer};
+use super::command::Command;
 use super::job::Starts;
-use super::shared::{By, Shared};
-use crate::wheel::{EntryId, Expired, ExternalIds};
-use crate::Error;
+use super::shared::{Fired, Shared};
 
 /// Commands taken off the channel per wake-up.
 const BATCH: usize = 64;
@@ -28,68 +27,55 @@ pub(crate) struct Config {
     pub tick: Duration,
 }
 
-struct Actor<W> {
-    wheel: W,
+struct Actor {
     shared: Arc<Shared>,
     clock: Clock,
-    /// Reused buffer of entries due in one advance.
-    due: Vec<Expired<Timer>>,
-    /// Ids of entries that left the wheel, by the shard whose pool they came from; given back
-    /// when the actor next takes that shard's requests.
-    dead: Vec<Vec<EntryId>>,
-    /// Reused buffer that a shard's inbox is swapped into.
-    ops: Vec<Op>,
+    /// Reused buffers of what one advance fired.
+    fired: Fired,
     /// The jobs due in the current advance, started together once it is done.
     starts: Starts,
 }
 
-pub(crate) async fn run<W: ExternalIds<Timer>>(
-    wheel: W,
-    mut rx: mpsc::Receiver<Command>,
-    shared: Arc<Shared>,
-    config: Config,
-) {
-    let mut actor = Actor {
-        wheel,
-        dead: vec![Vec::new(); shared.shard_count()],
-        shared: shared.clone(),
-        clock: config.clock,
-        due: Vec::new(),
-        ops: Vec::new(),
-        starts: Starts::default(),
-    };
+pub(crate) async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>, config: Config) {
+    let mut actor =
+        Actor { shared: shared.clone(), clock: config.clock, fired: Fired::default(), starts: Starts::default() };
     let mut batch = Vec::with_capacity(BATCH);
     let mut ticker = (config.advance == Advance::Interval).then(|| {
         let mut ticker = tokio::time::interval_at(Instant::now() + config.tick, config.tick);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
         ticker
     });
+    // In interval mode the actor advances on every tick, so no timer is urgent.
+    if ticker.is_some() {
+        shared.will_wake_at(0);
+    }
     // One sleep, reset only when the next deadline changes.
     let sleep = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(sleep);
     let mut sleeping_until: Option<Instant> = None;
     let mut advance = true;
     loop {
-        actor.take_requests();
-        if advance {
-            actor.fire_due();
+        // Timers placed meanwhile that are due before the published wake-up: advance again at once
+        // (after the channel's commands have had their turn) rather than wait.
+        let mut missed = false;
+        if ticker.is_some() {
+            if advance {
+                actor.fire_due();
+            }
+        } else {
+            let next_deadline = actor.fire_due();
+            missed = shared.will_wake_at(next_deadline.unwrap_or(u64::MAX).max(1));
+            let wake_at = next_deadline.map(|t| actor.clock.instant(t).unwrap_or_else(far_future));
+            if let Some(at) = wake_at.filter(|&at| sleeping_until != Some(at)) {
+                sleep.as_mut().reset(at);
+                sleeping_until = Some(at);
+            }
+            if wake_at.is_none() {
+                sleeping_until = None;
+            }
         }
-        let next_deadline = actor.wheel.next_deadline();
-        // In interval mode the actor takes requests in on every tick, so none is urgent.
-        let wakes_at = if ticker.is_some() { 0 } else { next_deadline.unwrap_or(u64::MAX).max(1) };
-        // Requests that came in while the actor was busy are taken at once (after the channel's
-        // commands have had their turn), rather than waited for.
-        let requests_waiting = actor.shared.will_wake_at(wakes_at);
-        let wake_at = match ticker {
-            Some(_) => None,
-            None => next_deadline.map(|t| actor.clock.instant(t).unwrap_or_else(far_future)),
-        };
-        if let Some(at) = wake_at.filter(|&at| sleeping_until != Some(at)) {
-            sleep.as_mut().reset(at);
-            sleeping_until = Some(at);
-        }
-        let timed = ticker.is_some() || wake_at.is_some();
-        // Time first: requests can keep the actor busy, but a tick or deadline completes at most
+        let timed = ticker.is_some() || sleeping_until.is_some();
+        // Time first: commands can keep the actor busy, but a tick or deadline completes at most
         // once per tick, so neither side starves the other.
         tokio::select! {
             biased;
@@ -103,8 +89,6 @@ pub(crate) async fn run<W: ExternalIds<Timer>>(
                     actor.shut_down(&mut rx, Vec::new()).await;
                     return;
                 }
-                // The requests queued before these commands were sent come first.
-                actor.take_requests();
                 let mut commands = batch.drain(..);
                 while let Some(command) = commands.next() {
                     match command {
@@ -118,13 +102,13 @@ pub(crate) async fn run<W: ExternalIds<Timer>>(
                         }
                     }
                 }
-                // In interval mode the wheel moves on ticks only, like the classic ticker loop.
-                advance = ticker.is_none();
+                // In interval mode the wheels move on ticks only, like the classic ticker loop.
+                advance = false;
             }
-            () = shared.ready(), if !requests_waiting => advance = ticker.is_none(),
-            // Ready at once unless the task's budget is spent, so a steady stream of requests
+            () = shared.ready(), if !missed => advance = false,
+            // Ready at once unless the task's budget is spent, so a steady stream of timers
             // cannot hold the thread.
-            () = tokio::task::coop::consume_budget(), if requests_waiting => advance = ticker.is_none(),
+            () = tokio::task::coop::consume_budget(), if missed => advance = false,
         }
     }
 }
@@ -141,110 +125,36 @@ fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
-impl<W: ExternalIds<Timer>> Actor<W> {
-    /// Takes every shard's queued requests and carries them out, giving back dead ids on the way.
-    fn take_requests(&mut self) {
-        let mut ops = std::mem::take(&mut self.ops);
-        for shard in 0..self.dead.len() {
-            self.shared.take_requests(shard, &mut ops, &mut self.dead[shard]);
-            ops.drain(..).for_each(|op| self.apply(op));
-        }
-        self.ops = ops;
-    }
-
-    fn apply(&mut self, op: Op) {
-        match op {
-            // No look at the key map: if the timer was cancelled meanwhile, its `Remove` follows.
-            Op::Add(Add { timer, id, deadline }) => self.wheel.insert_at(id, deadline, timer),
-            // A stale id (the timer fired meanwhile) finds nothing.
-            Op::Remove(id) => {
-                if self.wheel.remove(id).is_some() {
-                    self.bury(id);
-                }
-            }
-            Op::Move { id, due, deadline, reply } => drop(reply.send(self.move_timer(id, due, deadline))),
-        }
-    }
-
-    /// Takes note that `id`'s entry has left the wheel, so the id can be drawn again.
-    fn bury(&mut self, id: EntryId) {
-        self.dead[self.shared.shard_of_id(id)].push(id);
-    }
-
-    /// Gives a pending timer a new deadline under the same id, so the key map needs no update.
-    /// Its `Add` came before this request, so it is in the wheel unless it has fired.
-    fn move_timer(&mut self, id: EntryId, due: Instant, deadline: u64) -> Result<(), Error> {
-        let mut timer = self.wheel.remove(id).ok_or(Error::NotFound)?;
-        if let Some(repeat) = timer.repeat.as_mut() {
-            repeat.due = due;
-        }
-        self.wheel.insert_at(id, deadline, timer);
-        Ok(())
-    }
-
-    /// Advances the wheel to the clock's tick and starts every due job, in deadline order.
-    fn fire_due(&mut self) {
+impl Actor {
+    /// Advances every shard's wheel to the clock's tick and starts every due job, in deadline
+    /// order. Returns the earliest next deadline of the wheels.
+    fn fire_due(&mut self) -> Option<u64> {
+        self.shared.clear_signal();
         let now = self.clock.now();
-        let due = &mut self.due;
-        self.wheel.advance(now, |expired| due.push(expired));
-        let mut due = std::mem::take(&mut self.due);
-        // The timers on their last run end here, all in one pass over the key map. Whoever
-        // releases a key ends its timer, and a cancel may have got there first.
-        let last: Vec<(&[u8], Option<EntryId>)> = due
-            .iter()
-            .filter(|e| self.next_run(&e.value).is_none())
-            .map(|e| (e.value.key.as_bytes(), Some(e.id)))
-            .collect();
-        let mut ended = self.shared.end_many(&last, Ok(()), By::Actor).into_iter();
-        drop(last);
-        for Expired { id, value: mut timer, .. } in due.drain(..) {
-            match self.next_run(&timer) {
-                None => {
-                    self.bury(id);
-                    let ended_here = ended.next().flatten().is_some();
-                    if let (true, Some(job)) = (ended_here, &timer.job) {
-                        self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
-                    }
-                }
-                // More runs to come, and still wanted: the key stays claimed and the timer goes
-                // back in the wheel under the same id. A cancel from here on stops the runs after
-                // this one.
-                Some((next_due, next)) if self.shared.ran_again(timer.key.as_bytes(), id) => {
-                    if let Some(job) = &timer.job {
-                        self.starts.push(job.as_ref(), timer.key.as_str().to_owned());
-                    }
-                    if let Some(repeat) = timer.repeat.as_mut() {
-                        repeat.due = next_due;
-                        repeat.runs_left = repeat.runs_left.map(|n| n - 1);
-                    }
-                    self.wheel.insert_at(id, next, timer);
-                }
-                // Cancelled a moment ago (its `Remove` is still queued).
-                Some(_) => self.bury(id),
-            }
+        let mut next: Option<u64> = None;
+        for shard in 0..self.shared.shard_count() {
+            let shard_next = self.shared.fire(shard, now, &self.clock, &mut self.fired);
+            next = match (next, shard_next) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
-        self.due = due;
+        self.fired.wakers.drain(..).for_each(std::task::Waker::wake);
+        self.fired.swept.clear();
+        // Each shard's jobs come in deadline order; a stable sort merges the shards'.
+        self.fired.jobs.sort_by_key(|&(deadline, ..)| deadline);
+        for (_, job, key) in self.fired.jobs.drain(..) {
+            self.starts.push(job.as_job(), key);
+        }
         self.starts.spawn();
+        next
     }
 
-    /// When a repeating timer's next run is due (instant and tick), or `None` if this run is
-    /// its last. Fixed rate: a period after this run was due, not after now.
-    fn next_run(&self, timer: &Timer) -> Option<(Instant, u64)> {
-        let repeat = timer.repeat.as_ref().filter(|r| r.runs_left != Some(1))?;
-        let due = repeat.due.checked_add(repeat.period)?;
-        Some((due, self.clock.deadline(due).ok()?))
-    }
-
-    /// Ends every pending timer as stopped and returns how many there were. Requests already
-    /// queued are carried out first and commands answered, so no accepted timer is left behind;
-    /// from here on, every shard refuses new ones.
+    /// Ends every pending timer as stopped and returns how many there were. Commands already
+    /// queued are answered; from here on, every shard refuses new timers.
     async fn shut_down(&mut self, rx: &mut mpsc::Receiver<Command>, taken: Vec<Command>) -> usize {
         rx.close();
-        let mut ops = std::mem::take(&mut self.ops);
-        for shard in 0..self.dead.len() {
-            self.shared.close(shard, &mut ops);
-        }
-        ops.into_iter().for_each(|op| self.apply(op));
+        let dropped = (0..self.shared.shard_count()).map(|shard| self.shared.close(shard)).sum();
         let refuse = |command: Command| match command {
             Command::Flush(reply) => drop(reply.send(())),
             Command::Stop(reply) => drop(reply.send(0)),
@@ -253,24 +163,17 @@ impl<W: ExternalIds<Timer>> Actor<W> {
         while let Some(command) = rx.recv().await {
             refuse(command);
         }
-        let due = &mut self.due;
-        self.wheel.advance(u64::MAX, |expired| due.push(expired));
-        let timers: Vec<(&[u8], Option<EntryId>)> =
-            self.due.iter().map(|e| (e.value.key.as_bytes(), Some(e.id))).collect();
-        let dropped = self.shared.end_many(&timers, Err(Error::Stopped), By::Actor).iter().flatten().count();
-        drop(timers);
-        self.due.clear();
         dropped
     }
 }
 
-impl<W> Drop for Actor<W> {
+impl Drop for Actor {
     /// If the actor's task is dropped without stopping (its runtime shut down), the shards still
-    /// refuse requests from then on, so that none is accepted that nobody would carry out.
+    /// end their timers as stopped and refuse new ones from then on, so that none is accepted
+    /// that nobody would fire.
     fn drop(&mut self) {
-        let mut ignored = Vec::new();
-        for shard in 0..self.dead.len() {
-            self.shared.close(shard, &mut ignored);
+        for shard in 0..self.shared.shard_count() {
+            self.shared.close(shard);
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::Error;
 pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
 /// The default number of buckets per wheel level (or in the rounds ring).
 pub const DEFAULT_SLOTS: usize = 64;
-/// The default number of requests that may queue for the actor before senders wait.
+/// The default capacity of the channel that carries `flush` and `stop` to the actor.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 1024;
 
 /// Which timing wheel the service keeps its timers in.
@@ -95,10 +95,10 @@ impl Builder {
         self
     }
 
-    /// How many requests may queue for the actor before senders wait (default
-    /// [`DEFAULT_CHANNEL_CAPACITY`]). The room is spread over the key map's shards, so a
-    /// schedule waits when its key's shard has its share queued. A cancel never waits: it only
-    /// releases what a schedule took. A batch waits until no shard is full, then goes in whole.
+    /// How many [`flush`](Scheduler::flush) and [`stop`](Scheduler::stop) requests may queue
+    /// for the actor before their senders wait (default [`DEFAULT_CHANNEL_CAPACITY`]). Schedules,
+    /// reschedules and cancels do not go through this channel and never wait for the actor: each
+    /// is complete when its call returns (see the README's "How requests reach the wheels").
     pub fn channel_capacity(mut self, capacity: usize) -> Self {
         self.channel_capacity = capacity;
         self

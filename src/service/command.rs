@@ -1,18 +1,19 @@
-//! The messages handles send to the actor: `Op`s through the key map's shard inboxes, the rest
-//! as `Command`s over the channel.
+//! What the wheels hold for a timer, and the messages handles send to the actor over the channel.
+
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::job::Job;
+use super::clock::Clock;
+use super::job::{Job, JobRef};
 use super::key::Key;
-use crate::wheel::EntryId;
-use crate::Error;
 
-/// A timer on its way into the wheel, and the value the wheel holds for it.
+/// A timer: the value a shard's wheel holds for it.
 pub(crate) struct Timer {
     pub key: Key,
-    /// `None` for a keyed sleep, which only wakes its waiter.
+    /// A one-shot timer's job; `None` for a keyed sleep, which only wakes its waiter, and for a
+    /// repeating timer, whose job is in `repeat`.
     pub job: Option<Box<dyn Job>>,
     /// Present for repeating timers only, so one-shot timers stay small.
     pub repeat: Option<Box<Repeating>>,
@@ -24,34 +25,40 @@ pub(crate) struct Repeating {
     pub due: Instant,
     /// Runs left including the one waited for; `None` repeats until cancelled.
     pub runs_left: Option<u64>,
+    /// Shared, so that a run can be started with no lock held while the timer waits in the
+    /// wheel for the next.
+    pub job: Arc<dyn Job>,
 }
 
-pub(crate) struct Add {
-    pub timer: Timer,
-    /// The entry id the handle drew from the pool and recorded in the key map.
-    pub id: EntryId,
-    /// The deadline tick.
-    pub deadline: u64,
+impl Timer {
+    /// When a repeating timer's next run is due (instant and tick), or `None` if this run is
+    /// its last. Fixed rate: a period after this run was due, not after now.
+    pub fn next_run(&self, clock: &Clock) -> Option<(Instant, u64)> {
+        let repeat = self.repeat.as_ref().filter(|r| r.runs_left != Some(1))?;
+        let due = repeat.due.checked_add(repeat.period)?;
+        Some((due, clock.deadline(due).ok()?))
+    }
+
+    /// Moves a repeating timer on to its next run, due at `due`, and returns its job for this
+    /// run.
+    pub fn next_repeat(&mut self, due: Instant) -> Arc<dyn Job> {
+        let repeat = self.repeat.as_mut().expect("only a repeating timer runs again");
+        repeat.due = due;
+        repeat.runs_left = repeat.runs_left.map(|n| n - 1);
+        repeat.job.clone()
+    }
+
+    /// The job of a timer's last run, if it has one.
+    pub fn take_job(&mut self) -> Option<JobRef> {
+        match (self.job.take(), self.repeat.take()) {
+            (Some(job), _) => Some(JobRef::Owned(job)),
+            (None, Some(repeat)) => Some(JobRef::Shared(repeat.job)),
+            (None, None) => None,
+        }
+    }
 }
 
-/// What a handle asks of the wheel when it claims or releases a key. Queued in the key's shard
-/// under the lock that changes the key map, so the actor sees a shard's `Op`s in the order of
-/// the map changes they go with.
-pub(crate) enum Op {
-    Add(Add),
-    /// Take a cancelled timer (whose key the handle already released) out of the wheel.
-    Remove(EntryId),
-    /// Move a pending timer to a new deadline (a reschedule), and say whether it was still there.
-    Move {
-        id: EntryId,
-        due: Instant,
-        deadline: u64,
-        reply: oneshot::Sender<Result<(), Error>>,
-    },
-}
-
-/// Requests that go over the channel. The actor takes in every queued `Op` before it handles
-/// one, so a `Command` never overtakes an `Op` sent before it.
+/// Requests that go over the channel: what needs the actor itself, not just the timers.
 pub(crate) enum Command {
     /// Reply once every command sent before this one has been handled.
     Flush(oneshot::Sender<()>),

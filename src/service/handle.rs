@@ -8,14 +8,13 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::actor;
-use super::builder::{Builder, WheelKind};
+use super::builder::Builder;
 use super::clock::{Clock, Due};
-use super::command::{Command, Op, Repeating, Timer};
+use super::command::{Command, Repeating, Timer};
 use super::job::Job;
 use super::key::Key;
-use super::shared::{By, Shared};
+use super::shared::Shared;
 use super::Scheduled;
-use crate::wheel::{EntryId, HierarchicalWheel, RoundsWheel};
 use crate::Error;
 
 /// How many times a repeating timer runs.
@@ -82,20 +81,10 @@ impl Scheduler {
 
     pub(crate) fn start(builder: Builder, runtime: &tokio::runtime::Handle) -> Result<Self, Error> {
         let clock = Clock::new(builder.tick)?;
-        let shared = Arc::new(Shared::new(builder.max_pending, builder.channel_capacity));
+        let shared = Arc::new(Shared::new(builder.wheel, builder.slots, builder.max_pending)?);
         let (tx, rx) = mpsc::channel(builder.channel_capacity);
         let config = actor::Config { clock, advance: builder.advance, tick: builder.tick };
-        match builder.wheel {
-            WheelKind::Hierarchical => runtime.spawn(actor::run(
-                HierarchicalWheel::with_external_ids(builder.slots)?,
-                rx,
-                shared.clone(),
-                config,
-            )),
-            WheelKind::Rounds => {
-                runtime.spawn(actor::run(RoundsWheel::with_external_ids(builder.slots)?, rx, shared.clone(), config))
-            }
-        };
+        runtime.spawn(actor::run(rx, shared.clone(), config));
         Ok(Scheduler { tx, shared, clock })
     }
 
@@ -210,8 +199,9 @@ impl Scheduler {
         };
         let now = Instant::now();
         let due = self.clock.after_from(now, period)?;
-        let repeat = Box::new(Repeating { period, due: Clock::instant_after(now, period)?, runs_left });
-        self.submit(key.as_ref(), due, Some(Box::new(job)), Some(repeat)).await
+        let repeat =
+            Box::new(Repeating { period, due: Clock::instant_after(now, period)?, runs_left, job: Arc::new(job) });
+        self.submit(key.as_ref(), due, None, Some(repeat)).await
     }
 
     /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
@@ -241,14 +231,18 @@ impl Scheduler {
     pub async fn sleep_keyed(&self, key: impl AsRef<str>, delay: Duration) -> Result<(), Error> {
         let due = self.clock.after(delay)?;
         let scheduled = self.submit(key.as_ref(), due, None, None).await?;
-        let mut guard =
-            CancelOnDrop { scheduler: self, key: scheduled.shared_key().clone(), id: scheduled.id(), armed: true };
+        let mut guard = CancelOnDrop {
+            scheduler: self,
+            key: scheduled.shared_key().clone(),
+            serial: scheduled.serial(),
+            armed: true,
+        };
         let outcome = scheduled.await;
         guard.armed = false;
         outcome
     }
 
-    /// Schedules many timers with one message to the service: the way to create a million
+    /// Schedules many timers in one pass, taking each shard's lock once: the way to create a million
     /// timers in a short time. Returns one result per item, in order; an item that fails (a
     /// duplicate key, also within the batch, an empty key, a delay out of range, `Full`) fails
     /// alone. Timers scheduled this way have no [`Scheduled`] future: they end as any other
@@ -280,7 +274,7 @@ impl Scheduler {
         Fut: Future<Output = ()> + Send + 'static,
     {
         // A batch costs the caller one unit of Tokio's cooperative budget however large it is, so
-        // a task sending batch after batch could queue millions of timers before the actor (on
+        // a task sending batch after batch could place millions of timers before the actor (on
         // a current-thread runtime) gets to run, and those due meanwhile would fire late. Give
         // the actor its turn before each batch (before, not after: nothing is claimed yet, so a
         // future dropped here schedules nothing).
@@ -300,14 +294,14 @@ impl Scheduler {
         if timers.is_empty() {
             return results;
         }
-        let mut claimed = self.shared.add_many(timers, self.clock.tick_at(now)).await.into_iter();
+        let mut claimed = self.shared.add_many(timers, self.clock.tick_at(now)).into_iter();
         for result in results.iter_mut().filter(|r| r.is_ok()) {
             *result = claimed.next().expect("one outcome per claim");
         }
         results
     }
 
-    /// Cancels many timers with one message to the service. Returns, per key in order, whether
+    /// Cancels many timers in one pass, taking each shard's lock once. Returns, per key in order, whether
     /// a pending timer was cancelled (as [`cancel`](Self::cancel) would).
     ///
     /// # Cancel safety
@@ -321,10 +315,10 @@ impl Scheduler {
         S: AsRef<str>,
     {
         let keys: Vec<S> = keys.into_iter().collect();
-        let keys: Vec<(&[u8], Option<EntryId>)> = keys.iter().map(|key| (key.as_ref().as_bytes(), None)).collect();
-        let ended = self.shared.end_many(&keys, Err(Error::Cancelled), By::Handle);
+        let keys: Vec<&[u8]> = keys.iter().map(|key| key.as_ref().as_bytes()).collect();
+        let ended = self.shared.end_many(&keys, Err(Error::Cancelled));
         tokio::task::coop::consume_budget().await;
-        ended.iter().map(Option::is_some).collect()
+        ended
     }
 
     async fn submit(
@@ -339,8 +333,8 @@ impl Scheduler {
         tokio::task::coop::consume_budget().await;
         self.check_key(key)?;
         let key = Key::from(key);
-        let id = self.shared.add(Timer { key: key.clone(), job, repeat }, due, true).await?;
-        Ok(Scheduled::new(self.shared.clone(), key, id))
+        let serial = self.shared.add(Timer { key: key.clone(), job, repeat }, due, true)?;
+        Ok(Scheduled::new(self.shared.clone(), key, serial))
     }
 
     fn check_key(&self, key: &str) -> Result<(), Error> {
@@ -366,7 +360,7 @@ impl Scheduler {
     /// # Examples
     /// See [`Scheduler`].
     pub async fn cancel(&self, key: &str) -> bool {
-        let cancelled = self.shared.end(key.as_bytes(), None, Err(Error::Cancelled), By::Handle).is_some();
+        let cancelled = self.shared.end(key.as_bytes(), None, Err(Error::Cancelled));
         // As in `submit`: give way now and then to the service and other tasks.
         tokio::task::coop::consume_budget().await;
         cancelled
@@ -380,7 +374,7 @@ impl Scheduler {
     /// whose deadline cannot be represented, [`Error::Stopped`] once the service has stopped.
     ///
     /// # Cancel safety
-    /// If the future is dropped before it completes, the timer may or may not have moved.
+    /// If the future is dropped before it completes, the timer has not moved.
     ///
     /// # Examples
     /// ```
@@ -396,14 +390,14 @@ impl Scheduler {
     /// ```
     pub async fn reschedule(&self, key: &str, delay: Duration) -> Result<(), Error> {
         let now = Instant::now();
-        let Due { deadline, .. } = self.clock.after_from(now, delay)?;
+        let Due { deadline, set_at } = self.clock.after_from(now, delay)?;
         let due = Clock::instant_after(now, delay)?;
         if self.tx.is_closed() {
             return Err(Error::Stopped);
         }
-        let (reply, answer) = oneshot::channel();
-        self.shared.move_timer(key, |id| Op::Move { id, due, deadline, reply }).await?;
-        answer.await.unwrap_or(Err(Error::Stopped))
+        // As in `submit`: give way now and then, before anything has moved.
+        tokio::task::coop::consume_budget().await;
+        self.shared.move_timer(key, due, deadline, set_at)
     }
 
     /// Whether a timer with this key is pending. Answers from the shared key map, without a
@@ -428,8 +422,10 @@ impl Scheduler {
         self.shared.stats()
     }
 
-    /// Waits until the service has handled every request sent before this call (timers placed
-    /// in the wheel, cancelled entries released). Returns at once if the service has stopped.
+    /// Waits until the service's actor has answered every `flush` sent before this one, so it
+    /// has had a turn since the call: the jobs due by then have been started. Schedules, cancels
+    /// and reschedules need no flush: each is complete when its own call returns. Returns at
+    /// once if the service has stopped.
     pub async fn flush(&self) {
         let (reply, done) = oneshot::channel();
         if self.tx.send(Command::Flush(reply)).await.is_ok() {
@@ -473,7 +469,7 @@ impl std::fmt::Debug for Scheduler {
 struct CancelOnDrop<'a> {
     scheduler: &'a Scheduler,
     key: Key,
-    id: EntryId,
+    serial: u64,
     armed: bool,
 }
 
@@ -482,6 +478,6 @@ impl Drop for CancelOnDrop<'_> {
         if !self.armed {
             return;
         }
-        self.scheduler.shared.end(self.key.as_bytes(), Some(self.id), Err(Error::Cancelled), By::Handle);
+        self.scheduler.shared.end(self.key.as_bytes(), Some(self.serial), Err(Error::Cancelled));
     }
 }

@@ -13,6 +13,7 @@
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// A started job: the future its closure returned.
@@ -37,6 +38,22 @@ where
                 tracing::error!("a timer job panicked before returning its future");
                 None
             }
+        }
+    }
+}
+
+/// A due timer's job, as the actor takes it out of the timer's shard: a one-shot timer's job
+/// leaves with the timer, a repeating timer's is shared with the timer waiting for its next run.
+pub(crate) enum JobRef {
+    Owned(Box<dyn Job>),
+    Shared(Arc<dyn Job>),
+}
+
+impl JobRef {
+    pub fn as_job(&self) -> &dyn Job {
+        match self {
+            JobRef::Owned(job) => job.as_ref(),
+            JobRef::Shared(job) => job.as_ref(),
         }
     }
 }

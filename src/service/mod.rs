@@ -1,9 +1,11 @@
-//! The Tokio timer service: an actor task that owns a wheel, and cloneable handles to it.
+//! The Tokio timer service: shards of timers, an actor task that moves their wheels on, and
+//! cloneable handles.
 //!
-//! [`Scheduler::builder`] configures and spawns the actor. The key map is shared and split into
-//! shards; a handle claims or releases a key and queues the matching request for the actor under
-//! the shard's one lock, so duplicate checks, `contains`, `len` and cancels answer without waiting
-//! for the actor. Due jobs start on a Tokio task apart from the wheel's.
+//! [`Scheduler::builder`] configures and spawns the actor. The timers are split into shards by
+//! key, each a key map and a wheel behind one lock; a handle claims a key and places its timer in
+//! the shard's wheel, or releases it, under that lock, so every request is complete when its call
+//! returns and none waits for the actor. The actor advances the wheels and starts due jobs on a
+//! Tokio task apart from its own.
 //!
 //! All time comes from `tokio::time`, so `tokio::time::pause()` and `advance()` drive the
 //! service deterministically in tests.
@@ -13,7 +15,6 @@ mod builder;
 mod clock;
 mod command;
 mod handle;
-mod ids;
 mod job;
 mod key;
 mod scheduled;

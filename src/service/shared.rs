@@ -1,32 +1,36 @@
-//! State shared by the handles and the actor: the key map, split into shards that each hold
-//! their keys, id pool, watchers, counters and the inbox of requests on their way to the actor.
+//! The timers, shared by the handles and the actor: split into shards by key, each shard a key
+//! map and a wheel of its own behind one lock, with the watchers and counters of its timers.
 //!
-//! # One lock per request
-//! A key's shard is chosen by its hash. Scheduling claims the key, draws the timer's id and
-//! queues its `Add` under that shard's lock; cancelling releases the key and queues the
-//! `Remove` under it too. So a request costs one uncontended lock and no channel, there is
-//! never a key claimed whose `Add` has not been sent, and the actor sees the requests for one
-//! key in the order they changed the map. The actor takes each shard's inbox whole when it
-//! wakes.
+//! # One lock per request, and no hand-over
+//! A key's shard is chosen by its hash. Scheduling claims the key and puts the timer in the
+//! shard's wheel under that shard's lock; cancelling releases the key and takes the timer out of
+//! the wheel under it too. So a request costs one uncontended lock, it is complete when its call
+//! returns, and the actor never sees a timer before it is due. A key is in a shard's map exactly
+//! while its timer is in that shard's wheel: both change under the same lock.
+//!
+//! # The actor
+//! On each wake-up the actor advances every shard's wheel to the clock's tick, one shard at a time
+//! under its lock: it ends the timers that have run for the last time, puts repeating ones back,
+//! and takes their jobs and keys out. It calls the jobs once the lock is released, so no user code
+//! ever runs under a shard's lock (timers dropped by a cancel or a stop are dropped outside it too).
 //!
 //! # Waking the actor only when it must
-//! The actor publishes the tick it will wake at anyway (`next_wake`). A new timer due before
-//! then wakes it through `ready`; so does a reschedule (its caller awaits the answer) and an
-//! inbox reaching its capacity. Everything else waits for the actor's next wake-up, so a burst
-//! of schedules and cancels costs no task switch per request. The actor looks at the inboxes
-//! once more after publishing, so a request queued while it was busy is never left behind.
+//! The actor publishes the tick it will wake at anyway (`next_wake`). A new timer due before then
+//! wakes it through `ready`; everything else waits for that wake-up, so a burst of schedules and
+//! cancels costs no task switch per request. The actor looks at the wheels once more after
+//! publishing, so a timer placed while it was busy is never left behind.
 //!
 //! # Who ends a timer
-//! Every accepted timer has one entry in the key map from `schedule` until it ends. Whoever
-//! removes that entry ends the timer, exactly once: the actor when the timer fires for the last
-//! time or the service stops, a handle when it cancels. The actor re-checks the entry before it
-//! runs a job, so a timer cancelled a moment before its deadline never runs.
+//! Whoever removes a timer's key ends it, exactly once, under the shard's lock: the actor when the
+//! timer fires for the last time or the service stops, a handle when it cancels.
 //!
 //! # Watching a timer without allocating for it
 //! A `Scheduled` future that is never polled costs nothing beyond an `ARMED` bit in the key map
 //! entry. When an armed timer ends, its outcome is left in the shard's `watchers` for the future
 //! to collect; a polled future parks its waker there. Dropping the future clears the bit, so
-//! outcomes are only ever recorded for futures that can still read them.
+//! outcomes are only ever recorded for futures that can still read them. A future names its timer
+//! by a serial number, unique in its shard, which stays the same while a repeating timer moves
+//! from one wheel entry to the next.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -36,32 +40,37 @@ use std::task::Waker;
 
 use hashbrown::HashTable;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
-use super::clock::Due;
-use super::command::{Op, Timer};
+use super::builder::WheelKind;
+use super::clock::{Clock, Due};
+use super::command::Timer;
 use super::handle::Stats;
-use super::ids::IdPool;
+use super::job::JobRef;
 use super::key::{Key, Probe};
-use crate::wheel::EntryId;
+use crate::wheel::{EntryId, Expired, HierarchicalWheel, RoundsWheel, Wheel};
 use crate::Error;
 
 /// How a timer ended, as its `Scheduled` future reports it.
 pub(crate) type Outcome = Result<(), Error>;
 
-/// The key map's value: the timer's wheel entry id (which also names the timer for its
-/// watcher), with [`ARMED`] set while a `Scheduled` watches it.
+/// The key map's value: where the timer is in its shard's wheel, and its serial number (which
+/// names it for its watcher), with [`ARMED`] set while a `Scheduled` watches it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Slot(u64);
+struct Slot {
+    entry: EntryId,
+    serial: u64,
+}
 
 const ARMED: u64 = 1 << 63;
 
 impl Slot {
-    pub fn id(self) -> EntryId {
-        EntryId::from_u64(self.0 & !ARMED)
+    fn serial(self) -> u64 {
+        self.serial & !ARMED
     }
 
     fn armed(self) -> bool {
-        self.0 & ARMED != 0
+        self.serial & ARMED != 0
     }
 }
 
@@ -70,15 +79,59 @@ enum Watch {
     Done(Outcome),
 }
 
-/// Who ends a timer, which says whether its entry is still in the wheel.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum By {
-    /// A handle (a cancel): the entry stays in the wheel until the actor takes the queued
-    /// `Remove`.
-    Handle,
-    /// The actor, which has already taken the entry out of the wheel (or will, on stopping).
-    Actor,
+/// A shard's wheel, of the kind the builder chose.
+enum ShardWheel {
+    Hierarchical(HierarchicalWheel<Timer>),
+    Rounds(RoundsWheel<Timer>),
 }
+
+impl ShardWheel {
+    fn new(kind: WheelKind, slots: usize) -> Result<Self, Error> {
+        Ok(match kind {
+            WheelKind::Hierarchical => ShardWheel::Hierarchical(HierarchicalWheel::new(slots)?),
+            WheelKind::Rounds => ShardWheel::Rounds(RoundsWheel::new(slots)?),
+        })
+    }
+
+    fn insert(&mut self, deadline: u64, timer: Timer) -> EntryId {
+        match self {
+            ShardWheel::Hierarchical(w) => w.insert(deadline, timer),
+            ShardWheel::Rounds(w) => w.insert(deadline, timer),
+        }
+    }
+
+    fn remove(&mut self, id: EntryId) -> Option<Timer> {
+        match self {
+            ShardWheel::Hierarchical(w) => w.remove(id),
+            ShardWheel::Rounds(w) => w.remove(id),
+        }
+    }
+
+    fn advance(&mut self, now: u64, expired: impl FnMut(Expired<Timer>)) {
+        match self {
+            ShardWheel::Hierarchical(w) => w.advance(now, expired),
+            ShardWheel::Rounds(w) => w.advance(now, expired),
+        }
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        match self {
+            ShardWheel::Hierarchical(w) => w.next_deadline(),
+            ShardWheel::Rounds(w) => w.next_deadline(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            ShardWheel::Hierarchical(w) => w.len(),
+            ShardWheel::Rounds(w) => w.len(),
+        }
+    }
+}
+
+/// How many cancelled timers a shard keeps in its wheel before the cancel that makes it this many
+/// sweeps them out (the actor sweeps every shard it advances, too).
+const SWEEP_AT: usize = 1024;
 
 /// One shard, on its own cache lines so that locking one does not slow a neighbour.
 #[repr(align(128))]
@@ -86,14 +139,29 @@ struct Padded(Mutex<Shard>);
 
 struct Shard {
     keys: HashTable<(Key, Slot)>,
-    ids: IdPool,
-    watchers: HashMap<EntryId, Watch>,
-    inbox: Vec<Op>,
+    wheel: ShardWheel,
+    /// The wheel entries of cancelled timers, whose keys are released already, taken out of the
+    /// wheel together (see [`Shard::sweep`]).
+    cancelled: Vec<EntryId>,
+    watchers: HashMap<u64, Watch>,
+    /// The serial number of the next timer.
+    next_serial: u64,
     /// Set once the service has stopped: requests are refused from then on.
     closed: bool,
-    /// A sender found the inbox full and waits for the actor to empty it.
-    blocked: bool,
     counts: Stats,
+}
+
+/// What the actor collects from the shards in one advance, to be acted on with no lock held.
+#[derive(Default)]
+pub(crate) struct Fired {
+    /// The jobs to start: each with its deadline tick and its timer's key.
+    pub jobs: Vec<(u64, JobRef, String)>,
+    /// The watchers of the timers that ended.
+    pub wakers: Vec<Waker>,
+    /// Cancelled timers taken out of the wheels, to be dropped with no lock held.
+    pub swept: Vec<Timer>,
+    /// Reused buffer of the entries due in one shard.
+    due: Vec<Expired<Timer>>,
 }
 
 pub(crate) struct Shared {
@@ -101,55 +169,46 @@ pub(crate) struct Shared {
     hasher: foldhash::fast::RandomState,
     /// `shards.len()` is `1 << shard_bits`.
     shard_bits: u32,
-    /// Inbox length at which senders wait for the actor.
-    inbox_cap: usize,
     pub max_pending: usize,
     /// Timers pending across all shards, kept only when `max_pending` is set.
     limited_pending: AtomicUsize,
     /// The tick the actor wakes at without being told (`u64::MAX`: not at all; 0: on every tick,
-    /// so that no request is urgent).
+    /// so that no timer is urgent).
     next_wake: AtomicU64,
-    /// Wakes the actor for requests that cannot wait; `signalled` is set while a wake-up is on
-    /// its way.
+    /// Wakes the actor for timers that cannot wait; `signalled` is set while a wake-up is on its
+    /// way.
     ready: Notify,
     signalled: AtomicBool,
-    /// Wakes senders that found an inbox full once the actor has emptied it.
-    room: Notify,
 }
 
 impl Shared {
-    /// A key map of four shards per core (as a power of two), whose inboxes together hold about
-    /// `capacity` requests before senders wait.
-    pub fn new(max_pending: usize, capacity: usize) -> Self {
+    /// Four shards per core (as a power of two), each with an empty wheel of `kind`.
+    pub fn new(kind: WheelKind, slots: usize, max_pending: usize) -> Result<Self, Error> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shard_bits = (cores * 4).clamp(4, 64).next_power_of_two().trailing_zeros();
-        let count = 1u32 << shard_bits;
-        let hasher = foldhash::fast::RandomState::default();
-        let shards = (0..count)
-            .map(|s| {
-                Padded(Mutex::new(Shard {
+        let shards = (0..1u32 << shard_bits)
+            .map(|_| {
+                Ok(Padded(Mutex::new(Shard {
                     keys: HashTable::new(),
-                    ids: IdPool::new(s, count),
+                    wheel: ShardWheel::new(kind, slots)?,
+                    cancelled: Vec::new(),
                     watchers: HashMap::new(),
-                    inbox: Vec::new(),
+                    next_serial: 0,
                     closed: false,
-                    blocked: false,
                     counts: Stats::default(),
-                }))
+                })))
             })
-            .collect();
-        Shared {
+            .collect::<Result<_, Error>>()?;
+        Ok(Shared {
             shards,
-            hasher,
+            hasher: foldhash::fast::RandomState::default(),
             shard_bits,
-            inbox_cap: capacity.div_ceil(count as usize),
             max_pending,
             limited_pending: AtomicUsize::new(0),
             next_wake: AtomicU64::new(u64::MAX),
             ready: Notify::new(),
             signalled: AtomicBool::new(false),
-            room: Notify::new(),
-        }
+        })
     }
 
     pub fn shard_count(&self) -> usize {
@@ -163,45 +222,8 @@ impl Shared {
         ((hash << 7 >> (64 - self.shard_bits)) as usize, hash)
     }
 
-    /// The shard whose pool `id` came from.
-    pub fn shard_of_id(&self, id: EntryId) -> usize {
-        id.index() as usize & (self.shards.len() - 1)
-    }
-
     fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
-        self.shards[shard].0.lock().expect("key map shard lock poisoned")
-    }
-
-    /// Runs `request` on the key's shard once its inbox has room (or the service has stopped,
-    /// which `request` is to check), waking the actor if `request` says it is urgent. Cancel
-    /// safe: nothing happens to the shard until `request`.
-    async fn with_room<R>(&self, shard: usize, mut request: impl FnMut(&mut Shard) -> (R, bool)) -> R {
-        // Most requests find room at once, and need no `Notified` to wait with.
-        if let Some(result) = self.try_request(shard, &mut request) {
-            return result;
-        }
-        loop {
-            // Taken before the check, so a `notify_waiters` after it is not missed.
-            let room = self.room.notified();
-            if let Some(result) = self.try_request(shard, &mut request) {
-                return result;
-            }
-            room.await;
-        }
-    }
-
-    /// Runs `request` if `shard`'s inbox has room (or the service has stopped); otherwise marks
-    /// the shard as having a sender waiting.
-    fn try_request<R>(&self, shard: usize, request: &mut impl FnMut(&mut Shard) -> (R, bool)) -> Option<R> {
-        let mut guard = self.lock(shard);
-        if guard.inbox.len() < self.inbox_cap || guard.closed {
-            let (result, urgent) = request(&mut guard);
-            self.nudge(&guard, urgent);
-            return Some(result);
-        }
-        // The request that filled the inbox has woken the actor already (see `nudge`).
-        guard.blocked = true;
-        None
+        self.shards[shard].0.lock().expect("timer shard lock poisoned")
     }
 
     /// Whether a timer set at tick `set_at` and due at `deadline` cannot wait for the actor's
@@ -212,16 +234,8 @@ impl Shared {
         wake != 0 && (deadline < wake || set_at >= wake)
     }
 
-    /// Called under `shard`'s lock after queueing requests: wakes the actor if they are urgent
-    /// or the inbox is full.
-    fn nudge(&self, shard: &Shard, urgent: bool) {
-        if urgent || shard.inbox.len() >= self.inbox_cap {
-            self.wake_actor();
-        }
-    }
-
-    /// Wakes the actor unless a wake-up is already on its way. The caller holds a shard's lock,
-    /// so if the actor has emptied that shard since it last cleared `signalled`, this sees the
+    /// Wakes the actor unless a wake-up is already on its way. Called under a shard's lock, so
+    /// if the actor has advanced that shard since it last cleared `signalled`, this sees the
     /// cleared flag.
     fn wake_actor(&self) {
         if !self.signalled.load(Relaxed) && !self.signalled.swap(true, Relaxed) {
@@ -229,52 +243,45 @@ impl Shared {
         }
     }
 
-    /// Resolves when requests may be waiting in the inboxes.
+    /// Resolves when a timer has been placed that the actor's next wake-up would be too late for.
     pub async fn ready(&self) {
         self.ready.notified().await
     }
 
-    /// Claims `timer.key` for a new timer due at `deadline` and queues its `Add`, waiting while
-    /// the shard's inbox is full. Returns the timer's id.
-    pub async fn add(&self, timer: Timer, due: Due, watched: bool) -> Result<EntryId, Error> {
+    /// Claims `timer.key` for a new timer due at `due` and puts it in the shard's wheel. Returns
+    /// the timer's serial number.
+    pub fn add(&self, timer: Timer, due: Due, watched: bool) -> Result<u64, Error> {
         let (shard, hash) = self.locate(timer.key.as_bytes());
-        let mut timer = Some(timer);
-        self.with_room(shard, |s| {
-            let timer = timer.take().expect("a request runs once");
-            (self.claim(s, hash, timer, due.deadline, watched), self.urgent(due.set_at, due.deadline))
-        })
-        .await
+        let claimed = {
+            let mut s = self.lock(shard);
+            let claimed = self.claim(&mut s, hash, timer, due.deadline, watched);
+            if claimed.is_ok() && self.urgent(due.set_at, due.deadline) {
+                self.wake_actor();
+            }
+            claimed
+        };
+        // A refused timer is dropped here, with no lock held.
+        claimed.map_err(|(error, _timer)| error)
     }
 
     /// Claims many keys (none watched), in order, taking each shard's lock once for all its
     /// keys: a locked instruction waits for earlier stores to reach the cache, so one lock per
     /// key would pay each key's cache miss in turn, while under one lock the misses of a shard's
-    /// keys overlap. Waits first until no inbox is full, so the whole batch goes in or, if the
-    /// future is dropped while waiting, none of it.
-    pub async fn add_many(&self, timers: Vec<(Timer, u64)>, set_at: u64) -> Vec<Result<(), Error>> {
-        loop {
-            let room = self.room.notified();
-            let mut full = false;
-            for shard in 0..self.shards.len() {
-                let mut s = self.lock(shard);
-                if s.inbox.len() >= self.inbox_cap && !s.closed {
-                    s.blocked = true;
-                    full = true;
-                }
-            }
-            if !full {
-                break;
-            }
-            room.await;
-        }
+    /// keys overlap.
+    pub fn add_many(&self, timers: Vec<(Timer, u64)>, set_at: u64) -> Vec<Result<(), Error>> {
         let mut results = vec![Ok(()); timers.len()];
+        let mut refused = Vec::new();
         if !self.reserve(timers.len()) {
             // Too close to `max_pending` to know in advance which items fit: one by one, in order.
             for (result, (timer, deadline)) in results.iter_mut().zip(timers) {
                 let (shard, hash) = self.locate(timer.key.as_bytes());
                 let mut s = self.lock(shard);
-                *result = self.claim(&mut s, hash, timer, deadline, false).map(drop);
-                self.nudge(&s, self.urgent(set_at, deadline));
+                if let Err((error, timer)) = self.claim(&mut s, hash, timer, deadline, false) {
+                    *result = Err(error);
+                    refused.extend(timer);
+                } else if self.urgent(set_at, deadline) {
+                    self.wake_actor();
+                }
             }
             return results;
         }
@@ -285,22 +292,35 @@ impl Shared {
             let mut urgent = false;
             for (i, hash) in batch {
                 let (timer, deadline) = timers[i].take().expect("each timer is in one group");
-                urgent |= self.urgent(set_at, deadline);
                 // Room in `max_pending` is held already.
-                results[i] = s.claim(&self.hasher, hash, timer, deadline, false).map(drop);
-                if results[i].is_err() {
-                    self.release(1);
+                match s.claim(&self.hasher, hash, timer, deadline, false) {
+                    Ok(_) => urgent |= self.urgent(set_at, deadline),
+                    Err((error, timer)) => {
+                        results[i] = Err(error);
+                        refused.extend(timer);
+                        self.release(1);
+                    }
                 }
             }
-            self.nudge(&s, urgent);
+            if urgent {
+                self.wake_actor();
+            }
         }
         results
     }
 
     /// Claims the key for one timer under its shard's lock, counting it against `max_pending`.
-    fn claim(&self, s: &mut Shard, hash: u64, timer: Timer, deadline: u64, watched: bool) -> Result<EntryId, Error> {
+    /// A refused timer comes back with the error, to be dropped once the lock is released.
+    fn claim(
+        &self,
+        s: &mut Shard,
+        hash: u64,
+        timer: Timer,
+        deadline: u64,
+        watched: bool,
+    ) -> Result<u64, (Error, Option<Timer>)> {
         if !self.reserve(1) {
-            return Err(Error::Full(self.max_pending));
+            return Err((Error::Full(self.max_pending), Some(timer)));
         }
         s.claim(&self.hasher, hash, timer, deadline, watched).inspect_err(|_| self.release(1))
     }
@@ -333,82 +353,80 @@ impl Shared {
         groups
     }
 
-    /// Moves the timer holding `key` to a new deadline: queues the move behind the shard's
-    /// earlier requests, so it finds the timer in the wheel. `make` builds the request from the
-    /// timer's id.
-    pub async fn move_timer(&self, key: &str, make: impl FnOnce(EntryId) -> Op) -> Result<(), Error> {
+    /// Moves the timer holding `key` to the deadline `due` (tick `deadline`, set at tick
+    /// `set_at`); a repeating timer goes on at its period from `due`.
+    pub fn move_timer(&self, key: &str, due: Instant, deadline: u64, set_at: u64) -> Result<(), Error> {
         let (shard, hash) = self.locate(key.as_bytes());
-        let mut make = Some(make);
-        self.with_room(shard, |s| {
-            if s.closed {
-                return (Err(Error::Stopped), false);
-            }
-            let Some(slot) = s.find(hash, key.as_bytes()) else {
-                return (Err(Error::NotFound), false);
-            };
-            s.inbox.push(make.take().expect("a request runs once")(slot.id()));
-            // Its caller awaits the answer.
-            (Ok(()), true)
-        })
-        .await
+        let mut guard = self.lock(shard);
+        let Shard { keys, wheel, closed, .. } = &mut *guard;
+        if *closed {
+            return Err(Error::Stopped);
+        }
+        let probe = Probe::new(key.as_bytes());
+        let (_, slot) = keys.find_mut(hash, |(k, _)| k.matches(&probe)).ok_or(Error::NotFound)?;
+        let mut timer = wheel.remove(slot.entry).expect("a pending timer is in its shard's wheel");
+        if let Some(repeat) = timer.repeat.as_mut() {
+            repeat.due = due;
+        }
+        slot.entry = wheel.insert(deadline, timer);
+        if self.urgent(set_at, deadline) {
+            self.wake_actor();
+        }
+        Ok(())
     }
 
-    /// Ends the timer holding `key` (only if it has the id `id`, when given) and reports
-    /// `outcome` to its watcher. Returns the timer's id if this call ended it.
-    pub fn end(&self, key: &[u8], id: Option<EntryId>, outcome: Outcome, by: By) -> Option<EntryId> {
+    /// Ends the timer holding `key` (only if it has the serial number `serial`, when given) and
+    /// reports `outcome` to its watcher. Returns whether this call ended it.
+    pub fn end(&self, key: &[u8], serial: Option<u64>, outcome: Outcome) -> bool {
         let (shard, hash) = self.locate(key);
-        let mut wake = None;
-        let ended = {
+        let mut swept = Vec::new();
+        let waker = {
             let mut s = self.lock(shard);
-            let ended = s.end(hash, key, id, &outcome, by, |w| wake = Some(w))?;
-            // A cancelled entry can wait in the wheel: it is checked before it fires.
-            self.nudge(&s, false);
-            ended
+            let Some(waker) = s.end(hash, key, serial, &outcome) else {
+                return false;
+            };
+            if s.cancelled.len() >= SWEEP_AT {
+                s.sweep(&mut swept);
+            }
+            waker
         };
         self.release(1);
-        if let Some(waker) = wake {
+        if let Some(waker) = waker {
             waker.wake();
         }
-        Some(ended)
+        drop(swept);
+        true
     }
 
     /// The batch form of [`end`](Self::end), one lock per shard (see
-    /// [`add_many`](Self::add_many)). Returns, per key, the id of the timer this call ended.
-    pub fn end_many(&self, timers: &[(&[u8], Option<EntryId>)], outcome: Outcome, by: By) -> Vec<Option<EntryId>> {
-        let mut ended = vec![None; timers.len()];
+    /// [`add_many`](Self::add_many)). Returns, per key, whether this call ended its timer.
+    pub fn end_many(&self, keys: &[&[u8]], outcome: Outcome) -> Vec<bool> {
+        let mut ended = vec![false; keys.len()];
+        let mut swept = Vec::new();
         let mut wake = Vec::new();
-        for (shard, batch) in self.by_shard(timers.iter().map(|(key, _)| *key)) {
+        for (shard, batch) in self.by_shard(keys.iter().copied()) {
             let mut s = self.lock(shard);
             for (i, hash) in batch {
-                let (key, id) = timers[i];
-                ended[i] = s.end(hash, key, id, &outcome, by, |w| wake.push(w));
+                if let Some(waker) = s.end(hash, keys[i], None, &outcome) {
+                    ended[i] = true;
+                    wake.extend(waker);
+                }
             }
-            self.nudge(&s, false);
+            if s.cancelled.len() >= SWEEP_AT {
+                s.sweep(&mut swept);
+            }
         }
-        self.release(ended.iter().flatten().count());
+        self.release(ended.iter().filter(|&&e| e).count());
         wake.into_iter().for_each(Waker::wake);
+        drop(swept);
         ended
-    }
-
-    /// The id of the pending timer holding `key`.
-    pub fn id_of(&self, key: &str) -> Option<EntryId> {
-        let (shard, hash) = self.locate(key.as_bytes());
-        self.lock(shard).find(hash, key.as_bytes()).map(Slot::id)
     }
 
     /// Whether a timer with this key is pending.
     pub fn contains(&self, key: &str) -> bool {
-        self.id_of(key).is_some()
-    }
-
-    /// For the actor, about a repeating timer that has just run: if `key` still holds timer `id`,
-    /// counts the run and returns `true`; otherwise the timer was cancelled meanwhile.
-    pub fn ran_again(&self, key: &[u8], id: EntryId) -> bool {
-        let (shard, hash) = self.locate(key);
-        let mut s = self.lock(shard);
-        let pending = s.find(hash, key).is_some_and(|slot| slot.id() == id);
-        s.counts.fired += u64::from(pending);
-        pending
+        let (shard, hash) = self.locate(key.as_bytes());
+        let probe = Probe::new(key.as_bytes());
+        self.lock(shard).keys.find(hash, |(k, _)| k.matches(&probe)).is_some()
     }
 
     /// The counters, summed over the shards.
@@ -425,94 +443,126 @@ impl Shared {
         total
     }
 
-    /// For the actor: takes the requests queued in `shard` into `ops` (empty on entry), and gives
-    /// back the `dead` ids that came from it. Clears `signalled` first when `shard` is the first,
-    /// so a request queued after the actor has looked at its shard wakes it again.
-    pub fn take_requests(&self, shard: usize, ops: &mut Vec<Op>, dead: &mut Vec<EntryId>) {
-        if shard == 0 {
-            self.signalled.store(false, Relaxed);
+    /// For the actor, before it advances the wheels: a timer placed from now on that cannot
+    /// wait wakes it again.
+    pub fn clear_signal(&self) {
+        self.signalled.store(false, Relaxed);
+    }
+
+    /// For the actor: advances `shard`'s wheel to tick `now`, ends the timers that have run for
+    /// the last time and puts the repeating ones back, and adds their jobs and watchers to
+    /// `fired`. Returns the wheel's next deadline.
+    pub fn fire(&self, shard: usize, now: u64, clock: &Clock, fired: &mut Fired) -> Option<u64> {
+        let mut due = std::mem::take(&mut fired.due);
+        let mut s = self.lock(shard);
+        // From here on every entry in the wheel holds its key.
+        s.sweep(&mut fired.swept);
+        s.wheel.advance(now, |expired| due.push(expired));
+        let mut ended = 0;
+        for Expired { id, deadline, value: mut timer } in due.drain(..) {
+            let hash = self.hasher.hash_one(timer.key.as_bytes());
+            let key = timer.key.as_str().to_owned();
+            match timer.next_run(clock) {
+                None => {
+                    let (_, slot) = s.take_entry(hash, id);
+                    s.counts.fired += 1;
+                    fired.wakers.extend(s.finish(slot, &Ok(())));
+                    ended += 1;
+                    if let Some(job) = timer.take_job() {
+                        fired.jobs.push((deadline, job, key));
+                    }
+                }
+                // More runs to come: the key stays claimed and the timer goes back in the wheel.
+                Some((next_due, next)) => {
+                    let job = timer.next_repeat(next_due);
+                    let entry = s.wheel.insert(next, timer);
+                    let probe = |(_, slot): &(Key, Slot)| slot.entry == id;
+                    s.keys.find_mut(hash, probe).expect("a due timer holds its key").1.entry = entry;
+                    s.counts.fired += 1;
+                    fired.jobs.push((deadline, JobRef::Shared(job), key));
+                }
+            }
         }
-        let blocked = {
-            let mut s = self.lock(shard);
-            std::mem::swap(&mut s.inbox, ops);
-            s.ids.give_back_all(dead);
-            std::mem::take(&mut s.blocked)
-        };
-        if blocked {
-            self.room.notify_waiters();
-        }
+        let next = s.wheel.next_deadline();
+        drop(s);
+        self.release(ended);
+        fired.due = due;
+        next
     }
 
     /// For the actor, before it waits: publishes the tick it will wake at without being told
-    /// (0 if it wakes on every tick whatever is due, at least 1 otherwise), then says whether requests arrived
-    /// meanwhile that it must take first.
+    /// (0 if it wakes on every tick whatever is due, at least 1 otherwise), then says whether a
+    /// timer was placed meanwhile that is due before it.
     pub fn will_wake_at(&self, tick: u64) -> bool {
         self.next_wake.store(tick, Relaxed);
-        // A request queued after this look finds `tick` under the shard's lock, and wakes the
+        // A timer placed after this look finds `tick` under the shard's lock, and wakes the
         // actor if it cannot wait for it.
-        (0..self.shards.len()).any(|shard| !self.lock(shard).inbox.is_empty())
+        tick != 0
+            && (0..self.shards.len()).any(|shard| self.lock(shard).wheel.next_deadline().is_some_and(|t| t < tick))
     }
 
-    /// For the actor, once it stops: refuses every request from now on and takes those queued.
-    pub fn close(&self, shard: usize, ops: &mut Vec<Op>) {
-        let mut s = self.lock(shard);
-        s.closed = true;
-        ops.append(&mut s.inbox);
-        let blocked = std::mem::take(&mut s.blocked);
-        drop(s);
-        if blocked {
-            self.room.notify_waiters();
-        }
+    /// For the actor, once it stops (or its task is dropped): refuses every request to `shard`
+    /// from now on and ends its pending timers as stopped. Returns how many there were.
+    pub fn close(&self, shard: usize) -> usize {
+        let mut timers = Vec::new();
+        let mut wake = Vec::new();
+        let stopped = {
+            let mut s = self.lock(shard);
+            s.closed = true;
+            s.sweep(&mut timers);
+            s.wheel.advance(u64::MAX, |expired| timers.push(expired.value));
+            let slots: Vec<Slot> = s.keys.drain().map(|(_, slot)| slot).collect();
+            s.counts.stopped += slots.len() as u64;
+            for &slot in &slots {
+                wake.extend(s.finish(slot, &Err(Error::Stopped)));
+            }
+            slots.len()
+        };
+        self.release(stopped);
+        wake.into_iter().for_each(Waker::wake);
+        drop(timers);
+        stopped
     }
 
-    /// Polls the outcome of timer `id` (holding `key`) for its `Scheduled` future.
-    pub fn poll_outcome(&self, key: &[u8], id: EntryId, waker: &Waker) -> Option<Outcome> {
+    /// Polls the outcome of timer `serial` (holding `key`) for its `Scheduled` future.
+    pub fn poll_outcome(&self, key: &[u8], serial: u64, waker: &Waker) -> Option<Outcome> {
         let (shard, _) = self.locate(key);
         let watchers = &mut self.lock(shard).watchers;
-        match watchers.remove(&id) {
+        match watchers.remove(&serial) {
             Some(Watch::Done(outcome)) => Some(outcome),
             Some(Watch::Waiting(old)) if old.will_wake(waker) => {
-                watchers.insert(id, Watch::Waiting(old));
+                watchers.insert(serial, Watch::Waiting(old));
                 None
             }
             _ => {
-                watchers.insert(id, Watch::Waiting(waker.clone()));
+                watchers.insert(serial, Watch::Waiting(waker.clone()));
                 None
             }
         }
     }
 
-    /// Stops watching timer `id`: clears its `ARMED` bit, or forgets its recorded outcome.
-    pub fn unwatch(&self, key: &[u8], id: EntryId, polled: bool) {
+    /// Stops watching timer `serial`: clears its `ARMED` bit, or forgets its recorded outcome.
+    pub fn unwatch(&self, key: &[u8], serial: u64, polled: bool) {
         let (shard, hash) = self.locate(key);
         let mut s = self.lock(shard);
-        let pending = match s.find_mut(hash, key) {
-            Some(slot) if slot.id() == id => {
-                slot.0 &= !ARMED;
+        let probe = Probe::new(key);
+        let pending = match s.keys.find_mut(hash, |(k, _)| k.matches(&probe)) {
+            Some((_, slot)) if slot.serial() == serial => {
+                slot.serial &= !ARMED;
                 true
             }
             _ => false,
         };
         // An unpolled watcher of a pending timer has nothing in `watchers` to clean up.
         if polled || !pending {
-            s.watchers.remove(&id);
+            s.watchers.remove(&serial);
         }
     }
 }
 
 impl Shard {
-    fn find(&self, hash: u64, key: &[u8]) -> Option<Slot> {
-        let probe = Probe::new(key);
-        self.keys.find(hash, |(k, _)| k.matches(&probe)).map(|&(_, slot)| slot)
-    }
-
-    fn find_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut Slot> {
-        let probe = Probe::new(key);
-        self.keys.find_mut(hash, |(k, _)| k.matches(&probe)).map(|(_, slot)| slot)
-    }
-
-    /// Claims the key for a timer (already counted against `max_pending`), draws its id and
-    /// queues its `Add`. `hasher` rehashes the keys if the table grows.
+    /// Claims the key for a timer (already counted against `max_pending`) and puts the timer in
+    /// the wheel; returns its serial number. `hasher` rehashes the keys if the table grows.
     fn claim(
         &mut self,
         hasher: &foldhash::fast::RandomState,
@@ -520,52 +570,70 @@ impl Shard {
         timer: Timer,
         deadline: u64,
         watched: bool,
-    ) -> Result<EntryId, Error> {
+    ) -> Result<u64, (Error, Option<Timer>)> {
         if self.closed {
-            return Err(Error::Stopped);
+            return Err((Error::Stopped, Some(timer)));
+        }
+        if self.wheel.len() >= crate::wheel::MAX_ENTRIES {
+            return Err((Error::Full(crate::wheel::MAX_ENTRIES), Some(timer)));
         }
         let entry = self.keys.entry(hash, |(k, _)| *k == timer.key, |(k, _)| hasher.hash_one(k.as_bytes()));
         let hashbrown::hash_table::Entry::Vacant(vacant) = entry else {
-            return Err(Error::DuplicateKey(timer.key.as_str().to_owned()));
+            return Err((Error::DuplicateKey(timer.key.as_str().to_owned()), Some(timer)));
         };
-        let id = self.ids.take()?;
-        vacant.insert((timer.key.clone(), Slot(id.to_u64() | if watched { ARMED } else { 0 })));
-        self.inbox.push(Op::Add(super::command::Add { timer, id, deadline }));
+        let key = timer.key.clone();
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let entry = self.wheel.insert(deadline, timer);
+        vacant.insert((key, Slot { entry, serial: serial | if watched { ARMED } else { 0 } }));
         self.counts.pending += 1;
         self.counts.scheduled += 1;
-        Ok(id)
+        Ok(serial)
     }
 
-    /// Ends the timer holding `key` if it has the id `id` (when given): releases the key,
-    /// records `outcome` for its watcher (handing `wake` the waker to call once unlocked),
-    /// counts it, and queues its `Remove` if a handle ended it.
-    fn end(
-        &mut self,
-        hash: u64,
-        key: &[u8],
-        id: Option<EntryId>,
-        outcome: &Outcome,
-        by: By,
-        wake: impl FnOnce(Waker),
-    ) -> Option<EntryId> {
+    /// Ends the timer holding `key` if it has the serial number `serial` (when given): releases
+    /// the key, leaves its wheel entry to the next sweep, records `outcome` for its watcher and
+    /// counts it. Returns whether it ended a timer, with the watcher's waker to call once
+    /// unlocked.
+    fn end(&mut self, hash: u64, key: &[u8], serial: Option<u64>, outcome: &Outcome) -> Option<Option<Waker>> {
         let probe = Probe::new(key);
-        let owned = |(k, slot): &(Key, Slot)| k.matches(&probe) && id.is_none_or(|id| slot.id() == id);
+        let owned = |(k, slot): &(Key, Slot)| k.matches(&probe) && serial.is_none_or(|s| slot.serial() == s);
         let (_, slot) = self.keys.find_entry(hash, owned).ok()?.remove().0;
-        let id = slot.id();
-        if slot.armed() {
-            if let Some(Watch::Waiting(waker)) = self.watchers.insert(id, Watch::Done(outcome.clone())) {
-                wake(waker);
-            }
-        }
-        self.counts.pending -= 1;
+        self.cancelled.push(slot.entry);
         match outcome {
             Ok(()) => self.counts.fired += 1,
             Err(Error::Cancelled) => self.counts.cancelled += 1,
             Err(_) => self.counts.stopped += 1,
         }
-        if by == By::Handle {
-            self.inbox.push(Op::Remove(id));
+        Some(self.finish(slot, outcome))
+    }
+
+    /// Takes the cancelled timers' entries out of the wheel, into `timers` to be dropped once
+    /// unlocked. Done in batches because the entries are scattered through memory: with every
+    /// id known up front the processor fetches several at once, where a cancel that took its
+    /// own entry out would wait for each in turn.
+    fn sweep(&mut self, timers: &mut Vec<Timer>) {
+        for id in self.cancelled.drain(..) {
+            timers.extend(self.wheel.remove(id));
         }
-        Some(id)
+    }
+
+    /// Releases the key of the timer in wheel entry `id`, which has just left the wheel.
+    fn take_entry(&mut self, hash: u64, id: EntryId) -> (Key, Slot) {
+        let owned = |(_, slot): &(Key, Slot)| slot.entry == id;
+        self.keys.find_entry(hash, owned).expect("a due timer holds its key").remove().0
+    }
+
+    /// The bookkeeping of a timer that has ended, its key released: records `outcome` for its
+    /// watcher, if it has one, and returns the waker to call once unlocked.
+    fn finish(&mut self, slot: Slot, outcome: &Outcome) -> Option<Waker> {
+        self.counts.pending -= 1;
+        if !slot.armed() {
+            return None;
+        }
+        match self.watchers.insert(slot.serial(), Watch::Done(outcome.clone())) {
+            Some(Watch::Waiting(waker)) => Some(waker),
+            _ => None,
+        }
     }
 }

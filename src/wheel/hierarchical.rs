@@ -30,7 +30,7 @@
 
 use super::bitmap::Bitmap;
 use super::slab::{Bucket, EntryId, Slab};
-use super::{check_slots, Expired, ExternalIds, Wheel};
+use super::{check_slots, Expired, Wheel};
 
 /// A level-1 bucket holding more entries than this is drained into level 0 over the ticks before
 /// it is due, rather than demoted all at once (see the module docs). Moving this many at once
@@ -83,11 +83,6 @@ impl<T> HierarchicalWheel<T> {
             shift: slots.is_power_of_two().then(|| slots.trailing_zeros()),
             now: 0,
         })
-    }
-
-    /// A wheel whose ids the caller chooses, through [`ExternalIds::insert_at`].
-    pub(crate) fn with_external_ids(slots: usize) -> Result<Self, crate::Error> {
-        Ok(HierarchicalWheel { slab: Slab::with_external_ids(), ..Self::new(slots)? })
     }
 
     /// The number of levels created so far.
@@ -303,13 +298,6 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
 
     fn deadline(&self, id: EntryId) -> Option<u64> {
         self.slab.index_of(id).map(|i| self.slab.get(i).deadline())
-    }
-}
-
-impl<T> ExternalIds<T> for HierarchicalWheel<T> {
-    fn insert_at(&mut self, id: EntryId, deadline: u64, value: T) {
-        self.slab.insert_at(id, deadline, value);
-        self.place(id.index());
     }
 }
 

@@ -39,6 +39,7 @@ mod slab;
 pub use hierarchical::HierarchicalWheel;
 pub use rounds::RoundsWheel;
 pub use slab::EntryId;
+pub(crate) use slab::MAX_ENTRIES;
 
 /// The most buckets a wheel level (or the rounds ring) may have.
 pub const MAX_SLOTS: usize = 1 << 20;
@@ -96,14 +97,6 @@ pub trait Wheel<T> {
 
     /// The deadline of the pending entry `id`, or `None` if `id` is stale.
     fn deadline(&self, id: EntryId) -> Option<u64>;
-}
-
-/// Inserting under an id the caller chose (the service's handles pick ids from a shared pool,
-/// so the actor never has to tell them which id a timer got). Only for wheels made
-/// `with_external_ids`; the caller gives each freed slot out again with the next generation.
-pub(crate) trait ExternalIds<T>: Wheel<T> {
-    /// Adds `value` under `id`, whose slot must be vacant.
-    fn insert_at(&mut self, id: EntryId, deadline: u64, value: T);
 }
 
 /// Checks a slot count given by a caller; `min` is 2 for the hierarchical wheel (one slot per

@@ -13,7 +13,7 @@
 
 use super::bitmap::Bitmap;
 use super::slab::{Bucket, EntryId, Slab};
-use super::{check_slots, Expired, ExternalIds, Wheel};
+use super::{check_slots, Expired, Wheel};
 
 /// An entry's `aux` when it sits in the overdue list; otherwise `aux` is its rounds count.
 const OVERDUE: u32 = 1 << 31;
@@ -62,11 +62,6 @@ impl<T> RoundsWheel<T> {
             slots: slots as u64,
             now: 0,
         })
-    }
-
-    /// A wheel whose ids the caller chooses, through [`ExternalIds::insert_at`].
-    pub(crate) fn with_external_ids(slots: usize) -> Result<Self, crate::Error> {
-        Ok(RoundsWheel { slab: Slab::with_external_ids(), ..Self::new(slots)? })
     }
 
     fn overdue(&self) -> usize {
@@ -220,13 +215,6 @@ impl<T> Wheel<T> for RoundsWheel<T> {
 
     fn deadline(&self, id: EntryId) -> Option<u64> {
         self.slab.index_of(id).map(|i| self.slab.get(i).deadline())
-    }
-}
-
-impl<T> ExternalIds<T> for RoundsWheel<T> {
-    fn insert_at(&mut self, id: EntryId, deadline: u64, value: T) {
-        self.slab.insert_at(id, deadline, value);
-        self.place(id.index(), self.now);
     }
 }
 

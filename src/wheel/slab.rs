@@ -132,16 +132,8 @@ pub struct EntryId {
 }
 
 impl EntryId {
-    pub(crate) const fn new(index: u32, generation: u32) -> Self {
-        EntryId { index, generation }
-    }
-
     pub(crate) const fn index(self) -> u32 {
         self.index
-    }
-
-    pub(crate) const fn generation(self) -> u32 {
-        self.generation
     }
 
     /// The id as one `u64` (generation in the high half), for storing in atomics or maps.
@@ -188,36 +180,11 @@ pub(crate) struct Slab<T> {
     len: usize,
     /// Slots freed since the free list was last put back in index order.
     freed_since_relink: usize,
-    /// Whether ids come from outside ([`Slab::insert_at`]) rather than from the free list.
-    external_ids: bool,
 }
 
 impl<T> Slab<T> {
     pub fn new() -> Self {
-        Slab { entries: Vec::new(), free: NIL, len: 0, freed_since_relink: 0, external_ids: false }
-    }
-
-    /// A slab whose ids are all chosen by the caller through [`Slab::insert_at`]: it keeps no
-    /// free list, and the caller hands out each freed slot again with the next generation.
-    pub fn with_external_ids() -> Self {
-        Slab { external_ids: true, ..Slab::new() }
-    }
-
-    /// Stores `value` in the vacant slot `id.index`, which takes `id.generation`.
-    ///
-    /// # Panics
-    /// If the slab hands out its own ids, or the slot is occupied (both bugs of the caller).
-    pub fn insert_at(&mut self, id: EntryId, deadline: u64, value: T) {
-        assert!(self.external_ids, "insert_at on a slab that hands out its own ids");
-        let index = id.index as usize;
-        assert!(index < MAX_ENTRIES, "a timing wheel holds at most {MAX_ENTRIES} entries");
-        if index >= self.entries.len() {
-            self.entries.resize_with(index + 1, || Entry::new(0, 0, None));
-        }
-        let entry = &mut self.entries[index];
-        assert!(entry.value.is_none(), "insert_at {id:?}: the slot is occupied");
-        *entry = Entry::new(deadline, id.generation, Some(value));
-        self.len += 1;
+        Slab { entries: Vec::new(), free: NIL, len: 0, freed_since_relink: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -259,9 +226,6 @@ impl<T> Slab<T> {
         let value = entry.value.take().expect("freeing a vacant slab slot");
         self.len -= 1;
         entry.generation = entry.generation.wrapping_add(1);
-        if self.external_ids {
-            return value;
-        }
         if entry.generation != u32::MAX {
             // A slot whose generation is exhausted is retired rather than risk an alias.
             entry.link = self.free;
@@ -378,19 +342,6 @@ mod tests {
         let again: Vec<u32> = (0..8).map(|i| slab.insert(i, i).index).collect();
         assert_eq!(again, (0..8).collect::<Vec<_>>());
         assert!(ids.iter().all(|&id| slab.index_of(id).is_none()), "old ids stay stale");
-    }
-
-    #[test]
-    fn external_ids_go_where_they_are_told() {
-        let mut slab = Slab::with_external_ids();
-        let id = EntryId::new(5, 7);
-        slab.insert_at(id, 1, "x");
-        assert_eq!(slab.index_of(id), Some(5));
-        assert_eq!(slab.index_of(EntryId::new(5, 6)), None);
-        assert_eq!(slab.free(5), "x");
-        assert_eq!(slab.index_of(id), None, "stale once freed");
-        slab.insert_at(EntryId::new(5, 8), 2, "y");
-        assert_eq!(slab.len(), 1);
     }
 
     #[test]
