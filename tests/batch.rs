@@ -1,4 +1,4 @@
-//! The batch API: one message per call, one result per item.
+//! The batch API: one lock per shard per call, one result per item.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -536,7 +536,7 @@ async fn requests_complete_at_once_while_the_actor_cannot_run() {
     let timer = Scheduler::builder().channel_capacity(1).start().unwrap();
     let log = Log::default();
     let start = Instant::now();
-    // More timers than any queue the actor might have to empty, in one batch and one by one.
+    // Many timers placed while the actor cannot run, in one batch and one by one.
     let fillers: Vec<String> = (0..4096).map(|i| format!("filler-{i}")).collect();
     let fill = fillers.iter().map(|key| (key.as_str(), Duration::from_secs(60), log.job()));
     assert!(timer.schedule_many(fill).await.iter().all(Result::is_ok));
@@ -571,13 +571,13 @@ async fn requests_complete_at_once_while_the_actor_cannot_run() {
     assert_eq!(timer.len(), 4096);
 }
 
-/// A Stop taken off the channel in the same batch as requests sent after it must still answer
-/// them: the timers they carry end as stopped, none is left pending.
+/// Timers placed after a Stop was sent but before the actor handled it were accepted, so the stop
+/// must end them too: as stopped, none left pending.
 #[tokio::test(start_paused = true)]
 async fn requests_queued_behind_a_stop_are_not_lost() {
     let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
     let job = |_key: String| async {};
-    // Both are queued before the actor runs, so it takes them off the channel together.
+    // Both are placed before the actor runs and takes the Stop off the channel.
     let (dropped, x, y) = tokio::join!(
         timer.stop(),
         timer.schedule("x", Duration::from_secs(1), job),

@@ -13,8 +13,9 @@ use crate::measure::{self, IdleWindow, Rt, Snapshot, ROUNDS};
 use crate::sink::{self, fire_keyed};
 use crate::Workload;
 
-/// Timers per `schedule_many` / `cancel_many` call in the batch variant: large enough to amortise the round trip
-/// to the service, small enough that one request does not hold the service for long (about a millisecond).
+/// Timers per `schedule_many` / `cancel_many` call in the batch variant: large enough to amortise the call's fixed
+/// costs (a yield, one lock per shard), small enough that one call does not hold a shard for long (well under a
+/// millisecond).
 pub const BATCH: usize = 4096;
 
 /// How the bench talks to the service.

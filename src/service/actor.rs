@@ -89,6 +89,13 @@ pub(crate) async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>, co
                     actor.shut_down(&mut rx, Vec::new()).await;
                     return;
                 }
+                // A flush is answered once the timers due and the cancels made before it are
+                // dealt with (the top of the loop would do it too, but after the answer).
+                if ticker.is_none() {
+                    actor.fire_due();
+                } else {
+                    actor.sweep();
+                }
                 let mut commands = batch.drain(..);
                 while let Some(command) = commands.next() {
                     match command {
@@ -141,13 +148,22 @@ impl Actor {
         }
         self.fired.wakers.drain(..).for_each(std::task::Waker::wake);
         self.fired.swept.clear();
-        // Each shard's jobs come in deadline order; a stable sort merges the shards'.
+        // A wheel yields its due entries in no set order, and the shards' lists follow one another:
+        // sort them by deadline (a stable sort, cheap on the runs of one tick it mostly sees).
         self.fired.jobs.sort_by_key(|&(deadline, ..)| deadline);
         for (_, job, key) in self.fired.jobs.drain(..) {
-            self.starts.push(job.as_job(), key);
+            self.starts.push(job.as_job(), key.as_str().to_owned());
         }
         self.starts.spawn();
         next
+    }
+
+    /// Takes the cancelled timers of every shard out of its wheel, and drops them.
+    fn sweep(&mut self) {
+        for shard in 0..self.shared.shard_count() {
+            self.shared.sweep(shard, &mut self.fired.swept);
+        }
+        self.fired.swept.clear();
     }
 
     /// Ends every pending timer as stopped and returns how many there were. Commands already

@@ -28,8 +28,8 @@ pub enum WheelKind {
 /// How the actor moves the wheel's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Advance {
-    /// Sleep until the wheel's next due bucket, waking early for new requests. Idle costs
-    /// nothing. The default.
+    /// Sleep until the wheels' next due bucket, woken early by a new timer due before it. Idle
+    /// costs nothing. The default.
     #[default]
     NextDeadline,
     /// Wake on a `tokio::time::interval` of one tick, like the classic ticker loop, whether or
@@ -98,7 +98,7 @@ impl Builder {
     /// How many [`flush`](Scheduler::flush) and [`stop`](Scheduler::stop) requests may queue
     /// for the actor before their senders wait (default [`DEFAULT_CHANNEL_CAPACITY`]). Schedules,
     /// reschedules and cancels do not go through this channel and never wait for the actor: each
-    /// is complete when its call returns (see the README's "How requests reach the wheels").
+    /// is complete when its call returns (see the README's "Design in one paragraph").
     pub fn channel_capacity(mut self, capacity: usize) -> Self {
         self.channel_capacity = capacity;
         self

@@ -1,4 +1,4 @@
-//! What the wheels hold for a timer, and the messages handles send to the actor over the channel.
+//! What the wheels hold for a timer, and the commands handles send to the actor over the channel.
 
 use std::sync::Arc;
 

@@ -422,10 +422,11 @@ impl Scheduler {
         self.shared.stats()
     }
 
-    /// Waits until the service's actor has answered every `flush` sent before this one, so it
-    /// has had a turn since the call: the jobs due by then have been started. Schedules, cancels
-    /// and reschedules need no flush: each is complete when its own call returns. Returns at
-    /// once if the service has stopped.
+    /// Waits until the service's actor has answered this call. By then it has dropped the jobs
+    /// of the timers cancelled before the call and, with [`Advance::NextDeadline`](crate::Advance),
+    /// started the jobs due by the call's tick. Schedules, cancels and reschedules need no
+    /// flush: each is complete when its own call returns. Returns at once if the service has
+    /// stopped.
     pub async fn flush(&self) {
         let (reply, done) = oneshot::channel();
         if self.tx.send(Command::Flush(reply)).await.is_ok() {

@@ -3,10 +3,12 @@
 //!
 //! # One lock per request, and no hand-over
 //! A key's shard is chosen by its hash. Scheduling claims the key and puts the timer in the
-//! shard's wheel under that shard's lock; cancelling releases the key and takes the timer out of
-//! the wheel under it too. So a request costs one uncontended lock, it is complete when its call
-//! returns, and the actor never sees a timer before it is due. A key is in a shard's map exactly
-//! while its timer is in that shard's wheel: both change under the same lock.
+//! shard's wheel under that shard's lock; cancelling releases the key under it and leaves the
+//! timer's entry in `cancelled`, to be swept out of the wheel with others (see [`Shard::sweep`]).
+//! So a request costs one uncontended lock, it is complete when its call returns, and the actor
+//! never sees a timer before it is due. Every entry in a shard's wheel holds its key in the
+//! shard's map (under the same entry id) or waits in `cancelled`; the actor sweeps a shard before
+//! it advances it, so every entry it finds due holds its key.
 //!
 //! # The actor
 //! On each wake-up the actor advances every shard's wheel to the clock's tick, one shard at a time
@@ -35,7 +37,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
 use hashbrown::HashTable;
@@ -155,7 +157,7 @@ struct Shard {
 #[derive(Default)]
 pub(crate) struct Fired {
     /// The jobs to start: each with its deadline tick and its timer's key.
-    pub jobs: Vec<(u64, JobRef, String)>,
+    pub jobs: Vec<(u64, JobRef, Key)>,
     /// The watchers of the timers that ended.
     pub wakers: Vec<Waker>,
     /// Cancelled timers taken out of the wheels, to be dropped with no lock held.
@@ -222,8 +224,11 @@ impl Shared {
         ((hash << 7 >> (64 - self.shard_bits)) as usize, hash)
     }
 
+    /// Locks a shard. Nothing user-supplied runs under a shard's lock, so only a bug of this
+    /// crate can poison one; the shard is used as it is then, rather than panic again in every
+    /// later call (and abort, from the drops that lock it while a panic unwinds).
     fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
-        self.shards[shard].0.lock().expect("timer shard lock poisoned")
+        self.shards[shard].0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether a timer set at tick `set_at` and due at `deadline` cannot wait for the actor's
@@ -461,7 +466,6 @@ impl Shared {
         let mut ended = 0;
         for Expired { id, deadline, value: mut timer } in due.drain(..) {
             let hash = self.hasher.hash_one(timer.key.as_bytes());
-            let key = timer.key.as_str().to_owned();
             match timer.next_run(clock) {
                 None => {
                     let (_, slot) = s.take_entry(hash, id);
@@ -469,12 +473,13 @@ impl Shared {
                     fired.wakers.extend(s.finish(slot, &Ok(())));
                     ended += 1;
                     if let Some(job) = timer.take_job() {
-                        fired.jobs.push((deadline, job, key));
+                        fired.jobs.push((deadline, job, timer.key));
                     }
                 }
                 // More runs to come: the key stays claimed and the timer goes back in the wheel.
                 Some((next_due, next)) => {
                     let job = timer.next_repeat(next_due);
+                    let key = timer.key.clone();
                     let entry = s.wheel.insert(next, timer);
                     let probe = |(_, slot): &(Key, Slot)| slot.entry == id;
                     s.keys.find_mut(hash, probe).expect("a due timer holds its key").1.entry = entry;
@@ -488,6 +493,12 @@ impl Shared {
         self.release(ended);
         fired.due = due;
         next
+    }
+
+    /// For the actor: takes the entries of `shard`'s cancelled timers out of its wheel, into
+    /// `timers` to be dropped with no lock held.
+    pub fn sweep(&self, shard: usize, timers: &mut Vec<Timer>) {
+        self.lock(shard).sweep(timers);
     }
 
     /// For the actor, before it waits: publishes the tick it will wake at without being told
