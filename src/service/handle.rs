@@ -316,7 +316,7 @@ impl Scheduler {
     {
         let keys: Vec<S> = keys.into_iter().collect();
         let keys: Vec<&[u8]> = keys.iter().map(|key| key.as_ref().as_bytes()).collect();
-        let ended = self.shared.end_many(&keys, Err(Error::Cancelled));
+        let ended = self.shared.cancel_many(&keys);
         tokio::task::coop::consume_budget().await;
         ended
     }
@@ -360,7 +360,7 @@ impl Scheduler {
     /// # Examples
     /// See [`Scheduler`].
     pub async fn cancel(&self, key: &str) -> bool {
-        let cancelled = self.shared.end(key.as_bytes(), None, Err(Error::Cancelled));
+        let cancelled = self.shared.cancel(key.as_bytes(), None);
         // As in `submit`: give way now and then to the service and other tasks.
         tokio::task::coop::consume_budget().await;
         cancelled
@@ -479,6 +479,6 @@ impl Drop for CancelOnDrop<'_> {
         if !self.armed {
             return;
         }
-        self.scheduler.shared.end(self.key.as_bytes(), Some(self.serial), Err(Error::Cancelled));
+        self.scheduler.shared.cancel(self.key.as_bytes(), Some(self.serial));
     }
 }

@@ -283,7 +283,7 @@ impl Shared {
                 let mut s = self.lock(shard);
                 if let Err((error, timer)) = self.claim(&mut s, hash, timer, deadline, false) {
                     *result = Err(error);
-                    refused.extend(timer);
+                    refused.push(timer);
                 } else if self.urgent(set_at, deadline) {
                     self.wake_actor();
                 }
@@ -302,7 +302,7 @@ impl Shared {
                     Ok(_) => urgent |= self.urgent(set_at, deadline),
                     Err((error, timer)) => {
                         results[i] = Err(error);
-                        refused.extend(timer);
+                        refused.push(timer);
                         self.release(1);
                     }
                 }
@@ -323,9 +323,9 @@ impl Shared {
         timer: Timer,
         deadline: u64,
         watched: bool,
-    ) -> Result<u64, (Error, Option<Timer>)> {
+    ) -> Result<u64, (Error, Timer)> {
         if !self.reserve(1) {
-            return Err((Error::Full(self.max_pending), Some(timer)));
+            return Err((Error::Full(self.max_pending), timer));
         }
         s.claim(&self.hasher, hash, timer, deadline, watched).inspect_err(|_| self.release(1))
     }
@@ -380,14 +380,14 @@ impl Shared {
         Ok(())
     }
 
-    /// Ends the timer holding `key` (only if it has the serial number `serial`, when given) and
-    /// reports `outcome` to its watcher. Returns whether this call ended it.
-    pub fn end(&self, key: &[u8], serial: Option<u64>, outcome: Outcome) -> bool {
+    /// Cancels the timer holding `key` (only if it has the serial number `serial`, when given).
+    /// Returns whether this call ended it.
+    pub fn cancel(&self, key: &[u8], serial: Option<u64>) -> bool {
         let (shard, hash) = self.locate(key);
         let mut swept = Vec::new();
         let waker = {
             let mut s = self.lock(shard);
-            let Some(waker) = s.end(hash, key, serial, &outcome) else {
+            let Some(waker) = s.cancel(hash, key, serial) else {
                 return false;
             };
             if s.cancelled.len() >= SWEEP_AT {
@@ -403,16 +403,16 @@ impl Shared {
         true
     }
 
-    /// The batch form of [`end`](Self::end), one lock per shard (see
+    /// The batch form of [`cancel`](Self::cancel), one lock per shard (see
     /// [`add_many`](Self::add_many)). Returns, per key, whether this call ended its timer.
-    pub fn end_many(&self, keys: &[&[u8]], outcome: Outcome) -> Vec<bool> {
+    pub fn cancel_many(&self, keys: &[&[u8]]) -> Vec<bool> {
         let mut ended = vec![false; keys.len()];
         let mut swept = Vec::new();
         let mut wake = Vec::new();
         for (shard, batch) in self.by_shard(keys.iter().copied()) {
             let mut s = self.lock(shard);
             for (i, hash) in batch {
-                if let Some(waker) = s.end(hash, keys[i], None, &outcome) {
+                if let Some(waker) = s.cancel(hash, keys[i], None) {
                     ended[i] = true;
                     wake.extend(waker);
                 }
@@ -466,10 +466,10 @@ impl Shared {
         let mut ended = 0;
         for Expired { id, deadline, value: mut timer } in due.drain(..) {
             let hash = self.hasher.hash_one(timer.key.as_bytes());
+            s.counts.fired += 1;
             match timer.next_run(clock) {
                 None => {
                     let (_, slot) = s.take_entry(hash, id);
-                    s.counts.fired += 1;
                     fired.wakers.extend(s.finish(slot, &Ok(())));
                     ended += 1;
                     if let Some(job) = timer.take_job() {
@@ -483,7 +483,6 @@ impl Shared {
                     let entry = s.wheel.insert(next, timer);
                     let probe = |(_, slot): &(Key, Slot)| slot.entry == id;
                     s.keys.find_mut(hash, probe).expect("a due timer holds its key").1.entry = entry;
-                    s.counts.fired += 1;
                     fired.jobs.push((deadline, JobRef::Shared(job), key));
                 }
             }
@@ -581,16 +580,16 @@ impl Shard {
         timer: Timer,
         deadline: u64,
         watched: bool,
-    ) -> Result<u64, (Error, Option<Timer>)> {
+    ) -> Result<u64, (Error, Timer)> {
         if self.closed {
-            return Err((Error::Stopped, Some(timer)));
+            return Err((Error::Stopped, timer));
         }
         if self.wheel.len() >= crate::wheel::MAX_ENTRIES {
-            return Err((Error::Full(crate::wheel::MAX_ENTRIES), Some(timer)));
+            return Err((Error::Full(crate::wheel::MAX_ENTRIES), timer));
         }
         let entry = self.keys.entry(hash, |(k, _)| *k == timer.key, |(k, _)| hasher.hash_one(k.as_bytes()));
         let hashbrown::hash_table::Entry::Vacant(vacant) = entry else {
-            return Err((Error::DuplicateKey(timer.key.as_str().to_owned()), Some(timer)));
+            return Err((Error::DuplicateKey(timer.key.as_str().to_owned()), timer));
         };
         let key = timer.key.clone();
         let serial = self.next_serial;
@@ -602,21 +601,16 @@ impl Shard {
         Ok(serial)
     }
 
-    /// Ends the timer holding `key` if it has the serial number `serial` (when given): releases
-    /// the key, leaves its wheel entry to the next sweep, records `outcome` for its watcher and
-    /// counts it. Returns whether it ended a timer, with the watcher's waker to call once
-    /// unlocked.
-    fn end(&mut self, hash: u64, key: &[u8], serial: Option<u64>, outcome: &Outcome) -> Option<Option<Waker>> {
+    /// Cancels the timer holding `key` if it has the serial number `serial` (when given):
+    /// releases the key, leaves its wheel entry to the next sweep, tells its watcher and counts
+    /// it. Returns whether it ended a timer, with the watcher's waker to call once unlocked.
+    fn cancel(&mut self, hash: u64, key: &[u8], serial: Option<u64>) -> Option<Option<Waker>> {
         let probe = Probe::new(key);
         let owned = |(k, slot): &(Key, Slot)| k.matches(&probe) && serial.is_none_or(|s| slot.serial() == s);
         let (_, slot) = self.keys.find_entry(hash, owned).ok()?.remove().0;
         self.cancelled.push(slot.entry);
-        match outcome {
-            Ok(()) => self.counts.fired += 1,
-            Err(Error::Cancelled) => self.counts.cancelled += 1,
-            Err(_) => self.counts.stopped += 1,
-        }
-        Some(self.finish(slot, outcome))
+        self.counts.cancelled += 1;
+        Some(self.finish(slot, &Err(Error::Cancelled)))
     }
 
     /// Takes the cancelled timers' entries out of the wheel, into `timers` to be dropped once
