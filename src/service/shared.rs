@@ -162,8 +162,9 @@ pub(crate) struct Fired {
     pub wakers: Vec<Waker>,
     /// Cancelled timers taken out of the wheels, to be dropped with no lock held.
     pub swept: Vec<Timer>,
-    /// Reused buffer of the entries due in one shard.
+    /// Reused buffers of the entries due in one shard, and their keys' hashes.
     due: Vec<Expired<Timer>>,
+    hashes: Vec<u64>,
 }
 
 pub(crate) struct Shared {
@@ -463,9 +464,17 @@ impl Shared {
         // From here on every entry in the wheel holds its key.
         s.sweep(&mut fired.swept);
         s.wheel.advance(now, |expired| due.push(expired));
-        let mut ended = 0;
-        for Expired { id, deadline, value: mut timer } in due.drain(..) {
+        // Find every due timer's key before ending any: the lookups do not depend on one another,
+        // so the processor overlaps their cache misses, which the loop below would wait on in turn.
+        let hashes = &mut fired.hashes;
+        hashes.clear();
+        for Expired { id, value: timer, .. } in &due {
             let hash = self.hasher.hash_one(timer.key.as_bytes());
+            s.keys.find(hash, |(_, slot)| slot.entry == *id).expect("a due timer holds its key");
+            hashes.push(hash);
+        }
+        let mut ended = 0;
+        for (Expired { id, deadline, value: mut timer }, &hash) in due.drain(..).zip(&fired.hashes) {
             s.counts.fired += 1;
             match timer.next_run(clock) {
                 None => {
