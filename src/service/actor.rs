@@ -146,6 +146,8 @@ impl Actor {
                 (a, b) => a.or(b),
             };
         }
+        let fired = &mut self.fired;
+        fired.used(fired.jobs.len().max(fired.wakers.len()).max(fired.swept.len()));
         self.fired.wakers.drain(..).for_each(std::task::Waker::wake);
         self.fired.swept.clear();
         // A wheel yields its due entries in no set order, and the shards' lists follow one another:
@@ -155,6 +157,7 @@ impl Actor {
             self.starts.push(job.as_job(), key.as_str().to_owned());
         }
         self.starts.spawn();
+        self.fired.trim();
         next
     }
 
@@ -163,7 +166,9 @@ impl Actor {
         for shard in 0..self.shared.shard_count() {
             self.shared.sweep(shard, &mut self.fired.swept);
         }
+        self.fired.used(self.fired.swept.len());
         self.fired.swept.clear();
+        self.fired.trim();
     }
 
     /// Ends every pending timer as stopped and returns how many there were. Commands already

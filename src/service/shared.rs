@@ -165,6 +165,39 @@ pub(crate) struct Fired {
     /// Reused buffers of the entries due in one shard, and their keys' hashes.
     due: Vec<Expired<Timer>>,
     hashes: Vec<u64>,
+    /// The most items any of these buffers has held since the last [`trim`](Self::trim).
+    peak: usize,
+}
+
+/// A reused buffer keeps room for at least this many items between advances.
+const KEEP: usize = 1024;
+
+/// Gives back the room of a buffer that a burst left far larger than its recent use: one that
+/// has held at most a quarter of its room is cut to twice that use (and `KEEP`), so a steady
+/// load reallocates nothing and a million timers firing at once do not hold their buffers' room
+/// for good.
+fn trim<T>(buffer: &mut Vec<T>, used: usize) {
+    if buffer.capacity() > KEEP.max(4 * used) {
+        buffer.shrink_to(KEEP.max(2 * used));
+    }
+}
+
+impl Fired {
+    /// Records that a buffer held `n` items.
+    pub fn used(&mut self, n: usize) {
+        self.peak = self.peak.max(n);
+    }
+
+    /// For the actor, once the buffers are empty at the end of an advance: cuts down the room a
+    /// burst left (see [`trim`]).
+    pub fn trim(&mut self) {
+        let used = std::mem::take(&mut self.peak);
+        trim(&mut self.jobs, used);
+        trim(&mut self.wakers, used);
+        trim(&mut self.swept, used);
+        trim(&mut self.due, used);
+        trim(&mut self.hashes, used);
+    }
 }
 
 pub(crate) struct Shared {
@@ -464,6 +497,7 @@ impl Shared {
         // From here on every entry in the wheel holds its key.
         s.sweep(&mut fired.swept);
         s.wheel.advance(now, |expired| due.push(expired));
+        fired.used(due.len());
         // Find every due timer's key before ending any: the lookups do not depend on one another,
         // so the processor overlaps their cache misses, which the loop below would wait on in turn.
         let hashes = &mut fired.hashes;
@@ -648,6 +682,31 @@ impl Shard {
         match self.watchers.insert(slot.serial(), Watch::Done(outcome.clone())) {
             Some(Watch::Waiting(waker)) => Some(waker),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_give_back_what_a_burst_left_but_keep_what_a_steady_load_uses() {
+        let mut buffer: Vec<u64> = Vec::new();
+        buffer.extend(0..1_000_000);
+        buffer.clear();
+        trim(&mut buffer, 1_000_000);
+        assert!(buffer.capacity() >= 1_000_000, "the advance that used it keeps it");
+        trim(&mut buffer, 300_000);
+        assert!(buffer.capacity() >= 1_000_000, "a third of it is still in use");
+        trim(&mut buffer, 500);
+        assert!((KEEP..2 * KEEP).contains(&buffer.capacity()), "cut to KEEP, not {}", buffer.capacity());
+        buffer.extend(0..10_000);
+        buffer.clear();
+        let steady = buffer.capacity();
+        for _ in 0..3 {
+            trim(&mut buffer, 10_000);
+            assert_eq!(buffer.capacity(), steady, "a steady 10,000 per advance is never reallocated");
         }
     }
 }
