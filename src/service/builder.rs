@@ -69,8 +69,9 @@ impl Builder {
         self
     }
 
-    /// Buckets per level (hierarchical, at least 2) or in the ring (rounds, at least 1);
-    /// default [`DEFAULT_SLOTS`]. Powers of two are fastest.
+    /// For the hierarchical wheel (at least 2), how many times longer each level's tick is than
+    /// the one below; each level has twice as many buckets. For the rounds wheel (at least 1),
+    /// the buckets in the ring. Default [`DEFAULT_SLOTS`]; powers of two are fastest.
     pub fn slots(mut self, slots: usize) -> Self {
         self.slots = slots;
         self

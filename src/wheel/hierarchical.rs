@@ -1,9 +1,8 @@
 //! The hierarchical (Kafka-style) timing wheel.
 //!
-//! Level `n >= 1` has `slots` buckets of `slots^n` ticks each, so it reaches `slots^(n+1)` ticks
-//! ahead. Level 0 has twice as many buckets, `2 * slots` of one tick each (see "Draining" below).
-//! Levels are created on the first deadline that overflows the top one, up to the level that
-//! spans all of `u64`.
+//! Level `n` has `2 * slots` buckets of `slots^n` ticks each, so it reaches `2 * slots^(n+1)`
+//! ticks ahead: twice the tick of the level above (see "Draining" below). Levels are created on
+//! the first deadline that overflows the top one, up to the level that spans all of `u64`.
 //!
 //! Each level looks at a window of its buckets in a row, starting at the bucket that holds the
 //! clock (the level's cursor). An entry goes to the lowest level whose window holds its
@@ -13,17 +12,21 @@
 //! tick, found through per-level occupancy bitmaps, so empty ticks cost nothing: that is the
 //! "precise advance" Kafka gets from its DelayQueue of buckets, without the heap.
 //!
-//! # Draining level 1 before it is due
-//! Demoting a bucket moves every entry in it, and a busy level-1 bucket can hold tens of
-//! thousands (a million timers due over two seconds put 32,000 in each 64-tick bucket of a
-//! 64-slot wheel): moved all at once, on the tick the bucket starts, they hold up the entries due
-//! on that tick and the next few. So level 0 is twice as wide as the levels above: once the clock
-//! is within `slots` ticks of a level-1 bucket's start, level 0's window holds the whole bucket,
-//! and each `advance` moves a share of it down (`len / ticks left`, from the end of the bucket, in
-//! no particular order, since every entry fits). A bucket of at most [`DRAIN_MIN`] entries is
-//! demoted on its start tick as before. `next_deadline` reports the ticks a drain needs, so a
-//! driver that sleeps between deadlines wakes for them; one that advances by larger steps drains
-//! in larger shares, and whatever is left on the start tick is demoted then.
+//! # Draining a bucket before it is due
+//! Demoting a bucket moves every entry in it, and a busy bucket can hold tens of thousands (a
+//! million timers due over two seconds put 32,000 in each 64-tick level-1 bucket of a 64-slot
+//! wheel; spread over twenty seconds, 200,000 in each 4,096-tick level-2 bucket): moved all at
+//! once, on the tick the bucket starts, they hold up the entries due on that tick and the next
+//! few. So every level is twice as wide as the tick of the level above: once the clock is within
+//! one bucket (`slots^n` ticks) of the start of a level-`n` bucket, the window of level `n - 1`
+//! holds the whole bucket, and the wheel moves it down in `slots` shares, one each time the clock
+//! passes a multiple of level `n - 1`'s tick (every tick for level 1, every `slots` ticks for
+//! level 2, ...). A share is `len / shares left`, taken from the end of the bucket in no
+//! particular order, since every entry fits lower down; those entries may in turn be drained on
+//! from the level they land in. A bucket of at most [`DRAIN_MIN`] entries is demoted on its start
+//! tick as before. `next_deadline` reports the ticks a drain needs, so a driver that sleeps
+//! between deadlines wakes for them; one that advances by larger steps drains in larger shares,
+//! and whatever is left on the start tick is demoted then.
 //!
 //! Invariant (checked by the model tests): every occupied bucket starts after the clock, except
 //! level 0's cursor bucket, which holds only entries already due.
@@ -32,8 +35,8 @@ use super::bitmap::Bitmap;
 use super::slab::{Bucket, EntryId, Slab};
 use super::{check_slots, Expired, Wheel};
 
-/// A level-1 bucket holding more entries than this is drained into level 0 over the ticks before
-/// it is due, rather than demoted all at once (see the module docs). Moving this many at once
+/// A bucket above level 0 holding more entries than this is drained into the levels below over
+/// the ticks before it is due, rather than demoted all at once (see the module docs). Moving this many at once
 /// takes some tens of microseconds.
 pub(crate) const DRAIN_MIN: usize = 256;
 
@@ -45,7 +48,7 @@ pub struct HierarchicalWheel<T> {
     /// The buckets' entries: bucket `slot` of level `l` is `buckets[levels[l].first + slot]`.
     buckets: Vec<Bucket>,
     levels: Vec<Level>,
-    /// Buckets per level above level 0 (which has twice as many).
+    /// Half the buckets of each level.
     slots: u64,
     /// `log2(slots)` when `slots` is a power of two, so slot arithmetic is shifts and masks.
     shift: Option<u32>,
@@ -56,7 +59,7 @@ pub struct HierarchicalWheel<T> {
 struct Level {
     /// Ticks per bucket: `slots^level`.
     tick: u64,
-    /// Buckets in the level: `2 * slots` for level 0, `slots` above.
+    /// Buckets in the level: `2 * slots`.
     len: u64,
     /// The index of the level's first bucket in `buckets`.
     first: usize,
@@ -67,7 +70,8 @@ struct Level {
 }
 
 impl<T> HierarchicalWheel<T> {
-    /// A wheel with `slots` buckets per level.
+    /// A wheel whose levels each have `2 * slots` buckets, each level's tick `slots` times the
+    /// tick of the level below.
     ///
     /// Powers of two are fastest (slot arithmetic becomes shifts); 64 is a good default.
     ///
@@ -110,12 +114,8 @@ impl<T> HierarchicalWheel<T> {
 
     /// The level and slot of bucket number `bucket`.
     fn level_and_slot(&self, bucket: usize) -> (usize, usize) {
-        let level0 = 2 * self.slots as usize;
-        if bucket < level0 {
-            return (0, bucket);
-        }
-        let above = bucket - level0;
-        (1 + above / self.slots as usize, above % self.slots as usize)
+        let len = 2 * self.slots as usize;
+        (bucket / len, bucket % len)
     }
 
     /// The lowest level whose window holds `deadline` (which must be after the clock), creating
@@ -123,12 +123,12 @@ impl<T> HierarchicalWheel<T> {
     fn level_for(&mut self, deadline: u64) -> usize {
         debug_assert!(deadline > self.now, "deadline {deadline} is not after the clock {}", self.now);
         // Level 0's window is the `2 * slots` ticks from the clock. Above it, no level below
-        // `floor(log_slots(deadline - now))` can hold the deadline: a level's window starts at
-        // or before the clock and spans `slots^(level + 1)` ticks. So start the search there,
-        // which leaves at most two levels to try; each window holds the one below.
+        // `floor(log_slots((deadline - now) / 2))` can hold the deadline: a level's window starts
+        // at or before the clock and spans `2 * slots^(level + 1)` ticks. So start the search
+        // there, which leaves at most two levels to try; each window holds the one below.
         let mut level = match self.shift {
             Some(shift) if deadline - self.now >= 2 * self.slots => {
-                ((63 - (deadline - self.now).leading_zeros()) / shift) as usize
+                ((63 - ((deadline - self.now) / 2).leading_zeros()) / shift) as usize
             }
             _ => 0,
         };
@@ -147,12 +147,13 @@ impl<T> HierarchicalWheel<T> {
     }
 
     fn add_level(&mut self) {
-        let (tick, len) = match self.levels.last() {
-            None => (1, 2 * self.slots),
+        let len = 2 * self.slots;
+        let tick = match self.levels.last() {
+            None => 1,
             Some(top) => {
                 assert!(top.span.is_some(), "a level spanning all of u64 has no level above it");
                 // Below a level spanning all of u64, `tick * slots` fits.
-                (top.tick * self.slots, self.slots)
+                top.tick * self.slots
             }
         };
         self.levels.push(Level {
@@ -200,37 +201,56 @@ impl<T> HierarchicalWheel<T> {
         best
     }
 
-    /// The level-1 bucket to drain into level 0 next (see the module docs), if any: the first
+    /// The bucket of `level` (at least 1) to drain next, if any (see the module docs): the first
     /// occupied one, if it holds more than [`DRAIN_MIN`] entries. Returns `(start, bucket)`; the
-    /// drain begins once the clock is within `slots` ticks of `start`.
-    fn to_drain(&self) -> Option<(u64, usize)> {
-        let l = self.levels.get(1)?;
-        let cursor = self.slot(1, self.now);
+    /// drain begins once the clock reaches `start - tick`, where `tick` is the level's.
+    fn to_drain(&self, level: usize) -> Option<(u64, usize)> {
+        let l = &self.levels[level];
+        let cursor = self.slot(level, self.now);
         // Never the cursor's own bucket, which starts at or before the clock and so is empty.
         let k = l.occupied.next_set_from(cursor)?;
-        let start = self.bucket_start(1, self.now).saturating_add(k as u64 * l.tick);
+        let start = self.bucket_start(level, self.now).saturating_add(k as u64 * l.tick);
         let bucket = l.first + (cursor + k) % l.len as usize;
         (self.buckets[bucket].len() > DRAIN_MIN).then_some((start, bucket))
     }
 
-    /// Moves this tick's share of the bucket being drained down to level 0.
-    fn drain(&mut self) {
-        let Some((start, bucket)) = self.to_drain().filter(|&(start, _)| start - self.now <= self.slots) else {
-            return;
-        };
-        // Every entry of the bucket is due in `start..start + slots`, inside level 0's window of
-        // `2 * slots` ticks from the clock, and after the clock: each lands in level 0, not due.
-        debug_assert!(start > self.now, "level-1 bucket at {start} not after the clock {}", self.now);
-        let share = self.buckets[bucket].len().div_ceil((start - self.now) as usize);
-        for _ in 0..share {
-            let index = self.buckets[bucket].pop().expect("the bucket holds `share` entries");
-            self.place(index);
-            debug_assert!(self.level_and_slot(self.slab.get(index).aux as usize).0 == 0, "drained into level 0");
-        }
-        if self.buckets[bucket].is_empty() {
-            let (level, slot) = self.level_and_slot(bucket);
-            self.levels[level].occupied.clear(slot);
-            self.buckets[bucket].clear();
+    /// The tick at which the drain of a bucket of `level` starting at `start` next moves a share:
+    /// the start of its lead, or the next multiple of the level below's tick after the clock.
+    fn drain_at(&self, level: usize, start: u64) -> u64 {
+        let step = self.levels[level - 1].tick;
+        let lead = start - self.levels[level].tick;
+        lead.max((self.now / step + 1) * step)
+    }
+
+    /// Moves a share of each bucket being drained down the levels, for a clock that has moved
+    /// from `from` to `self.now`: one share per level whose step (the tick of the level below)
+    /// the clock has passed a multiple of.
+    fn drain(&mut self, from: u64) {
+        // From the top, so that what a level passes down is counted in the share of the next.
+        for level in (1..self.levels.len()).rev() {
+            let Some((start, bucket)) = self.to_drain(level) else {
+                continue;
+            };
+            let step = self.levels[level - 1].tick;
+            let lead = start - self.levels[level].tick;
+            if self.now < lead || from / step == self.now / step {
+                continue;
+            }
+            // Every entry of the bucket is due in `start..start + tick`, inside the window of
+            // the level below, and after the clock: each lands lower down, not due.
+            debug_assert!(start > self.now, "level-{level} bucket at {start} not after the clock {}", self.now);
+            let shares_left = (start - self.now).div_ceil(step) as usize;
+            let share = self.buckets[bucket].len().div_ceil(shares_left);
+            for _ in 0..share {
+                let index = self.buckets[bucket].pop().expect("the bucket holds `share` entries");
+                self.place(index);
+                debug_assert!(self.level_and_slot(self.slab.get(index).aux as usize).0 < level, "drained lower");
+            }
+            if self.buckets[bucket].is_empty() {
+                let (level, slot) = self.level_and_slot(bucket);
+                self.levels[level].occupied.clear(slot);
+                self.buckets[bucket].clear();
+            }
         }
     }
 }
@@ -253,6 +273,7 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
     }
 
     fn advance(&mut self, now: u64, mut expired: impl FnMut(Expired<T>)) {
+        let from = self.now;
         let target = now.max(self.now);
         while let Some((start, level, slot)) = self.next_bucket() {
             if start > target {
@@ -278,14 +299,16 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
             Slab::<T>::restore_bucket(&mut self.buckets, bucket, taken);
         }
         self.now = target;
-        self.drain();
+        self.drain(from);
     }
 
     fn next_deadline(&self) -> Option<u64> {
         let due = self.next_bucket().map(|(start, ..)| start);
-        // A drain is due one tick after the clock, or once its bucket comes within reach.
-        let drain = self.to_drain().map(|(start, _)| start.saturating_sub(self.slots).max(self.now + 1));
-        due.into_iter().chain(drain).min()
+        let drains = (1..self.levels.len()).filter_map(|level| {
+            let (start, _) = self.to_drain(level)?;
+            Some(self.drain_at(level, start))
+        });
+        due.into_iter().chain(drains).min()
     }
 
     fn len(&self) -> usize {
@@ -330,25 +353,28 @@ mod tests {
     }
 
     /// Seed 002's worked example: 1 ms x 20 slots, clock at 2 ms. A 350 ms task climbs to level 1
-    /// (20 ms buckets, the one for 340..360), a 450 ms task to level 2 (the 400..800 bucket); at
-    /// 400 ms the latter is demoted with 50 ms left into level 1's 440..460 bucket, and both come
-    /// back down to fire on their exact tick.
+    /// (20 ms buckets, the one for 340..360). The seed's 450 ms task goes to level 2 in Kafka's
+    /// wheel, but each level here is twice as wide, so it stays in level 1; an 850 ms task takes
+    /// its place in level 2 (400 ms buckets, the one for 800..1200). At 800 ms that one is
+    /// demoted with 50 ms left into level 1's 840..860 bucket, and both come back down to fire on
+    /// their exact tick.
     #[test]
     fn worked_example_of_twenty_slots() {
         let mut wheel = HierarchicalWheel::new(20).unwrap();
         assert!(drain(&mut wheel, 2).is_empty());
         wheel.insert(352, "350 ms");
-        wheel.insert(452, "450 ms");
+        assert_eq!(wheel.levels(), 2, "level 1 reaches 800 ticks ahead");
+        wheel.insert(852, "850 ms");
         assert_eq!(wheel.levels(), 3);
         assert_eq!(wheel.next_deadline(), Some(340), "level 1's 340..360 bucket is due first");
         assert!(drain(&mut wheel, 340).is_empty(), "demoted at 340, not yet due");
         assert_eq!(wheel.next_deadline(), Some(352));
         assert_eq!(drain(&mut wheel, 352), [(352, "350 ms")]);
-        assert_eq!(wheel.next_deadline(), Some(400), "level 2's 400..800 bucket");
-        assert!(drain(&mut wheel, 400).is_empty());
-        assert_eq!(wheel.next_deadline(), Some(440), "demoted into level 1's 440..460 bucket");
-        assert!(drain(&mut wheel, 451).is_empty());
-        assert_eq!(drain(&mut wheel, 10_000), [(452, "450 ms")]);
+        assert_eq!(wheel.next_deadline(), Some(800), "level 2's 800..1200 bucket");
+        assert!(drain(&mut wheel, 800).is_empty());
+        assert_eq!(wheel.next_deadline(), Some(840), "demoted into level 1's 840..860 bucket");
+        assert!(drain(&mut wheel, 851).is_empty());
+        assert_eq!(drain(&mut wheel, 10_000), [(852, "850 ms")]);
         assert!(wheel.is_empty());
     }
 
@@ -361,7 +387,7 @@ mod tests {
                 let tick = wheel.levels[level].tick;
                 for t in [0, 1, 63, 64, 65, 12_345, u64::MAX / 3, u64::MAX] {
                     assert_eq!(wheel.bucket_start(level, t), t / tick * tick, "slots {slots} level {level} t {t}");
-                    let len = if level == 0 { 2 * slots } else { slots } as u64;
+                    let len = 2 * slots as u64;
                     assert_eq!(wheel.slot(level, t), (t / tick % len) as usize, "slots {slots} level {level}");
                 }
             }
@@ -396,6 +422,41 @@ mod tests {
             assert!(fired.iter().all(|&(deadline, _)| deadline == tick), "each on its own tick");
         }
         assert!(wheel.is_empty());
+    }
+
+    /// A load spread over seconds ahead: 64,000 entries in one 4,096-tick level-2 bucket. They go
+    /// down in 64 shares, one every 64 ticks of the 4,096 before the bucket starts, then on to
+    /// level 0 as each level-1 bucket comes within reach; no advance moves more than a few
+    /// thousand, where demoting the bucket whole would move all 64,000 on tick 8,192.
+    #[test]
+    fn a_full_level_two_bucket_is_drained_in_shares_before_it() {
+        let mut wheel = HierarchicalWheel::new(64).unwrap();
+        for i in 0..64_000u64 {
+            wheel.insert(8192 + i % 4096, i);
+        }
+        let level2 = wheel.levels[2].first + 2;
+        assert_eq!(wheel.buckets[level2].len(), 64_000, "all in level 2's bucket for 8192..12288");
+        assert_eq!(wheel.next_deadline(), Some(4096), "the drain starts one bucket ahead");
+        let sizes = |w: &HierarchicalWheel<u64>| w.buckets.iter().map(|b| b.len()).collect::<Vec<_>>();
+        let mut fired = 0;
+        let mut wake_ups_in_lead = 0;
+        while let Some(next) = wheel.next_deadline() {
+            if next < 8192 {
+                wake_ups_in_lead += 1;
+            }
+            let before = sizes(&wheel);
+            let left = wheel.len();
+            let out = drain(&mut wheel, next);
+            assert!(out.iter().all(|&(deadline, _)| deadline == next), "each on its own tick");
+            fired += out.len();
+            // Entries that moved left one bucket and joined another; fired ones only left.
+            let changed: usize = before.iter().zip(sizes(&wheel)).map(|(a, b)| a.abs_diff(b)).sum();
+            let moved = (changed - (left - wheel.len())) / 2;
+            assert!(moved <= 2_000, "{moved} entries moved by the advance to {next}");
+        }
+        assert_eq!(fired, 64_000);
+        assert!(wake_ups_in_lead >= 64, "a share every 64 ticks of the lead, {wake_ups_in_lead} wake-ups");
+        assert!(wake_ups_in_lead <= 64 + 4096, "{wake_ups_in_lead} wake-ups before the bucket's start");
     }
 
     #[test]

@@ -6,10 +6,10 @@
 //! allocate nothing once the slab has grown to the working set, and a stale [`EntryId`] is refused
 //! rather than aliasing a newer entry.
 //!
-//! - [`HierarchicalWheel`]: Kafka-style levels of `slots` buckets, each level's tick the whole span
-//!   of the level below, created lazily as far deadlines arrive. Entries of an upper bucket are
-//!   demoted level by level as it comes due; level 0 has twice as many buckets, so that a busy
-//!   level-1 bucket goes down a share per tick over the ticks before it is due rather than all on
+//! - [`HierarchicalWheel`]: Kafka-style levels, each level's tick `slots` times the tick below,
+//!   created lazily as far deadlines arrive. Entries of an upper bucket are demoted level by level
+//!   as it comes due; each level has `2 * slots` buckets, twice the span of a bucket above, so that
+//!   a busy upper bucket goes down in shares over the time before it is due rather than all on
 //!   one tick. [`next_deadline`](Wheel::next_deadline) comes from
 //!   per-level occupancy bitmaps, so a driver sleeps straight to the next due bucket.
 //! - [`RoundsWheel`]: one ring of `slots` buckets; an entry more than a revolution away carries a
