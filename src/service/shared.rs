@@ -123,6 +123,16 @@ impl ShardWheel {
         }
     }
 
+    /// The tick by which the actor must advance this wheel for a timer just placed at
+    /// `deadline`: the deadline, or earlier if placing it made a bucket busy enough to drain
+    /// ahead of its start (see the hierarchical wheel's docs).
+    fn wake_by(&mut self, deadline: u64) -> u64 {
+        match self {
+            ShardWheel::Hierarchical(w) => w.take_armed_drain().map_or(deadline, |t| t.min(deadline)),
+            ShardWheel::Rounds(_) => deadline,
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             ShardWheel::Hierarchical(w) => w.len(),
@@ -165,9 +175,16 @@ pub(crate) struct Fired {
     /// Reused buffers of the entries due in one shard, and their keys' hashes.
     due: Vec<Expired<Timer>>,
     hashes: Vec<u64>,
-    /// The most items any of these buffers has held since the last [`trim`](Self::trim).
+    /// The most items any of these buffers has held in this window of [`TRIM_EVERY`] advances.
     peak: usize,
+    /// Advances so far in this window.
+    advances: u32,
 }
+
+/// The buffers are trimmed once every this many advances, to the most they held meanwhile: a
+/// load that bursts now and then keeps its room (at one advance per tick, the window is about a
+/// second of activity).
+const TRIM_EVERY: u32 = 1024;
 
 /// A reused buffer keeps room for at least this many items between advances.
 const KEEP: usize = 1024;
@@ -188,9 +205,14 @@ impl Fired {
         self.peak = self.peak.max(n);
     }
 
-    /// For the actor, once the buffers are empty at the end of an advance: cuts down the room a
-    /// burst left (see [`trim`]).
+    /// For the actor, once the buffers are empty at the end of an advance: at the end of each
+    /// window of [`TRIM_EVERY`] advances, cuts down the room a burst left (see [`trim`]).
     pub fn trim(&mut self) {
+        self.advances += 1;
+        if self.advances < TRIM_EVERY {
+            return;
+        }
+        self.advances = 0;
         let used = std::mem::take(&mut self.peak);
         trim(&mut self.jobs, used);
         trim(&mut self.wakers, used);
@@ -294,7 +316,7 @@ impl Shared {
         let claimed = {
             let mut s = self.lock(shard);
             let claimed = self.claim(&mut s, hash, timer, due.deadline, watched);
-            if claimed.is_ok() && self.urgent(due.set_at, due.deadline) {
+            if claimed.is_ok() && self.urgent(due.set_at, s.wheel.wake_by(due.deadline)) {
                 self.wake_actor();
             }
             claimed
@@ -318,7 +340,7 @@ impl Shared {
                 if let Err((error, timer)) = self.claim(&mut s, hash, timer, deadline, false) {
                     *result = Err(error);
                     refused.push(timer);
-                } else if self.urgent(set_at, deadline) {
+                } else if self.urgent(set_at, s.wheel.wake_by(deadline)) {
                     self.wake_actor();
                 }
             }
@@ -333,7 +355,7 @@ impl Shared {
                 let (timer, deadline) = timers[i].take().expect("each timer is in one group");
                 // Room in `max_pending` is held already.
                 match s.claim(&self.hasher, hash, timer, deadline, false) {
-                    Ok(_) => urgent |= self.urgent(set_at, deadline),
+                    Ok(_) => urgent |= self.urgent(set_at, s.wheel.wake_by(deadline)),
                     Err((error, timer)) => {
                         results[i] = Err(error);
                         refused.push(timer);
@@ -408,7 +430,7 @@ impl Shared {
             repeat.due = due;
         }
         slot.entry = wheel.insert(deadline, timer);
-        if self.urgent(set_at, deadline) {
+        if self.urgent(set_at, wheel.wake_by(deadline)) {
             self.wake_actor();
         }
         Ok(())
@@ -530,6 +552,8 @@ impl Shared {
                 }
             }
         }
+        // What the repeating timers put back may have armed a drain: `next` covers it.
+        s.wheel.wake_by(now);
         let next = s.wheel.next_deadline();
         drop(s);
         self.release(ended);
@@ -690,6 +714,27 @@ impl Shard {
 mod tests {
     use super::*;
 
+    /// The actor sleeps until tick 8,192, when one far timer's level-2 bucket (8,192..12,288 at
+    /// 64 slots) starts. Timers due in that bucket can wait for it, until there are enough of
+    /// them to drain the bucket ahead of its start, 4,096 ticks earlier: the schedule that makes
+    /// it busy enough wakes the actor for that.
+    #[test]
+    fn a_schedule_that_makes_a_bucket_busy_enough_to_drain_wakes_the_actor() {
+        let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX).unwrap();
+        shared.will_wake_at(8192);
+        let mut keys = (0..).map(|i| format!("k-{i}")).filter(|k| shared.locate(k.as_bytes()).0 == 0);
+        let mut add = |deadline: u64| {
+            let timer = Timer { key: Key::from(keys.next().unwrap().as_str()), job: None, repeat: None };
+            shared.add(timer, Due { deadline, set_at: 0 }, false).unwrap();
+        };
+        for i in 0..crate::wheel::DRAIN_MIN as u64 {
+            add(9_000 + i);
+        }
+        assert!(!shared.signalled.load(Relaxed), "due after the actor's wake-up, and no drain yet");
+        add(12_000);
+        assert!(shared.signalled.load(Relaxed), "the bucket's drain starts at 4,096, before 8,192");
+    }
+
     #[test]
     fn buffers_give_back_what_a_burst_left_but_keep_what_a_steady_load_uses() {
         let mut buffer: Vec<u64> = Vec::new();
@@ -708,5 +753,32 @@ mod tests {
             trim(&mut buffer, 10_000);
             assert_eq!(buffer.capacity(), steady, "a steady 10,000 per advance is never reallocated");
         }
+    }
+
+    #[test]
+    fn the_room_of_a_burst_is_kept_while_bursts_recur_within_a_window() {
+        let mut fired = Fired::default();
+        let burst = |fired: &mut Fired| {
+            fired.hashes.extend(0..100_000);
+            fired.used(fired.hashes.len());
+            fired.hashes.clear();
+        };
+        burst(&mut fired);
+        let room = fired.hashes.capacity();
+        for window in 0..3 {
+            for advance in 0..TRIM_EVERY {
+                if advance == window * 100 {
+                    burst(&mut fired);
+                }
+                fired.used(10);
+                fired.trim();
+            }
+            assert_eq!(fired.hashes.capacity(), room, "a burst in window {window} keeps the room");
+        }
+        for _ in 0..TRIM_EVERY {
+            fired.used(10);
+            fired.trim();
+        }
+        assert!(fired.hashes.capacity() < 2 * KEEP, "a window with no burst gives the room back");
     }
 }

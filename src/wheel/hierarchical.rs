@@ -19,17 +19,18 @@
 //! once, on the tick the bucket starts, they hold up the entries due on that tick and the next
 //! few. So every level is twice as wide as the tick of the level above: once the clock is within
 //! one bucket (`slots^n` ticks) of the start of a level-`n` bucket, the window of level `n - 1`
-//! holds the whole bucket, and the wheel moves it down in `slots` shares, one each time the clock
+//! holds the whole bucket, and the wheel moves it down in up to `slots` shares, one each time the clock
 //! passes a multiple of level `n - 1`'s tick (every tick for level 1, every `slots` ticks for
 //! level 2, ...). A share is `len / shares left`, taken from the end of the bucket in no
 //! particular order, since every entry fits lower down; those entries may in turn be drained on
-//! from the level they land in. A bucket of at most [`DRAIN_MIN`] entries is demoted on its start
-//! tick as before. `next_deadline` reports the ticks a drain needs, so a driver that sleeps
+//! from the level they land in. A bucket of at most [`DRAIN_MIN`] entries (including what is
+//! left of a drained one) is demoted on its start tick as before. `next_deadline` reports the ticks a drain needs, so a driver that sleeps
 //! between deadlines wakes for them; one that advances by larger steps drains in larger shares,
 //! and whatever is left on the start tick is demoted then.
 //!
-//! Invariant (checked by the model tests): every occupied bucket starts after the clock, except
-//! level 0's cursor bucket, which holds only entries already due.
+//! Invariant (checked after every operation by `holds_its_invariant` below): every occupied bucket
+//! starts after the clock, except level 0's cursor bucket, which holds only entries already due.
+//! Every entry sits in its level's bucket for its deadline, inside that level's window.
 
 use super::bitmap::Bitmap;
 use super::slab::{Bucket, EntryId, Slab};
@@ -54,6 +55,9 @@ pub struct HierarchicalWheel<T> {
     shift: Option<u32>,
     /// The clock: the largest tick `advance` has been given.
     now: u64,
+    /// The earliest tick at which a bucket that inserts since the last `advance` made busy enough
+    /// to drain needs its first share (see [`take_armed_drain`](Self::take_armed_drain)).
+    armed_drain: Option<u64>,
 }
 
 struct Level {
@@ -86,6 +90,7 @@ impl<T> HierarchicalWheel<T> {
             slots: slots as u64,
             shift: slots.is_power_of_two().then(|| slots.trailing_zeros()),
             now: 0,
+            armed_drain: None,
         })
     }
 
@@ -182,6 +187,19 @@ impl<T> HierarchicalWheel<T> {
         self.slab.push(&mut self.buckets, bucket, index);
         self.slab.get_mut(index).aux = bucket as u32;
         self.levels[level].occupied.set(slot);
+        if level > 0 && self.buckets[bucket].len() == DRAIN_MIN + 1 {
+            let at = self.drain_at(level, self.bucket_start(level, deadline));
+            self.armed_drain = Some(self.armed_drain.map_or(at, |t| t.min(at)));
+        }
+    }
+
+    /// Takes the earliest tick at which a bucket that inserts made busy enough to drain (since
+    /// the last `advance`, or the last call) needs its first share, if any. A driver that
+    /// publishes when it will next advance, and lets other threads insert meanwhile, checks this
+    /// after each insert as it checks the new deadline: the drain may be due long before the
+    /// entry itself.
+    pub(crate) fn take_armed_drain(&mut self) -> Option<u64> {
+        self.armed_drain.take()
     }
 
     /// The occupied bucket with the earliest start: `(start, level, slot)`.
@@ -300,6 +318,8 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
         }
         self.now = target;
         self.drain(from);
+        // The caller asks `next_deadline` after an advance, which covers every drain.
+        self.armed_drain = None;
     }
 
     fn next_deadline(&self) -> Option<u64> {
@@ -344,7 +364,126 @@ impl<T> std::fmt::Debug for HierarchicalWheel<T> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    impl<T> HierarchicalWheel<T> {
+        /// Panics unless the module docs' invariant holds: each bucket's bit says whether it is
+        /// occupied, every entry is in the bucket its deadline maps to, in its level's window and
+        /// (outside level 0's cursor bucket) after the clock, and the buckets hold every entry.
+        fn check_invariant(&self) {
+            let mut held = 0;
+            for (level, l) in self.levels.iter().enumerate() {
+                for slot in 0..l.len as usize {
+                    let bucket = &self.buckets[l.first + slot];
+                    let bit = l.occupied.next_set_from(slot) == Some(0);
+                    assert_eq!(
+                        bit,
+                        !bucket.is_empty(),
+                        "level {level} slot {slot}: bit against {} entries",
+                        bucket.len()
+                    );
+                    held += bucket.len();
+                    for (_, index) in bucket.entries() {
+                        let entry = self.slab.get(index);
+                        let deadline = entry.deadline();
+                        assert_eq!(entry.aux as usize, l.first + slot, "entry {index} knows its bucket");
+                        assert_eq!(self.slot(level, deadline), slot, "level {level}: {deadline} in slot {slot}");
+                        if level == 0 && slot == self.slot(0, self.now) && deadline <= self.now {
+                            continue;
+                        }
+                        let start = self.bucket_start(level, deadline);
+                        assert!(
+                            start > self.now,
+                            "level {level}: bucket of {deadline} starts by the clock {}",
+                            self.now
+                        );
+                        if let Some(span) = l.span {
+                            let window = self.bucket_start(level, self.now);
+                            assert!(
+                                deadline - window < span,
+                                "level {level}: {deadline} past the window from {window}"
+                            );
+                        }
+                    }
+                }
+            }
+            assert_eq!(held, self.slab.len(), "the buckets hold every entry");
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// `count` entries due `delay + i % spread` ticks from the clock.
+        Burst {
+            delay: u64,
+            spread: u64,
+            count: usize,
+        },
+        Remove {
+            n: usize,
+        },
+        Advance {
+            step: u64,
+        },
+        /// Advance to `next_deadline`, as a sleeping driver does.
+        Sleep,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let delay = prop_oneof![0..200u64, 0..20_000u64, 0..5_000_000u64, any::<u64>()];
+        prop_oneof![
+            3 => (delay, 1..5_000u64, prop_oneof![1..20usize, 250..700usize])
+                .prop_map(|(delay, spread, count)| Op::Burst { delay, spread, count }),
+            2 => any::<usize>().prop_map(|n| Op::Remove { n }),
+            2 => prop_oneof![0..3u64, 0..100_000u64].prop_map(|step| Op::Advance { step }),
+            4 => Just(Op::Sleep),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Bursts at every level, drained and demoted by a driver that sleeps between
+        /// `next_deadline`s or jumps ahead: the invariant holds after every operation, nothing
+        /// fires early, and every wake-up at `next_deadline` fires or moves something.
+        #[test]
+        fn holds_its_invariant(slots in prop_oneof![2usize..10, Just(16), Just(64)], ops in prop::collection::vec(op(), 1..60)) {
+            let mut wheel = HierarchicalWheel::new(slots).unwrap();
+            let mut ids = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Burst { delay, spread, count } => {
+                        for i in 0..count as u64 {
+                            ids.push(wheel.insert(wheel.now().saturating_add(delay.saturating_add(i % spread)), ()));
+                        }
+                    }
+                    Op::Remove { n } => {
+                        if !ids.is_empty() {
+                            wheel.remove(ids[n % ids.len()]);
+                        }
+                    }
+                    Op::Advance { step } => {
+                        let now = wheel.now().saturating_add(step);
+                        wheel.advance(now, |e| assert!(e.deadline <= now, "{} fired at {now}", e.deadline));
+                    }
+                    Op::Sleep => {
+                        let Some(next) = wheel.next_deadline() else { continue };
+                        let before: Vec<usize> = wheel.buckets.iter().map(|b| b.len()).collect();
+                        let mut fired = 0;
+                        wheel.advance(next, |e| {
+                            assert!(e.deadline <= next, "{} fired at {next}", e.deadline);
+                            fired += 1;
+                        });
+                        let moved = before.iter().zip(&wheel.buckets).any(|(&n, b)| n != b.len());
+                        prop_assert!(fired > 0 || moved, "the wake-up at {next} did nothing");
+                    }
+                }
+                wheel.check_invariant();
+            }
+        }
+    }
 
     fn drain<T>(wheel: &mut HierarchicalWheel<T>, now: u64) -> Vec<(u64, T)> {
         let mut out = Vec::new();

@@ -37,11 +37,14 @@ mod rounds;
 mod slab;
 
 pub use hierarchical::HierarchicalWheel;
+#[cfg(test)]
+pub(crate) use hierarchical::DRAIN_MIN;
 pub use rounds::RoundsWheel;
 pub use slab::EntryId;
 pub(crate) use slab::MAX_ENTRIES;
 
-/// The most buckets a wheel level (or the rounds ring) may have.
+/// The largest `slots` a wheel accepts: the buckets of the rounds ring, half those of a
+/// hierarchical level.
 pub const MAX_SLOTS: usize = 1 << 20;
 
 /// An entry handed out by [`Wheel::advance`] because its deadline has come.
@@ -81,7 +84,9 @@ pub trait Wheel<T> {
     /// No entry is due before it, so `advance` with an earlier tick yields nothing: a driver can
     /// sleep until then. It may be earlier than the earliest deadline (the hierarchical wheel
     /// wakes to demote or drain an upper bucket, the rounds wheel to count down rounds), and it is at most
-    /// `now()` when an entry is already due.
+    /// `now()` when an entry is already due. An insert can bring it earlier than the new entry's
+    /// own deadline (when it makes a hierarchical bucket busy enough to drain), so a driver asks
+    /// again after inserting.
     fn next_deadline(&self) -> Option<u64>;
 
     /// The number of pending entries.
