@@ -146,8 +146,7 @@ impl Actor {
                 (a, b) => a.or(b),
             };
         }
-        let fired = &mut self.fired;
-        fired.used(fired.jobs.len().max(fired.wakers.len()).max(fired.swept.len()));
+        self.fired.note_use();
         self.fired.wakers.drain(..).for_each(std::task::Waker::wake);
         self.fired.swept.clear();
         // A wheel yields its due entries in no set order, and the shards' lists follow one another:
@@ -166,7 +165,7 @@ impl Actor {
         for shard in 0..self.shared.shard_count() {
             self.shared.sweep(shard, &mut self.fired.swept);
         }
-        self.fired.used(self.fired.swept.len());
+        self.fired.note_use();
         self.fired.swept.clear();
         self.fired.trim();
     }

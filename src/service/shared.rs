@@ -201,8 +201,13 @@ fn trim<T>(buffer: &mut Vec<T>, used: usize) {
 
 impl Fired {
     /// Records that a buffer held `n` items.
-    pub fn used(&mut self, n: usize) {
+    fn used(&mut self, n: usize) {
         self.peak = self.peak.max(n);
+    }
+
+    /// For the actor, before it empties the buffers it reads: records how full they are.
+    pub fn note_use(&mut self) {
+        self.used(self.jobs.len().max(self.wakers.len()).max(self.swept.len()));
     }
 
     /// For the actor, once the buffers are empty at the end of an advance: at the end of each
