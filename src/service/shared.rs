@@ -721,23 +721,30 @@ mod tests {
 
     /// The actor sleeps until tick 8,192, when one far timer's level-2 bucket (8,192..12,288 at
     /// 64 slots) starts. Timers due in that bucket can wait for it, until there are enough of
-    /// them to drain the bucket ahead of its start, 4,096 ticks earlier: the schedule that makes
-    /// it busy enough wakes the actor for that.
+    /// them to drain the bucket ahead of its start, 4,096 ticks earlier: the request that makes
+    /// it busy enough wakes the actor for that, be it a schedule, a batch or a reschedule.
     #[test]
-    fn a_schedule_that_makes_a_bucket_busy_enough_to_drain_wakes_the_actor() {
-        let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX).unwrap();
-        shared.will_wake_at(8192);
-        let mut keys = (0..).map(|i| format!("k-{i}")).filter(|k| shared.locate(k.as_bytes()).0 == 0);
-        let mut add = |deadline: u64| {
-            let timer = Timer { key: Key::from(keys.next().unwrap().as_str()), job: None, repeat: None };
-            shared.add(timer, Due { deadline, set_at: 0 }, false).unwrap();
-        };
-        for i in 0..crate::wheel::DRAIN_MIN as u64 {
-            add(9_000 + i);
+    fn a_request_that_makes_a_bucket_busy_enough_to_drain_wakes_the_actor() {
+        for last in ["schedule", "schedule_many", "reschedule"] {
+            let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX).unwrap();
+            shared.will_wake_at(8192);
+            let mut keys = (0..).map(|i| format!("k-{i}")).filter(|k| shared.locate(k.as_bytes()).0 == 0);
+            let mut timer = || Timer { key: Key::from(keys.next().unwrap().as_str()), job: None, repeat: None };
+            for i in 0..crate::wheel::DRAIN_MIN as u64 {
+                shared.add(timer(), Due { deadline: 9_000 + i, set_at: 0 }, false).unwrap();
+            }
+            let far = timer();
+            let far_key = far.key.as_str().to_owned();
+            shared.add(far, Due { deadline: 100_000, set_at: 0 }, false).unwrap();
+            assert!(!shared.signalled.load(Relaxed), "{last}: due after the actor's wake-up, and no drain yet");
+            match last {
+                "schedule" => shared.add(timer(), Due { deadline: 12_000, set_at: 0 }, false).map(drop),
+                "schedule_many" => shared.add_many(vec![(timer(), 12_000)], 0).remove(0),
+                _ => shared.move_timer(&far_key, Instant::now(), 12_000, 0),
+            }
+            .unwrap();
+            assert!(shared.signalled.load(Relaxed), "{last}: the bucket's drain starts at 4,096, before 8,192");
         }
-        assert!(!shared.signalled.load(Relaxed), "due after the actor's wake-up, and no drain yet");
-        add(12_000);
-        assert!(shared.signalled.load(Relaxed), "the bucket's drain starts at 4,096, before 8,192");
     }
 
     #[test]
