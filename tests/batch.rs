@@ -15,6 +15,28 @@ fn recorder(
     }
 }
 
+/// On a current-thread runtime the service runs only when the caller's task yields: each batch
+/// call gives it a turn (a spawned task stands in for it here), so a run of batches does not hold
+/// up the timers due meanwhile.
+#[tokio::test(start_paused = true)]
+async fn each_batch_call_gives_the_service_its_turn() {
+    let timer = Scheduler::builder().start().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let turns = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let other_task = || {
+        let turns = turns.clone();
+        drop(tokio::spawn(async move { turns.fetch_add(1, std::sync::atomic::Ordering::Relaxed) }));
+    };
+    let turns_taken = || turns.load(std::sync::atomic::Ordering::Relaxed);
+    other_task();
+    let results = timer.schedule_many([("a", Duration::from_secs(1), recorder(&log))]).await;
+    assert_eq!(results, [Ok(())]);
+    assert_eq!(turns_taken(), 1, "schedule_many gave way");
+    other_task();
+    assert_eq!(timer.cancel_many(["a", "b"]).await, [true, false]);
+    assert_eq!(turns_taken(), 2, "cancel_many gave way");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_batch_fails_item_by_item() {
     let timer = Scheduler::builder().max_pending(5).start().unwrap();
