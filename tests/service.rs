@@ -314,6 +314,9 @@ async fn bad_input_is_an_error_never_a_panic() {
     assert!(invalid(Scheduler::builder().max_pending(0).start().map(drop)));
     assert!(invalid(Scheduler::builder().channel_capacity(0).start().map(drop)));
     assert!(invalid(Scheduler::builder().channel_capacity(usize::MAX).start().map(drop)));
+    let err = Scheduler::builder().capacity(usize::MAX).start().unwrap_err();
+    assert!(err.to_string().contains("room for"), "an impossible capacity is refused, not an abort: {err}");
+    assert!(Scheduler::builder().capacity(10_000).start().is_ok());
     let err = Scheduler::builder().tick(Duration::ZERO).start().unwrap_err();
     assert!(err.to_string().contains("tick"), "the message names the setting: {err}");
 }

@@ -81,7 +81,7 @@ impl Scheduler {
 
     pub(crate) fn start(builder: Builder, runtime: &tokio::runtime::Handle) -> Result<Self, Error> {
         let clock = Clock::new(builder.tick)?;
-        let shared = Arc::new(Shared::new(builder.wheel, builder.slots, builder.max_pending)?);
+        let shared = Arc::new(Shared::new(builder.wheel, builder.slots, builder.max_pending, builder.capacity)?);
         let (tx, rx) = mpsc::channel(builder.channel_capacity);
         let config = actor::Config { clock, advance: builder.advance, tick: builder.tick };
         runtime.spawn(actor::run(rx, shared.clone(), config));

@@ -88,10 +88,18 @@ enum ShardWheel {
 }
 
 impl ShardWheel {
-    fn new(kind: WheelKind, slots: usize) -> Result<Self, Error> {
+    fn new(kind: WheelKind, slots: usize, capacity: usize) -> Result<Self, Error> {
         Ok(match kind {
-            WheelKind::Hierarchical => ShardWheel::Hierarchical(HierarchicalWheel::new(slots)?),
-            WheelKind::Rounds => ShardWheel::Rounds(RoundsWheel::new(slots)?),
+            WheelKind::Hierarchical => {
+                let mut wheel = HierarchicalWheel::new(slots)?;
+                wheel.try_reserve(capacity)?;
+                ShardWheel::Hierarchical(wheel)
+            }
+            WheelKind::Rounds => {
+                let mut wheel = RoundsWheel::new(slots)?;
+                wheel.try_reserve(capacity)?;
+                ShardWheel::Rounds(wheel)
+            }
         })
     }
 
@@ -245,15 +253,23 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Four shards per core (as a power of two), each with an empty wheel of `kind`.
-    pub fn new(kind: WheelKind, slots: usize, max_pending: usize) -> Result<Self, Error> {
+    /// Four shards per core (as a power of two), each with an empty wheel of `kind`, and room
+    /// for its share of `capacity` timers (see [`Builder::capacity`](super::Builder::capacity)).
+    pub fn new(kind: WheelKind, slots: usize, max_pending: usize, capacity: usize) -> Result<Self, Error> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shard_bits = (cores * 4).clamp(4, 64).next_power_of_two().trailing_zeros();
+        let hasher = foldhash::fast::RandomState::default();
+        // A shard's share, with room for the keys not spreading quite evenly.
+        let share = capacity.div_ceil(1 << shard_bits);
+        let share = if capacity == 0 { 0 } else { share.saturating_add(share / 16 + 64) };
         let shards = (0..1u32 << shard_bits)
             .map(|_| {
+                let mut keys = HashTable::new();
+                keys.try_reserve(share, |(k, _): &(Key, Slot)| hasher.hash_one(k.as_bytes()))
+                    .map_err(|e| Error::invalid(format!("no room for {capacity} timers: {e:?}")))?;
                 Ok(Padded(Mutex::new(Shard {
-                    keys: HashTable::new(),
-                    wheel: ShardWheel::new(kind, slots)?,
+                    keys,
+                    wheel: ShardWheel::new(kind, slots, share)?,
                     cancelled: Vec::new(),
                     watchers: HashMap::new(),
                     next_serial: 0,
@@ -264,7 +280,7 @@ impl Shared {
             .collect::<Result<_, Error>>()?;
         Ok(Shared {
             shards,
-            hasher: foldhash::fast::RandomState::default(),
+            hasher,
             shard_bits,
             max_pending,
             limited_pending: AtomicUsize::new(0),
@@ -726,7 +742,7 @@ mod tests {
     #[test]
     fn a_request_that_makes_a_bucket_busy_enough_to_drain_wakes_the_actor() {
         for last in ["schedule", "schedule_many", "reschedule"] {
-            let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX).unwrap();
+            let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0).unwrap();
             shared.will_wake_at(8192);
             let mut keys = (0..).map(|i| format!("k-{i}")).filter(|k| shared.locate(k.as_bytes()).0 == 0);
             let mut timer = || Timer { key: Key::from(keys.next().unwrap().as_str()), job: None, repeat: None };
@@ -745,6 +761,24 @@ mod tests {
             .unwrap();
             assert!(shared.signalled.load(Relaxed), "{last}: the bucket's drain starts at 4,096, before 8,192");
         }
+    }
+
+    /// With room for 10,000 timers, scheduling them rehashes no shard's key map: each keeps the
+    /// table it started with (a rehash would have replaced it by a larger one).
+    #[test]
+    fn room_made_at_the_start_is_used_without_growing() {
+        let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 10_000).unwrap();
+        let room =
+            |shared: &Shared| (0..shared.shard_count()).map(|s| shared.lock(s).keys.capacity()).collect::<Vec<_>>();
+        let before = room(&shared);
+        assert!(before.iter().all(|&c| c * shared.shard_count() >= 10_000), "{before:?}");
+        for i in 0..10_000u64 {
+            let timer = Timer { key: Key::from(format!("t-{i}").as_str()), job: None, repeat: None };
+            shared.add(timer, Due { deadline: 1_000 + i, set_at: 0 }, false).unwrap();
+        }
+        assert_eq!(room(&shared), before);
+        let unreserved = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0).unwrap();
+        assert!(room(&unreserved).iter().all(|&c| c == 0), "no room is made by default");
     }
 
     #[test]

@@ -94,6 +94,17 @@ impl<T> HierarchicalWheel<T> {
         })
     }
 
+    /// Makes room for `additional` more entries than the wheel holds, so that inserting them
+    /// allocates nothing but the odd bucket's growth. A burst of inserts then pays no copying of
+    /// the entries as they grow.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`](crate::Error::Invalid) if the room cannot be allocated, or would take
+    /// the wheel past the 2^31 entries it can hold.
+    pub fn try_reserve(&mut self, additional: usize) -> Result<(), crate::Error> {
+        self.slab.try_reserve(additional)
+    }
+
     /// The number of levels created so far.
     pub fn levels(&self) -> usize {
         self.levels.len()
@@ -596,6 +607,20 @@ mod tests {
         assert_eq!(fired, 64_000);
         assert!(wake_ups_in_lead >= 64, "a share every 64 ticks of the lead, {wake_ups_in_lead} wake-ups");
         assert!(wake_ups_in_lead <= 64 + 4096, "{wake_ups_in_lead} wake-ups before the bucket's start");
+    }
+
+    #[test]
+    fn reserved_room_is_used_without_growing_and_too_much_is_an_error() {
+        let mut wheel = HierarchicalWheel::new(64).unwrap();
+        wheel.try_reserve(1_000).unwrap();
+        let room = wheel.slab.capacity();
+        assert!(room >= 1_000);
+        for i in 0..1_000 {
+            wheel.insert(10 + i, i);
+        }
+        assert_eq!(wheel.slab.capacity(), room, "no entry was moved by growth");
+        assert!(wheel.try_reserve(usize::MAX).is_err());
+        assert!(wheel.try_reserve(crate::wheel::MAX_ENTRIES).is_err(), "past what a wheel holds");
     }
 
     #[test]

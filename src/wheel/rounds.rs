@@ -64,6 +64,17 @@ impl<T> RoundsWheel<T> {
         })
     }
 
+    /// Makes room for `additional` more entries than the wheel holds, so that inserting them
+    /// allocates nothing but the odd bucket's growth. A burst of inserts then pays no copying of
+    /// the entries as they grow.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`](crate::Error::Invalid) if the room cannot be allocated, or would take
+    /// the wheel past the 2^31 entries it can hold.
+    pub fn try_reserve(&mut self, additional: usize) -> Result<(), crate::Error> {
+        self.slab.try_reserve(additional)
+    }
+
     fn overdue(&self) -> usize {
         self.slots as usize
     }

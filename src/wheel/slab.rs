@@ -191,6 +191,23 @@ impl<T> Slab<T> {
         self.len
     }
 
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.entries.capacity()
+    }
+
+    /// Makes room for `additional` more entries than are stored, so that inserts up to then
+    /// allocate nothing.
+    pub fn try_reserve(&mut self, additional: usize) -> Result<(), crate::Error> {
+        let wanted = self.len.saturating_add(additional);
+        if wanted > MAX_ENTRIES {
+            return Err(crate::Error::invalid(format!("a wheel holds at most {MAX_ENTRIES} entries, not {wanted}")));
+        }
+        self.entries
+            .try_reserve(wanted.saturating_sub(self.entries.len()))
+            .map_err(|e| crate::Error::invalid(format!("no room for {additional} more timers: {e}")))
+    }
+
     /// Stores `value` in a vacant slot (reusing the most recently freed one) and returns its id.
     ///
     /// # Panics
