@@ -305,7 +305,9 @@ impl Scheduler {
     /// a pending timer was cancelled (as [`cancel`](Self::cancel) would).
     ///
     /// # Cancel safety
-    /// As [`cancel`](Self::cancel).
+    /// The cancels take effect, all of them, the first time the future is polled. The future
+    /// then yields once, to give the service its turn; dropping it there leaves the timers
+    /// cancelled but loses the results.
     ///
     /// # Examples
     /// See [`schedule_many`](Self::schedule_many).
@@ -314,9 +316,11 @@ impl Scheduler {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let keys: Vec<S> = keys.into_iter().collect();
-        let keys: Vec<&[u8]> = keys.iter().map(|key| key.as_ref().as_bytes()).collect();
-        let ended = self.shared.cancel_many(&keys);
+        let ended = {
+            let keys: Vec<S> = keys.into_iter().collect();
+            let keys: Vec<&[u8]> = keys.iter().map(|key| key.as_ref().as_bytes()).collect();
+            self.shared.cancel_many(&keys)
+        };
         // As in `schedule_many`: a batch would cost one unit of the cooperative budget however
         // large it is, so a task cancelling batch after batch could hold a current-thread runtime
         // for a hundred of them (some 50 ms for batches of 4,096) while timers due meanwhile wait.

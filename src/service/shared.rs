@@ -259,9 +259,18 @@ impl Shared {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shard_bits = (cores * 4).clamp(4, 64).next_power_of_two().trailing_zeros();
         let hasher = foldhash::fast::RandomState::default();
-        // A shard's share, with room for the keys not spreading quite evenly.
+        // A shard's share, with room for the keys not spreading quite evenly; room past
+        // `max_pending` would never be used.
+        let capacity = capacity.min(max_pending);
         let share = capacity.div_ceil(1 << shard_bits);
         let share = if capacity == 0 { 0 } else { share.saturating_add(share / 16 + 64) };
+        // Checked before anything is allocated.
+        if share > crate::wheel::MAX_ENTRIES {
+            return Err(Error::invalid(format!(
+                "no room for {capacity} timers: a shard's wheel holds at most {} entries",
+                crate::wheel::MAX_ENTRIES
+            )));
+        }
         let shards = (0..1u32 << shard_bits)
             .map(|_| {
                 let mut keys = HashTable::new();

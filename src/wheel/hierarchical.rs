@@ -100,7 +100,7 @@ impl<T> HierarchicalWheel<T> {
     ///
     /// # Errors
     /// [`Error::Invalid`](crate::Error::Invalid) if the room cannot be allocated, or would take
-    /// the wheel past the 2^31 entries it can hold.
+    /// the wheel past the 2^31 - 1 entries it can hold.
     pub fn try_reserve(&mut self, additional: usize) -> Result<(), crate::Error> {
         self.slab.try_reserve(additional)
     }

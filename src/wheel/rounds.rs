@@ -70,7 +70,7 @@ impl<T> RoundsWheel<T> {
     ///
     /// # Errors
     /// [`Error::Invalid`](crate::Error::Invalid) if the room cannot be allocated, or would take
-    /// the wheel past the 2^31 entries it can hold.
+    /// the wheel past the 2^31 - 1 entries it can hold.
     pub fn try_reserve(&mut self, additional: usize) -> Result<(), crate::Error> {
         self.slab.try_reserve(additional)
     }
@@ -242,6 +242,18 @@ impl<T> std::fmt::Debug for RoundsWheel<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reserved_room_is_used_without_growing_and_too_much_is_an_error() {
+        let mut wheel = RoundsWheel::new(64).unwrap();
+        wheel.try_reserve(1_000).unwrap();
+        let room = wheel.slab.capacity();
+        for i in 0..1_000 {
+            wheel.insert(10 + i, i);
+        }
+        assert_eq!(wheel.slab.capacity(), room, "no entry was moved by growth");
+        assert!(wheel.try_reserve(usize::MAX).is_err());
+    }
 
     #[test]
     fn rounds_count_down_once_per_revolution() {
