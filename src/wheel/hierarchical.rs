@@ -19,14 +19,15 @@
 //! once, on the tick the bucket starts, they hold up the entries due on that tick and the next
 //! few. So every level is twice as wide as the tick of the level above: once the clock is within
 //! one bucket (`slots^n` ticks) of the start of a level-`n` bucket, the window of level `n - 1`
-//! holds the whole bucket, and the wheel moves it down in up to `slots` shares, one each time the clock
-//! passes a multiple of level `n - 1`'s tick (every tick for level 1, every `slots` ticks for
-//! level 2, ...). A share is `len / shares left`, taken from the end of the bucket in no
-//! particular order, since every entry fits lower down; those entries may in turn be drained on
-//! from the level they land in. A bucket of at most [`DRAIN_MIN`] entries (including what is
-//! left of a drained one) is demoted on its start tick as before. `next_deadline` reports the ticks a drain needs, so a driver that sleeps
-//! between deadlines wakes for them; one that advances by larger steps drains in larger shares,
-//! and whatever is left on the start tick is demoted then.
+//! holds the whole bucket, and the wheel moves it down in up to `slots` shares, one each time
+//! the clock passes a multiple of level `n - 1`'s tick (every tick for level 1, every `slots`
+//! ticks for level 2, ...). A share is `len / shares left`, taken from the end of the bucket in
+//! no particular order, since every entry fits lower down; those entries may in turn be drained
+//! on from the level they land in. An advance that passes several multiples at once moves that
+//! many shares, so the bucket is empty one step before its start however the wheel is driven.
+//! A bucket of at most [`DRAIN_MIN`] entries is demoted on its start tick as before.
+//! `next_deadline` reports the ticks a drain needs, so a driver that sleeps between deadlines
+//! wakes for them.
 //!
 //! Invariant (checked after every operation by `holds_its_invariant` below): every occupied bucket
 //! starts after the clock, except level 0's cursor bucket, which holds only entries already due.
@@ -37,8 +38,8 @@ use super::slab::{Bucket, EntryId, Slab};
 use super::{check_slots, Expired, Wheel};
 
 /// A bucket above level 0 holding more entries than this is drained into the levels below over
-/// the ticks before it is due, rather than demoted all at once (see the module docs). Moving this many at once
-/// takes some tens of microseconds.
+/// the ticks before it is due, rather than demoted all at once (see the module docs). Moving
+/// this many at once takes some tens of microseconds.
 pub(crate) const DRAIN_MIN: usize = 256;
 
 /// A hierarchical timing wheel: O(1) insert and remove, advance by due bucket.
@@ -243,33 +244,46 @@ impl<T> HierarchicalWheel<T> {
         (self.buckets[bucket].len() > DRAIN_MIN).then_some((start, bucket))
     }
 
+    /// The drain of a bucket of `level` starting at `start`: the tick its lead starts at, and
+    /// its step (the tick of the level below), each multiple of which from the lead on moves a
+    /// share.
+    fn lead_and_step(&self, level: usize, start: u64) -> (u64, u64) {
+        (start - self.levels[level].tick, self.levels[level - 1].tick)
+    }
+
     /// The tick at which the drain of a bucket of `level` starting at `start` next moves a share:
-    /// the start of its lead, or the next multiple of the level below's tick after the clock.
+    /// the start of its lead, or the next multiple of its step after the clock.
     fn drain_at(&self, level: usize, start: u64) -> u64 {
-        let step = self.levels[level - 1].tick;
-        let lead = start - self.levels[level].tick;
+        let (lead, step) = self.lead_and_step(level, start);
         lead.max((self.now / step + 1) * step)
     }
 
-    /// Moves a share of each bucket being drained down the levels, for a clock that has moved
-    /// from `from` to `self.now`: one share per level whose step (the tick of the level below)
-    /// the clock has passed a multiple of.
+    /// Moves the shares of each bucket being drained down the levels that are due for a clock
+    /// that has moved from `from` to `self.now`: one per multiple of the drain's step, from its
+    /// lead on, that the clock has passed.
     fn drain(&mut self, from: u64) {
         // From the top, so that what a level passes down is counted in the share of the next.
         for level in (1..self.levels.len()).rev() {
             let Some((start, bucket)) = self.to_drain(level) else {
                 continue;
             };
-            let step = self.levels[level - 1].tick;
-            let lead = start - self.levels[level].tick;
-            if self.now < lead || from / step == self.now / step {
+            let (lead, step) = self.lead_and_step(level, start);
+            if self.now < lead {
+                continue;
+            }
+            // The multiples of the step in `from + 1..=now` from the lead (itself one) on.
+            let passed = (self.now / step + 1) - (from / step + 1).max(lead / step);
+            if passed == 0 {
                 continue;
             }
             // Every entry of the bucket is due in `start..start + tick`, inside the window of
             // the level below, and after the clock: each lands lower down, not due.
             debug_assert!(start > self.now, "level-{level} bucket at {start} not after the clock {}", self.now);
-            let shares_left = (start - self.now).div_ceil(step) as usize;
-            let share = self.buckets[bucket].len().div_ceil(shares_left);
+            // `shares_left` still to come after this advance, on top of the `passed` due now (at
+            // most `slots` of them each: the clock is before `start`).
+            let shares_left = (start - self.now).div_ceil(step) - 1;
+            let len = self.buckets[bucket].len() as u64;
+            let share = (len * passed).div_ceil(passed + shares_left) as usize;
             for _ in 0..share {
                 let index = self.buckets[bucket].pop().expect("the bucket holds `share` entries");
                 self.place(index);
@@ -621,6 +635,26 @@ mod tests {
         assert_eq!(wheel.slab.capacity(), room, "no entry was moved by growth");
         assert!(wheel.try_reserve(usize::MAX).is_err());
         assert!(wheel.try_reserve(crate::wheel::MAX_ENTRIES).is_err(), "past what a wheel holds");
+    }
+
+    /// A driver that advances eight ticks at a time through a level-1 bucket's lead (as a
+    /// service held up by a busy runtime may) drains eight shares each time, not one, and the
+    /// bucket is empty before its start, so nothing is left to demote whole.
+    #[test]
+    fn an_advance_over_several_steps_drains_as_many_shares() {
+        let mut wheel = HierarchicalWheel::new(64).unwrap();
+        for i in 0..32_000u64 {
+            wheel.insert(128 + i % 64, i);
+        }
+        let level1 = wheel.levels[1].first + 2;
+        let mut moved = Vec::new();
+        for now in [64, 72, 80, 88, 96, 104, 112, 120, 127] {
+            let before = wheel.buckets[level1].len();
+            assert!(drain(&mut wheel, now).is_empty());
+            moved.push(before - wheel.buckets[level1].len());
+        }
+        assert_eq!(moved, [500, 4_000, 4_000, 4_000, 4_000, 4_000, 4_000, 4_000, 3_500]);
+        assert!(wheel.buckets[level1].is_empty(), "drained before its start");
     }
 
     #[test]
