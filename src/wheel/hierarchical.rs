@@ -24,8 +24,9 @@
 //! ticks for level 2, ...). A share is `len / shares left`, taken from the end of the bucket in
 //! no particular order, since every entry fits lower down; those entries may in turn be drained
 //! on from the level they land in. An advance that passes several multiples at once moves that
-//! many shares, so the bucket is empty one step before its start however the wheel is driven.
-//! A bucket of at most [`DRAIN_MIN`] entries is demoted on its start tick as before.
+//! many shares, so however the wheel is driven the bucket goes down evenly. A bucket of at most
+//! [`DRAIN_MIN`] entries, including what is left of a drained one, is demoted on its start tick
+//! as before.
 //! `next_deadline` reports the ticks a drain needs, so a driver that sleeps between deadlines
 //! wakes for them.
 //!
