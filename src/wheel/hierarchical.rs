@@ -511,6 +511,15 @@ mod tests {
         }
     }
 
+    /// A 64-slot wheel with `count` entries due `start + i % spread` (value `i`).
+    fn filled(count: u64, start: u64, spread: u64) -> HierarchicalWheel<u64> {
+        let mut wheel = HierarchicalWheel::new(64).unwrap();
+        for i in 0..count {
+            wheel.insert(start + i % spread, i);
+        }
+        wheel
+    }
+
     fn drain<T>(wheel: &mut HierarchicalWheel<T>, now: u64) -> Vec<(u64, T)> {
         let mut out = Vec::new();
         wheel.advance(now, |e| out.push((e.deadline, e.value)));
@@ -564,10 +573,7 @@ mod tests {
     /// `next_deadline` wakes a sleeping driver for each share.
     #[test]
     fn a_full_level_one_bucket_is_drained_over_the_ticks_before_it() {
-        let mut wheel = HierarchicalWheel::new(64).unwrap();
-        for i in 0..32_000u64 {
-            wheel.insert(128 + i % 64, i);
-        }
+        let mut wheel = filled(32_000, 128, 64);
         let level1 = wheel.levels[1].first + 2;
         assert_eq!(wheel.buckets[level1].len(), 32_000, "all in level 1's bucket for 128..192");
         assert_eq!(wheel.next_deadline(), Some(64), "the drain starts 64 ticks ahead of the bucket");
@@ -595,10 +601,7 @@ mod tests {
     /// thousand, where demoting the bucket whole would move all 64,000 on tick 8,192.
     #[test]
     fn a_full_level_two_bucket_is_drained_in_shares_before_it() {
-        let mut wheel = HierarchicalWheel::new(64).unwrap();
-        for i in 0..64_000u64 {
-            wheel.insert(8192 + i % 4096, i);
-        }
+        let mut wheel = filled(64_000, 8192, 4096);
         let level2 = wheel.levels[2].first + 2;
         assert_eq!(wheel.buckets[level2].len(), 64_000, "all in level 2's bucket for 8192..12288");
         assert_eq!(wheel.next_deadline(), Some(4096), "the drain starts one bucket ahead");
@@ -643,10 +646,7 @@ mod tests {
     /// bucket is empty before its start, so nothing is left to demote whole.
     #[test]
     fn an_advance_over_several_steps_drains_as_many_shares() {
-        let mut wheel = HierarchicalWheel::new(64).unwrap();
-        for i in 0..32_000u64 {
-            wheel.insert(128 + i % 64, i);
-        }
+        let mut wheel = filled(32_000, 128, 64);
         let level1 = wheel.levels[1].first + 2;
         let mut moved = Vec::new();
         for now in [64, 72, 80, 88, 96, 104, 112, 120, 127] {
@@ -660,10 +660,7 @@ mod tests {
 
     #[test]
     fn a_small_level_one_bucket_is_demoted_on_its_start_tick() {
-        let mut wheel = HierarchicalWheel::new(64).unwrap();
-        for i in 0..DRAIN_MIN as u64 {
-            wheel.insert(128 + i % 64, i);
-        }
+        let mut wheel = filled(DRAIN_MIN as u64, 128, 64);
         assert_eq!(wheel.next_deadline(), Some(128), "no drain for a bucket of DRAIN_MIN entries");
         assert_eq!(drain(&mut wheel, 128).len(), DRAIN_MIN / 64);
     }
