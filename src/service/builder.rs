@@ -100,11 +100,10 @@ impl Builder {
 
     /// Room for this many pending timers (at most `max_pending`), allocated at
     /// [`start`](Self::start); by default none, and the room grows as timers come. A burst into
-    /// the reserved room then pays no copying of the key map and the wheels' entries as they
-    /// grow, and above all no rehash of a shard's key map, which moves every key of the shard
-    /// under its lock and holds up the timers due meanwhile (for a few milliseconds per shard at
-    /// a million). It costs the memory of that many timers (about 140 bytes each) from the start,
-    /// as far as the system hands memory out before it is touched.
+    /// the reserved room then pays no growing of a shard's key map and wheel, which moves every
+    /// timer of the shard under its lock and holds up the timers due meanwhile (for a few
+    /// milliseconds per shard at a million). It costs the memory of that many timers (about 95
+    /// bytes each) from the start, as far as the system hands memory out before it is touched.
     ///
     /// # Examples
     /// ```

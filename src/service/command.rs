@@ -17,7 +17,14 @@ pub(crate) struct Timer {
     pub job: Option<Box<dyn Job>>,
     /// Present for repeating timers only, so one-shot timers stay small.
     pub repeat: Option<Box<Repeating>>,
+    /// The timer's serial number in its shard, which names it for its `Scheduled` future, with
+    /// [`ARMED`] set while such a future watches it. Set when the timer is claimed; it stays the
+    /// same while a repeating timer moves from one wheel entry to the next.
+    pub serial: u64,
 }
+
+/// The bit of [`Timer::serial`] set while a `Scheduled` future watches the timer.
+pub(crate) const ARMED: u64 = 1 << 63;
 
 pub(crate) struct Repeating {
     pub period: std::time::Duration,
@@ -31,6 +38,16 @@ pub(crate) struct Repeating {
 }
 
 impl Timer {
+    /// A timer not yet claimed (its serial number comes with its key's claim).
+    pub fn new(key: Key, job: Option<Box<dyn Job>>, repeat: Option<Box<Repeating>>) -> Self {
+        Timer { key, job, repeat, serial: 0 }
+    }
+
+    /// The serial number, without the [`ARMED`] bit.
+    pub fn serial(&self) -> u64 {
+        self.serial & !ARMED
+    }
+
     /// When a repeating timer's next run is due (instant and tick), or `None` if this run is
     /// its last. Fixed rate: a period after this run was due, not after now.
     pub fn next_run(&self, clock: &Clock) -> Option<(Instant, u64)> {

@@ -288,7 +288,7 @@ impl Scheduler {
             let checked = self.check_key(key).and_then(|()| self.clock.after_from(now, delay));
             results.push(checked.map(|due| {
                 let job = Some(Box::new(job) as Box<dyn Job>);
-                timers.push((Timer { key: Key::from(key), job, repeat: None }, due.deadline));
+                timers.push((Timer::new(Key::from(key), job, None), due.deadline));
             }));
         }
         if timers.is_empty() {
@@ -341,7 +341,7 @@ impl Scheduler {
         tokio::task::coop::consume_budget().await;
         self.check_key(key)?;
         let key = Key::from(key);
-        let serial = self.shared.add(Timer { key: key.clone(), job, repeat }, due, true)?;
+        let serial = self.shared.add(Timer::new(key.clone(), job, repeat), due, true)?;
         Ok(Scheduled::new(self.shared.clone(), key, serial))
     }
 

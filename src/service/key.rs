@@ -1,11 +1,10 @@
 //! The service's own key type: short keys stored inline, long ones behind one shared allocation.
 //!
-//! Keys are stored twice per pending timer (in the shared key map and beside the entry in the
-//! wheel), and most keys are short ids like `conn-123456`. Storing up to [`INLINE`] bytes inline
-//! keeps a key at 16 bytes with no heap allocation; longer keys share one `Arc`.
+//! A pending timer's key is stored in its wheel entry (the key map holds only where that entry
+//! is), and copied into its `Scheduled` future and, when it fires, its job's call. Most keys are
+//! short ids like `conn-123456`: storing up to [`INLINE`] bytes inline keeps a key at 16 bytes
+//! with no heap allocation, and a copy is a copy; longer keys share one `Arc`.
 
-use std::borrow::Borrow;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// Keys of at most this many bytes are stored inline.
@@ -72,13 +71,6 @@ impl Key {
     }
 }
 
-// Hash, Eq and Borrow all go through the key's bytes, so the map can be queried with them.
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_bytes().hash(state)
-    }
-}
-
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
         other.matches(&match self {
@@ -90,12 +82,6 @@ impl PartialEq for Key {
 
 impl Eq for Key {}
 
-impl Borrow<[u8]> for Key {
-    fn borrow(&self) -> &[u8] {
-        self.as_bytes()
-    }
-}
-
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.as_str().fmt(f)
@@ -105,13 +91,6 @@ impl std::fmt::Debug for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::hash_map::DefaultHasher;
-
-    fn hash_of<T: Hash + ?Sized>(t: &T) -> u64 {
-        let mut h = DefaultHasher::new();
-        t.hash(&mut h);
-        h.finish()
-    }
 
     #[test]
     fn a_key_is_sixteen_bytes() {
@@ -127,7 +106,6 @@ mod tests {
             assert_eq!(key.as_str(), s);
             // Built again from a separate copy: a long key then has its own allocation.
             assert_eq!(Key::from(s.to_owned().as_str()), key);
-            assert_eq!(hash_of(&key), hash_of(s.as_bytes()), "Borrow<[u8]> needs equal hashes");
             assert_eq!(matches!(key, Key::Inline { .. }), s.len() <= INLINE, "{s}");
         }
     }

@@ -15,6 +15,7 @@ mod builder;
 mod clock;
 mod command;
 mod handle;
+mod index;
 mod job;
 mod key;
 mod scheduled;

@@ -27,8 +27,8 @@
 //! timer fires for the last time or the service stops, a handle when it cancels.
 //!
 //! # Watching a timer without allocating for it
-//! A `Scheduled` future that is never polled costs nothing beyond an `ARMED` bit in the key map
-//! entry. When an armed timer ends, its outcome is left in the shard's `watchers` for the future
+//! A `Scheduled` future that is never polled costs nothing beyond an `ARMED` bit in its timer's
+//! serial number. When an armed timer ends, its outcome is left in the shard's `watchers` for the future
 //! to collect; a polled future parks its waker there. Dropping the future clears the bit, so
 //! outcomes are only ever recorded for futures that can still read them. A future names its timer
 //! by a serial number, unique in its shard, which stays the same while a repeating timer moves
@@ -40,14 +40,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
-use hashbrown::HashTable;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::builder::WheelKind;
 use super::clock::{Clock, Due};
-use super::command::Timer;
+use super::command::{Timer, ARMED};
 use super::handle::Stats;
+use super::index::KeyIndex;
 use super::job::JobRef;
 use super::key::{Key, Probe};
 use crate::wheel::{EntryId, Expired, HierarchicalWheel, RoundsWheel, Wheel};
@@ -55,26 +55,6 @@ use crate::Error;
 
 /// How a timer ended, as its `Scheduled` future reports it.
 pub(crate) type Outcome = Result<(), Error>;
-
-/// The key map's value: where the timer is in its shard's wheel, and its serial number (which
-/// names it for its watcher), with [`ARMED`] set while a `Scheduled` watches it.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    entry: EntryId,
-    serial: u64,
-}
-
-const ARMED: u64 = 1 << 63;
-
-impl Slot {
-    fn serial(self) -> u64 {
-        self.serial & !ARMED
-    }
-
-    fn armed(self) -> bool {
-        self.serial & ARMED != 0
-    }
-}
 
 enum Watch {
     Waiting(Waker),
@@ -101,6 +81,23 @@ impl ShardWheel {
                 ShardWheel::Rounds(wheel)
             }
         })
+    }
+
+    /// The pending timer in slab slot `index`; the key map names no other.
+    fn at(&self, index: u32) -> (EntryId, &Timer) {
+        match self {
+            ShardWheel::Hierarchical(w) => w.at(index),
+            ShardWheel::Rounds(w) => w.at(index),
+        }
+        .expect("the key map names pending timers only")
+    }
+
+    fn at_mut(&mut self, index: u32) -> &mut Timer {
+        match self {
+            ShardWheel::Hierarchical(w) => w.at_mut(index),
+            ShardWheel::Rounds(w) => w.at_mut(index),
+        }
+        .expect("the key map names pending timers only")
     }
 
     fn insert(&mut self, deadline: u64, timer: Timer) -> EntryId {
@@ -158,7 +155,8 @@ const SWEEP_AT: usize = 1024;
 struct Padded(Mutex<Shard>);
 
 struct Shard {
-    keys: HashTable<(Key, Slot)>,
+    /// Which wheel entry holds each claimed key (see [`KeyIndex`]).
+    keys: KeyIndex,
     wheel: ShardWheel,
     /// The wheel entries of cancelled timers, whose keys are released already, taken out of the
     /// wheel together (see [`Shard::sweep`]).
@@ -273,9 +271,8 @@ impl Shared {
         }
         let shards = (0..1u32 << shard_bits)
             .map(|_| {
-                let mut keys = HashTable::new();
-                keys.try_reserve(share, |(k, _): &(Key, Slot)| hasher.hash_one(k.as_bytes()))
-                    .map_err(|e| Error::invalid(format!("no room for {capacity} timers: {e:?}")))?;
+                let mut keys = KeyIndex::new();
+                keys.try_reserve(share).map_err(|e| Error::invalid(format!("no room for {capacity} timers: {e}")))?;
                 Ok(Padded(Mutex::new(Shard {
                     keys,
                     wheel: ShardWheel::new(kind, slots, share)?,
@@ -303,11 +300,11 @@ impl Shared {
         self.shards.len()
     }
 
-    /// The shard of a key, and the key's hash. The shard comes from the bits just below the
-    /// top seven, which the table itself uses for neither its bucket index nor its tags.
+    /// The shard of a key, and the key's hash. The shard comes from the top bits, which the
+    /// key map does not use (it places and tags keys by the low 32).
     fn locate(&self, key: &[u8]) -> (usize, u64) {
         let hash = self.hasher.hash_one(key);
-        ((hash << 7 >> (64 - self.shard_bits)) as usize, hash)
+        ((hash >> (64 - self.shard_bits)) as usize, hash)
     }
 
     /// Locks a shard. Nothing user-supplied runs under a shard's lock, so only a bug of this
@@ -384,7 +381,7 @@ impl Shared {
             for (i, hash) in batch {
                 let (timer, deadline) = timers[i].take().expect("each timer is in one group");
                 // Room in `max_pending` is held already.
-                match s.claim(&self.hasher, hash, timer, deadline, false) {
+                match s.claim(hash, timer, deadline, false) {
                     Ok(_) => urgent |= self.urgent(set_at, s.wheel.wake_by(deadline)),
                     Err((error, timer)) => {
                         results[i] = Err(error);
@@ -413,7 +410,7 @@ impl Shared {
         if !self.reserve(1) {
             return Err((Error::Full(self.max_pending), timer));
         }
-        s.claim(&self.hasher, hash, timer, deadline, watched).inspect_err(|_| self.release(1))
+        s.claim(hash, timer, deadline, watched).inspect_err(|_| self.release(1))
     }
 
     /// Reserves room for `n` more pending timers under `max_pending`, all or none.
@@ -449,17 +446,17 @@ impl Shared {
     pub fn move_timer(&self, key: &str, due: Instant, deadline: u64, set_at: u64) -> Result<(), Error> {
         let (shard, hash) = self.locate(key.as_bytes());
         let mut guard = self.lock(shard);
-        let Shard { keys, wheel, closed, .. } = &mut *guard;
-        if *closed {
+        if guard.closed {
             return Err(Error::Stopped);
         }
-        let probe = Probe::new(key.as_bytes());
-        let (_, slot) = keys.find_mut(hash, |(k, _)| k.matches(&probe)).ok_or(Error::NotFound)?;
-        let mut timer = wheel.remove(slot.entry).expect("a pending timer is in its shard's wheel");
+        let pos = guard.find(hash, key.as_bytes(), None).ok_or(Error::NotFound)?;
+        let Shard { keys, wheel, .. } = &mut *guard;
+        let (id, _) = wheel.at(keys.index_at(pos));
+        let mut timer = wheel.remove(id).expect("a pending timer is in its shard's wheel");
         if let Some(repeat) = timer.repeat.as_mut() {
             repeat.due = due;
         }
-        slot.entry = wheel.insert(deadline, timer);
+        keys.set_index(pos, wheel.insert(deadline, timer).index());
         if self.urgent(set_at, wheel.wake_by(deadline)) {
             self.wake_actor();
         }
@@ -516,8 +513,7 @@ impl Shared {
     /// Whether a timer with this key is pending.
     pub fn contains(&self, key: &str) -> bool {
         let (shard, hash) = self.locate(key.as_bytes());
-        let probe = Probe::new(key.as_bytes());
-        self.lock(shard).keys.find(hash, |(k, _)| k.matches(&probe)).is_some()
+        self.lock(shard).find(hash, key.as_bytes(), None).is_some()
     }
 
     /// The counters, summed over the shards.
@@ -550,34 +546,39 @@ impl Shared {
         s.sweep(&mut fired.swept);
         s.wheel.advance(now, |expired| due.push(expired));
         fired.used(due.len());
-        // Find every due timer's key before ending any: the lookups do not depend on one another,
-        // so the processor overlaps their cache misses, which the loop below would wait on in turn.
+        // Release every due timer's key before putting any repeating one back: the key map
+        // names entries by slab slot, and a timer put back may take the slot of a due one whose
+        // key is still to be released. First only the lookups, which do not depend on one
+        // another, so the processor overlaps their cache misses; the removals then hit the cache.
         let hashes = &mut fired.hashes;
         hashes.clear();
         for Expired { id, value: timer, .. } in &due {
             let hash = self.hasher.hash_one(timer.key.as_bytes());
-            s.keys.find(hash, |(_, slot)| slot.entry == *id).expect("a due timer holds its key");
+            s.keys.find(hash, |i| i == id.index()).expect("a due timer holds its key");
             hashes.push(hash);
         }
+        for (Expired { id, .. }, &hash) in due.iter().zip(&fired.hashes) {
+            let pos = s.keys.find(hash, |i| i == id.index()).expect("a due timer holds its key");
+            s.keys.remove(pos);
+        }
         let mut ended = 0;
-        for (Expired { id, deadline, value: mut timer }, &hash) in due.drain(..).zip(&fired.hashes) {
+        for (Expired { deadline, value: mut timer, .. }, &hash) in due.drain(..).zip(&fired.hashes) {
             s.counts.fired += 1;
             match timer.next_run(clock) {
                 None => {
-                    let (_, slot) = s.take_entry(hash, id);
-                    fired.wakers.extend(s.finish(slot, &Ok(())));
+                    fired.wakers.extend(s.finish(timer.serial, &Ok(())));
                     ended += 1;
                     if let Some(job) = timer.take_job() {
                         fired.jobs.push((deadline, job, timer.key));
                     }
                 }
-                // More runs to come: the key stays claimed and the timer goes back in the wheel.
+                // More runs to come: the key is claimed again and the timer goes back in the
+                // wheel, with its serial number.
                 Some((next_due, next)) => {
                     let job = timer.next_repeat(next_due);
                     let key = timer.key.clone();
                     let entry = s.wheel.insert(next, timer);
-                    let probe = |(_, slot): &(Key, Slot)| slot.entry == id;
-                    s.keys.find_mut(hash, probe).expect("a due timer holds its key").1.entry = entry;
+                    s.keys.insert_new(hash, entry.index());
                     fired.jobs.push((deadline, JobRef::Shared(job), key));
                 }
             }
@@ -616,14 +617,17 @@ impl Shared {
         let stopped = {
             let mut s = self.lock(shard);
             s.closed = true;
+            // Cancelled timers, ended already, then every pending one.
             s.sweep(&mut timers);
+            let swept = timers.len();
             s.wheel.advance(u64::MAX, |expired| timers.push(expired.value));
-            let slots: Vec<Slot> = s.keys.drain().map(|(_, slot)| slot).collect();
-            s.counts.stopped += slots.len() as u64;
-            for &slot in &slots {
-                wake.extend(s.finish(slot, &Err(Error::Stopped)));
+            s.keys.clear();
+            let pending = &timers[swept..];
+            s.counts.stopped += pending.len() as u64;
+            for timer in pending {
+                wake.extend(s.finish(timer.serial, &Err(Error::Stopped)));
             }
-            slots.len()
+            pending.len()
         };
         self.release(stopped);
         wake.into_iter().for_each(Waker::wake);
@@ -652,13 +656,13 @@ impl Shared {
     pub fn unwatch(&self, key: &[u8], serial: u64, polled: bool) {
         let (shard, hash) = self.locate(key);
         let mut s = self.lock(shard);
-        let probe = Probe::new(key);
-        let pending = match s.keys.find_mut(hash, |(k, _)| k.matches(&probe)) {
-            Some((_, slot)) if slot.serial() == serial => {
-                slot.serial &= !ARMED;
+        let pending = match s.find(hash, key, Some(serial)) {
+            Some(pos) => {
+                let index = s.keys.index_at(pos);
+                s.wheel.at_mut(index).serial &= !ARMED;
                 true
             }
-            _ => false,
+            None => false,
         };
         // An unpolled watcher of a pending timer has nothing in `watchers` to clean up.
         if polled || !pending {
@@ -668,31 +672,35 @@ impl Shared {
 }
 
 impl Shard {
+    /// The key map slot of the pending timer holding `key` (whose hash is `hash`), if it has
+    /// the serial number `serial` (when given).
+    fn find(&self, hash: u64, key: &[u8], serial: Option<u64>) -> Option<usize> {
+        let probe = Probe::new(key);
+        self.keys.find(hash, |index| {
+            let (_, timer) = self.wheel.at(index);
+            timer.key.matches(&probe) && serial.is_none_or(|s| timer.serial() == s)
+        })
+    }
+
     /// Claims the key for a timer (already counted against `max_pending`) and puts the timer in
-    /// the wheel; returns its serial number. `hasher` rehashes the keys if the table grows.
-    fn claim(
-        &mut self,
-        hasher: &foldhash::fast::RandomState,
-        hash: u64,
-        timer: Timer,
-        deadline: u64,
-        watched: bool,
-    ) -> Result<u64, (Error, Timer)> {
+    /// the wheel; returns its serial number.
+    fn claim(&mut self, hash: u64, mut timer: Timer, deadline: u64, watched: bool) -> Result<u64, (Error, Timer)> {
         if self.closed {
             return Err((Error::Stopped, timer));
         }
         if self.wheel.len() >= crate::wheel::MAX_ENTRIES {
             return Err((Error::Full(crate::wheel::MAX_ENTRIES), timer));
         }
-        let entry = self.keys.entry(hash, |(k, _)| *k == timer.key, |(k, _)| hasher.hash_one(k.as_bytes()));
-        let hashbrown::hash_table::Entry::Vacant(vacant) = entry else {
+        self.keys.reserve_one();
+        let wheel = &self.wheel;
+        let Err(vacant) = self.keys.find_or_vacant(hash, |index| wheel.at(index).1.key == timer.key) else {
             return Err((Error::DuplicateKey(timer.key.as_str().to_owned()), timer));
         };
-        let key = timer.key.clone();
         let serial = self.next_serial;
         self.next_serial += 1;
+        timer.serial = serial | if watched { ARMED } else { 0 };
         let entry = self.wheel.insert(deadline, timer);
-        vacant.insert((key, Slot { entry, serial: serial | if watched { ARMED } else { 0 } }));
+        self.keys.fill(vacant, hash, entry.index());
         self.counts.pending += 1;
         self.counts.scheduled += 1;
         Ok(serial)
@@ -702,12 +710,13 @@ impl Shard {
     /// releases the key, leaves its wheel entry to the next sweep, tells its watcher and counts
     /// it. Returns whether it ended a timer, with the watcher's waker to call once unlocked.
     fn cancel(&mut self, hash: u64, key: &[u8], serial: Option<u64>) -> Option<Option<Waker>> {
-        let probe = Probe::new(key);
-        let owned = |(k, slot): &(Key, Slot)| k.matches(&probe) && serial.is_none_or(|s| slot.serial() == s);
-        let (_, slot) = self.keys.find_entry(hash, owned).ok()?.remove().0;
-        self.cancelled.push(slot.entry);
+        let pos = self.find(hash, key, serial)?;
+        let (id, timer) = self.wheel.at(self.keys.index_at(pos));
+        let serial = timer.serial;
+        self.keys.remove(pos);
+        self.cancelled.push(id);
         self.counts.cancelled += 1;
-        Some(self.finish(slot, &Err(Error::Cancelled)))
+        Some(self.finish(serial, &Err(Error::Cancelled)))
     }
 
     /// Takes the cancelled timers' entries out of the wheel, into `timers` to be dropped once
@@ -720,20 +729,15 @@ impl Shard {
         }
     }
 
-    /// Releases the key of the timer in wheel entry `id`, which has just left the wheel.
-    fn take_entry(&mut self, hash: u64, id: EntryId) -> (Key, Slot) {
-        let owned = |(_, slot): &(Key, Slot)| slot.entry == id;
-        self.keys.find_entry(hash, owned).expect("a due timer holds its key").remove().0
-    }
-
     /// The bookkeeping of a timer that has ended, its key released: records `outcome` for its
     /// watcher, if it has one, and returns the waker to call once unlocked.
-    fn finish(&mut self, slot: Slot, outcome: &Outcome) -> Option<Waker> {
+    /// `serial` is the timer's, with its [`ARMED`] bit.
+    fn finish(&mut self, serial: u64, outcome: &Outcome) -> Option<Waker> {
         self.counts.pending -= 1;
-        if !slot.armed() {
+        if serial & ARMED == 0 {
             return None;
         }
-        match self.watchers.insert(slot.serial(), Watch::Done(outcome.clone())) {
+        match self.watchers.insert(serial & !ARMED, Watch::Done(outcome.clone())) {
             Some(Watch::Waiting(waker)) => Some(waker),
             _ => None,
         }
@@ -754,7 +758,7 @@ mod tests {
             let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0).unwrap();
             shared.will_wake_at(8192);
             let mut keys = (0..).map(|i| format!("k-{i}")).filter(|k| shared.locate(k.as_bytes()).0 == 0);
-            let mut timer = || Timer { key: Key::from(keys.next().unwrap().as_str()), job: None, repeat: None };
+            let mut timer = || Timer::new(Key::from(keys.next().unwrap().as_str()), None, None);
             for i in 0..crate::wheel::DRAIN_MIN as u64 {
                 shared.add(timer(), Due { deadline: 9_000 + i, set_at: 0 }, false).unwrap();
             }
@@ -782,7 +786,7 @@ mod tests {
         let before = room(&shared);
         assert!(before.iter().all(|&c| c * shared.shard_count() >= 10_000), "{before:?}");
         for i in 0..10_000u64 {
-            let timer = Timer { key: Key::from(format!("t-{i}").as_str()), job: None, repeat: None };
+            let timer = Timer::new(Key::from(format!("t-{i}").as_str()), None, None);
             shared.add(timer, Due { deadline: 1_000 + i, set_at: 0 }, false).unwrap();
         }
         assert_eq!(room(&shared), before);

@@ -75,6 +75,17 @@ impl<T> RoundsWheel<T> {
         self.slab.try_reserve(additional)
     }
 
+    /// The pending entry in slab slot `index` (an [`EntryId::index`]), if any: its id and value.
+    /// For a driver that keeps its own index of entries by slot.
+    pub(crate) fn at(&self, index: u32) -> Option<(EntryId, &T)> {
+        self.slab.live(index)
+    }
+
+    /// The value of the pending entry in slab slot `index`, if any.
+    pub(crate) fn at_mut(&mut self, index: u32) -> Option<&mut T> {
+        self.slab.live_mut(index)
+    }
+
     fn overdue(&self) -> usize {
         self.slots as usize
     }

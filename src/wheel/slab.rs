@@ -233,6 +233,17 @@ impl<T> Slab<T> {
         (entry.generation == id.generation && entry.value.is_some()).then_some(id.index)
     }
 
+    /// The live entry in slot `index`, if any: its id and value.
+    pub fn live(&self, index: u32) -> Option<(EntryId, &T)> {
+        let entry = self.entries.get(index as usize)?;
+        Some((EntryId { index, generation: entry.generation }, entry.value.as_ref()?))
+    }
+
+    /// The value of the live entry in slot `index`, if any.
+    pub fn live_mut(&mut self, index: u32) -> Option<&mut T> {
+        self.entries.get_mut(index as usize)?.value.as_mut()
+    }
+
     pub fn id_of(&self, index: u32) -> EntryId {
         EntryId { index, generation: self.entries[index as usize].generation }
     }
