@@ -17,6 +17,13 @@ pub(crate) struct Due {
     pub set_at: u64,
 }
 
+/// The clock read once, at `now`: nanoseconds since the origin (see [`Clock::read`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reading {
+    now: Instant,
+    since: Result<u64, u128>,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Clock {
     origin: Instant,
@@ -71,10 +78,20 @@ impl Clock {
         self.after_from(Instant::now(), delay)
     }
 
-    /// When a timer set at `now` for `delay` is due. Reads the time since the origin once and
-    /// stays in integers: this runs once per timer scheduled.
+    /// When a timer set at `now` for `delay` is due.
     pub fn after_from(&self, now: Instant, delay: Duration) -> Result<Due, Error> {
-        let since = self.since_origin(now);
+        self.after_reading(&self.read(now), delay)
+    }
+
+    /// The time since the origin at `now`, for the timers of a batch, all set at that instant.
+    pub fn read(&self, now: Instant) -> Reading {
+        Reading { now, since: self.since_origin(now) }
+    }
+
+    /// When a timer set at the `reading` for `delay` is due. Stays in integers: this runs once
+    /// per timer scheduled.
+    pub fn after_reading(&self, reading: &Reading, delay: Duration) -> Result<Due, Error> {
+        let Reading { now, since } = *reading;
         if let (Ok(since), Ok(delay)) = (since, u64::try_from(delay.as_nanos())) {
             if let Some(due) = since.checked_add(delay) {
                 return Ok(Due { deadline: due.div_ceil(self.tick_nanos), set_at: since / self.tick_nanos });

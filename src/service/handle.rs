@@ -280,12 +280,14 @@ impl Scheduler {
         // future dropped here schedules nothing).
         tokio::task::yield_now().await;
         let now = Instant::now();
+        let reading = self.clock.read(now);
         // Check every item first, then claim the keys of the good ones in one go.
-        let mut results = Vec::new();
-        let mut timers = Vec::new();
+        let items = items.into_iter();
+        let mut results = Vec::with_capacity(items.size_hint().0);
+        let mut timers = Vec::with_capacity(items.size_hint().0);
         for (key, delay, job) in items {
             let key = key.as_ref();
-            let checked = self.check_key(key).and_then(|()| self.clock.after_from(now, delay));
+            let checked = self.check_key(key).and_then(|()| self.clock.after_reading(&reading, delay));
             results.push(checked.map(|due| {
                 let job = Some(Box::new(job) as Box<dyn Job>);
                 timers.push((Timer::new(Key::from(key), job, None), due.deadline));
