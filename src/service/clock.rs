@@ -88,6 +88,14 @@ impl Clock {
         Reading { now, since: self.since_origin(now) }
     }
 
+    /// The tick of the `reading`, rounded down.
+    pub fn tick_of(&self, reading: &Reading) -> u64 {
+        match reading.since {
+            Ok(nanos) => nanos / self.tick_nanos,
+            Err(_) => self.tick_at(reading.now),
+        }
+    }
+
     /// When a timer set at the `reading` for `delay` is due. Stays in integers: this runs once
     /// per timer scheduled.
     pub fn after_reading(&self, reading: &Reading, delay: Duration) -> Result<Due, Error> {

@@ -296,7 +296,7 @@ impl Scheduler {
         if timers.is_empty() {
             return results;
         }
-        let mut claimed = self.shared.add_many(timers, self.clock.tick_at(now)).into_iter();
+        let mut claimed = self.shared.add_many(timers, self.clock.tick_of(&reading)).into_iter();
         for result in results.iter_mut().filter(|r| r.is_ok()) {
             *result = claimed.next().expect("one outcome per claim");
         }

@@ -6,9 +6,10 @@
 //! shard's wheel under that shard's lock; cancelling releases the key under it and leaves the
 //! timer's entry in `cancelled`, to be swept out of the wheel with others (see [`Shard::sweep`]).
 //! So a request costs one uncontended lock, it is complete when its call returns, and the actor
-//! never sees a timer before it is due. Every entry in a shard's wheel holds its key in the
-//! shard's map (under the same entry id) or waits in `cancelled`; the actor sweeps a shard before
-//! it advances it, so every entry it finds due holds its key.
+//! never sees a timer before it is due. Every entry in a shard's wheel is named by its key's slot
+//! in the shard's key map (which holds the entry's slab slot, not the key: the key is in the
+//! entry) or waits in `cancelled`; the actor sweeps a shard before it advances it, so every entry
+//! it finds due holds its key.
 //!
 //! # The actor
 //! On each wake-up the actor advances every shard's wheel to the clock's tick, one shard at a time
@@ -24,12 +25,14 @@
 //!
 //! # Who ends a timer
 //! Whoever removes a timer's key ends it, exactly once, under the shard's lock: the actor when the
-//! timer fires for the last time or the service stops, a handle when it cancels.
+//! timer fires for the last time or the service stops, a handle when it cancels. (When a repeating
+//! timer fires, the actor releases its key and claims it again for the timer's next entry under
+//! the same lock, so the timer never looks ended.)
 //!
 //! # Watching a timer without allocating for it
 //! A `Scheduled` future that is never polled costs nothing beyond an `ARMED` bit in its timer's
-//! serial number. When an armed timer ends, its outcome is left in the shard's `watchers` for the future
-//! to collect; a polled future parks its waker there. Dropping the future clears the bit, so
+//! serial number. When an armed timer ends, its outcome is left in the shard's `watchers` for the
+//! future to collect; a polled future parks its waker there. Dropping the future clears the bit, so
 //! outcomes are only ever recorded for futures that can still read them. A future names its timer
 //! by a serial number, unique in its shard, which stays the same while a repeating timer moves
 //! from one wheel entry to the next.
@@ -811,6 +814,29 @@ mod tests {
         for _ in 0..3 {
             trim(&mut buffer, 10_000);
             assert_eq!(buffer.capacity(), steady, "a steady 10,000 per advance is never reallocated");
+        }
+    }
+
+    /// A `Scheduled` dropped unpolled clears its timer's `ARMED` bit, so the timer's end leaves
+    /// no outcome in `watchers` that nobody would collect; a watched timer's end leaves one.
+    #[test]
+    fn a_timer_whose_watcher_dropped_records_no_outcome() {
+        for dropped in [true, false] {
+            let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0).unwrap();
+            let clock = Clock::new(std::time::Duration::from_millis(1)).unwrap();
+            let key = "order-42";
+            let due = Due { deadline: 5, set_at: 0 };
+            let serial = shared.add(Timer::new(Key::from(key), None, None), due, true).unwrap();
+            if dropped {
+                shared.unwatch(key.as_bytes(), serial, false);
+            }
+            let mut fired = Fired::default();
+            for shard in 0..shared.shard_count() {
+                shared.fire(shard, 10, &clock, &mut fired);
+            }
+            assert_eq!(shared.stats().fired, 1);
+            let watchers: usize = (0..shared.shard_count()).map(|s| shared.lock(s).watchers.len()).sum();
+            assert_eq!(watchers, usize::from(!dropped), "watcher dropped: {dropped}");
         }
     }
 
