@@ -9,14 +9,11 @@ use super::clock::Clock;
 use super::job::{Job, JobRef};
 use super::key::Key;
 
-/// A timer: the value a shard's wheel holds for it.
+/// A timer: the value a shard's wheel holds for it. 40 bytes, so that a wheel entry holding one
+/// is 64 bytes, one cache line.
 pub(crate) struct Timer {
     pub key: Key,
-    /// A one-shot timer's job; `None` for a keyed sleep, which only wakes its waiter, and for a
-    /// repeating timer, whose job is in `repeat`.
-    pub job: Option<Box<dyn Job>>,
-    /// Present for repeating timers only, so one-shot timers stay small.
-    pub repeat: Option<Box<Repeating>>,
+    pub run: Run,
     /// The timer's serial number in its shard, which names it for its `Scheduled` future, with
     /// [`ARMED`] set while such a future watches it. Set when the timer is claimed; it stays the
     /// same while a repeating timer moves from one wheel entry to the next.
@@ -25,6 +22,15 @@ pub(crate) struct Timer {
 
 /// The bit of [`Timer::serial`] set while a `Scheduled` future watches the timer.
 pub(crate) const ARMED: u64 = 1 << 63;
+
+/// What a timer does when it fires.
+pub(crate) enum Run {
+    /// A one-shot timer's job; [`Wake`](super::job::Wake) for a keyed sleep, which only wakes
+    /// its waiter.
+    Once(Box<dyn Job>),
+    /// A repeating timer's job and schedule, boxed so that one-shot timers stay small.
+    Repeat(Box<Repeating>),
+}
 
 pub(crate) struct Repeating {
     pub period: std::time::Duration,
@@ -39,8 +45,8 @@ pub(crate) struct Repeating {
 
 impl Timer {
     /// A timer not yet claimed (its serial number comes with its key's claim).
-    pub fn new(key: Key, job: Option<Box<dyn Job>>, repeat: Option<Box<Repeating>>) -> Self {
-        Timer { key, job, repeat, serial: 0 }
+    pub fn new(key: Key, run: Run) -> Self {
+        Timer { key, run, serial: 0 }
     }
 
     /// The serial number, without the [`ARMED`] bit.
@@ -51,7 +57,12 @@ impl Timer {
     /// When a repeating timer's next run is due (instant and tick), or `None` if this run is
     /// its last. Fixed rate: a period after this run was due, not after now.
     pub fn next_run(&self, clock: &Clock) -> Option<(Instant, u64)> {
-        let repeat = self.repeat.as_ref().filter(|r| r.runs_left != Some(1))?;
+        let Run::Repeat(repeat) = &self.run else {
+            return None;
+        };
+        if repeat.runs_left == Some(1) {
+            return None;
+        }
         let due = repeat.due.checked_add(repeat.period)?;
         Some((due, clock.deadline(due).ok()?))
     }
@@ -59,19 +70,22 @@ impl Timer {
     /// Moves a repeating timer on to its next run, due at `due`, and returns its job for this
     /// run.
     pub fn next_repeat(&mut self, due: Instant) -> Arc<dyn Job> {
-        let repeat = self.repeat.as_mut().expect("only a repeating timer runs again");
+        let Run::Repeat(repeat) = &mut self.run else {
+            unreachable!("only a repeating timer runs again");
+        };
         repeat.due = due;
         repeat.runs_left = repeat.runs_left.map(|n| n - 1);
         repeat.job.clone()
     }
 
-    /// The job of a timer's last run, if it has one.
-    pub fn take_job(&mut self) -> Option<JobRef> {
-        match (self.job.take(), self.repeat.take()) {
-            (Some(job), _) => Some(JobRef::Owned(job)),
-            (None, Some(repeat)) => Some(JobRef::Shared(repeat.job)),
-            (None, None) => None,
-        }
+    /// The key and the job of a timer's last run, if it has one to start.
+    pub fn into_last_run(self) -> (Key, Option<JobRef>) {
+        let job = match self.run {
+            Run::Once(job) if job.only_wakes() => None,
+            Run::Once(job) => Some(JobRef::Owned(job)),
+            Run::Repeat(repeat) => Some(JobRef::Shared(repeat.job)),
+        };
+        (self.key, job)
     }
 }
 
@@ -80,4 +94,16 @@ pub(crate) enum Command {
     /// Reply once every command sent before this one has been handled.
     Flush(oneshot::Sender<()>),
     Stop(oneshot::Sender<usize>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With the slab's 20 bytes of its own, a wheel entry holding a timer is 64 bytes.
+    #[test]
+    fn a_timer_is_forty_bytes() {
+        assert_eq!(std::mem::size_of::<Timer>(), 40);
+        assert_eq!(std::mem::size_of::<Option<Timer>>(), 40);
+    }
 }

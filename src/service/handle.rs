@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use super::actor;
 use super::builder::Builder;
 use super::clock::{Clock, Due};
-use super::command::{Command, Repeating, Timer};
-use super::job::Job;
+use super::command::{Command, Repeating, Run, Timer};
+use super::job::Wake;
 use super::key::Key;
 use super::shared::Shared;
 use super::Scheduled;
@@ -129,7 +129,7 @@ impl Scheduler {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let due = self.clock.after(delay)?;
-        self.submit(key.as_ref(), due, Some(Box::new(job)), None).await
+        self.submit(key.as_ref(), due, Run::Once(Box::new(job))).await
     }
 
     /// Like [`schedule`](Self::schedule), with an absolute deadline. A deadline in the past
@@ -147,7 +147,7 @@ impl Scheduler {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let due = self.clock.at(deadline)?;
-        self.submit(key.as_ref(), due, Some(Box::new(job)), None).await
+        self.submit(key.as_ref(), due, Run::Once(Box::new(job))).await
     }
 
     /// Runs `job` every `period`, first one period from now, at a fixed rate: run `n` is due at
@@ -201,7 +201,7 @@ impl Scheduler {
         let due = self.clock.after_from(now, period)?;
         let repeat =
             Box::new(Repeating { period, due: Clock::instant_after(now, period)?, runs_left, job: Arc::new(job) });
-        self.submit(key.as_ref(), due, None, Some(repeat)).await
+        self.submit(key.as_ref(), due, Run::Repeat(repeat)).await
     }
 
     /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
@@ -230,7 +230,7 @@ impl Scheduler {
     /// ```
     pub async fn sleep_keyed(&self, key: impl AsRef<str>, delay: Duration) -> Result<(), Error> {
         let due = self.clock.after(delay)?;
-        let scheduled = self.submit(key.as_ref(), due, None, None).await?;
+        let scheduled = self.submit(key.as_ref(), due, Run::Once(Box::new(Wake))).await?;
         let mut guard = CancelOnDrop {
             scheduler: self,
             key: scheduled.shared_key().clone(),
@@ -289,8 +289,7 @@ impl Scheduler {
             let key = key.as_ref();
             let checked = self.check_key(key).and_then(|()| self.clock.after_reading(&reading, delay));
             results.push(checked.map(|due| {
-                let job = Some(Box::new(job) as Box<dyn Job>);
-                timers.push((Timer::new(Key::from(key), job, None), due.deadline));
+                timers.push((Timer::new(Key::from(key), Run::Once(Box::new(job))), due.deadline));
             }));
         }
         if timers.is_empty() {
@@ -331,19 +330,13 @@ impl Scheduler {
         ended
     }
 
-    async fn submit(
-        &self,
-        key: &str,
-        due: Due,
-        job: Option<Box<dyn Job>>,
-        repeat: Option<Box<Repeating>>,
-    ) -> Result<Scheduled, Error> {
+    async fn submit(&self, key: &str, due: Due, run: Run) -> Result<Scheduled, Error> {
         // A schedule waits for nothing while there is room, so without this a task scheduling
         // in a loop would hold its thread, and on a current-thread runtime the service too.
         tokio::task::coop::consume_budget().await;
         self.check_key(key)?;
         let key = Key::from(key);
-        let serial = self.shared.add(Timer::new(key.clone(), job, repeat), due, true)?;
+        let serial = self.shared.add(Timer::new(key.clone(), run), due, true)?;
         Ok(Scheduled::new(self.shared.clone(), key, serial))
     }
 

@@ -24,6 +24,25 @@ pub(crate) trait Job: Send + Sync + 'static {
     /// Calls the user's closure with the key. A closure that panics before returning its
     /// future is reported and does not unwind into the actor.
     fn call(&self, key: String) -> Option<JobFuture>;
+
+    /// Whether firing only wakes the timer's waiter, with nothing to call.
+    fn only_wakes(&self) -> bool {
+        false
+    }
+}
+
+/// The job of a keyed sleep: its firing wakes the sleeper and starts nothing. A unit struct, so
+/// boxing it allocates nothing.
+pub(crate) struct Wake;
+
+impl Job for Wake {
+    fn call(&self, _key: String) -> Option<JobFuture> {
+        None
+    }
+
+    fn only_wakes(&self) -> bool {
+        true
+    }
 }
 
 impl<F, Fut> Job for F

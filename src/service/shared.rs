@@ -48,7 +48,7 @@ use tokio::time::Instant;
 
 use super::builder::WheelKind;
 use super::clock::{Clock, Due};
-use super::command::{Timer, ARMED};
+use super::command::{Run, Timer, ARMED};
 use super::handle::Stats;
 use super::index::KeyIndex;
 use super::job::JobRef;
@@ -456,7 +456,7 @@ impl Shared {
         let Shard { keys, wheel, .. } = &mut *guard;
         let (id, _) = wheel.at(keys.index_at(pos));
         let mut timer = wheel.remove(id).expect("a pending timer is in its shard's wheel");
-        if let Some(repeat) = timer.repeat.as_mut() {
+        if let Run::Repeat(repeat) = &mut timer.run {
             repeat.due = due;
         }
         keys.set_index(pos, wheel.insert(deadline, timer).index());
@@ -571,8 +571,8 @@ impl Shared {
                 None => {
                     fired.wakers.extend(s.finish(timer.serial, &Ok(())));
                     ended += 1;
-                    if let Some(job) = timer.take_job() {
-                        fired.jobs.push((deadline, job, timer.key));
+                    if let (key, Some(job)) = timer.into_last_run() {
+                        fired.jobs.push((deadline, job, key));
                     }
                 }
                 // More runs to come: the key is claimed again and the timer goes back in the
@@ -750,6 +750,7 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::job::Wake;
 
     /// The actor sleeps until tick 8,192, when one far timer's level-2 bucket (8,192..12,288 at
     /// 64 slots) starts. Timers due in that bucket can wait for it, until there are enough of
@@ -761,7 +762,7 @@ mod tests {
             let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0).unwrap();
             shared.will_wake_at(8192);
             let mut keys = (0..).map(|i| format!("k-{i}")).filter(|k| shared.locate(k.as_bytes()).0 == 0);
-            let mut timer = || Timer::new(Key::from(keys.next().unwrap().as_str()), None, None);
+            let mut timer = || Timer::new(Key::from(keys.next().unwrap().as_str()), Run::Once(Box::new(Wake)));
             for i in 0..crate::wheel::DRAIN_MIN as u64 {
                 shared.add(timer(), Due { deadline: 9_000 + i, set_at: 0 }, false).unwrap();
             }
@@ -789,7 +790,7 @@ mod tests {
         let before = room(&shared);
         assert!(before.iter().all(|&c| c * shared.shard_count() >= 10_000), "{before:?}");
         for i in 0..10_000u64 {
-            let timer = Timer::new(Key::from(format!("t-{i}").as_str()), None, None);
+            let timer = Timer::new(Key::from(format!("t-{i}").as_str()), Run::Once(Box::new(Wake)));
             shared.add(timer, Due { deadline: 1_000 + i, set_at: 0 }, false).unwrap();
         }
         assert_eq!(room(&shared), before);
@@ -826,7 +827,7 @@ mod tests {
             let clock = Clock::new(std::time::Duration::from_millis(1)).unwrap();
             let key = "order-42";
             let due = Due { deadline: 5, set_at: 0 };
-            let serial = shared.add(Timer::new(Key::from(key), None, None), due, true).unwrap();
+            let serial = shared.add(Timer::new(Key::from(key), Run::Once(Box::new(Wake))), due, true).unwrap();
             if dropped {
                 shared.unwatch(key.as_bytes(), serial, false);
             }
