@@ -102,7 +102,7 @@ impl Builder {
     /// [`start`](Self::start); by default none, and the room grows as timers come. A burst into
     /// the reserved room then pays no growing of a shard's key map and wheel, which moves every
     /// timer of the shard under its lock and holds up the timers due meanwhile (for a few
-    /// milliseconds per shard at a million). It costs the memory of that many timers (about 95
+    /// milliseconds per shard at a million). It costs the memory of that many timers (about 88
     /// bytes each) from the start: the key maps' part (8 bytes a slot, 11 to 21 bytes a timer)
     /// is written at once, the rest only as far as the system hands out memory before it is
     /// touched.
