@@ -868,3 +868,231 @@ mod tests {
         assert!(fired.hashes.capacity() < 2 * KEEP, "a window with no burst gives the room back");
     }
 }
+
+/// The shards against a model (a `BTreeMap` of pending timers): schedules one by one and in
+/// batches, watched or not, one-shot and repeating; cancels by key, by serial number and in
+/// batches; moves; dropped watchers; advances; and a final stop. After every step each key is
+/// pending exactly when the model says and the counters agree; at the end each watched timer that
+/// ended has its outcome recorded, and nothing else is.
+#[cfg(test)]
+mod model {
+    use super::*;
+    use crate::service::command::Repeating;
+    use crate::service::job::Wake;
+    use proptest::prelude::*;
+    use std::collections::btree_map::Entry;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Add { key: u8, delay: u8, repeat: Option<(u8, Option<u8>)>, watched: bool },
+        AddMany(Vec<(u8, u8)>),
+        Cancel { key: u8, serial: u8 },
+        CancelMany(Vec<u8>),
+        Move { key: u8, delay: u8 },
+        Unwatch(u8),
+        Advance(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let key = 0u8..24;
+        prop_oneof![
+            6 => (key.clone(), 0u8..40, prop::option::weighted(0.4, (1u8..6, prop::option::of(1u8..5))), any::<bool>())
+                .prop_map(|(key, delay, repeat, watched)| Op::Add { key, delay, repeat, watched }),
+            2 => prop::collection::vec((key.clone(), 0u8..40), 0..8).prop_map(Op::AddMany),
+            4 => (key.clone(), 0u8..3).prop_map(|(key, serial)| Op::Cancel { key, serial }),
+            1 => prop::collection::vec(key.clone(), 0..8).prop_map(Op::CancelMany),
+            2 => (key.clone(), 0u8..40).prop_map(|(key, delay)| Op::Move { key, delay }),
+            1 => key.clone().prop_map(Op::Unwatch),
+            4 => (0u8..12).prop_map(Op::Advance),
+        ]
+    }
+
+    struct M {
+        serial: u64,
+        deadline: u64,
+        repeat: Option<(u64, Option<u64>)>,
+        watched: bool,
+    }
+
+    fn name(k: u8) -> String {
+        format!("key-{k}")
+    }
+
+    fn run(kind: WheelKind, ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let shared = Shared::new(kind, 4, usize::MAX, 0).unwrap();
+        shared.will_wake_at(0);
+        let clock = Clock::new(std::time::Duration::from_millis(1)).unwrap();
+        let job: Arc<dyn crate::service::job::Job> = Arc::new(|_k: String| async {});
+        let mut model: BTreeMap<u8, M> = BTreeMap::new();
+        let mut outcomes: BTreeMap<(usize, u64), Outcome> = BTreeMap::new();
+        let mut now = 0u64;
+        let mut fired_total = 0u64;
+        let mut fired = Fired::default();
+        for op in ops {
+            match op {
+                Op::Add { key, delay, repeat, watched } => {
+                    let deadline = now + delay as u64;
+                    let rep = repeat.map(|(p, runs)| {
+                        Box::new(Repeating {
+                            period: std::time::Duration::from_millis(p as u64),
+                            due: clock.instant(deadline).unwrap(),
+                            runs_left: runs.map(u64::from),
+                            job: job.clone(),
+                        })
+                    });
+                    let r = shared.add(
+                        Timer::new(
+                            Key::from(name(key).as_str()),
+                            rep.map_or_else(|| Run::Once(Box::new(Wake)), Run::Repeat),
+                        ),
+                        Due { deadline, set_at: now },
+                        watched,
+                    );
+                    match model.entry(key) {
+                        Entry::Occupied(_) => prop_assert!(matches!(r, Err(Error::DuplicateKey(_)))),
+                        Entry::Vacant(vacant) => {
+                            let repeat = repeat.map(|(p, r)| (p as u64, r.map(u64::from)));
+                            vacant.insert(M { serial: r.unwrap(), deadline, repeat, watched });
+                        }
+                    }
+                }
+                Op::AddMany(items) => {
+                    let timers = items
+                        .iter()
+                        .map(|&(k, d)| {
+                            (Timer::new(Key::from(name(k).as_str()), Run::Once(Box::new(Wake))), now + d as u64)
+                        })
+                        .collect();
+                    let rs = shared.add_many(timers, now);
+                    for (&(k, d), r) in items.iter().zip(rs) {
+                        let Entry::Vacant(vacant) = model.entry(k) else {
+                            prop_assert!(matches!(r, Err(Error::DuplicateKey(_))));
+                            continue;
+                        };
+                        prop_assert!(r.is_ok());
+                        // A batch returns no serial numbers: read it from the shard.
+                        let (shard, hash) = shared.locate(name(k).as_bytes());
+                        let s = shared.lock(shard);
+                        let pos = s.find(hash, name(k).as_bytes(), None).unwrap();
+                        let serial = s.wheel.at(s.keys.index_at(pos)).1.serial();
+                        drop(s);
+                        vacant.insert(M { serial, deadline: now + d as u64, repeat: None, watched: false });
+                    }
+                }
+                Op::Cancel { key, serial } => {
+                    let m = model.get(&key);
+                    let given = match (serial, m) {
+                        (0, _) => None,
+                        (1, Some(m)) => Some(m.serial),
+                        _ => Some(u64::MAX >> 2),
+                    };
+                    let ended = shared.cancel(name(key).as_bytes(), given);
+                    let expect = m.is_some() && serial != 2;
+                    prop_assert_eq!(ended, expect);
+                    if ended {
+                        let m = model.remove(&key).unwrap();
+                        if m.watched {
+                            outcomes.insert((shared.locate(name(key).as_bytes()).0, m.serial), Err(Error::Cancelled));
+                        }
+                    }
+                }
+                Op::CancelMany(keys) => {
+                    let names: Vec<String> = keys.iter().map(|&k| name(k)).collect();
+                    let refs: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+                    let ended = shared.cancel_many(&refs);
+                    for (&k, e) in keys.iter().zip(ended) {
+                        prop_assert_eq!(e, model.contains_key(&k));
+                        if let Some(m) = model.remove(&k) {
+                            if m.watched {
+                                outcomes.insert((shared.locate(name(k).as_bytes()).0, m.serial), Err(Error::Cancelled));
+                            }
+                        }
+                    }
+                }
+                Op::Move { key, delay } => {
+                    let deadline = now + delay as u64;
+                    let r = shared.move_timer(&name(key), clock.instant(deadline).unwrap(), deadline, now);
+                    match model.get_mut(&key) {
+                        Some(m) => {
+                            prop_assert!(r.is_ok());
+                            m.deadline = deadline;
+                        }
+                        None => prop_assert!(matches!(r, Err(Error::NotFound))),
+                    }
+                }
+                Op::Unwatch(key) => {
+                    if let Some(m) = model.get_mut(&key) {
+                        shared.unwatch(name(key).as_bytes(), m.serial, false);
+                        m.watched = false;
+                    }
+                }
+                Op::Advance(dt) => {
+                    now += dt as u64;
+                    for shard in 0..shared.shard_count() {
+                        shared.fire(shard, now, &clock, &mut fired);
+                    }
+                    fired.jobs.clear();
+                    fired.wakers.clear();
+                    fired.swept.clear();
+                    let due: Vec<u8> = model.iter().filter(|(_, m)| m.deadline <= now).map(|(&k, _)| k).collect();
+                    for k in due {
+                        fired_total += 1;
+                        let m = model.get_mut(&k).unwrap();
+                        match m.repeat {
+                            Some((p, runs)) if runs != Some(1) => {
+                                m.deadline += p;
+                                m.repeat = Some((p, runs.map(|n| n - 1)));
+                            }
+                            _ => {
+                                let m = model.remove(&k).unwrap();
+                                if m.watched {
+                                    outcomes.insert((shared.locate(name(k).as_bytes()).0, m.serial), Ok(()));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            for k in 0..24u8 {
+                prop_assert_eq!(shared.contains(&name(k)), model.contains_key(&k), "key {}", k);
+            }
+            let st = shared.stats();
+            prop_assert_eq!(st.pending, model.len());
+            prop_assert_eq!(st.fired, fired_total);
+        }
+        // Every recorded outcome is there for its watcher.
+        for ((shard, serial), outcome) in &outcomes {
+            let found = match shared.lock(*shard).watchers.get(serial) {
+                Some(Watch::Done(o)) => Some(o.clone()),
+                _ => None,
+            };
+            prop_assert_eq!(found.as_ref(), Some(outcome), "serial {}", serial);
+        }
+        let total: usize = (0..shared.shard_count()).map(|s| shared.lock(s).watchers.len()).sum();
+        prop_assert_eq!(total, outcomes.len(), "watchers hold exactly the outcomes of watched timers that ended");
+        let stopped: usize = (0..shared.shard_count()).map(|s| shared.close(s)).sum();
+        prop_assert_eq!(stopped, model.len());
+        for (k, m) in &model {
+            if m.watched {
+                let shard = shared.locate(name(*k).as_bytes()).0;
+                let found = match shared.lock(shard).watchers.get(&m.serial) {
+                    Some(Watch::Done(o)) => Some(o.clone()),
+                    _ => None,
+                };
+                prop_assert_eq!(found, Some(Err(Error::Stopped)));
+            }
+        }
+        prop_assert_eq!(shared.stats().pending, 0);
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn shared_matches_model_hierarchical(ops in prop::collection::vec(op(), 1..200)) { run(WheelKind::Hierarchical, ops)?; }
+        #[test]
+        fn shared_matches_model_rounds(ops in prop::collection::vec(op(), 1..200)) { run(WheelKind::Rounds, ops)?; }
+    }
+}
