@@ -134,6 +134,13 @@ impl KeyIndex {
         }
     }
 
+    /// Loads the home slot of a hash, so that a lookup soon after finds it in cache.
+    pub fn touch(&self, hash: u64) {
+        if !self.slots.is_empty() {
+            std::hint::black_box(self.slots[self.home(bits(hash))]);
+        }
+    }
+
     /// Makes room for one more entry, growing the table (to twice its slots) if it is full.
     pub fn reserve_one(&mut self) {
         if self.len >= self.capacity() {
