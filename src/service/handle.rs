@@ -336,8 +336,8 @@ impl Scheduler {
         tokio::task::coop::consume_budget().await;
         self.check_key(key)?;
         let key = Key::from(key);
-        let serial = self.shared.add(Timer::new(key.clone(), run), due, true)?;
-        Ok(Scheduled::new(self.shared.clone(), key, serial))
+        let ticket = self.shared.add(Timer::new(key.clone(), run), due, true)?;
+        Ok(Scheduled::new(self.shared.clone(), key, ticket))
     }
 
     fn check_key(&self, key: &str) -> Result<(), Error> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::key::Key;
-use super::shared::Shared;
+use super::shared::{Shared, Ticket};
 use crate::Error;
 
 /// Resolves when its timer ends: `Ok(())` after the timer's last run, `Err(Error::Cancelled)`
@@ -32,8 +32,8 @@ use crate::Error;
 pub struct Scheduled {
     shared: Arc<Shared>,
     key: Key,
-    /// The timer's serial number in its shard.
-    serial: u64,
+    /// Where the timer is: its shard, its serial number there, and the entry it was placed in.
+    ticket: Ticket,
     state: State,
 }
 
@@ -48,8 +48,8 @@ enum State {
 }
 
 impl Scheduled {
-    pub(crate) fn new(shared: Arc<Shared>, key: Key, serial: u64) -> Self {
-        Scheduled { shared, key, serial, state: State::Armed }
+    pub(crate) fn new(shared: Arc<Shared>, key: Key, ticket: Ticket) -> Self {
+        Scheduled { shared, key, ticket, state: State::Armed }
     }
 
     /// The key of the timer this future watches.
@@ -58,7 +58,7 @@ impl Scheduled {
     }
 
     pub(crate) fn serial(&self) -> u64 {
-        self.serial
+        self.ticket.serial
     }
 
     pub(crate) fn shared_key(&self) -> &Key {
@@ -71,7 +71,7 @@ impl Future for Scheduled {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         assert_ne!(self.state, State::Finished, "Scheduled polled after it completed");
-        match self.shared.poll_outcome(self.key.as_bytes(), self.serial, cx.waker()) {
+        match self.shared.poll_outcome(self.ticket.shard, self.ticket.serial, cx.waker()) {
             Some(outcome) => {
                 self.state = State::Finished;
                 Poll::Ready(outcome)
@@ -87,7 +87,7 @@ impl Future for Scheduled {
 impl Drop for Scheduled {
     fn drop(&mut self) {
         if self.state != State::Finished {
-            self.shared.unwatch(self.key.as_bytes(), self.serial, self.state == State::Polled);
+            self.shared.unwatch(self.key.as_bytes(), self.ticket, self.state == State::Polled);
         }
     }
 }

@@ -59,6 +59,20 @@ use crate::Error;
 /// How a timer ended, as its `Scheduled` future reports it.
 pub(crate) type Outcome = Result<(), Error>;
 
+/// Where a new timer went, for its `Scheduled` future to find it again without hashing its key:
+/// its shard, the slab slot of the wheel entry it was placed in (a hint only: the timer may have
+/// moved, ended or been cancelled since), and its serial number.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ticket {
+    pub shard: u32,
+    pub entry: u32,
+    pub serial: u64,
+}
+
+/// The serial number a cancelled timer's entry gets while it waits to be swept, which no timer
+/// has: a [`Ticket`] that points at the entry then does not take it for its pending timer.
+const CANCELLED: u64 = u64::MAX;
+
 enum Watch {
     Waiting(Waker),
     Done(Outcome),
@@ -93,6 +107,14 @@ impl ShardWheel {
             ShardWheel::Rounds(w) => w.at(index),
         }
         .expect("the key map names pending timers only")
+    }
+
+    /// The pending or cancelled timer in slab slot `index`, if any.
+    fn try_at(&self, index: u32) -> Option<(EntryId, &Timer)> {
+        match self {
+            ShardWheel::Hierarchical(w) => w.at(index),
+            ShardWheel::Rounds(w) => w.at(index),
+        }
     }
 
     fn at_mut(&mut self, index: u32) -> &mut Timer {
@@ -341,8 +363,8 @@ impl Shared {
     }
 
     /// Claims `timer.key` for a new timer due at `due` and puts it in the shard's wheel. Returns
-    /// the timer's serial number.
-    pub fn add(&self, timer: Timer, due: Due, watched: bool) -> Result<u64, Error> {
+    /// where it went.
+    pub fn add(&self, timer: Timer, due: Due, watched: bool) -> Result<Ticket, Error> {
         let (shard, hash) = self.locate(timer.key.as_bytes());
         let claimed = {
             let mut s = self.lock(shard);
@@ -353,7 +375,8 @@ impl Shared {
             claimed
         };
         // A refused timer is dropped here, with no lock held.
-        claimed.map_err(|(error, _timer)| error)
+        let (serial, entry) = claimed.map_err(|(error, _timer)| error)?;
+        Ok(Ticket { shard: shard as u32, entry, serial })
     }
 
     /// Claims many keys (none watched), in order, taking each shard's lock once for all its
@@ -415,7 +438,7 @@ impl Shared {
         timer: Timer,
         deadline: u64,
         watched: bool,
-    ) -> Result<u64, (Error, Timer)> {
+    ) -> Result<(u64, u32), (Error, Timer)> {
         if !self.reserve(1) {
             return Err((Error::Full(self.max_pending), timer));
         }
@@ -648,10 +671,9 @@ impl Shared {
         stopped
     }
 
-    /// Polls the outcome of timer `serial` (holding `key`) for its `Scheduled` future.
-    pub fn poll_outcome(&self, key: &[u8], serial: u64, waker: &Waker) -> Option<Outcome> {
-        let (shard, _) = self.locate(key);
-        let watchers = &mut self.lock(shard).watchers;
+    /// Polls the outcome of timer `serial` of `shard` for its `Scheduled` future.
+    pub fn poll_outcome(&self, shard: u32, serial: u64, waker: &Waker) -> Option<Outcome> {
+        let watchers = &mut self.lock(shard as usize).watchers;
         match watchers.remove(&serial) {
             Some(Watch::Done(outcome)) => Some(outcome),
             Some(Watch::Waiting(old)) if old.will_wake(waker) => {
@@ -665,20 +687,22 @@ impl Shared {
         }
     }
 
-    /// Stops watching timer `serial`: clears its `ARMED` bit, or forgets its recorded outcome.
-    pub fn unwatch(&self, key: &[u8], serial: u64, polled: bool) {
-        let (shard, hash) = self.locate(key);
-        let mut s = self.lock(shard);
-        let pending = match s.find(hash, key, Some(serial)) {
-            Some(pos) => {
-                let index = s.keys.index_at(pos);
-                s.wheel.at_mut(index).serial &= !ARMED;
-                true
-            }
-            None => false,
+    /// Stops watching the timer of `ticket` (holding `key`): clears its `ARMED` bit, or forgets
+    /// its recorded outcome.
+    pub fn unwatch(&self, key: &[u8], ticket: Ticket, polled: bool) {
+        let Ticket { shard, entry, serial } = ticket;
+        let mut s = self.lock(shard as usize);
+        // Most often the timer is still in the entry it was placed in (a cancelled one's entry
+        // has lost its serial number); if not, look its key up.
+        let index = match s.wheel.try_at(entry) {
+            Some((_, timer)) if timer.serial() == serial => Some(entry),
+            _ => s.find(self.hasher.hash_one(key), key, Some(serial)).map(|pos| s.keys.index_at(pos)),
         };
+        if let Some(index) = index {
+            s.wheel.at_mut(index).serial &= !ARMED;
+        }
         // An unpolled watcher of a pending timer has nothing in `watchers` to clean up.
-        if polled || !pending {
+        if polled || index.is_none() {
             s.watchers.remove(&serial);
         }
     }
@@ -696,8 +720,14 @@ impl Shard {
     }
 
     /// Claims the key for a timer (already counted against `max_pending`) and puts the timer in
-    /// the wheel; returns its serial number.
-    fn claim(&mut self, hash: u64, mut timer: Timer, deadline: u64, watched: bool) -> Result<u64, (Error, Timer)> {
+    /// the wheel; returns its serial number and its entry's slab slot.
+    fn claim(
+        &mut self,
+        hash: u64,
+        mut timer: Timer,
+        deadline: u64,
+        watched: bool,
+    ) -> Result<(u64, u32), (Error, Timer)> {
         if self.closed {
             return Err((Error::Stopped, timer));
         }
@@ -716,7 +746,7 @@ impl Shard {
         self.keys.fill(vacant, hash, entry.index());
         self.counts.pending += 1;
         self.counts.scheduled += 1;
-        Ok(serial)
+        Ok((serial, entry.index()))
     }
 
     /// Cancels the timer holding `key` if it has the serial number `serial` (when given):
@@ -724,8 +754,9 @@ impl Shard {
     /// it. Returns whether it ended a timer, with the watcher's waker to call once unlocked.
     fn cancel(&mut self, hash: u64, key: &[u8], serial: Option<u64>) -> Option<Option<Waker>> {
         let pos = self.find(hash, key, serial)?;
-        let (id, timer) = self.wheel.at(self.keys.index_at(pos));
-        let serial = timer.serial;
+        let index = self.keys.index_at(pos);
+        let (id, _) = self.wheel.at(index);
+        let serial = std::mem::replace(&mut self.wheel.at_mut(index).serial, CANCELLED);
         self.keys.remove(pos);
         self.cancelled.push(id);
         self.counts.cancelled += 1;
@@ -837,9 +868,9 @@ mod tests {
             let clock = Clock::new(std::time::Duration::from_millis(1)).unwrap();
             let key = "order-42";
             let due = Due { deadline: 5, set_at: 0 };
-            let serial = shared.add(Timer::new(Key::from(key), Run::Once(Box::new(Wake))), due, true).unwrap();
+            let ticket = shared.add(Timer::new(Key::from(key), Run::Once(Box::new(Wake))), due, true).unwrap();
             if dropped {
-                shared.unwatch(key.as_bytes(), serial, false);
+                shared.unwatch(key.as_bytes(), ticket, false);
             }
             let mut fired = Fired::default();
             for shard in 0..shared.shard_count() {
@@ -896,12 +927,25 @@ mod model {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Add { key: u8, delay: u8, repeat: Option<(u8, Option<u8>)>, watched: bool },
+        Add {
+            key: u8,
+            delay: u8,
+            repeat: Option<(u8, Option<u8>)>,
+            watched: bool,
+        },
         AddMany(Vec<(u8, u8)>),
-        Cancel { key: u8, serial: u8 },
+        Cancel {
+            key: u8,
+            serial: u8,
+        },
         CancelMany(Vec<u8>),
-        Move { key: u8, delay: u8 },
+        Move {
+            key: u8,
+            delay: u8,
+        },
         Unwatch(u8),
+        /// Drops the watcher of a watched timer that has ended, picked among them.
+        DropEnded(prop::sample::Index),
         Advance(u8),
     }
 
@@ -915,12 +959,15 @@ mod model {
             1 => prop::collection::vec(key.clone(), 0..8).prop_map(Op::CancelMany),
             2 => (key.clone(), 0u8..40).prop_map(|(key, delay)| Op::Move { key, delay }),
             1 => key.clone().prop_map(Op::Unwatch),
+            1 => any::<prop::sample::Index>().prop_map(Op::DropEnded),
             4 => (0u8..12).prop_map(Op::Advance),
         ]
     }
 
     struct M {
         serial: u64,
+        /// What the timer's `Scheduled` would hold; its entry goes stale as the timer moves.
+        ticket: Ticket,
         deadline: u64,
         repeat: Option<(u64, Option<u64>)>,
         watched: bool,
@@ -937,6 +984,8 @@ mod model {
         let job: Arc<dyn crate::service::job::Job> = Arc::new(|_k: String| async {});
         let mut model: BTreeMap<u8, M> = BTreeMap::new();
         let mut outcomes: BTreeMap<(usize, u64), Outcome> = BTreeMap::new();
+        // The watched timers that ended, whose watchers are still there.
+        let mut watching_ended: Vec<(u8, Ticket)> = Vec::new();
         let mut now = 0u64;
         let mut fired_total = 0u64;
         let mut fired = Fired::default();
@@ -964,7 +1013,8 @@ mod model {
                         Entry::Occupied(_) => prop_assert!(matches!(r, Err(Error::DuplicateKey(_)))),
                         Entry::Vacant(vacant) => {
                             let repeat = repeat.map(|(p, r)| (p as u64, r.map(u64::from)));
-                            vacant.insert(M { serial: r.unwrap(), deadline, repeat, watched });
+                            let ticket = r.unwrap();
+                            vacant.insert(M { serial: ticket.serial, ticket, deadline, repeat, watched });
                         }
                     }
                 }
@@ -986,9 +1036,11 @@ mod model {
                         let (shard, hash) = shared.locate(name(k).as_bytes());
                         let s = shared.lock(shard);
                         let pos = s.find(hash, name(k).as_bytes(), None).unwrap();
-                        let serial = s.wheel.at(s.keys.index_at(pos)).1.serial();
+                        let entry = s.keys.index_at(pos);
+                        let serial = s.wheel.at(entry).1.serial();
                         drop(s);
-                        vacant.insert(M { serial, deadline: now + d as u64, repeat: None, watched: false });
+                        let ticket = Ticket { shard: shard as u32, entry, serial };
+                        vacant.insert(M { serial, ticket, deadline: now + d as u64, repeat: None, watched: false });
                     }
                 }
                 Op::Cancel { key, serial } => {
@@ -1005,6 +1057,7 @@ mod model {
                         let m = model.remove(&key).unwrap();
                         if m.watched {
                             outcomes.insert((shared.locate(name(key).as_bytes()).0, m.serial), Err(Error::Cancelled));
+                            watching_ended.push((key, m.ticket));
                         }
                     }
                 }
@@ -1017,6 +1070,7 @@ mod model {
                         if let Some(m) = model.remove(&k) {
                             if m.watched {
                                 outcomes.insert((shared.locate(name(k).as_bytes()).0, m.serial), Err(Error::Cancelled));
+                                watching_ended.push((k, m.ticket));
                             }
                         }
                     }
@@ -1034,8 +1088,15 @@ mod model {
                 }
                 Op::Unwatch(key) => {
                     if let Some(m) = model.get_mut(&key) {
-                        shared.unwatch(name(key).as_bytes(), m.serial, false);
+                        shared.unwatch(name(key).as_bytes(), m.ticket, false);
                         m.watched = false;
+                    }
+                }
+                Op::DropEnded(pick) => {
+                    if !watching_ended.is_empty() {
+                        let (key, ticket) = watching_ended.swap_remove(pick.index(watching_ended.len()));
+                        shared.unwatch(name(key).as_bytes(), ticket, false);
+                        outcomes.remove(&(ticket.shard as usize, ticket.serial));
                     }
                 }
                 Op::Advance(dt) => {
@@ -1059,6 +1120,7 @@ mod model {
                                 let m = model.remove(&k).unwrap();
                                 if m.watched {
                                     outcomes.insert((shared.locate(name(k).as_bytes()).0, m.serial), Ok(()));
+                                    watching_ended.push((k, m.ticket));
                                 }
                             }
                         }
