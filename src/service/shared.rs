@@ -35,7 +35,8 @@
 //! future to collect; a polled future parks its waker there. Dropping the future clears the bit, so
 //! outcomes are only ever recorded for futures that can still read them. A future names its timer
 //! by a serial number, unique in its shard, which stays the same while a repeating timer moves
-//! from one wheel entry to the next.
+//! from one wheel entry to the next; it also keeps its shard and the entry the timer was placed in
+//! (a [`Ticket`]), so that dropping it finds a timer that has not moved without a lookup.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -768,6 +769,7 @@ impl Shard {
     /// through memory: with every id known up front the processor fetches several at once, where
     /// a cancel that took its own entry out would wait for each in turn.
     fn sweep(&mut self, timers: &mut Vec<Timer>) {
+        timers.reserve(self.cancelled.len());
         for id in self.cancelled.drain(..) {
             timers.extend(self.wheel.remove(id));
         }
