@@ -46,10 +46,7 @@ impl Clock {
     }
 
     pub fn tick_at(&self, at: Instant) -> u64 {
-        match self.since_origin(at) {
-            Ok(nanos) => nanos / self.tick_nanos,
-            Err(nanos) => u64::try_from(nanos / self.tick_nanos as u128).unwrap_or(u64::MAX),
-        }
+        self.tick_of(&self.read(at))
     }
 
     /// Nanoseconds from the origin to `at` (0 if before): as a `u64` for the next 584 years,
@@ -92,7 +89,7 @@ impl Clock {
     pub fn tick_of(&self, reading: &Reading) -> u64 {
         match reading.since {
             Ok(nanos) => nanos / self.tick_nanos,
-            Err(_) => self.tick_at(reading.now),
+            Err(nanos) => u64::try_from(nanos / self.tick_nanos as u128).unwrap_or(u64::MAX),
         }
     }
 

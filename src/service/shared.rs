@@ -103,11 +103,7 @@ impl ShardWheel {
 
     /// The pending timer in slab slot `index`; the key map names no other.
     fn at(&self, index: u32) -> (EntryId, &Timer) {
-        match self {
-            ShardWheel::Hierarchical(w) => w.at(index),
-            ShardWheel::Rounds(w) => w.at(index),
-        }
-        .expect("the key map names pending timers only")
+        self.try_at(index).expect("the key map names pending timers only")
     }
 
     /// The pending or cancelled timer in slab slot `index`, if any.
@@ -585,13 +581,14 @@ impl Shared {
         fired.used(due.len());
         // Release every due timer's key before putting any repeating one back: the key map
         // names entries by slab slot, and a timer put back may take the slot of a due one whose
-        // key is still to be released. First only the lookups, which do not depend on one
-        // another, so the processor overlaps their cache misses; the removals then hit the cache.
+        // key is still to be released. First only a load of each key's home slot, as batches do:
+        // the loads do not depend on one another, so their cache misses overlap, and the
+        // removals then hit the cache.
         let hashes = &mut fired.hashes;
         hashes.clear();
-        for Expired { id, value: timer, .. } in &due {
+        for Expired { value: timer, .. } in &due {
             let hash = self.hasher.hash_one(timer.key.as_bytes());
-            s.keys.find(hash, |i| i == id.index()).expect("a due timer holds its key");
+            s.keys.touch(hash);
             hashes.push(hash);
         }
         for (Expired { id, .. }, &hash) in due.iter().zip(&fired.hashes) {
@@ -952,7 +949,7 @@ mod model {
     }
 
     fn op() -> impl Strategy<Value = Op> {
-        let key = 0u8..24;
+        let key = 0u8..KEYS;
         prop_oneof![
             6 => (key.clone(), 0u8..40, prop::option::weighted(0.4, (1u8..6, prop::option::of(1u8..5))), any::<bool>())
                 .prop_map(|(key, delay, repeat, watched)| Op::Add { key, delay, repeat, watched }),
@@ -974,6 +971,9 @@ mod model {
         repeat: Option<(u64, Option<u64>)>,
         watched: bool,
     }
+
+    /// Keys `key-0` to `key-23`, few enough that they collide often.
+    const KEYS: u8 = 24;
 
     fn name(k: u8) -> String {
         format!("key-{k}")
@@ -1129,7 +1129,7 @@ mod model {
                     }
                 }
             }
-            for k in 0..24u8 {
+            for k in 0..KEYS {
                 prop_assert_eq!(shared.contains(&name(k)), model.contains_key(&k), "key {}", k);
             }
             let st = shared.stats();
