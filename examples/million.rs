@@ -1,7 +1,7 @@
 //! Seed 001's use case: a million timers created in a short time, then fired on time.
 //!
 //! Orders are re-checked at a random moment of the next ten seconds. They are scheduled with
-//! `schedule_many` in batches of 4,096, and a tenth of them are cancelled by key with
+//! `schedule_many` in batches of 1,024, and a tenth of them are cancelled by key with
 //! `cancel_many`, as if the order had been paid. Every check that runs records how late it ran,
 //! counted from the moment its batch was handed to the service: an upper bound, since the
 //! service reads the clock for the batch a little later. The example prints progress as it goes
@@ -18,7 +18,7 @@ use timewheel::{Error, Scheduler};
 use tokio::time::Instant;
 
 /// Timers per `schedule_many` / `cancel_many` call.
-const BATCH: usize = 4_096;
+const BATCH: usize = 1_024;
 
 /// Lateness histogram: buckets of 100 µs up to 100 ms, and one for anything later.
 const BUCKET_US: u64 = 100;
@@ -116,7 +116,7 @@ async fn main() -> Result<(), Error> {
         let refused: Vec<Error> = timer.schedule_many(batch).await.into_iter().filter_map(Result::err).collect();
         assert!(refused.is_empty(), "refused: {:?}", &refused[..refused.len().min(3)]);
         let done = (chunk + 1) * BATCH;
-        if done % (64 * BATCH) < BATCH || done >= n {
+        if done % (256 * BATCH) < BATCH || done >= n {
             println!("  {:>9} scheduled in {:>6.0} ms", done.min(n), began.elapsed().as_secs_f64() * 1e3);
         }
     }

@@ -252,7 +252,7 @@ impl Scheduler {
     /// A call holds its thread while it places its batch (about 250–350 ns per timer with a
     /// million pending, on the 2-core machine of `BENCHMARKS.md`), and on that thread timers due
     /// meanwhile wait for it. Around a thousand timers per call keeps each call well under a
-    /// millisecond and costs no more per timer than larger batches: for a million timers due over
+    /// millisecond and costs about the same per timer as larger batches: for a million timers due over
     /// two seconds, batches of 4,096 put the 99th percentile of lateness at 11–12 ms, batches of
     /// 1,024 at 4.6–6.2 ms.
     ///
