@@ -6,8 +6,8 @@
 //! and writes one cache line (a probe walks 1.5 slots on average at half full, 8.5 at the most
 //! the table holds, three quarters), where a map holding the keys needs a control byte and a
 //! 32-byte bucket in two places; the table is under a third of the size; and growing it rehashes
-//! from the stored bits, touching no key. A lookup compares the stored hash bits first and reads a wheel entry's
-//! key only when they match (through the `is` closure its caller passes).
+//! from the stored bits, touching no key. A lookup compares the stored hash bits first and reads
+//! a wheel entry's key only when they match (through the `is` closure its caller passes).
 //!
 //! Removal shifts the entries after the slot back (no tombstones), so a probe always ends at the
 //! first empty slot, and the table never needs cleaning.
