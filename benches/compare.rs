@@ -1,4 +1,4 @@
-//! Comparison benchmark: timewheel against the timers its users would otherwise pick, on the workloads of
+//! Comparison benchmark: tokio-timewheel against the timers its users would otherwise pick, on the workloads of
 //! BENCH.md (W1 insert, W2 cancel, W3 fire, W4 idle), all in one run.
 //!
 //! ```text
@@ -39,7 +39,7 @@ mod wheels;
 use std::time::Duration;
 
 use measure::{IdleWindow, Rt};
-use timewheel::Advance;
+use tokio_timewheel::Advance;
 
 /// The implementations under test.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -70,11 +70,11 @@ impl Impl {
 
     pub fn name(self) -> &'static str {
         match self {
-            Impl::Hierarchical => "timewheel-hierarchical",
-            Impl::Rounds => "timewheel-rounds",
-            Impl::Service => "timewheel-service",
-            Impl::ServiceBatch => "timewheel-service-batch",
-            Impl::ServiceInterval => "timewheel-service-interval",
+            Impl::Hierarchical => "tokio-timewheel-hierarchical",
+            Impl::Rounds => "tokio-timewheel-rounds",
+            Impl::Service => "tokio-timewheel-service",
+            Impl::ServiceBatch => "tokio-timewheel-service-batch",
+            Impl::ServiceInterval => "tokio-timewheel-service-interval",
             Impl::TokioTask => "tokio-task",
             Impl::DelayQueue => "tokio-delayqueue",
             Impl::KeyMapFloor => "floor-keymap",
@@ -170,8 +170,8 @@ impl Workload {
 
 const USAGE: &str = "usage: compare <impl> <w12|w3|w4|w4base> [N] [--rt=none|current|multi] [--w4-window=SECS]
        compare suite [--quick]
-impls: timewheel-hierarchical timewheel-rounds timewheel-service timewheel-service-batch
-       timewheel-service-interval (w4 only) tokio-task tokio-delayqueue";
+impls: tokio-timewheel-hierarchical tokio-timewheel-rounds tokio-timewheel-service tokio-timewheel-service-batch
+       tokio-timewheel-service-interval (w4 only) tokio-task tokio-delayqueue";
 
 fn main() {
     let mut positional = Vec::new();

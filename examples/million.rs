@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use timewheel::{Error, Scheduler};
+use tokio_timewheel::{Error, Scheduler};
 use tokio::time::Instant;
 
 /// Timers per `schedule_many` / `cancel_many` call.

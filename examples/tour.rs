@@ -1,4 +1,4 @@
-//! A tour of timewheel on its defaults (1 ms tick, hierarchical wheel, next-deadline advance),
+//! A tour of tokio-timewheel on its defaults (1 ms tick, hierarchical wheel, next-deadline advance),
 //! in real time, in about three seconds:
 //!
 //! 1. connection timeouts: a few thousand connections each get a 1.5 s idle timeout; traffic
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use timewheel::{Error, Repeat, Scheduler};
+use tokio_timewheel::{Error, Repeat, Scheduler};
 use tokio::time::{sleep, Instant};
 
 const CONNECTIONS: usize = 5_000;
@@ -24,7 +24,7 @@ async fn main() -> Result<(), Error> {
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     let started = Instant::now();
     let timer = Scheduler::builder().start()?;
-    println!("timewheel tour: 1 ms tick, hierarchical wheel, sleeping to the next deadline\n");
+    println!("tokio-timewheel tour: 1 ms tick, hierarchical wheel, sleeping to the next deadline\n");
 
     let connections = tokio::spawn(connection_timeouts(timer.clone()));
     let buffs = tokio::spawn(game_buffs(timer.clone()));

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use timewheel::{Error, Scheduler};
+use tokio_timewheel::{Error, Scheduler};
 
 fn recorder(
     log: &Arc<Mutex<Vec<String>>>,

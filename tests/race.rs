@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use timewheel::{Advance, Error, Repeat, Scheduler, WheelKind};
+use tokio_timewheel::{Advance, Error, Repeat, Scheduler, WheelKind};
 
 const TASKS: u64 = 4;
 const ROUNDS: u64 = 2_000;

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use timewheel::{Advance, Error, Repeat, Scheduler, WheelKind};
+use tokio_timewheel::{Advance, Error, Repeat, Scheduler, WheelKind};
 use tokio::time::Instant;
 
 const COMBOS: [(WheelKind, Advance); 4] = [

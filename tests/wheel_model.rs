@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use timewheel::wheel::{EntryId, HierarchicalWheel, RoundsWheel, Wheel};
+use tokio_timewheel::wheel::{EntryId, HierarchicalWheel, RoundsWheel, Wheel};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -193,5 +193,5 @@ fn zero_and_oversized_slot_counts_are_refused() {
     assert!(HierarchicalWheel::<()>::new(1).is_err(), "one slot per level never reaches further");
     assert!(RoundsWheel::<()>::new(0).is_err());
     assert!(RoundsWheel::<()>::new(1).is_ok());
-    assert!(RoundsWheel::<()>::new(timewheel::wheel::MAX_SLOTS + 1).is_err());
+    assert!(RoundsWheel::<()>::new(tokio_timewheel::wheel::MAX_SLOTS + 1).is_err());
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::suite::{Config, Row, REPETITIONS};
 use crate::{Impl, Workload};
 
-/// The two rivals every timewheel figure is compared with.
+/// The two rivals every tokio-timewheel figure is compared with.
 const RIVALS: [Impl; 2] = [Impl::TokioTask, Impl::DelayQueue];
 
 /// Medians over the repetitions, by implementation name, workload name, N and field.
@@ -99,7 +99,7 @@ fn opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), num)
 }
 
-/// `value (ratio vs tokio-task / ratio vs DelayQueue)` (no `|`, which would split a markdown cell) for timewheel implementations, the plain value for rivals.
+/// `value (ratio vs tokio-task / ratio vs DelayQueue)` (no `|`, which would split a markdown cell) for tokio-timewheel implementations, the plain value for rivals.
 fn with_ratios(m: &Medians, imp: Impl, workload: &str, n: usize, field: &str) -> String {
     let Some(v) = m.get(imp, workload, n, field) else {
         return "-".to_string();
@@ -117,7 +117,7 @@ fn with_ratios(m: &Medians, imp: Impl, workload: &str, n: usize, field: &str) ->
     format!("{} ({})", num(v), ratios.join(" / "))
 }
 
-const RATIO_NOTE: &str = "timewheel cells: median (ratio vs tokio-task / ratio vs tokio-delayqueue)";
+const RATIO_NOTE: &str = "tokio-timewheel cells: median (ratio vs tokio-task / ratio vs tokio-delayqueue)";
 
 fn tables(config: &Config, m: &Medians) -> Vec<Table> {
     let w12_impls: Vec<Impl> = Impl::ALL.into_iter().filter(|i| i.supports(Workload::W12)).collect();
@@ -355,7 +355,7 @@ pub fn write(config: &Config, rows: &[Row], dir: &Path) {
     let verdicts = verdicts(config, &m);
     let mode =
         if config.quick { "quick: N = 100K everywhere, W4 window 2 s; T2 compares 100K with 10K" } else { "full" };
-    let heading = format!("timewheel comparison — medians of {REPETITIONS} runs ({mode})");
+    let heading = format!("tokio-timewheel comparison — medians of {REPETITIONS} runs ({mode})");
 
     let mut text = format!("\n{heading}\n\n");
     for t in &tables {

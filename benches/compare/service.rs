@@ -1,4 +1,4 @@
-//! `timewheel-service`, `timewheel-service-batch` and (W4 only) `timewheel-service-interval`: the Tokio timer
+//! `tokio-timewheel-service`, `tokio-timewheel-service-batch` and (W4 only) `tokio-timewheel-service-interval`: the Tokio timer
 //! service with 1 ms ticks and a 64-slot hierarchical wheel, fed from a task of the same runtime.
 //!
 //! Every timer's job is `sink::fire_keyed`, a plain function: the service stores its own copy of the key (it
@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use timewheel::{Advance, Scheduler, WheelKind};
+use tokio_timewheel::{Advance, Scheduler, WheelKind};
 
 use crate::inputs::{self, W12Inputs, W4_DELAY_MS};
 use crate::measure::{self, IdleWindow, Rt, Snapshot, ROUNDS};

@@ -109,7 +109,7 @@ pub fn fire(i: usize) {
     }
 }
 
-/// The keyed job handed to the timewheel service: a plain function, so every scheduled timer carries nothing
+/// The keyed job handed to the tokio-timewheel service: a plain function, so every scheduled timer carries nothing
 /// but its key.
 pub async fn fire_keyed(key: String) {
     fire(crate::inputs::index_of(&key));

@@ -1,11 +1,11 @@
-//! `timewheel-hierarchical` and `timewheel-rounds`: the pure wheels, driven directly on the bench's thread with
+//! `tokio-timewheel-hierarchical` and `tokio-timewheel-rounds`: the pure wheels, driven directly on the bench's thread with
 //! no runtime. Ticks are 1 ms; the value stored is the timer index.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use timewheel::wheel::{EntryId, HierarchicalWheel, RoundsWheel, Wheel};
+use tokio_timewheel::wheel::{EntryId, HierarchicalWheel, RoundsWheel, Wheel};
 
 use crate::inputs::{self, W12Inputs, W4_DELAY_MS};
 use crate::measure::{self, IdleWindow, Rt, Snapshot, ROUNDS};

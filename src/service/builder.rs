@@ -109,7 +109,7 @@ impl Builder {
     ///
     /// # Examples
     /// ```
-    /// # use timewheel::{Error, Scheduler};
+    /// # use tokio_timewheel::{Error, Scheduler};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Error> {
     /// let timer = Scheduler::builder().capacity(100_000).start()?;

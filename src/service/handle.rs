@@ -53,7 +53,7 @@ pub struct Stats {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use timewheel::{Error, Scheduler};
+/// use tokio_timewheel::{Error, Scheduler};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Error> {
@@ -110,7 +110,7 @@ impl Scheduler {
     /// # Examples
     /// ```
     /// # use std::time::Duration;
-    /// # use timewheel::{Error, Scheduler};
+    /// # use tokio_timewheel::{Error, Scheduler};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Error> {
     /// let timer = Scheduler::builder().start()?;
@@ -165,7 +165,7 @@ impl Scheduler {
     /// # Examples
     /// ```
     /// # use std::time::Duration;
-    /// # use timewheel::{Error, Repeat, Scheduler};
+    /// # use tokio_timewheel::{Error, Repeat, Scheduler};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Error> {
     /// let timer = Scheduler::builder().start()?;
@@ -217,7 +217,7 @@ impl Scheduler {
     /// # Examples
     /// ```
     /// # use std::time::Duration;
-    /// # use timewheel::{Error, Scheduler};
+    /// # use tokio_timewheel::{Error, Scheduler};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Error> {
     /// let timer = Scheduler::builder().start()?;
@@ -262,7 +262,7 @@ impl Scheduler {
     /// # Examples
     /// ```
     /// # use std::time::Duration;
-    /// # use timewheel::{Error, Scheduler};
+    /// # use tokio_timewheel::{Error, Scheduler};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Error> {
     /// let timer = Scheduler::builder().start()?;
@@ -390,7 +390,7 @@ impl Scheduler {
     /// # Examples
     /// ```
     /// # use std::time::Duration;
-    /// # use timewheel::{Error, Scheduler};
+    /// # use tokio_timewheel::{Error, Scheduler};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Error> {
     /// let timer = Scheduler::builder().start()?;
@@ -452,7 +452,7 @@ impl Scheduler {
     /// # Examples
     /// ```
     /// # use std::time::Duration;
-    /// # use timewheel::{Error, Scheduler};
+    /// # use tokio_timewheel::{Error, Scheduler};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Error> {
     /// let timer = Scheduler::builder().start()?;

@@ -18,7 +18,7 @@ use crate::Error;
 /// # Examples
 /// ```
 /// # use std::time::Duration;
-/// # use timewheel::{Error, Scheduler};
+/// # use tokio_timewheel::{Error, Scheduler};
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Error> {
 /// let timer = Scheduler::builder().start()?;

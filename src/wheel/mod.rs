@@ -17,7 +17,7 @@
 //!
 //! # Examples
 //! ```
-//! use timewheel::wheel::{HierarchicalWheel, Wheel};
+//! use tokio_timewheel::wheel::{HierarchicalWheel, Wheel};
 //!
 //! let mut wheel = HierarchicalWheel::new(64)?;
 //! let soon = wheel.insert(5, "soon");
@@ -28,7 +28,7 @@
 //! let mut fired = Vec::new();
 //! wheel.advance(100_000, |e| fired.push((e.deadline, e.value)));
 //! assert_eq!(fired, [(90_000, "much later")]);
-//! # Ok::<(), timewheel::Error>(())
+//! # Ok::<(), tokio_timewheel::Error>(())
 //! ```
 
 mod bitmap;

@@ -25,7 +25,7 @@ const MAX_ROUNDS: u32 = OVERDUE - 1;
 ///
 /// # Examples
 /// ```
-/// use timewheel::wheel::{RoundsWheel, Wheel};
+/// use tokio_timewheel::wheel::{RoundsWheel, Wheel};
 ///
 /// // Seed 004's delayed messages: 3600 one-second slots, a task 3610 s away goes round once.
 /// let mut wheel = RoundsWheel::new(3600)?;
@@ -35,7 +35,7 @@ const MAX_ROUNDS: u32 = OVERDUE - 1;
 /// assert!(fired.is_empty());
 /// wheel.advance(3610, |e| fired.push(e.value));
 /// assert_eq!(fired, ["auto-review order 42"]);
-/// # Ok::<(), timewheel::Error>(())
+/// # Ok::<(), tokio_timewheel::Error>(())
 /// ```
 pub struct RoundsWheel<T> {
     slab: Slab<T>,
