@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_timewheel::{Error, Scheduler};
 use tokio::time::Instant;
+use tokio_timewheel::{Error, Scheduler};
 
 /// Timers per `schedule_many` / `cancel_many` call.
 const BATCH: usize = 1_024;

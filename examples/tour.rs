@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_timewheel::{Error, Repeat, Scheduler};
 use tokio::time::{sleep, Instant};
+use tokio_timewheel::{Error, Repeat, Scheduler};
 
 const CONNECTIONS: usize = 5_000;
 const IDLE_TIMEOUT: Duration = Duration::from_millis(1_500);

@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio_timewheel::{Advance, Error, Repeat, Scheduler, WheelKind};
 use tokio::time::Instant;
+use tokio_timewheel::{Advance, Error, Repeat, Scheduler, WheelKind};
 
 const COMBOS: [(WheelKind, Advance); 4] = [
     (WheelKind::Hierarchical, Advance::NextDeadline),
