@@ -3,20 +3,26 @@
 //! Its loop is the classic ticker `for { select { ... } }`: advance the wheels either on an
 //! interval of one tick or by sleeping to their next deadline, and answer the commands that come
 //! over the channel. Timers themselves never pass through it: handles place and remove them in
-//! the shards (see `shared`). The tick is always read from the clock, so a late wake-up catches up
+//! the shards (see `shards`). The tick is always read from the clock, so a late wake-up catches up
 //! in one advance and the wheels never drift from real time.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::builder::Advance;
 use super::clock::Clock;
-use super::command::Command;
+use super::config::Advance;
 use super::job::Starts;
-use super::shared::{Fired, Shared};
+use super::shards::{Fired, Shared};
+
+/// Requests that go over the channel: what needs the actor itself, not just the timers.
+pub(crate) enum Command {
+    /// Reply once every command sent before this one has been handled.
+    Flush(oneshot::Sender<()>),
+    Stop(oneshot::Sender<usize>),
+}
 
 /// Commands taken off the channel per wake-up.
 const BATCH: usize = 64;

@@ -1,40 +1,24 @@
 //! Configuration of the service.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::Scheduler;
+use tokio::sync::mpsc;
+
+use super::actor;
+use super::clock::Clock;
+use super::config::{Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_SLOTS, DEFAULT_TICK};
+use super::scheduler::Scheduler;
+use super::shards::Shared;
 use crate::wheel::{HierarchicalWheel, RoundsWheel};
 use crate::Error;
 
-/// The default tick: 1 ms, the resolution of Tokio's own timer.
-pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
-/// The default number of buckets per wheel level (or in the rounds ring).
-pub const DEFAULT_SLOTS: usize = 64;
-/// The default capacity of the channel that carries `flush` and `stop` to the actor.
-pub const DEFAULT_CHANNEL_CAPACITY: usize = 1024;
-
-/// Which timing wheel the service keeps its timers in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WheelKind {
-    /// Kafka-style levels that reach any deadline; cheap for far and sparse timers, and lets the
-    /// actor sleep straight to the next due bucket. The default.
-    #[default]
-    Hierarchical,
-    /// One ring of `slots` buckets with a rounds count per timer; simple and quick when nearly
-    /// all delays fit in one revolution (`slots * tick`), wasteful for far deadlines.
-    Rounds,
-}
-
-/// How the actor moves the wheel's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Advance {
-    /// Sleep until the wheels' next due bucket, woken early by a new timer due before it. Idle
-    /// costs nothing. The default.
-    #[default]
-    NextDeadline,
-    /// Wake on a `tokio::time::interval` of one tick, like the classic ticker loop, whether or
-    /// not anything is due.
-    Interval,
+impl Scheduler {
+    /// A [`Builder`] with the defaults: 1 ms tick, 64 slots, hierarchical wheel, next-deadline
+    /// advance, no cap on pending timers.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
 }
 
 /// Configures and starts a [`Scheduler`]. Made by [`Scheduler::builder`].
@@ -153,6 +137,11 @@ impl Builder {
             WheelKind::Hierarchical => drop(HierarchicalWheel::<()>::new(self.slots)?),
             WheelKind::Rounds => drop(RoundsWheel::<()>::new(self.slots)?),
         }
-        Scheduler::start(self, &runtime)
+        let clock = Clock::new(self.tick)?;
+        let shared = Arc::new(Shared::new(self.wheel, self.slots, self.max_pending, self.capacity)?);
+        let (tx, rx) = mpsc::channel(self.channel_capacity);
+        let config = actor::Config { clock, advance: self.advance, tick: self.tick };
+        runtime.spawn(actor::run(rx, shared.clone(), config));
+        Ok(Scheduler::new(tx, shared, clock))
     }
 }

@@ -51,7 +51,7 @@ impl KeyIndex {
         KeyIndex { slots: Vec::new(), len: 0 }
     }
 
-    #[cfg(test)]
+    /// How many keys the table holds.
     pub fn len(&self) -> usize {
         self.len
     }

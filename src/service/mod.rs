@@ -9,18 +9,32 @@
 //!
 //! All time comes from `tokio::time`, so `tokio::time::pause()` and `advance()` drive the
 //! service deterministically in tests.
+//!
+//! Where things are (dependencies point down this list only):
+//! - `builder.rs`: [`Builder`], which spawns the actor and hands out the first [`Scheduler`];
+//! - `scheduler.rs`: the handle, [`Scheduler`]; `scheduled.rs`: the [`Scheduled`] future;
+//! - `actor.rs`: the actor's loop and the commands it takes over its channel;
+//! - `shards/`: the timers shared by both: routing and `max_pending` (`mod.rs`), one shard's key
+//!   map and wheel (`shard.rs`, `wheel.rs`), the fire path (`fired.rs`), the wake-up protocol
+//!   between handles and actor (`wake.rs`), the watchers behind `Scheduled` (`watch.rs`);
+//! - `timer.rs` (what a wheel entry holds), `job.rs` (how jobs start), `key.rs` and `index.rs`
+//!   (keys and the key map), `clock.rs` (instants to ticks), `stats.rs`, `config.rs`.
 
 mod actor;
 mod builder;
 mod clock;
-mod command;
-mod handle;
+mod config;
 mod index;
 mod job;
 mod key;
 mod scheduled;
-mod shared;
+mod scheduler;
+mod shards;
+mod stats;
+mod timer;
 
-pub use builder::{Advance, Builder, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_SLOTS, DEFAULT_TICK};
-pub use handle::{Repeat, Scheduler, Stats};
+pub use builder::Builder;
+pub use config::{Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_SLOTS, DEFAULT_TICK};
 pub use scheduled::Scheduled;
+pub use scheduler::{Repeat, Scheduler};
+pub use stats::Stats;

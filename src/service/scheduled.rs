@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::key::Key;
-use super::shared::{Shared, Ticket};
+use super::shards::{Shared, Ticket};
 use crate::Error;
 
 /// Resolves when its timer ends: `Ok(())` after the timer's last run, `Err(Error::Cancelled)`

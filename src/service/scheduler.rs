@@ -1,4 +1,5 @@
-//! `Scheduler`: the cheap, cloneable handle to the timer service.
+//! `Scheduler`: the cheap, cloneable handle to the timer service (the handle half of the actor
+//! and handle pair; the actor is `actor.rs`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,14 +8,14 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::actor;
-use super::builder::Builder;
+use super::actor::Command;
 use super::clock::{Clock, Due};
-use super::command::{Command, Repeating, Run, Timer};
 use super::job::Wake;
 use super::key::Key;
-use super::shared::Shared;
-use super::Scheduled;
+use super::scheduled::Scheduled;
+use super::shards::Shared;
+use super::stats::Stats;
+use super::timer::{Repeating, Run, Timer};
 use crate::Error;
 
 /// How many times a repeating timer runs.
@@ -24,22 +25,6 @@ pub enum Repeat {
     Times(u64),
     /// Until cancelled or the service stops.
     Forever,
-}
-
-/// A snapshot of the service's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Timers accepted and not yet ended.
-    pub pending: usize,
-    /// Timers accepted since the start.
-    pub scheduled: u64,
-    /// Runs started: each run of a repeating timer counts, and so does a keyed sleep waking.
-    pub fired: u64,
-    /// Timers ended by a cancel.
-    pub cancelled: u64,
-    /// Timers ended because the service stopped.
-    pub stopped: u64,
 }
 
 /// A handle to a running timer service.
@@ -73,19 +58,8 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// A [`Builder`] with the defaults: 1 ms tick, 64 slots, hierarchical wheel, next-deadline
-    /// advance, no cap on pending timers.
-    pub fn builder() -> Builder {
-        Builder::default()
-    }
-
-    pub(crate) fn start(builder: Builder, runtime: &tokio::runtime::Handle) -> Result<Self, Error> {
-        let clock = Clock::new(builder.tick)?;
-        let shared = Arc::new(Shared::new(builder.wheel, builder.slots, builder.max_pending, builder.capacity)?);
-        let (tx, rx) = mpsc::channel(builder.channel_capacity);
-        let config = actor::Config { clock, advance: builder.advance, tick: builder.tick };
-        runtime.spawn(actor::run(rx, shared.clone(), config));
-        Ok(Scheduler { tx, shared, clock })
+    pub(crate) fn new(tx: mpsc::Sender<Command>, shared: Arc<Shared>, clock: Clock) -> Self {
+        Scheduler { tx, shared, clock }
     }
 
     /// Runs `job` with the timer's key once `delay` has passed.

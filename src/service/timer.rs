@@ -1,8 +1,7 @@
-//! What the wheels hold for a timer, and the commands handles send to the actor over the channel.
+//! What the wheels hold for a timer.
 
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::clock::Clock;
@@ -87,13 +86,6 @@ impl Timer {
         };
         (self.key, job)
     }
-}
-
-/// Requests that go over the channel: what needs the actor itself, not just the timers.
-pub(crate) enum Command {
-    /// Reply once every command sent before this one has been handled.
-    Flush(oneshot::Sender<()>),
-    Stop(oneshot::Sender<usize>),
 }
 
 #[cfg(test)]

@@ -1,0 +1,35 @@
+//! The settings a [`Builder`](super::Builder) collects that other parts of the service read: the
+//! kinds of wheel and advance, and the defaults.
+
+use std::time::Duration;
+
+/// The default tick: 1 ms, the resolution of Tokio's own timer.
+pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
+/// The default number of buckets per wheel level (or in the rounds ring).
+pub const DEFAULT_SLOTS: usize = 64;
+/// The default capacity of the channel that carries `flush` and `stop` to the actor.
+pub const DEFAULT_CHANNEL_CAPACITY: usize = 1024;
+
+/// Which timing wheel the service keeps its timers in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WheelKind {
+    /// Kafka-style levels that reach any deadline; cheap for far and sparse timers, and lets the
+    /// actor sleep straight to the next due bucket. The default.
+    #[default]
+    Hierarchical,
+    /// One ring of `slots` buckets with a rounds count per timer; simple and quick when nearly
+    /// all delays fit in one revolution (`slots * tick`), wasteful for far deadlines.
+    Rounds,
+}
+
+/// How the actor moves the wheel's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Advance {
+    /// Sleep until the wheels' next due bucket, woken early by a new timer due before it. Idle
+    /// costs nothing. The default.
+    #[default]
+    NextDeadline,
+    /// Wake on a `tokio::time::interval` of one tick, like the classic ticker loop, whether or
+    /// not anything is due.
+    Interval,
+}

@@ -1,0 +1,393 @@
+//! The timers, shared by the handles and the actor: split into shards by key, each shard a key
+//! map and a wheel of its own behind one lock (see `shard.rs`).
+//!
+//! # One lock per request, and no hand-over
+//! A key's shard is chosen by its hash. Scheduling claims the key and puts the timer in the
+//! shard's wheel under that shard's lock; cancelling releases the key under it and leaves the
+//! timer's entry to be swept out of the wheel with others. So a request costs one uncontended
+//! lock, it is complete when its call returns, and the actor never sees a timer before it is due.
+//!
+//! # The actor
+//! On each wake-up the actor advances every shard's wheel to the clock's tick, one shard at a time
+//! under its lock (see `fired.rs`), and calls the due jobs once the lock is released, so no user
+//! code ever runs under a shard's lock (timers dropped by a cancel or a stop are dropped outside
+//! it too). When to wake it is `wake.rs`'s business.
+//!
+//! # Who ends a timer
+//! Whoever removes a timer's key ends it, exactly once, under the shard's lock: the actor when the
+//! timer fires for the last time or the service stops, a handle when it cancels. (When a repeating
+//! timer fires, the actor releases its key and claims it again for the timer's next entry under
+//! the same lock, so the timer never looks ended.) Its `Scheduled` future learns the outcome
+//! through the shard's watchers (see `watch.rs`).
+
+mod fired;
+mod shard;
+mod wake;
+mod watch;
+mod wheel;
+
+#[cfg(test)]
+mod tests;
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+
+use tokio::time::Instant;
+
+use super::clock::{Clock, Due};
+use super::config::WheelKind;
+use super::stats::Stats;
+use super::timer::{Run, Timer, ARMED};
+use crate::Error;
+pub(crate) use fired::Fired;
+use shard::{Shard, SWEEP_AT};
+use wake::Wake;
+pub(crate) use watch::Outcome;
+
+/// Where a new timer went, for its `Scheduled` future to find it again without hashing its key:
+/// its shard, the slab slot of the wheel entry it was placed in (a hint only: the timer may have
+/// moved, ended or been cancelled since), and its serial number.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ticket {
+    pub shard: u32,
+    pub entry: u32,
+    pub serial: u64,
+}
+
+/// One shard, on its own cache lines so that locking one does not slow a neighbour.
+#[repr(align(128))]
+struct Padded(Mutex<Shard>);
+
+pub(crate) struct Shared {
+    shards: Box<[Padded]>,
+    hasher: foldhash::fast::RandomState,
+    /// `shards.len()` is `1 << shard_bits`.
+    shard_bits: u32,
+    pub max_pending: usize,
+    /// Timers pending across all shards, kept only when `max_pending` is set.
+    limited_pending: AtomicUsize,
+    wake: Wake,
+}
+
+impl Shared {
+    /// Four shards per core (as a power of two), each with an empty wheel of `kind`, and room
+    /// for its share of `capacity` timers (see [`Builder::capacity`](super::Builder::capacity)).
+    pub fn new(kind: WheelKind, slots: usize, max_pending: usize, capacity: usize) -> Result<Self, Error> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let shard_bits = (cores * 4).clamp(4, 64).next_power_of_two().trailing_zeros();
+        let hasher = foldhash::fast::RandomState::default();
+        // A shard's share, with room for the keys not spreading quite evenly; room past
+        // `max_pending` would never be used.
+        let capacity = capacity.min(max_pending);
+        let share = capacity.div_ceil(1 << shard_bits);
+        let share = if capacity == 0 { 0 } else { share.saturating_add(share / 16 + 64) };
+        // Checked before anything is allocated.
+        if share > crate::wheel::MAX_ENTRIES {
+            return Err(Error::invalid(format!(
+                "no room for {capacity} timers: a shard's wheel holds at most {} entries",
+                crate::wheel::MAX_ENTRIES
+            )));
+        }
+        let shards = (0..1u32 << shard_bits)
+            .map(|_| Ok(Padded(Mutex::new(Shard::new(kind, slots, share)?))))
+            .collect::<Result<_, Error>>()?;
+        Ok(Shared { shards, hasher, shard_bits, max_pending, limited_pending: AtomicUsize::new(0), wake: Wake::new() })
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard of a key, and the key's hash. The shard comes from the top bits, which the
+    /// key map does not use (it places and tags keys by the low 32).
+    fn locate(&self, key: &[u8]) -> (usize, u64) {
+        let hash = self.hasher.hash_one(key);
+        ((hash >> (64 - self.shard_bits)) as usize, hash)
+    }
+
+    /// Locks a shard. Nothing user-supplied runs under a shard's lock, so only a bug of this
+    /// crate can poison one; the shard is used as it is then, rather than panic again in every
+    /// later call (and abort, from the drops that lock it while a panic unwinds).
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+        self.shards[shard].0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the actor if a timer set at `set_at` and due at `deadline` in `shard`'s wheel
+    /// cannot wait for its next wake-up. Called under the shard's lock, after the timer is
+    /// placed (see `wake.rs`).
+    fn wake_if_urgent(&self, shard: &mut Shard, set_at: u64, deadline: u64) {
+        if self.wake.urgent(set_at, shard.wheel.wake_by(deadline)) {
+            self.wake.wake_actor();
+        }
+    }
+
+    /// Resolves when a timer has been placed that the actor's next wake-up would be too late for.
+    pub async fn ready(&self) {
+        self.wake.ready().await
+    }
+
+    /// Claims `timer.key` for a new timer due at `due` and puts it in the shard's wheel. Returns
+    /// where it went.
+    pub fn add(&self, timer: Timer, due: Due, watched: bool) -> Result<Ticket, Error> {
+        let (shard, hash) = self.locate(timer.key.as_bytes());
+        let claimed = {
+            let mut s = self.lock(shard);
+            let claimed = self.claim(&mut s, hash, timer, due.deadline, watched);
+            if claimed.is_ok() {
+                self.wake_if_urgent(&mut s, due.set_at, due.deadline);
+            }
+            claimed
+        };
+        // A refused timer is dropped here, with no lock held.
+        let (serial, entry) = claimed.map_err(|(error, _timer)| error)?;
+        Ok(Ticket { shard: shard as u32, entry, serial })
+    }
+
+    /// Claims many keys (none watched), in order, taking each shard's lock once for all its
+    /// keys: a locked instruction waits for earlier stores to reach the cache, so one lock per
+    /// key would pay each key's cache miss in turn, while under one lock the misses of a shard's
+    /// keys overlap.
+    pub fn add_many(&self, timers: Vec<(Timer, u64)>, set_at: u64) -> Vec<Result<(), Error>> {
+        let mut results = vec![Ok(()); timers.len()];
+        let mut refused = Vec::new();
+        if !self.reserve(timers.len()) {
+            // Too close to `max_pending` to know in advance which items fit: one by one, in order.
+            for (result, (timer, deadline)) in results.iter_mut().zip(timers) {
+                let (shard, hash) = self.locate(timer.key.as_bytes());
+                let mut s = self.lock(shard);
+                if let Err((error, timer)) = self.claim(&mut s, hash, timer, deadline, false) {
+                    *result = Err(error);
+                    refused.push(timer);
+                } else {
+                    self.wake_if_urgent(&mut s, set_at, deadline);
+                }
+            }
+            return results;
+        }
+        let mut groups = self.by_shard(timers.iter().map(|(timer, _)| timer.key.as_bytes()));
+        let mut timers: Vec<Option<(Timer, u64)>> = timers.into_iter().map(Some).collect();
+        for (shard, batch) in groups.drain(..) {
+            let mut s = self.lock(shard);
+            // Touch every key's home slot first: the loads do not depend on one another, so the
+            // processor overlaps their cache misses, where the claims below would wait on each.
+            for &(_, hash) in &batch {
+                s.keys.touch(hash);
+            }
+            let mut urgent = false;
+            for (i, hash) in batch {
+                let (timer, deadline) = timers[i].take().expect("each timer is in one group");
+                // Room in `max_pending` is held already.
+                match s.claim(hash, timer, deadline, false) {
+                    Ok(_) => urgent |= self.wake.urgent(set_at, s.wheel.wake_by(deadline)),
+                    Err((error, timer)) => {
+                        results[i] = Err(error);
+                        refused.push(timer);
+                        self.release(1);
+                    }
+                }
+            }
+            if urgent {
+                self.wake.wake_actor();
+            }
+        }
+        results
+    }
+
+    /// Claims the key for one timer under its shard's lock, counting it against `max_pending`.
+    /// A refused timer comes back with the error, to be dropped once the lock is released.
+    fn claim(
+        &self,
+        s: &mut Shard,
+        hash: u64,
+        timer: Timer,
+        deadline: u64,
+        watched: bool,
+    ) -> Result<(u64, u32), (Error, Timer)> {
+        if !self.reserve(1) {
+            return Err((Error::Full(self.max_pending), timer));
+        }
+        s.claim(hash, timer, deadline, watched).inspect_err(|_| self.release(1))
+    }
+
+    /// Reserves room for `n` more pending timers under `max_pending`, all or none.
+    fn reserve(&self, n: usize) -> bool {
+        self.max_pending == usize::MAX
+            || self
+                .limited_pending
+                .fetch_update(Relaxed, Relaxed, |pending| pending.checked_add(n).filter(|&p| p <= self.max_pending))
+                .is_ok()
+    }
+
+    /// Gives back the room of `n` timers that ended or were never accepted.
+    fn release(&self, n: usize) {
+        if self.max_pending != usize::MAX && n > 0 {
+            self.limited_pending.fetch_sub(n, Relaxed);
+        }
+    }
+
+    /// Groups keys (by position) under the shard that holds them, each with its hash; a
+    /// counting sort, since shards are few.
+    fn by_shard<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Vec<(usize, Vec<(usize, u64)>)> {
+        let mut groups: Vec<(usize, Vec<(usize, u64)>)> = (0..self.shards.len()).map(|s| (s, Vec::new())).collect();
+        for (i, key) in keys.enumerate() {
+            let (shard, hash) = self.locate(key);
+            groups[shard].1.push((i, hash));
+        }
+        groups.retain(|(_, batch)| !batch.is_empty());
+        groups
+    }
+
+    /// Moves the timer holding `key` to the deadline `due` (tick `deadline`, set at tick
+    /// `set_at`); a repeating timer goes on at its period from `due`.
+    pub fn move_timer(&self, key: &str, due: Instant, deadline: u64, set_at: u64) -> Result<(), Error> {
+        let (shard, hash) = self.locate(key.as_bytes());
+        let mut s = self.lock(shard);
+        if s.closed {
+            return Err(Error::Stopped);
+        }
+        let pos = s.find(hash, key.as_bytes(), None).ok_or(Error::NotFound)?;
+        s.move_to(pos, deadline, |timer| {
+            if let Run::Repeat(repeat) = &mut timer.run {
+                repeat.due = due;
+            }
+        });
+        self.wake_if_urgent(&mut s, set_at, deadline);
+        Ok(())
+    }
+
+    /// Cancels the timer holding `key` (only if it has the serial number `serial`, when given).
+    /// Returns whether this call ended it.
+    pub fn cancel(&self, key: &[u8], serial: Option<u64>) -> bool {
+        let (shard, hash) = self.locate(key);
+        let mut swept = Vec::new();
+        let waker = {
+            let mut s = self.lock(shard);
+            let Some(waker) = s.cancel(hash, key, serial) else {
+                return false;
+            };
+            if s.cancelled.len() >= SWEEP_AT {
+                s.sweep(&mut swept);
+            }
+            waker
+        };
+        self.release(1);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        drop(swept);
+        true
+    }
+
+    /// The batch form of [`cancel`](Self::cancel), one lock per shard (see
+    /// [`add_many`](Self::add_many)). Returns, per key, whether this call ended its timer.
+    pub fn cancel_many(&self, keys: &[&[u8]]) -> Vec<bool> {
+        let mut ended = vec![false; keys.len()];
+        let mut swept = Vec::new();
+        let mut wake = Vec::new();
+        for (shard, batch) in self.by_shard(keys.iter().copied()) {
+            let mut s = self.lock(shard);
+            // Touch every key's home slot first, as `add_many` does.
+            for &(_, hash) in &batch {
+                s.keys.touch(hash);
+            }
+            for (i, hash) in batch {
+                if let Some(waker) = s.cancel(hash, keys[i], None) {
+                    ended[i] = true;
+                    wake.extend(waker);
+                }
+            }
+            if s.cancelled.len() >= SWEEP_AT {
+                s.sweep(&mut swept);
+            }
+        }
+        self.release(ended.iter().filter(|&&e| e).count());
+        wake.into_iter().for_each(Waker::wake);
+        drop(swept);
+        ended
+    }
+
+    /// Whether a timer with this key is pending.
+    pub fn contains(&self, key: &str) -> bool {
+        let (shard, hash) = self.locate(key.as_bytes());
+        self.lock(shard).find(hash, key.as_bytes(), None).is_some()
+    }
+
+    /// The counters, summed over the shards.
+    pub fn stats(&self) -> Stats {
+        let mut total = Stats::default();
+        for shard in 0..self.shards.len() {
+            total.add(&self.lock(shard).counts);
+        }
+        total
+    }
+
+    /// For the actor, before it advances the wheels: a timer placed from now on that cannot
+    /// wait wakes it again.
+    pub fn clear_signal(&self) {
+        self.wake.clear_signal();
+    }
+
+    /// For the actor: advances `shard`'s wheel to tick `now` (see `fired.rs`). Returns the
+    /// wheel's next deadline.
+    pub fn fire(&self, shard: usize, now: u64, clock: &Clock, fired: &mut Fired) -> Option<u64> {
+        let (ended, next) = fired::advance(&mut self.lock(shard), &self.hasher, now, clock, fired);
+        self.release(ended);
+        next
+    }
+
+    /// For the actor: takes the entries of `shard`'s cancelled timers out of its wheel, into
+    /// `timers` to be dropped with no lock held.
+    pub fn sweep(&self, shard: usize, timers: &mut Vec<Timer>) {
+        self.lock(shard).sweep(timers);
+    }
+
+    /// For the actor, before it waits: publishes the tick it will wake at without being told
+    /// (0 if it wakes on every tick whatever is due, at least 1 otherwise), then says whether a
+    /// timer was placed meanwhile that is due before it.
+    pub fn will_wake_at(&self, tick: u64) -> bool {
+        self.wake.publish(tick);
+        // A timer placed after this look finds `tick` under the shard's lock, and wakes the
+        // actor if it cannot wait for it.
+        tick != 0
+            && (0..self.shards.len()).any(|shard| self.lock(shard).wheel.next_deadline().is_some_and(|t| t < tick))
+    }
+
+    /// For the actor, once it stops (or its task is dropped): refuses every request to `shard`
+    /// from now on and ends its pending timers as stopped. Returns how many there were.
+    pub fn close(&self, shard: usize) -> usize {
+        let mut timers = Vec::new();
+        let mut wake = Vec::new();
+        let stopped = self.lock(shard).close(&mut timers, &mut wake);
+        self.release(stopped);
+        wake.into_iter().for_each(Waker::wake);
+        drop(timers);
+        stopped
+    }
+
+    /// Polls the outcome of timer `serial` of `shard` for its `Scheduled` future.
+    pub fn poll_outcome(&self, shard: u32, serial: u64, waker: &Waker) -> Option<Outcome> {
+        self.lock(shard as usize).watchers.poll(serial, waker)
+    }
+
+    /// Stops watching the timer of `ticket` (holding `key`): clears its `ARMED` bit, or forgets
+    /// its recorded outcome.
+    pub fn unwatch(&self, key: &[u8], ticket: Ticket, polled: bool) {
+        let Ticket { shard, entry, serial } = ticket;
+        let mut s = self.lock(shard as usize);
+        // Most often the timer is still in the entry it was placed in (a cancelled one's entry
+        // has lost its serial number); if not, look its key up.
+        let index = match s.wheel.try_at(entry) {
+            Some((_, timer)) if timer.serial() == serial => Some(entry),
+            _ => s.find(self.hasher.hash_one(key), key, Some(serial)).map(|pos| s.keys.index_at(pos)),
+        };
+        if let Some(index) = index {
+            s.wheel.at_mut(index).serial &= !ARMED;
+        }
+        // An unpolled watcher of a pending timer has nothing in `watchers` to clean up.
+        if polled || index.is_none() {
+            s.watchers.forget(serial);
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! One shard: a key map and a wheel behind one lock, with the watchers and counters of its
+//! timers. Claiming a key places its timer in the wheel; cancelling releases the key and leaves
+//! the wheel entry to be swept out with others.
+//!
+//! # Invariants (checked by [`Shard::check`] in debug builds)
+//! - Every entry in the wheel is named by exactly one key-map slot (its key's) or waits in
+//!   `cancelled`: `keys.len() + cancelled.len() == wheel.len()`.
+//! - `counts.pending == keys.len()`: a timer is pending exactly while its key is claimed.
+
+use std::task::Waker;
+
+use super::super::config::WheelKind;
+use super::super::index::KeyIndex;
+use super::super::key::Probe;
+use super::super::stats::Stats;
+use super::super::timer::{Timer, ARMED};
+use super::watch::{Outcome, Watchers};
+use super::wheel::ShardWheel;
+use crate::wheel::EntryId;
+use crate::Error;
+
+/// How many cancelled timers a shard keeps in its wheel before the cancel that makes it this many
+/// sweeps them out (the actor sweeps every shard it advances, too). Few enough that the entries,
+/// which each cancel has just read to compare its key, are still in cache when they are swept.
+pub(super) const SWEEP_AT: usize = 64;
+
+/// The serial number a cancelled timer's entry gets while it waits to be swept, which no timer
+/// has: a `Ticket` that points at the entry then does not take it for its pending timer.
+const CANCELLED: u64 = u64::MAX;
+
+pub(super) struct Shard {
+    /// Which wheel entry holds each claimed key (see [`KeyIndex`]).
+    pub keys: KeyIndex,
+    pub wheel: ShardWheel,
+    /// The wheel entries of cancelled timers, whose keys are released already, taken out of the
+    /// wheel together (see [`Shard::sweep`]).
+    pub cancelled: Vec<EntryId>,
+    pub watchers: Watchers,
+    /// The serial number of the next timer.
+    next_serial: u64,
+    /// Set once the service has stopped: requests are refused from then on.
+    pub closed: bool,
+    pub counts: Stats,
+}
+
+impl Shard {
+    /// An empty shard with room for `capacity` timers.
+    pub fn new(kind: WheelKind, slots: usize, capacity: usize) -> Result<Self, Error> {
+        let mut keys = KeyIndex::new();
+        keys.try_reserve(capacity).map_err(|e| Error::invalid(format!("no room for {capacity} timers: {e}")))?;
+        Ok(Shard {
+            keys,
+            wheel: ShardWheel::new(kind, slots, capacity)?,
+            cancelled: Vec::new(),
+            watchers: Watchers::default(),
+            next_serial: 0,
+            closed: false,
+            counts: Stats::default(),
+        })
+    }
+
+    /// The key map slot of the pending timer holding `key` (whose hash is `hash`), if it has
+    /// the serial number `serial` (when given).
+    pub fn find(&self, hash: u64, key: &[u8], serial: Option<u64>) -> Option<usize> {
+        let probe = Probe::new(key);
+        self.keys.find(hash, |index| {
+            let (_, timer) = self.wheel.at(index);
+            timer.key.matches(&probe) && serial.is_none_or(|s| timer.serial() == s)
+        })
+    }
+
+    /// Claims the key for a timer (already counted against `max_pending`) and puts the timer in
+    /// the wheel; returns its serial number and its entry's slab slot. A refused timer comes
+    /// back with the error.
+    pub fn claim(
+        &mut self,
+        hash: u64,
+        mut timer: Timer,
+        deadline: u64,
+        watched: bool,
+    ) -> Result<(u64, u32), (Error, Timer)> {
+        if self.closed {
+            return Err((Error::Stopped, timer));
+        }
+        if self.wheel.len() >= crate::wheel::MAX_ENTRIES {
+            return Err((Error::Full(crate::wheel::MAX_ENTRIES), timer));
+        }
+        self.keys.reserve_one();
+        let wheel = &self.wheel;
+        let Err(vacant) = self.keys.find_or_vacant(hash, |index| wheel.at(index).1.key == timer.key) else {
+            return Err((Error::DuplicateKey(timer.key.as_str().to_owned()), timer));
+        };
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        timer.serial = serial | if watched { ARMED } else { 0 };
+        let entry = self.wheel.insert(deadline, timer);
+        self.keys.fill(vacant, hash, entry.index());
+        self.counts.pending += 1;
+        self.counts.scheduled += 1;
+        self.check();
+        Ok((serial, entry.index()))
+    }
+
+    /// Moves the pending timer in key-map slot `pos` to tick `deadline`, and returns it for the
+    /// caller to adjust.
+    pub fn move_to(&mut self, pos: usize, deadline: u64, adjust: impl FnOnce(&mut Timer)) {
+        let (id, _) = self.wheel.at(self.keys.index_at(pos));
+        let mut timer = self.wheel.remove(id).expect("a pending timer is in its shard's wheel");
+        adjust(&mut timer);
+        let entry = self.wheel.insert(deadline, timer);
+        self.keys.set_index(pos, entry.index());
+    }
+
+    /// Cancels the timer holding `key` if it has the serial number `serial` (when given):
+    /// releases the key, leaves its wheel entry to the next sweep, tells its watcher and counts
+    /// it. Returns whether it ended a timer, with the watcher's waker to call once unlocked.
+    pub fn cancel(&mut self, hash: u64, key: &[u8], serial: Option<u64>) -> Option<Option<Waker>> {
+        let pos = self.find(hash, key, serial)?;
+        let index = self.keys.index_at(pos);
+        let (id, _) = self.wheel.at(index);
+        let serial = std::mem::replace(&mut self.wheel.at_mut(index).serial, CANCELLED);
+        self.keys.remove(pos);
+        self.cancelled.push(id);
+        self.counts.cancelled += 1;
+        let waker = self.finish(serial, &Err(Error::Cancelled));
+        self.check();
+        Some(waker)
+    }
+
+    /// Takes the cancelled timers' entries out of the wheel, into `timers` to be dropped once
+    /// unlocked. Done in batches because the entries' places in their buckets are scattered
+    /// through memory: with every id known up front the processor fetches several at once, where
+    /// a cancel that took its own entry out would wait for each in turn.
+    pub fn sweep(&mut self, timers: &mut Vec<Timer>) {
+        timers.reserve(self.cancelled.len());
+        for id in self.cancelled.drain(..) {
+            timers.extend(self.wheel.remove(id));
+        }
+    }
+
+    /// Refuses every request from now on and ends every pending timer as stopped, their wakers
+    /// into `wake`; every timer taken out goes into `timers`, to be dropped once unlocked.
+    /// Returns how many were pending.
+    pub fn close(&mut self, timers: &mut Vec<Timer>, wake: &mut Vec<Waker>) -> usize {
+        self.closed = true;
+        // Cancelled timers, ended already, then every pending one.
+        self.sweep(timers);
+        let swept = timers.len();
+        self.wheel.advance(u64::MAX, |expired| timers.push(expired.value));
+        self.keys.clear();
+        let pending = &timers[swept..];
+        self.counts.stopped += pending.len() as u64;
+        for timer in pending {
+            wake.extend(self.finish(timer.serial, &Err(Error::Stopped)));
+        }
+        self.check();
+        pending.len()
+    }
+
+    /// The bookkeeping of a timer that has ended, its key released: records `outcome` for its
+    /// watcher, if it has one, and returns the waker to call once unlocked.
+    /// `serial` is the timer's, with its [`ARMED`] bit.
+    pub fn finish(&mut self, serial: u64, outcome: &Outcome) -> Option<Waker> {
+        self.counts.pending -= 1;
+        if serial & ARMED == 0 {
+            return None;
+        }
+        self.watchers.record(serial & !ARMED, outcome)
+    }
+
+    /// Checks the invariants of the module docs, in debug builds.
+    pub fn check(&self) {
+        debug_assert_eq!(
+            self.keys.len() + self.cancelled.len(),
+            self.wheel.len(),
+            "every wheel entry is named by a key or waits in `cancelled`"
+        );
+        debug_assert_eq!(self.counts.pending, self.keys.len(), "a timer is pending exactly while its key is claimed");
+    }
+}

@@ -1,0 +1,96 @@
+//! A shard's wheel: one of the two pure wheels, chosen by the builder, behind the few calls a
+//! shard makes of it.
+
+use super::super::config::WheelKind;
+use super::super::timer::Timer;
+use crate::wheel::{EntryId, Expired, HierarchicalWheel, RoundsWheel, Wheel};
+use crate::Error;
+
+/// A shard's wheel, of the kind the builder chose.
+pub(super) enum ShardWheel {
+    Hierarchical(HierarchicalWheel<Timer>),
+    Rounds(RoundsWheel<Timer>),
+}
+
+impl ShardWheel {
+    pub fn new(kind: WheelKind, slots: usize, capacity: usize) -> Result<Self, Error> {
+        Ok(match kind {
+            WheelKind::Hierarchical => {
+                let mut wheel = HierarchicalWheel::new(slots)?;
+                wheel.try_reserve(capacity)?;
+                ShardWheel::Hierarchical(wheel)
+            }
+            WheelKind::Rounds => {
+                let mut wheel = RoundsWheel::new(slots)?;
+                wheel.try_reserve(capacity)?;
+                ShardWheel::Rounds(wheel)
+            }
+        })
+    }
+
+    /// The pending timer in slab slot `index`; the key map names no other.
+    pub fn at(&self, index: u32) -> (EntryId, &Timer) {
+        self.try_at(index).expect("the key map names pending timers only")
+    }
+
+    /// The pending or cancelled timer in slab slot `index`, if any.
+    pub fn try_at(&self, index: u32) -> Option<(EntryId, &Timer)> {
+        match self {
+            ShardWheel::Hierarchical(w) => w.at(index),
+            ShardWheel::Rounds(w) => w.at(index),
+        }
+    }
+
+    pub fn at_mut(&mut self, index: u32) -> &mut Timer {
+        match self {
+            ShardWheel::Hierarchical(w) => w.at_mut(index),
+            ShardWheel::Rounds(w) => w.at_mut(index),
+        }
+        .expect("the key map names pending timers only")
+    }
+
+    pub fn insert(&mut self, deadline: u64, timer: Timer) -> EntryId {
+        match self {
+            ShardWheel::Hierarchical(w) => w.insert(deadline, timer),
+            ShardWheel::Rounds(w) => w.insert(deadline, timer),
+        }
+    }
+
+    pub fn remove(&mut self, id: EntryId) -> Option<Timer> {
+        match self {
+            ShardWheel::Hierarchical(w) => w.remove(id),
+            ShardWheel::Rounds(w) => w.remove(id),
+        }
+    }
+
+    pub fn advance(&mut self, now: u64, expired: impl FnMut(Expired<Timer>)) {
+        match self {
+            ShardWheel::Hierarchical(w) => w.advance(now, expired),
+            ShardWheel::Rounds(w) => w.advance(now, expired),
+        }
+    }
+
+    pub fn next_deadline(&self) -> Option<u64> {
+        match self {
+            ShardWheel::Hierarchical(w) => w.next_deadline(),
+            ShardWheel::Rounds(w) => w.next_deadline(),
+        }
+    }
+
+    /// The tick by which the actor must advance this wheel for a timer just placed at
+    /// `deadline`: the deadline, or earlier if placing it made a bucket busy enough to drain
+    /// ahead of its start (see the hierarchical wheel's docs).
+    pub fn wake_by(&mut self, deadline: u64) -> u64 {
+        match self {
+            ShardWheel::Hierarchical(w) => w.take_armed_drain().map_or(deadline, |t| t.min(deadline)),
+            ShardWheel::Rounds(_) => deadline,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            ShardWheel::Hierarchical(w) => w.len(),
+            ShardWheel::Rounds(w) => w.len(),
+        }
+    }
+}
