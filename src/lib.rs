@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, rust_2018_idioms)]
 
@@ -8,6 +9,6 @@ pub mod wheel;
 
 pub use error::Error;
 pub use service::{
-    Advance, Builder, Repeat, Scheduled, Scheduler, Stats, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_SLOTS,
-    DEFAULT_TICK,
+    Advance, Builder, CancelOnDrop, Expirations, Lateness, Repeat, Scheduled, Scheduler, Stats, TimerQueue, WheelKind,
+    DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_SLOTS, DEFAULT_TICK, LATENESS_WINDOW,
 };

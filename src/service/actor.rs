@@ -31,11 +31,19 @@ pub(crate) struct Config {
     pub clock: Clock,
     pub advance: Advance,
     pub tick: Duration,
+    /// Warn when a wake-up fires timers more than this many ticks late.
+    pub lag_warning: u64,
 }
+
+/// The least time between two warnings that timers fire late.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 struct Actor {
     shared: Arc<Shared>,
     clock: Clock,
+    lag_warning: u64,
+    /// When the last lateness warning was logged.
+    warned_at: Option<Instant>,
     /// Reused buffers of what one advance fired.
     fired: Fired,
     /// The jobs due in the current advance, started together once it is done.
@@ -43,8 +51,14 @@ struct Actor {
 }
 
 pub(crate) async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>, config: Config) {
-    let mut actor =
-        Actor { shared: shared.clone(), clock: config.clock, fired: Fired::default(), starts: Starts::default() };
+    let mut actor = Actor {
+        shared: shared.clone(),
+        clock: config.clock,
+        lag_warning: config.lag_warning,
+        warned_at: None,
+        fired: Fired::default(),
+        starts: Starts::default(),
+    };
     let mut batch = Vec::with_capacity(BATCH);
     let mut ticker = (config.advance == Advance::Interval).then(|| {
         let mut ticker = tokio::time::interval_at(Instant::now() + config.tick, config.tick);
@@ -143,7 +157,7 @@ impl Actor {
     /// order. Returns the earliest next deadline of the wheels.
     fn fire_due(&mut self) -> Option<u64> {
         self.shared.clear_signal();
-        let now = self.clock.now();
+        let now = Instant::now();
         let mut next: Option<u64> = None;
         for shard in 0..self.shared.shard_count() {
             let shard_next = self.shared.fire(shard, now, &self.clock, &mut self.fired);
@@ -153,17 +167,39 @@ impl Actor {
             };
         }
         self.fired.note_use();
+        self.note_lateness(now);
         self.fired.wakers.drain(..).for_each(std::task::Waker::wake);
         self.fired.swept.clear();
         // A wheel yields its due entries in no set order, and the shards' lists follow one another:
         // sort them by deadline (a stable sort, cheap on the runs of one tick it mostly sees).
         self.fired.jobs.sort_by_key(|&(deadline, ..)| deadline);
         for (_, job, key) in self.fired.jobs.drain(..) {
-            self.starts.push(job.as_job(), key.as_str().to_owned());
+            self.starts.push(job, key.as_str().to_owned());
         }
         self.starts.spawn();
         self.fired.trim();
         next
+    }
+
+    /// Adds how late this advance's timers were to the recent window, and warns (at most once
+    /// every [`WARN_EVERY`]) if any was more than `lag_warning` ticks late.
+    fn note_lateness(&mut self, now: Instant) {
+        if self.fired.late.count() == 0 {
+            return;
+        }
+        self.shared.lateness.lock().unwrap_or_else(std::sync::PoisonError::into_inner).add(&self.fired.late, now);
+        let lag = std::mem::take(&mut self.fired.lag);
+        if lag > self.lag_warning && self.warned_at.is_none_or(|at| now.duration_since(at) >= WARN_EVERY) {
+            self.warned_at = Some(now);
+            tracing::warn!(
+                lag_ticks = lag,
+                p99_late_ms = self.fired.late.quantile(0.99).as_secs_f64() * 1e3,
+                "timers are firing {lag} ticks late: the runtime is too busy for the timer service \
+                 (long synchronous jobs, blocking code on its threads, or more firings than it can \
+                 start); see Scheduler::lateness"
+            );
+        }
+        self.fired.late.clear();
     }
 
     /// Takes the cancelled timers of every shard out of its wheel, and drops them.

@@ -40,6 +40,18 @@ impl Clock {
         Ok(Clock { origin: Instant::now(), tick_nanos })
     }
 
+    /// Nanoseconds from the origin to `at` (0 before it), saturating, and the tick then.
+    pub fn read_nanos(&self, at: Instant) -> (u64, u64) {
+        let nanos = self.since_origin(at).unwrap_or(u64::MAX);
+        (nanos, nanos / self.tick_nanos)
+    }
+
+    /// How far `now_nanos` (from [`read_nanos`](Self::read_nanos)) is past the start of tick
+    /// `deadline`.
+    pub fn late_by(&self, now_nanos: u64, deadline: u64) -> Duration {
+        Duration::from_nanos(now_nanos.saturating_sub(deadline.saturating_mul(self.tick_nanos)))
+    }
+
     /// The current tick, rounded down.
     pub fn now(&self) -> u64 {
         self.tick_at(Instant::now())

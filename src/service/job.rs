@@ -19,11 +19,18 @@ use std::task::{Context, Poll};
 /// A started job: the future its closure returned.
 pub(crate) type JobFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// A job the actor can start any number of times (once per firing).
+/// A repeating timer's job: the actor can start it any number of times (once per run).
 pub(crate) trait Job: Send + Sync + 'static {
     /// Calls the user's closure with the key. A closure that panics before returning its
     /// future is reported and does not unwind into the actor.
     fn call(&self, key: String) -> Option<JobFuture>;
+}
+
+/// A one-shot timer's job: started at most once, so it may own what it needs (a
+/// `oneshot::Sender`, a value to deliver) and need not be `Sync`.
+pub(crate) trait OnceJob: Send + 'static {
+    /// Calls the user's closure with the key, as [`Job::call`] does.
+    fn call_once(self: Box<Self>, key: String) -> Option<JobFuture>;
 
     /// Whether firing only wakes the timer's waiter, with nothing to call.
     fn only_wakes(&self) -> bool {
@@ -35,13 +42,24 @@ pub(crate) trait Job: Send + Sync + 'static {
 /// boxing it allocates nothing.
 pub(crate) struct Wake;
 
-impl Job for Wake {
-    fn call(&self, _key: String) -> Option<JobFuture> {
+impl OnceJob for Wake {
+    fn call_once(self: Box<Self>, _key: String) -> Option<JobFuture> {
         None
     }
 
     fn only_wakes(&self) -> bool {
         true
+    }
+}
+
+/// Calls `f`, catching a panic before it returns its future.
+fn guarded<Fut: Future<Output = ()> + Send + 'static>(f: impl FnOnce() -> Fut) -> Option<JobFuture> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(future) => Some(Box::pin(future)),
+        Err(_) => {
+            tracing::error!("a timer job panicked before returning its future");
+            None
+        }
     }
 }
 
@@ -51,28 +69,36 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     fn call(&self, key: String) -> Option<JobFuture> {
-        match catch_unwind(AssertUnwindSafe(|| self(key))) {
-            Ok(future) => Some(Box::pin(future)),
-            Err(_) => {
-                tracing::error!("a timer job panicked before returning its future");
-                None
-            }
-        }
+        guarded(|| self(key))
+    }
+}
+
+/// A one-shot job given as a closure.
+pub(crate) struct Once<F>(pub F);
+
+impl<F, Fut> OnceJob for Once<F>
+where
+    F: FnOnce(String) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    fn call_once(self: Box<Self>, key: String) -> Option<JobFuture> {
+        guarded(|| (self.0)(key))
     }
 }
 
 /// A due timer's job, as the actor takes it out of the timer's shard: a one-shot timer's job
 /// leaves with the timer, a repeating timer's is shared with the timer waiting for its next run.
 pub(crate) enum JobRef {
-    Owned(Box<dyn Job>),
+    Owned(Box<dyn OnceJob>),
     Shared(Arc<dyn Job>),
 }
 
 impl JobRef {
-    pub fn as_job(&self) -> &dyn Job {
+    /// Calls the job with the key.
+    pub fn call(self, key: String) -> Option<JobFuture> {
         match self {
-            JobRef::Owned(job) => job.as_ref(),
-            JobRef::Shared(job) => job.as_ref(),
+            JobRef::Owned(job) => job.call_once(key),
+            JobRef::Shared(job) => job.call(key),
         }
     }
 }
@@ -84,7 +110,7 @@ pub(crate) struct Starts {
 }
 
 impl Starts {
-    pub fn push(&mut self, job: &dyn Job, key: String) {
+    pub fn push(&mut self, job: JobRef, key: String) {
         self.futures.extend(job.call(key));
     }
 

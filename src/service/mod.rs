@@ -12,7 +12,8 @@
 //!
 //! Where things are (dependencies point down this list only):
 //! - `builder.rs`: [`Builder`], which spawns the actor and hands out the first [`Scheduler`];
-//! - `scheduler.rs`: the handle, [`Scheduler`]; `scheduled.rs`: the [`Scheduled`] future;
+//! - `scheduler.rs`: the handle, [`Scheduler`]; `scheduled.rs`: the [`Scheduled`] future and
+//!   its [`CancelOnDrop`] guard; `queue.rs`: [`TimerQueue`] and its [`Expirations`] stream;
 //! - `actor.rs`: the actor's loop and the commands it takes over its channel;
 //! - `shards/`: the timers shared by both: routing and `max_pending` (`mod.rs`), one shard's key
 //!   map and wheel (`shard.rs`, `wheel.rs`), the fire path (`fired.rs`), the wake-up protocol
@@ -27,6 +28,8 @@ mod config;
 mod index;
 mod job;
 mod key;
+mod lateness;
+mod queue;
 mod scheduled;
 mod scheduler;
 mod shards;
@@ -34,7 +37,9 @@ mod stats;
 mod timer;
 
 pub use builder::Builder;
-pub use config::{Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_SLOTS, DEFAULT_TICK};
-pub use scheduled::Scheduled;
+pub use config::{Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_SLOTS, DEFAULT_TICK};
+pub use lateness::{Lateness, LATENESS_WINDOW};
+pub use queue::{Expirations, TimerQueue};
+pub use scheduled::{CancelOnDrop, Scheduled};
 pub use scheduler::{Repeat, Scheduler};
 pub use stats::Stats;

@@ -57,12 +57,72 @@ impl Scheduled {
         self.key.as_str()
     }
 
-    pub(crate) fn serial(&self) -> u64 {
-        self.ticket.serial
+    /// Turns this future into one that also cancels its timer when dropped before the timer
+    /// ends, like tokio's `AbortOnDropHandle`: for a timeout that belongs to a connection or a
+    /// request, so that dropping the guard with its owner cancels it. It cancels only this
+    /// timer, never a later one that took the same key.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let guard = timer.schedule("req-9", Duration::from_secs(5), |_| async {}).await?.cancel_on_drop();
+    /// assert!(timer.contains("req-9"));
+    /// drop(guard); // the request finished in time
+    /// assert!(!timer.contains("req-9"));
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel_on_drop(self) -> CancelOnDrop {
+        CancelOnDrop { scheduled: Some(self) }
+    }
+}
+
+/// A [`Scheduled`] that cancels its timer when dropped before the timer ends. Made by
+/// [`Scheduled::cancel_on_drop`]; it is itself a future with the same output.
+#[must_use = "dropping a CancelOnDrop cancels its timer at once"]
+pub struct CancelOnDrop {
+    /// `None` once disarmed or finished.
+    scheduled: Option<Scheduled>,
+}
+
+impl CancelOnDrop {
+    /// The key of the timer this guard watches.
+    pub fn key(&self) -> &str {
+        self.scheduled.as_ref().map_or("", Scheduled::key)
     }
 
-    pub(crate) fn shared_key(&self) -> &Key {
-        &self.key
+    /// Gives the [`Scheduled`] back without cancelling the timer.
+    pub fn disarm(mut self) -> Scheduled {
+        self.scheduled.take().expect("a guard holds its future until it is disarmed or finished")
+    }
+}
+
+impl Future for CancelOnDrop {
+    type Output = Result<(), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let scheduled = self.scheduled.as_mut().expect("CancelOnDrop polled after it completed");
+        let outcome = std::task::ready!(Pin::new(scheduled).poll(cx));
+        // The timer has ended: nothing is left to cancel.
+        self.scheduled = None;
+        Poll::Ready(outcome)
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(scheduled) = &self.scheduled {
+            scheduled.shared.cancel(scheduled.key.as_bytes(), Some(scheduled.ticket.serial));
+        }
+    }
+}
+
+impl std::fmt::Debug for CancelOnDrop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CancelOnDrop").field("scheduled", &self.scheduled).finish()
     }
 }
 

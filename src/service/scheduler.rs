@@ -10,8 +10,9 @@ use tokio::time::Instant;
 
 use super::actor::Command;
 use super::clock::{Clock, Due};
-use super::job::Wake;
+use super::job::{Once, Wake};
 use super::key::Key;
+use super::lateness::Lateness;
 use super::scheduled::Scheduled;
 use super::shards::Shared;
 use super::stats::Stats;
@@ -64,12 +65,16 @@ impl Scheduler {
 
     /// Runs `job` with the timer's key once `delay` has passed.
     ///
-    /// The job is called on the service's task, and the future it returns is polled first on a
-    /// task shared with the jobs due at the same tick and, if it has to wait, goes on as a Tokio
-    /// task of its own; so a slow or panicking job never holds up the wheel (see the README's
-    /// "Jobs" for what jobs due together share). It fires no
-    /// earlier than `delay` from now and, on an unloaded runtime, within two ticks of it; a zero
-    /// delay fires on the next tick.
+    /// The deadline is fixed when this method is called, as with `tokio::time::sleep`: a future
+    /// first awaited 100 ms later still fires `delay` after the call. The key is claimed when the
+    /// future is first polled.
+    ///
+    /// The job is called once, on the service's task, and the future it returns is polled first
+    /// on a task shared with the jobs due at the same tick and, if it has to wait, goes on as a
+    /// Tokio task of its own; so a slow or panicking job never holds up the wheel. It fires no
+    /// earlier than `delay` after the call and, on an unloaded runtime, within two ticks of it; a
+    /// zero delay fires on the next tick. The job is `FnOnce`: it may own what it needs, such as a
+    /// `oneshot::Sender`.
     ///
     /// # Errors
     /// - [`Error::DuplicateKey`] if a timer with this key is pending (that timer is untouched);
@@ -88,22 +93,28 @@ impl Scheduler {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Error> {
     /// let timer = Scheduler::builder().start()?;
-    /// let done = timer.schedule("req-1", Duration::from_millis(250), |key| async move {
-    ///     println!("{key}: no answer in 250 ms");
+    /// let (tx, rx) = tokio::sync::oneshot::channel();
+    /// let done = timer.schedule("req-1", Duration::from_millis(250), move |key| async move {
+    ///     let _ = tx.send(format!("{key}: no answer in 250 ms"));
     /// }).await?;
     /// let err = timer.schedule("req-1", Duration::from_secs(1), |_| async {}).await.unwrap_err();
     /// assert_eq!(err, Error::DuplicateKey("req-1".into()));
     /// done.await?; // resolves once the job has been started
+    /// assert_eq!(rx.await.unwrap(), "req-1: no answer in 250 ms");
     /// # Ok(()) }
     /// ```
-    pub async fn schedule<K, F, Fut>(&self, key: K, delay: Duration, job: F) -> Result<Scheduled, Error>
+    pub fn schedule<K, F, Fut>(
+        &self,
+        key: K,
+        delay: Duration,
+        job: F,
+    ) -> impl Future<Output = Result<Scheduled, Error>> + Send + '_
     where
         K: AsRef<str>,
-        F: Fn(String) -> Fut + Send + Sync + 'static,
+        F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let due = self.clock.after(delay)?;
-        self.submit(key.as_ref(), due, Run::Once(Box::new(job))).await
+        self.submit(Prepared::new(key.as_ref(), self.clock.after(delay), Run::Once(Box::new(Once(job)))))
     }
 
     /// Like [`schedule`](Self::schedule), with an absolute deadline. A deadline in the past
@@ -114,20 +125,25 @@ impl Scheduler {
     ///
     /// # Cancel safety
     /// As [`schedule`](Self::schedule).
-    pub async fn schedule_at<K, F, Fut>(&self, key: K, deadline: Instant, job: F) -> Result<Scheduled, Error>
+    pub fn schedule_at<K, F, Fut>(
+        &self,
+        key: K,
+        deadline: Instant,
+        job: F,
+    ) -> impl Future<Output = Result<Scheduled, Error>> + Send + '_
     where
         K: AsRef<str>,
-        F: Fn(String) -> Fut + Send + Sync + 'static,
+        F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let due = self.clock.at(deadline)?;
-        self.submit(key.as_ref(), due, Run::Once(Box::new(job))).await
+        self.submit(Prepared::new(key.as_ref(), self.clock.at(deadline), Run::Once(Box::new(Once(job)))))
     }
 
-    /// Runs `job` every `period`, first one period from now, at a fixed rate: run `n` is due at
-    /// `start + n * period` however late earlier runs were, so the timer never drifts (runs
-    /// missed while the service was held up are made up at once). The returned [`Scheduled`]
-    /// resolves after the last run of [`Repeat::Times`]; cancel by key to end it early.
+    /// Runs `job` every `period`, first one period after the call, at a fixed rate: run `n` is
+    /// due at `start + n * period` however late earlier runs were, so the timer never drifts
+    /// (runs missed while the service was held up are made up at once). The returned
+    /// [`Scheduled`] resolves after the last run of [`Repeat::Times`]; cancel by key to end it
+    /// early.
     ///
     /// # Errors
     /// As [`schedule`](Self::schedule), and [`Error::Invalid`] for a zero period or
@@ -151,35 +167,39 @@ impl Scheduler {
     /// assert_eq!(timer.stats().fired, 3);
     /// # Ok(()) }
     /// ```
-    pub async fn schedule_repeating<K, F, Fut>(
+    pub fn schedule_repeating<K, F, Fut>(
         &self,
         key: K,
         period: Duration,
         repeat: Repeat,
         job: F,
-    ) -> Result<Scheduled, Error>
+    ) -> impl Future<Output = Result<Scheduled, Error>> + Send + '_
     where
         K: AsRef<str>,
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        if period.is_zero() {
-            return Err(Error::invalid("a repeating timer's period must be longer than zero"));
-        }
-        let runs_left = match repeat {
-            Repeat::Times(0) => return Err(Error::invalid("Repeat::Times needs at least one run")),
-            Repeat::Times(n) => Some(n),
-            Repeat::Forever => None,
-        };
-        let now = Instant::now();
-        let due = self.clock.after_from(now, period)?;
-        let repeat =
-            Box::new(Repeating { period, due: Clock::instant_after(now, period)?, runs_left, job: Arc::new(job) });
-        self.submit(key.as_ref(), due, Run::Repeat(repeat)).await
+        let prepared = (|| {
+            if period.is_zero() {
+                return Err(Error::invalid("a repeating timer's period must be longer than zero"));
+            }
+            let runs_left = match repeat {
+                Repeat::Times(0) => return Err(Error::invalid("Repeat::Times needs at least one run")),
+                Repeat::Times(n) => Some(n),
+                Repeat::Forever => None,
+            };
+            let now = Instant::now();
+            let due = Clock::instant_after(now, period)?;
+            let repeat = Repeating { period, due, runs_left, job: Arc::new(job) };
+            Prepared::new(key.as_ref(), self.clock.after_from(now, period), Run::Repeat(Box::new(repeat)))
+        })();
+        self.submit(prepared)
     }
 
     /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
-    /// [`cancel`](Self::cancel)`(key)` is called from anywhere first.
+    /// [`cancel`](Self::cancel)`(key)` is called from anywhere first. As with
+    /// `tokio::time::sleep`, the deadline is fixed when this method is called, not when the
+    /// future is first polled; the key is claimed at the first poll.
     ///
     /// # Errors
     /// As [`schedule`](Self::schedule), plus [`Error::Cancelled`] as above.
@@ -202,33 +222,27 @@ impl Scheduler {
     /// assert_eq!(sleeper.await.unwrap(), Err(Error::Cancelled));
     /// # Ok(()) }
     /// ```
-    pub async fn sleep_keyed(&self, key: impl AsRef<str>, delay: Duration) -> Result<(), Error> {
-        let due = self.clock.after(delay)?;
-        let scheduled = self.submit(key.as_ref(), due, Run::Once(Box::new(Wake))).await?;
-        let mut guard = CancelOnDrop {
-            scheduler: self,
-            key: scheduled.shared_key().clone(),
-            serial: scheduled.serial(),
-            armed: true,
-        };
-        let outcome = scheduled.await;
-        guard.armed = false;
-        outcome
+    pub fn sleep_keyed(
+        &self,
+        key: impl AsRef<str>,
+        delay: Duration,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        let prepared = Prepared::new(key.as_ref(), self.clock.after(delay), Run::Once(Box::new(Wake)));
+        async move { self.submit(prepared).await?.cancel_on_drop().await }
     }
 
-    /// Schedules many timers in one pass, taking each shard's lock once: the way to create a million
-    /// timers in a short time. Returns one result per item, in order; an item that fails (a
-    /// duplicate key, also within the batch, an empty key, a delay out of range, `Full`) fails
-    /// alone. Timers scheduled this way have no [`Scheduled`] future: they end as any other
-    /// (fired, cancelled, stopped) and are counted in [`stats`](Self::stats).
+    /// Schedules many timers in one pass, taking each shard's lock once: the way to create a
+    /// million timers in a short time. Returns one result per item, in order; an item that fails
+    /// (a duplicate key, also within the batch, an empty key, a delay out of range, `Full`) fails
+    /// alone. Every deadline is fixed when this method is called (the items are read then).
+    /// Timers scheduled this way have no [`Scheduled`] future: they end as any other (fired,
+    /// cancelled, stopped) and are counted in [`stats`](Self::stats).
     ///
     /// # How many per call
-    /// A call holds its thread while it places its batch (about 250–350 ns per timer with a
-    /// million pending, on the 2-core machine of `BENCHMARKS.md`), and on that thread timers due
+    /// A call holds its thread while it places its batch, and on that thread timers due
     /// meanwhile wait for it. Around a thousand timers per call keeps each call well under a
-    /// millisecond and costs about the same per timer as larger batches: for a million timers due over
-    /// two seconds, batches of 4,096 put the 99th percentile of lateness at 11–12 ms, batches of
-    /// 1,024 at 4.6–6.2 ms.
+    /// millisecond and costs about the same per timer as larger batches (see
+    /// [BENCHMARKS.md](https://github.com/tokio-timewheel/tokio-timewheel/blob/main/BENCHMARKS.md)).
     ///
     /// # Cancel safety
     /// If the future is dropped before it completes, none of the batch is scheduled.
@@ -248,44 +262,47 @@ impl Scheduler {
     /// assert_eq!(timer.cancel_many(["conn-1", "conn-2"]).await, [true, false]);
     /// # Ok(()) }
     /// ```
-    pub async fn schedule_many<I, K, F, Fut>(&self, items: I) -> Vec<Result<(), Error>>
+    pub fn schedule_many<I, K, F, Fut>(&self, items: I) -> impl Future<Output = Vec<Result<(), Error>>> + Send + '_
     where
         I: IntoIterator<Item = (K, Duration, F)>,
         K: AsRef<str>,
-        F: Fn(String) -> Fut + Send + Sync + 'static,
+        F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        // A batch costs the caller one unit of Tokio's cooperative budget however large it is, so
-        // a task sending batch after batch could place millions of timers before the actor (on
-        // a current-thread runtime) gets to run, and those due meanwhile would fire late. Give
-        // the actor its turn before each batch (before, not after: nothing is claimed yet, so a
-        // future dropped here schedules nothing).
-        tokio::task::yield_now().await;
         let now = Instant::now();
         let reading = self.clock.read(now);
-        // Check every item first, then claim the keys of the good ones in one go.
+        // Check every item now, then claim the keys of the good ones in one go.
         let items = items.into_iter();
         let mut results = Vec::with_capacity(items.size_hint().0);
         let mut timers = Vec::with_capacity(items.size_hint().0);
         for (key, delay, job) in items {
             let key = key.as_ref();
-            let checked = self.check_key(key).and_then(|()| self.clock.after_reading(&reading, delay));
+            let checked = check_key(key).and_then(|()| self.clock.after_reading(&reading, delay));
             results.push(checked.map(|due| {
-                timers.push((Timer::new(Key::from(key), Run::Once(Box::new(job))), due.deadline));
+                timers.push((Timer::new(Key::from(key), Run::Once(Box::new(Once(job)))), due.deadline));
             }));
         }
-        if timers.is_empty() {
-            return results;
+        let set_at = self.clock.tick_of(&reading);
+        async move {
+            // A batch costs the caller one unit of Tokio's cooperative budget however large it
+            // is, so a task sending batch after batch could place millions of timers before the
+            // actor (on a current-thread runtime) gets to run, and those due meanwhile would fire
+            // late. Give the actor its turn before each batch (before, not after: nothing is
+            // claimed yet, so a future dropped here schedules nothing).
+            tokio::task::yield_now().await;
+            if timers.is_empty() {
+                return results;
+            }
+            let mut claimed = self.shared.add_many(timers, set_at).into_iter();
+            for result in results.iter_mut().filter(|r| r.is_ok()) {
+                *result = claimed.next().expect("one outcome per claim");
+            }
+            results
         }
-        let mut claimed = self.shared.add_many(timers, self.clock.tick_of(&reading)).into_iter();
-        for result in results.iter_mut().filter(|r| r.is_ok()) {
-            *result = claimed.next().expect("one outcome per claim");
-        }
-        results
     }
 
-    /// Cancels many timers in one pass, taking each shard's lock once. Returns, per key in order, whether
-    /// a pending timer was cancelled (as [`cancel`](Self::cancel) would).
+    /// Cancels many timers in one pass, taking each shard's lock once. Returns, per key in
+    /// order, whether a pending timer was cancelled (as [`cancel`](Self::cancel) would).
     ///
     /// # Cancel safety
     /// The cancels take effect, all of them, the first time the future is polled. The future
@@ -312,20 +329,83 @@ impl Scheduler {
         ended
     }
 
-    async fn submit(&self, key: &str, due: Due, run: Run) -> Result<Scheduled, Error> {
+    /// Claims the key of a checked request for a watched timer.
+    async fn submit(&self, prepared: Result<Prepared, Error>) -> Result<Scheduled, Error> {
         // A schedule waits for nothing while there is room, so without this a task scheduling
         // in a loop would hold its thread, and on a current-thread runtime the service too.
         tokio::task::coop::consume_budget().await;
-        self.check_key(key)?;
-        let key = Key::from(key);
+        let Prepared { key, due, run } = prepared?;
+        self.check_running()?;
         let ticket = self.shared.add(Timer::new(key.clone(), run), due, true)?;
         Ok(Scheduled::new(self.shared.clone(), key, ticket))
     }
 
-    fn check_key(&self, key: &str) -> Result<(), Error> {
-        if key.is_empty() {
-            return Err(Error::invalid("a timer key must not be empty"));
-        }
+    /// Claims the key of a checked timer nobody watches.
+    pub(crate) async fn submit_unwatched(&self, prepared: Result<Prepared, Error>) -> Result<(), Error> {
+        tokio::task::coop::consume_budget().await;
+        let Prepared { key, due, run } = prepared?;
+        self.check_running()?;
+        self.shared.add(Timer::new(key, run), due, false).map(drop)
+    }
+
+    /// Moves the pending timer with this key, or schedules `job` under it if none is pending,
+    /// in one step under the key's lock: no other task can take the key in between. The call
+    /// for a keep-alive: each message on a connection pushes its idle timeout back, and the
+    /// first one arms it. Returns `Ok(true)` if a new timer was scheduled (as `HashSet::insert`
+    /// does), `Ok(false)` if the pending one was moved, in which case `job` is dropped unused
+    /// and the pending timer keeps its own job (a repeating timer continues at its period from
+    /// the new deadline). The deadline is fixed when this method is called.
+    ///
+    /// # Errors
+    /// As [`schedule`](Self::schedule), except that a pending key is not an error.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, nothing has changed.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let idle = Duration::from_secs(30);
+    /// let on_idle = |key: String| async move { println!("{key}: idle, closing") };
+    /// assert!(timer.schedule_or_reset("idle:conn-7", idle, on_idle).await?, "first message: armed");
+    /// tokio::time::sleep(Duration::from_secs(20)).await;
+    /// assert!(!timer.schedule_or_reset("idle:conn-7", idle, on_idle).await?, "traffic: pushed back");
+    /// # Ok(()) }
+    /// ```
+    pub fn schedule_or_reset<K, F, Fut>(
+        &self,
+        key: K,
+        delay: Duration,
+        job: F,
+    ) -> impl Future<Output = Result<bool, Error>> + Send + '_
+    where
+        K: AsRef<str>,
+        F: FnOnce(String) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let now = Instant::now();
+        let at = Clock::instant_after(now, delay);
+        let prepared = Prepared::new(key.as_ref(), self.clock.after_from(now, delay), Run::Once(Box::new(Once(job))));
+        self.upsert(prepared.and_then(|prepared| Ok((prepared, at?))))
+    }
+
+    /// Moves the pending timer with the prepared key to its deadline (`at`), or claims the key.
+    pub(crate) async fn upsert(&self, prepared: Result<(Prepared, Instant), Error>) -> Result<bool, Error> {
+        tokio::task::coop::consume_budget().await;
+        let (Prepared { key, due, run }, at) = prepared?;
+        self.check_running()?;
+        self.shared.upsert(Timer::new(key, run), due, at)
+    }
+
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    fn check_running(&self) -> Result<(), Error> {
         if self.tx.is_closed() {
             return Err(Error::Stopped);
         }
@@ -336,7 +416,8 @@ impl Scheduler {
     /// not run and its [`Scheduled`] resolves `Err(Error::Cancelled)`. For a repeating timer,
     /// runs already started go on, and a run the service was firing at the very moment of the
     /// cancel may still start its job just after `cancel` returns; no later run does. Returns
-    /// `false` if no timer had the key.
+    /// `false` if no timer had the key. [`cancel_now`](Self::cancel_now) does the same without
+    /// `async`, for `Drop` impls.
     ///
     /// # Cancel safety
     /// The cancel takes effect the first time the future is polled, entirely; dropping the future
@@ -345,14 +426,43 @@ impl Scheduler {
     /// # Examples
     /// See [`Scheduler`].
     pub async fn cancel(&self, key: &str) -> bool {
-        let cancelled = self.shared.cancel(key.as_bytes(), None);
-        // As in `submit`: give way now and then to the service and other tasks.
+        let cancelled = self.cancel_now(key);
+        // Give way now and then to the service and other tasks, as `schedule` does.
         tokio::task::coop::consume_budget().await;
         cancelled
     }
 
-    /// Moves the pending timer with this key to `delay` from now; a repeating timer continues
-    /// at its period from there.
+    /// Cancels the pending timer with this key at once, as [`cancel`](Self::cancel) does, from
+    /// synchronous code such as a `Drop` impl. It takes one uncontended lock and never waits for
+    /// the service. Unlike `cancel` it does not count against the task's cooperative budget, so
+    /// a loop of many cancels on one task should use `cancel` or
+    /// [`cancel_many`](Self::cancel_many).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// struct Connection { id: u64, timer: Scheduler }
+    ///
+    /// impl Drop for Connection {
+    ///     fn drop(&mut self) {
+    ///         self.timer.cancel_now(&format!("idle:conn-{}", self.id));
+    ///     }
+    /// }
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// timer.schedule("idle:conn-7", Duration::from_secs(30), |_| async {}).await?;
+    /// drop(Connection { id: 7, timer: timer.clone() });
+    /// assert!(!timer.contains("idle:conn-7"));
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel_now(&self, key: &str) -> bool {
+        self.shared.cancel(key.as_bytes(), None)
+    }
+
+    /// Moves the pending timer with this key to `delay` after the call; a repeating timer
+    /// continues at its period from there.
     ///
     /// # Errors
     /// [`Error::NotFound`] if no timer with this key is pending, [`Error::Invalid`] for a delay
@@ -373,16 +483,80 @@ impl Scheduler {
     /// assert_eq!(timer.reschedule("conn-unknown", Duration::from_secs(1)).await, Err(Error::NotFound));
     /// # Ok(()) }
     /// ```
-    pub async fn reschedule(&self, key: &str, delay: Duration) -> Result<(), Error> {
+    pub fn reschedule<'a>(
+        &'a self,
+        key: &'a str,
+        delay: Duration,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
         let now = Instant::now();
-        let Due { deadline, set_at } = self.clock.after_from(now, delay)?;
-        let due = Clock::instant_after(now, delay)?;
-        if self.tx.is_closed() {
-            return Err(Error::Stopped);
-        }
-        // As in `submit`: give way now and then, before anything has moved.
+        let moved = self.clock.after_from(now, delay).and_then(|due| Ok((due, Clock::instant_after(now, delay)?)));
+        self.move_timer(key, moved)
+    }
+
+    /// Moves the pending timer with this key to the absolute `deadline`; a repeating timer
+    /// continues at its period from there. A deadline in the past fires on the next tick.
+    ///
+    /// # Errors
+    /// As [`reschedule`](Self::reschedule).
+    ///
+    /// # Cancel safety
+    /// As [`reschedule`](Self::reschedule).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio::time::Instant;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// timer.schedule("order-42:review", Duration::from_secs(3600), |_| async {}).await?;
+    /// let at = Instant::now() + Duration::from_secs(60);
+    /// timer.reschedule_at("order-42:review", at).await?;
+    /// assert_eq!(timer.deadline("order-42:review"), Some(at));
+    /// # Ok(()) }
+    /// ```
+    pub fn reschedule_at<'a>(
+        &'a self,
+        key: &'a str,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        self.move_timer(key, self.clock.at(deadline).map(|due| (due, deadline)))
+    }
+
+    async fn move_timer(&self, key: &str, moved: Result<(Due, Instant), Error>) -> Result<(), Error> {
+        // Give way now and then, as `schedule` does, before anything has moved.
         tokio::task::coop::consume_budget().await;
-        self.shared.move_timer(key, due, deadline, set_at)
+        let (Due { deadline, set_at }, at) = moved?;
+        self.check_running()?;
+        self.shared.move_timer(key, at, deadline, set_at)
+    }
+
+    /// When the pending timer with this key is next due, or `None` if none is pending. The
+    /// instant is the deadline rounded up to the service's tick (a repeating timer's next run is
+    /// exact), which is when the timer becomes due; it is the instant `reschedule_at` was given
+    /// when that is a whole number of ticks from the service's start, as with the default 1 ms
+    /// tick under paused time. One lock, no allocation.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio::time::Instant;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// timer.schedule("cooldown:p1:fireball", Duration::from_secs(5), |_| async {}).await?;
+    /// let left = timer.deadline("cooldown:p1:fireball").unwrap() - Instant::now();
+    /// assert_eq!(left, Duration::from_secs(5)); // "ready in 5.0 s"
+    /// assert_eq!(timer.deadline("cooldown:p1:frostbolt"), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn deadline(&self, key: &str) -> Option<Instant> {
+        match self.shared.deadline(key)? {
+            (_, Some(exact)) => Some(exact),
+            (tick, None) => self.clock.instant(tick),
+        }
     }
 
     /// Whether a timer with this key is pending. Answers from the shared key map, without a
@@ -405,6 +579,28 @@ impl Scheduler {
     /// may be a moment apart from one another.
     pub fn stats(&self) -> Stats {
         self.shared.stats()
+    }
+
+    /// How late timers fired over the last [`LATENESS_WINDOW`](crate::LATENESS_WINDOW) to twice
+    /// that: p50, p99 and max, measured by the service from the start of each timer's deadline
+    /// tick to the moment it fired, for every run of every timer. The service also logs a
+    /// warning when it falls behind (see [`Builder::lag_warning`](crate::Builder::lag_warning)).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// timer.sleep_keyed("warm-up", Duration::from_millis(10)).await?;
+    /// let late = timer.lateness();
+    /// assert_eq!(late.count, 1);
+    /// println!("p50 {:?}, p99 {:?}, max {:?}", late.p50, late.p99, late.max);
+    /// # Ok(()) }
+    /// ```
+    pub fn lateness(&self) -> Lateness {
+        self.shared.lateness.lock().unwrap_or_else(std::sync::PoisonError::into_inner).read()
     }
 
     /// Waits until the service's actor has answered this call. By then it has dropped the jobs
@@ -451,19 +647,23 @@ impl std::fmt::Debug for Scheduler {
     }
 }
 
-/// Cancels a keyed sleep whose future is dropped before it completes.
-struct CancelOnDrop<'a> {
-    scheduler: &'a Scheduler,
+/// A timer checked when a method is called, before its future claims the key.
+pub(crate) struct Prepared {
     key: Key,
-    serial: u64,
-    armed: bool,
+    due: Due,
+    run: Run,
 }
 
-impl Drop for CancelOnDrop<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        self.scheduler.shared.cancel(self.key.as_bytes(), Some(self.serial));
+impl Prepared {
+    pub(crate) fn new(key: &str, due: Result<Due, Error>, run: Run) -> Result<Self, Error> {
+        check_key(key)?;
+        Ok(Prepared { key: Key::from(key), due: due?, run })
     }
+}
+
+fn check_key(key: &str) -> Result<(), Error> {
+    if key.is_empty() {
+        return Err(Error::invalid("a timer key must not be empty"));
+    }
+    Ok(())
 }

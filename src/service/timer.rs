@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::clock::Clock;
-use super::job::{Job, JobRef};
+use super::job::{Job, JobRef, OnceJob};
 use super::key::Key;
 
 /// A timer: the value a shard's wheel holds for it. 40 bytes, so that a wheel entry holding one
@@ -26,7 +26,7 @@ pub(crate) const ARMED: u64 = 1 << 63;
 pub(crate) enum Run {
     /// A one-shot timer's job; [`Wake`](super::job::Wake) for a keyed sleep, which only wakes
     /// its waiter.
-    Once(Box<dyn Job>),
+    Once(Box<dyn OnceJob>),
     /// A repeating timer's job and schedule, boxed so that one-shot timers stay small.
     Repeat(Box<Repeating>),
 }

@@ -6,6 +6,7 @@ use std::task::Waker;
 use super::super::clock::Clock;
 use super::super::job::JobRef;
 use super::super::key::Key;
+use super::super::lateness::Histogram;
 use super::super::timer::Timer;
 use super::shard::Shard;
 use crate::wheel::Expired;
@@ -19,6 +20,10 @@ pub(crate) struct Fired {
     pub wakers: Vec<Waker>,
     /// Cancelled timers taken out of the wheels, to be dropped with no lock held.
     pub swept: Vec<Timer>,
+    /// How late the timers fired in this advance were, from their deadline ticks' start.
+    pub late: Histogram,
+    /// The most ticks any of them was late by.
+    pub lag: u64,
     /// Reused buffers of the entries due in one shard, and their keys' hashes.
     due: Vec<Expired<Timer>>,
     hashes: Vec<u64>,
@@ -74,13 +79,13 @@ impl Fired {
     }
 }
 
-/// Advances `shard`'s wheel to tick `now`: ends the timers that have run for the last time and
+/// Advances `shard`'s wheel to tick `now` (`now_nanos` after the clock's origin): ends the timers that have run for the last time and
 /// puts the repeating ones back, adding their jobs and watchers to `fired`. Returns how many
 /// timers ended, for `max_pending`, and the wheel's next deadline.
 pub(super) fn advance(
     shard: &mut Shard,
     hasher: &impl BuildHasher,
-    now: u64,
+    (now_nanos, now): (u64, u64),
     clock: &Clock,
     fired: &mut Fired,
 ) -> (usize, Option<u64>) {
@@ -108,6 +113,8 @@ pub(super) fn advance(
     let mut ended = 0;
     for (Expired { deadline, value: mut timer, .. }, &hash) in due.drain(..).zip(&fired.hashes) {
         shard.counts.fired += 1;
+        fired.late.record(clock.late_by(now_nanos, deadline));
+        fired.lag = fired.lag.max(now.saturating_sub(deadline));
         match timer.next_run(clock) {
             None => {
                 fired.wakers.extend(shard.finish(timer.serial, &Ok(())));

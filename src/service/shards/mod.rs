@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 use super::clock::{Clock, Due};
 use super::config::WheelKind;
+use super::lateness::Recent;
 use super::stats::Stats;
 use super::timer::{Run, Timer, ARMED};
 use crate::Error;
@@ -69,6 +70,8 @@ pub(crate) struct Shared {
     /// Timers pending across all shards, kept only when `max_pending` is set.
     limited_pending: AtomicUsize,
     wake: Wake,
+    /// How late timers fired recently: the actor adds each advance's figures.
+    pub lateness: Mutex<Recent>,
 }
 
 impl Shared {
@@ -93,7 +96,15 @@ impl Shared {
         let shards = (0..1u32 << shard_bits)
             .map(|_| Ok(Padded(Mutex::new(Shard::new(kind, slots, share)?))))
             .collect::<Result<_, Error>>()?;
-        Ok(Shared { shards, hasher, shard_bits, max_pending, limited_pending: AtomicUsize::new(0), wake: Wake::new() })
+        Ok(Shared {
+            shards,
+            hasher,
+            shard_bits,
+            max_pending,
+            limited_pending: AtomicUsize::new(0),
+            wake: Wake::new(),
+            lateness: Mutex::default(),
+        })
     }
 
     pub fn shard_count(&self) -> usize {
@@ -257,6 +268,52 @@ impl Shared {
         Ok(())
     }
 
+    /// Moves the pending timer holding `timer.key` to `due` (at the instant `at`), or claims the
+    /// key for `timer` if none is pending, under one lock. Returns whether `timer` was claimed;
+    /// if not, it is dropped once the lock is released.
+    pub fn upsert(&self, timer: Timer, due: Due, at: Instant) -> Result<bool, Error> {
+        let (shard, hash) = self.locate(timer.key.as_bytes());
+        let mut s = self.lock(shard);
+        if s.closed {
+            return Err(Error::Stopped);
+        }
+        let (result, unused) = match s.find(hash, timer.key.as_bytes(), None) {
+            Some(pos) => {
+                s.move_to(pos, due.deadline, |pending| {
+                    if let Run::Repeat(repeat) = &mut pending.run {
+                        repeat.due = at;
+                    }
+                });
+                (Ok(false), Some(timer))
+            }
+            None => match self.claim(&mut s, hash, timer, due.deadline, false) {
+                Ok(_) => (Ok(true), None),
+                Err((error, timer)) => (Err(error), Some(timer)),
+            },
+        };
+        if result.is_ok() {
+            self.wake_if_urgent(&mut s, due.set_at, due.deadline);
+        }
+        // A timer not used is dropped here, with no lock held.
+        drop(s);
+        drop(unused);
+        result
+    }
+
+    /// The deadline tick of the pending timer holding `key`, with the exact instant of a
+    /// repeating timer's next run.
+    pub fn deadline(&self, key: &str) -> Option<(u64, Option<Instant>)> {
+        let (shard, hash) = self.locate(key.as_bytes());
+        let s = self.lock(shard);
+        let pos = s.find(hash, key.as_bytes(), None)?;
+        let (id, timer) = s.wheel.at(s.keys.index_at(pos));
+        let exact = match &timer.run {
+            Run::Repeat(repeat) => Some(repeat.due),
+            Run::Once(_) => None,
+        };
+        Some((s.wheel.deadline(id).expect("a pending timer is in its shard's wheel"), exact))
+    }
+
     /// Cancels the timer holding `key` (only if it has the serial number `serial`, when given).
     /// Returns whether this call ended it.
     pub fn cancel(&self, key: &[u8], serial: Option<u64>) -> bool {
@@ -329,9 +386,10 @@ impl Shared {
         self.wake.clear_signal();
     }
 
-    /// For the actor: advances `shard`'s wheel to tick `now` (see `fired.rs`). Returns the
+    /// For the actor: advances `shard`'s wheel to `now` (see `fired.rs`). Returns the
     /// wheel's next deadline.
-    pub fn fire(&self, shard: usize, now: u64, clock: &Clock, fired: &mut Fired) -> Option<u64> {
+    pub fn fire(&self, shard: usize, now: Instant, clock: &Clock, fired: &mut Fired) -> Option<u64> {
+        let now = clock.read_nanos(now);
         let (ended, next) = fired::advance(&mut self.lock(shard), &self.hasher, now, clock, fired);
         self.release(ended);
         next

@@ -64,7 +64,7 @@ fn a_timer_whose_watcher_dropped_records_no_outcome() {
         }
         let mut fired = Fired::default();
         for shard in 0..shared.shard_count() {
-            shared.fire(shard, 10, &clock, &mut fired);
+            shared.fire(shard, clock.instant(10).unwrap(), &clock, &mut fired);
         }
         assert_eq!(shared.stats().fired, 1);
         let watchers: usize = (0..shared.shard_count()).map(|s| shared.lock(s).watchers.len()).sum();
@@ -267,7 +267,7 @@ mod model {
                 Op::Advance(dt) => {
                     now += dt as u64;
                     for shard in 0..shared.shard_count() {
-                        shared.fire(shard, now, &clock, &mut fired);
+                        shared.fire(shard, clock.instant(now).unwrap(), &clock, &mut fired);
                     }
                     fired.jobs.clear();
                     fired.wakers.clear();

@@ -70,6 +70,13 @@ impl ShardWheel {
         }
     }
 
+    pub fn deadline(&self, id: EntryId) -> Option<u64> {
+        match self {
+            ShardWheel::Hierarchical(w) => w.deadline(id),
+            ShardWheel::Rounds(w) => w.deadline(id),
+        }
+    }
+
     pub fn next_deadline(&self) -> Option<u64> {
         match self {
             ShardWheel::Hierarchical(w) => w.next_deadline(),

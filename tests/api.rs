@@ -1,0 +1,337 @@
+//! The calls users reach for, with Tokio's semantics: deadlines fixed at the call, one-shot jobs
+//! that own what they need, deadlines you can read, an atomic keep-alive, synchronous and guard
+//! cancels, pull-style delivery, a clear error without the time driver, and lateness you can see.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::{advance, Instant};
+use tokio_timewheel::{Error, Repeat, Scheduler};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Each method that takes a delay fixes its deadline when it is called: the future is created,
+/// time moves on 301 ms, and only then is it polled. The timer fires at the first tick after
+/// that poll (the deadline is past), not 300 ms after it (as it did when the deadline was taken
+/// at the first poll).
+#[tokio::test(start_paused = true)]
+async fn every_delay_counts_from_the_call_not_the_first_poll() {
+    let timer = Scheduler::builder().start().unwrap();
+    let fired: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+    let record = |fired: &Arc<Mutex<Vec<(String, Instant)>>>| {
+        let fired = fired.clone();
+        move |key: String| {
+            fired.lock().unwrap().push((key, Instant::now()));
+            async {}
+        }
+    };
+    let start = Instant::now();
+    let sleep = timer.sleep_keyed("sleep", 300 * MS);
+    let schedule = timer.schedule("schedule", 300 * MS, record(&fired));
+    let repeating = timer.schedule_repeating("repeating", 300 * MS, Repeat::Times(1), {
+        let fired = fired.clone();
+        move |key: String| {
+            fired.lock().unwrap().push((key, Instant::now()));
+            async {}
+        }
+    });
+    let many = timer.schedule_many([("many", 300 * MS, record(&fired))]);
+    let upsert = timer.schedule_or_reset("upsert", 300 * MS, record(&fired));
+    advance(301 * MS).await;
+    schedule.await.unwrap();
+    repeating.await.unwrap();
+    assert_eq!(many.await, [Ok(())]);
+    assert!(upsert.await.unwrap());
+    sleep.await.unwrap();
+    let woke = Instant::now();
+    assert!(woke - start <= 303 * MS, "the keyed sleep ended {:?} after the call", woke - start);
+    timer.flush().await;
+    let fired = fired.lock().unwrap();
+    assert_eq!(fired.len(), 4, "{fired:?}");
+    for (key, at) in fired.iter() {
+        assert!(*at - start <= 303 * MS, "{key} fired {:?} after the call", *at - start);
+    }
+}
+
+/// A reschedule's new deadline, too, counts from the call.
+#[tokio::test(start_paused = true)]
+async fn a_reschedule_counts_from_the_call() {
+    let timer = Scheduler::builder().start().unwrap();
+    timer.schedule("k", Duration::from_secs(60), |_| async {}).await.unwrap();
+    let start = Instant::now();
+    let moved = timer.reschedule("k", 100 * MS);
+    advance(150 * MS).await;
+    moved.await.unwrap();
+    assert_eq!(timer.deadline("k"), Some(start + 100 * MS));
+}
+
+/// A one-shot job may own a value that is not `Clone` or `Sync`, such as a `oneshot::Sender`.
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_job_can_move_a_oneshot_sender() {
+    let timer = Scheduler::builder().start().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let not_sync = std::cell::Cell::new(5u32);
+    timer
+        .schedule("answer", 10 * MS, move |key| async move {
+            let _ = tx.send((key, not_sync.get()));
+        })
+        .await
+        .unwrap();
+    assert_eq!(rx.await.unwrap(), ("answer".to_string(), 5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn deadline_reads_when_a_pending_timer_is_due() {
+    let timer = Scheduler::builder().start().unwrap();
+    let start = Instant::now();
+    assert_eq!(timer.deadline("cooldown"), None);
+    let done = timer.schedule("cooldown", Duration::from_secs(5), |_| async {}).await.unwrap();
+    assert_eq!(timer.deadline("cooldown"), Some(start + Duration::from_secs(5)));
+    timer.schedule_repeating("regen", Duration::from_secs(2), Repeat::Forever, |_| async {}).await.unwrap();
+    advance(Duration::from_secs(3)).await;
+    timer.flush().await;
+    assert_eq!(timer.deadline("regen"), Some(start + Duration::from_secs(4)), "a repeating timer's next run");
+    done.await.unwrap();
+    assert_eq!(timer.deadline("cooldown"), None, "fired: no longer pending");
+    assert!(timer.cancel("regen").await);
+    assert_eq!(timer.deadline("regen"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reschedule_at_moves_to_an_absolute_deadline() {
+    let timer = Scheduler::builder().start().unwrap();
+    let start = Instant::now();
+    let done = timer.schedule("order-42", Duration::from_secs(3600), |_| async {}).await.unwrap();
+    timer.reschedule_at("order-42", start + Duration::from_secs(60)).await.unwrap();
+    assert_eq!(timer.deadline("order-42"), Some(start + Duration::from_secs(60)));
+    done.await.unwrap();
+    let late = Instant::now() - (start + Duration::from_secs(60));
+    assert!(late <= 2 * MS, "fired {late:?} after the new deadline");
+    assert_eq!(timer.reschedule_at("order-42", start).await, Err(Error::NotFound));
+}
+
+/// The keep-alive upsert: the first call schedules, later ones move the timer and drop their
+/// own job, and the key is never free in between.
+#[tokio::test(start_paused = true)]
+async fn schedule_or_reset_arms_then_pushes_back() {
+    let timer = Scheduler::builder().start().unwrap();
+    let fired = Arc::new(Mutex::new(Vec::new()));
+    let job = |n: u32| {
+        let fired = fired.clone();
+        move |_key: String| {
+            fired.lock().unwrap().push(n);
+            async {}
+        }
+    };
+    assert!(timer.schedule_or_reset("idle", 100 * MS, job(1)).await.unwrap());
+    advance(80 * MS).await;
+    assert!(!timer.schedule_or_reset("idle", 100 * MS, job(2)).await.unwrap());
+    let reset_at = Instant::now();
+    advance(90 * MS).await;
+    timer.flush().await;
+    assert!(fired.lock().unwrap().is_empty(), "pushed back: not due yet");
+    advance(20 * MS).await;
+    timer.flush().await;
+    assert_eq!(*fired.lock().unwrap(), [1], "the first job runs, once, at the moved deadline");
+    assert!(Instant::now() - reset_at >= 100 * MS);
+    assert!(timer.schedule_or_reset("idle", 100 * MS, job(3)).await.unwrap(), "fired: armed anew");
+}
+
+/// Many tasks on a multi-thread runtime keep one key alive at once: none ever sees the key
+/// taken (`DuplicateKey`) or lost, and exactly one timer is pending at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn schedule_or_reset_races_without_a_gap() {
+    let timer = Scheduler::builder().start().unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let timer = timer.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut scheduled = 0;
+            for _ in 0..2_000 {
+                if timer.schedule_or_reset("conn-1", Duration::from_secs(30), |_| async {}).await.unwrap() {
+                    scheduled += 1;
+                }
+                // Another task trying plain `schedule` in the gap would see the key taken.
+                assert!(matches!(
+                    timer.schedule("conn-1", Duration::from_secs(30), |_| async {}).await,
+                    Err(Error::DuplicateKey(_))
+                ));
+            }
+            scheduled
+        }));
+    }
+    let mut scheduled = 0;
+    for task in tasks {
+        scheduled += task.await.unwrap();
+    }
+    assert_eq!(scheduled, 1, "only the first call of all schedules");
+    assert_eq!(timer.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_now_cancels_from_synchronous_code() {
+    struct Connection {
+        timer: Scheduler,
+    }
+    impl Drop for Connection {
+        fn drop(&mut self) {
+            assert!(self.timer.cancel_now("idle:conn-7"));
+        }
+    }
+    let timer = Scheduler::builder().start().unwrap();
+    let done = timer.schedule("idle:conn-7", Duration::from_secs(30), |_| async {}).await.unwrap();
+    drop(Connection { timer: timer.clone() });
+    assert_eq!(done.await, Err(Error::Cancelled));
+    assert!(!timer.cancel_now("idle:conn-7"));
+    assert_eq!(timer.stats().cancelled, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guard_cancels_its_own_timer_when_dropped_and_no_later_one() {
+    let timer = Scheduler::builder().start().unwrap();
+    let guard = timer.schedule("req-9", Duration::from_secs(5), |_| async {}).await.unwrap().cancel_on_drop();
+    assert_eq!(guard.key(), "req-9");
+    drop(guard);
+    assert!(!timer.contains("req-9"));
+    assert_eq!(timer.stats().cancelled, 1);
+
+    // A guard whose timer fired cancels nothing, not even a new timer under its key.
+    let guard = timer.schedule("req-9", 10 * MS, |_| async {}).await.unwrap().cancel_on_drop();
+    advance(20 * MS).await;
+    timer.flush().await;
+    timer.schedule("req-9", Duration::from_secs(5), |_| async {}).await.unwrap();
+    drop(guard);
+    assert!(timer.contains("req-9"), "the later timer under the same key is untouched");
+
+    // Awaited, it resolves as its timer ends; disarmed, it cancels nothing.
+    let guard = timer.schedule("req-10", 10 * MS, |_| async {}).await.unwrap().cancel_on_drop();
+    assert_eq!(guard.await, Ok(()));
+    let kept = timer.schedule("req-11", 10 * MS, |_| async {}).await.unwrap().cancel_on_drop().disarm();
+    assert!(timer.contains("req-11"));
+    assert_eq!(kept.await, Ok(()));
+}
+
+/// Timers that carry values come out of a stream; any clone of the scheduler cancels them by
+/// key, from another task, and a cancelled one's value never arrives.
+#[tokio::test(start_paused = true)]
+async fn a_queue_delivers_values_and_any_handle_cancels_by_key() {
+    use futures::StreamExt;
+    let timer = Scheduler::builder().start().unwrap();
+    let (timeouts, mut expired) = timer.queue::<(u64, String)>();
+    let other = timeouts.clone();
+    tokio::spawn(async move {
+        for id in 0..10u64 {
+            other.schedule(format!("conn-{id}"), MS * (100 + id) as u32, (id, format!("peer-{id}"))).await.unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    let canceller = timer.clone();
+    tokio::spawn(async move {
+        for id in (0..10).step_by(2) {
+            assert!(canceller.cancel(&format!("conn-{id}")).await);
+        }
+    })
+    .await
+    .unwrap();
+    assert!(!timeouts.schedule_or_reset("conn-1", 500 * MS, (99, "ignored".into())).await.unwrap());
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(expired.next().await.unwrap());
+    }
+    assert_eq!(
+        got,
+        (3..10).step_by(2).map(|id: u64| (format!("conn-{id}"), (id, format!("peer-{id}")))).collect::<Vec<_>>()
+    );
+    assert_eq!(expired.recv().await, Some(("conn-1".into(), (1, "peer-1".into()))), "moved, with its own value");
+    drop(timeouts);
+    assert_eq!(expired.recv().await, None, "every handle gone and every timer ended: the stream ends");
+}
+
+/// A consumer slower than the firing loses nothing: due items wait in the stream.
+#[tokio::test(start_paused = true)]
+async fn a_slow_consumer_finds_every_item_waiting() {
+    let timer = Scheduler::builder().start().unwrap();
+    let (timeouts, mut expired) = timer.queue::<u32>();
+    for i in 0..1_000 {
+        timeouts.schedule(format!("k-{i}"), MS * (1 + i % 50), i).await.unwrap();
+    }
+    advance(100 * MS).await;
+    timer.flush().await;
+    assert_eq!(expired.len(), 1_000);
+    let mut seen: Vec<u32> = Vec::new();
+    while let Ok(Some((_, v))) = tokio::time::timeout(Duration::ZERO, expired.recv()).await {
+        seen.push(v);
+    }
+    seen.sort();
+    assert_eq!(seen, (0..1_000).collect::<Vec<_>>());
+}
+
+#[test]
+fn start_without_the_time_driver_is_an_error() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let result = runtime.block_on(async { Scheduler::builder().start() });
+    let Err(Error::Invalid(why)) = result else { panic!("expected Invalid, got {result:?}") };
+    assert!(why.contains("enable_time"), "{why}");
+    assert!(matches!(Scheduler::builder().start(), Err(Error::Invalid(_))), "outside a runtime");
+}
+
+#[tokio::test(start_paused = true)]
+async fn lateness_reports_how_late_timers_fired() {
+    let timer = Scheduler::builder().start().unwrap();
+    assert_eq!(timer.lateness().count, 0);
+    for i in 0..100u64 {
+        timer.schedule(format!("t-{i}"), MS * (i as u32 + 1), |_| async {}).await.unwrap();
+    }
+    advance(200 * MS).await;
+    timer.flush().await;
+    let late = timer.lateness();
+    assert_eq!(late.count, 100);
+    // The actor woke once, 200 ms in: timer i was due at i + 1 ms, so 100 to 199 ms late, and
+    // the median (150 ms) is reported as its bucket's upper bound, at most 12.5 % above.
+    assert!(late.max >= 198 * MS && late.max <= 200 * MS, "{late:?}");
+    assert!(late.p50 >= 149 * MS && late.p50 <= 169 * MS, "{late:?}");
+    assert!(late.p99 >= late.p50 && late.p99 <= late.max, "{late:?}");
+}
+
+/// A service that falls behind says so through `tracing`, once per ten seconds at most.
+#[test]
+fn falling_behind_logs_a_warning() {
+    use tracing_subscriber::fmt::MakeWriter;
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Log {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl<'a> MakeWriter<'a> for Log {
+        type Writer = Log;
+        fn make_writer(&'a self) -> Log {
+            self.clone()
+        }
+    }
+    let log = Log::default();
+    let subscriber = tracing_subscriber::fmt().with_writer(log.clone()).with_ansi(false).finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        runtime.block_on(async {
+            let timer = Scheduler::builder().lag_warning(50).start().unwrap();
+            for round in 0..3u64 {
+                timer.schedule(format!("late-{round}"), 10 * MS, |_| async {}).await.unwrap();
+                // The clock jumps past the deadline before the service can run: 190 ticks late.
+                advance(200 * MS).await;
+                timer.flush().await;
+            }
+            // Within a timer fired on time, nothing more is said.
+            timer.sleep_keyed("on-time", 10 * MS).await.unwrap();
+        });
+    });
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("WARN").count(), 1, "one warning in 10 s, not one per late wake-up:\n{text}");
+    assert!(text.contains("ticks late"), "{text}");
+}
