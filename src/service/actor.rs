@@ -22,6 +22,8 @@ pub(crate) enum Command {
     /// Reply once every command sent before this one has been handled.
     Flush(oneshot::Sender<()>),
     Stop(oneshot::Sender<usize>),
+    /// Give back the memory the timers no longer need, then reply.
+    ShrinkToFit(oneshot::Sender<()>),
 }
 
 /// Commands taken off the channel per wake-up.
@@ -120,6 +122,10 @@ pub(crate) async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>, co
                 while let Some(command) = commands.next() {
                     match command {
                         Command::Flush(reply) => drop(reply.send(())),
+                        Command::ShrinkToFit(reply) => {
+                            actor.shrink_to_fit();
+                            let _ = reply.send(());
+                        }
                         Command::Stop(reply) => {
                             // Whatever came in after the Stop is refused like the rest of the queue.
                             let after = commands.collect();
@@ -202,6 +208,15 @@ impl Actor {
         self.fired.late.clear();
     }
 
+    /// Gives back what every shard and the actor's own buffers no longer need.
+    fn shrink_to_fit(&mut self) {
+        for shard in 0..self.shared.shard_count() {
+            self.shared.shrink(shard);
+        }
+        self.fired.shrink_to_fit();
+        self.starts.shrink_to_fit();
+    }
+
     /// Takes the cancelled timers of every shard out of its wheel, and drops them.
     fn sweep(&mut self) {
         for shard in 0..self.shared.shard_count() {
@@ -218,7 +233,7 @@ impl Actor {
         rx.close();
         let dropped = (0..self.shared.shard_count()).map(|shard| self.shared.close(shard)).sum();
         let refuse = |command: Command| match command {
-            Command::Flush(reply) => drop(reply.send(())),
+            Command::Flush(reply) | Command::ShrinkToFit(reply) => drop(reply.send(())),
             Command::Stop(reply) => drop(reply.send(0)),
         };
         taken.into_iter().for_each(refuse);

@@ -114,6 +114,11 @@ impl Starts {
         self.futures.extend(job.call(key));
     }
 
+    /// Gives back the room of the list.
+    pub fn shrink_to_fit(&mut self) {
+        self.futures.shrink_to_fit();
+    }
+
     /// Spawns one task that starts every collected job.
     pub fn spawn(&mut self) {
         if !self.futures.is_empty() {

@@ -581,6 +581,36 @@ impl Scheduler {
         self.shared.stats()
     }
 
+    /// Gives back the memory that the timers no longer need: every shard's wheel and key map are
+    /// rebuilt to the size of the timers they hold (and of [`Builder::capacity`](crate::Builder::capacity)),
+    /// and the service's own buffers cut to a small size. The service does the same by itself
+    /// for a shard whose timers fall below a quarter of its room (past room for 4,096 timers), as
+    /// timers fire; this call also covers cancelled timers and the service's buffers. It costs
+    /// one pass over the pending timers, shard by shard, on the service's task.
+    ///
+    /// # Cancel safety
+    /// The work is done by the service whether or not the future is still there to see it end.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let burst = (0..10_000).map(|i| (format!("t-{i}"), Duration::from_secs(60), |_: String| async {}));
+    /// timer.schedule_many(burst).await;
+    /// timer.cancel_many((0..10_000).map(|i| format!("t-{i}"))).await;
+    /// timer.shrink_to_fit().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shrink_to_fit(&self) {
+        let (reply, done) = oneshot::channel();
+        if self.tx.send(Command::ShrinkToFit(reply)).await.is_ok() {
+            let _ = done.await;
+        }
+    }
+
     /// How late timers fired over the last [`LATENESS_WINDOW`](crate::LATENESS_WINDOW) to twice
     /// that: p50, p99 and max, measured by the service from the start of each timer's deadline
     /// tick to the moment it fired, for every run of every timer. The service also logs a

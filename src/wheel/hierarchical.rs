@@ -118,6 +118,16 @@ impl<T> HierarchicalWheel<T> {
         self.slab.live_mut(index)
     }
 
+    /// The `slots` the wheel was made with.
+    pub fn slots(&self) -> usize {
+        self.slots as usize
+    }
+
+    /// The entries the wheel has room for before its slab grows.
+    pub(crate) fn room(&self) -> usize {
+        self.slab.capacity()
+    }
+
     /// The number of levels created so far.
     pub fn levels(&self) -> usize {
         self.levels.len()

@@ -4,16 +4,55 @@
 //! (a millisecond, a second) is the caller's business. Both wheels keep their entries in a
 //! generational slab, so [`insert`](Wheel::insert) and [`remove`](Wheel::remove) are O(1) and
 //! allocate nothing once the slab has grown to the working set, and a stale [`EntryId`] is refused
-//! rather than aliasing a newer entry.
+//! rather than aliasing a newer entry. Buckets are arrays of slab indices, not linked lists, so a
+//! bucket that comes due names all its entries at once; a removal leaves a hole in its bucket that
+//! the bucket's next insert fills, so nothing moves.
 //!
+//! These are the wheels the [`Scheduler`](crate::Scheduler) runs on, public so that a driver of
+//! your own (a game loop, a simulation, a sans-IO protocol) can use them directly: call
+//! [`advance`](Wheel::advance) with the current tick, and sleep until
+//! [`next_deadline`](Wheel::next_deadline).
+//!
+//! # The two wheels
 //! - [`HierarchicalWheel`]: Kafka-style levels, each level's tick `slots` times the tick below,
-//!   created lazily as far deadlines arrive. Entries of an upper bucket are demoted level by level
-//!   as it comes due; each level has `2 * slots` buckets, twice the span of a bucket above, so that
-//!   a busy upper bucket goes down in shares over the time before it is due rather than all on
-//!   one tick. [`next_deadline`](Wheel::next_deadline) comes from
-//!   per-level occupancy bitmaps, so a driver sleeps straight to the next due bucket.
-//! - [`RoundsWheel`]: one ring of `slots` buckets; an entry more than a revolution away carries a
-//!   count of rounds that the cursor counts down each time it passes the entry's bucket.
+//!   created lazily as far deadlines arrive, up to one that spans all of `u64`. An entry goes to
+//!   the lowest level that reaches its deadline; when an upper bucket comes due, its entries are
+//!   demoted to the levels below until they expire on their exact tick at level 0.
+//!   [`next_deadline`](Wheel::next_deadline) comes from per-level occupancy bitmaps, so a driver
+//!   sleeps straight to the next due bucket and empty ticks cost nothing. Pick it for mixed
+//!   delays, far deadlines (a 48-hour review beside 30-second timeouts) and idle periods: almost
+//!   always.
+//! - [`RoundsWheel`]: one ring of `slots` one-tick buckets; an entry more than a revolution away
+//!   carries a count of rounds that the cursor counts down each time it passes the entry's
+//!   bucket. It never demotes, but every pass over a bucket touches all its entries, so pick it
+//!   when nearly all delays fit in one revolution (`slots` ticks).
+//!
+//! # Draining busy buckets
+//! Demoting a busy upper bucket all at once, on the tick it starts, would hold up the entries due
+//! on that tick. So each level of the hierarchical wheel has `2 * slots` buckets, twice the span of
+//! one bucket of the level above, and a bucket above level 0 that holds more than 256 entries is
+//! moved down in up to `slots` shares over the time of one of its own buckets before it is due:
+//! one share a tick for level 1, one every `slots` ticks for level 2, and so on; the last 256 or
+//! fewer go down on its start tick. `next_deadline` reports the ticks a drain needs, and an insert
+//! that makes a bucket busy enough to drain can bring `next_deadline` earlier, so a driver asks
+//! again after inserting.
+//!
+//! # Choosing `slots`
+//! - **Hierarchical.** Level 0 has `2 * slots` buckets of one tick, level 1 `2 * slots` buckets of
+//!   `slots` ticks, and so on. More slots mean fewer levels and fewer demotions, but more memory
+//!   (40 bytes per bucket, so `80 * slots` bytes per level, allocated as deadlines reach the
+//!   level) and more room held: a bucket that has held entries keeps up to 1,024 indices (4 KiB)
+//!   of room once empty. Fewer slots mean more wake-ups to drain busy buckets: at 64 slots of
+//!   1 ms, the driver wakes every 64 ms while a busy level-2 bucket is within 4 s of its start,
+//!   and every 4 s for a busy level-3 bucket within 4.4 minutes of its start. 64 (the service's
+//!   default) keeps a small wheel small and, with draining, fires a burst of a million timers as
+//!   punctually as 4,096 did (see
+//!   [BENCHMARKS.md](https://github.com/tokio-timewheel/tokio-timewheel/blob/main/BENCHMARKS.md)).
+//!   At least 2.
+//! - **Rounds.** Enough slots that one revolution covers the usual delay (4,096 slots of 1 ms
+//!   cover 4 s); the whole ring (40 bytes a bucket) is allocated up front. At least 1.
+//!
+//! Powers of two are fastest (slot arithmetic becomes shifts and masks); at most [`MAX_SLOTS`].
 //!
 //! # Examples
 //! ```

@@ -86,6 +86,16 @@ impl<T> RoundsWheel<T> {
         self.slab.live_mut(index)
     }
 
+    /// The `slots` the wheel was made with.
+    pub fn slots(&self) -> usize {
+        self.slots as usize
+    }
+
+    /// The entries the wheel has room for before its slab grows.
+    pub(crate) fn room(&self) -> usize {
+        self.slab.capacity()
+    }
+
     fn overdue(&self) -> usize {
         self.slots as usize
     }

@@ -191,7 +191,7 @@ impl<T> Slab<T> {
         self.len
     }
 
-    #[cfg(test)]
+    /// The entries the slab has room for without growing.
     pub fn capacity(&self) -> usize {
         self.entries.capacity()
     }

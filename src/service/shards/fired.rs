@@ -62,6 +62,17 @@ impl Fired {
         self.used(self.jobs.len().max(self.wakers.len()).max(self.swept.len()));
     }
 
+    /// For the actor, when asked to give memory back: cuts every buffer down to [`KEEP`].
+    pub fn shrink_to_fit(&mut self) {
+        self.advances = 0;
+        self.peak = 0;
+        trim(&mut self.jobs, 0);
+        trim(&mut self.wakers, 0);
+        trim(&mut self.swept, 0);
+        trim(&mut self.due, 0);
+        trim(&mut self.hashes, 0);
+    }
+
     /// For the actor, once the buffers are empty at the end of an advance: at the end of each
     /// window of [`TRIM_EVERY`] advances, cuts down the room a burst left (see [`trim`]).
     pub fn trim(&mut self) {
@@ -133,6 +144,12 @@ pub(super) fn advance(
                 fired.jobs.push((deadline, JobRef::Shared(job), key));
             }
         }
+    }
+    // A burst that has fired leaves room for far more timers than are left: give it back (see
+    // `Shard::sparse`; each pass is paid for by the three quarters of the room that emptied).
+    if shard.sparse() {
+        // On failure to allocate the smaller wheel, the shard keeps the one it has.
+        let _ = shard.compact(hasher);
     }
     // What the repeating timers put back may have armed a drain: `next` covers it.
     shard.wheel.wake_by(now);

@@ -401,6 +401,21 @@ impl Shared {
         self.lock(shard).sweep(timers);
     }
 
+    /// For the actor, asked to give memory back: sweeps `shard` and moves its timers into a wheel
+    /// and key map sized for them (see `Shard::compact`).
+    pub fn shrink(&self, shard: usize) {
+        let mut swept = Vec::new();
+        {
+            let mut s = self.lock(shard);
+            s.sweep(&mut swept);
+            // On failure to allocate the smaller wheel, the shard keeps the one it has.
+            let _ = s.compact(&self.hasher);
+            s.watchers.shrink_to_fit();
+            // The actor asks the wheels for their next deadline before it waits again.
+        }
+        drop(swept);
+    }
+
     /// For the actor, before it waits: publishes the tick it will wake at without being told
     /// (0 if it wakes on every tick whatever is due, at least 1 otherwise), then says whether a
     /// timer was placed meanwhile that is due before it.

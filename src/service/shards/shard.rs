@@ -7,6 +7,7 @@
 //!   `cancelled`: `keys.len() + cancelled.len() == wheel.len()`.
 //! - `counts.pending == keys.len()`: a timer is pending exactly while its key is claimed.
 
+use std::hash::BuildHasher;
 use std::task::Waker;
 
 use super::super::config::WheelKind;
@@ -16,13 +17,17 @@ use super::super::stats::Stats;
 use super::super::timer::{Timer, ARMED};
 use super::watch::{Outcome, Watchers};
 use super::wheel::ShardWheel;
-use crate::wheel::EntryId;
+use crate::wheel::{EntryId, Expired};
 use crate::Error;
 
 /// How many cancelled timers a shard keeps in its wheel before the cancel that makes it this many
 /// sweeps them out (the actor sweeps every shard it advances, too). Few enough that the entries,
 /// which each cancel has just read to compare its key, are still in cache when they are swept.
 pub(super) const SWEEP_AT: usize = 64;
+
+/// A shard keeps room for this many timers however few it holds: below it, giving room back is
+/// not worth a pass over the shard.
+const ROOM_KEPT: usize = 4096;
 
 /// The serial number a cancelled timer's entry gets while it waits to be swept, which no timer
 /// has: a `Ticket` that points at the entry then does not take it for its pending timer.
@@ -38,6 +43,8 @@ pub(super) struct Shard {
     pub watchers: Watchers,
     /// The serial number of the next timer.
     next_serial: u64,
+    /// The room the shard was asked to reserve at the start, which compacting keeps.
+    reserved: usize,
     /// Set once the service has stopped: requests are refused from then on.
     pub closed: bool,
     pub counts: Stats,
@@ -54,6 +61,7 @@ impl Shard {
             cancelled: Vec::new(),
             watchers: Watchers::default(),
             next_serial: 0,
+            reserved: capacity,
             closed: false,
             counts: Stats::default(),
         })
@@ -166,6 +174,35 @@ impl Shard {
             return None;
         }
         self.watchers.record(serial & !ARMED, outcome)
+    }
+
+    /// Whether the shard holds so few timers for its room that it should give the room back:
+    /// fewer than a quarter of the entries its wheel or key map has room for, past [`ROOM_KEPT`]
+    /// and past what it was asked to reserve.
+    pub fn sparse(&self) -> bool {
+        let room = self.wheel.room().max(self.keys.capacity());
+        room > ROOM_KEPT.max(self.reserved) && self.wheel.len() < room / 4
+    }
+
+    /// Moves every timer into a new wheel and key map sized for them (and for what the shard was
+    /// asked to reserve), giving back the room that a burst left in the slab, the buckets and
+    /// the key map. Cancelled timers must have been swept. O(timers), under the shard's lock.
+    /// Timers keep their serial numbers; tickets that name their old entries find them by key.
+    pub fn compact(&mut self, hasher: &impl BuildHasher) -> Result<(), Error> {
+        debug_assert!(self.cancelled.is_empty(), "sweep before compacting");
+        let room = self.wheel.len().max(self.reserved);
+        let mut wheel = self.wheel.fresh(room)?;
+        let mut keys = KeyIndex::new();
+        keys.try_reserve(room).map_err(|e| Error::invalid(format!("no room for {room} timers: {e}")))?;
+        self.wheel.advance(u64::MAX, |Expired { deadline, value, .. }| {
+            let hash = hasher.hash_one(value.key.as_bytes());
+            keys.insert_new(hash, wheel.insert(deadline, value).index());
+        });
+        // What was armed to drain is armed again by the inserts.
+        self.wheel = wheel;
+        self.keys = keys;
+        self.check();
+        Ok(())
     }
 
     /// Checks the invariants of the module docs, in debug builds.

@@ -54,6 +54,11 @@ impl Watchers {
         self.0.remove(&serial);
     }
 
+    /// Gives back the room of watchers that have gone.
+    pub fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+    }
+
     /// How many wakers and outcomes are held.
     #[cfg(test)]
     pub fn len(&self) -> usize {

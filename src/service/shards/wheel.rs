@@ -77,6 +77,33 @@ impl ShardWheel {
         }
     }
 
+    /// The entries the wheel has room for before it grows.
+    pub fn room(&self) -> usize {
+        match self {
+            ShardWheel::Hierarchical(w) => w.room(),
+            ShardWheel::Rounds(w) => w.room(),
+        }
+    }
+
+    /// The wheel's clock.
+    pub fn now(&self) -> u64 {
+        match self {
+            ShardWheel::Hierarchical(w) => w.now(),
+            ShardWheel::Rounds(w) => w.now(),
+        }
+    }
+
+    /// A new, empty wheel of the same kind and slots, at this one's clock, with room for
+    /// `capacity` entries.
+    pub fn fresh(&self, capacity: usize) -> Result<Self, Error> {
+        let mut wheel = match self {
+            ShardWheel::Hierarchical(w) => ShardWheel::new(WheelKind::Hierarchical, w.slots(), capacity)?,
+            ShardWheel::Rounds(w) => ShardWheel::new(WheelKind::Rounds, w.slots(), capacity)?,
+        };
+        wheel.advance(self.now(), |_| unreachable!("a new wheel is empty"));
+        Ok(wheel)
+    }
+
     pub fn next_deadline(&self) -> Option<u64> {
         match self {
             ShardWheel::Hierarchical(w) => w.next_deadline(),
