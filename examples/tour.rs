@@ -2,7 +2,8 @@
 //! in real time, in about three seconds:
 //!
 //! 1. connection timeouts: a few thousand connections each get a 1.5 s idle timeout; traffic
-//!    arrives on most of them (timeout cancelled, or pushed back), the rest time out;
+//!    arrives on most of them (timeout cancelled, or pushed back with the keep-alive call
+//!    `schedule_or_reset`), the rest time out;
 //! 2. game buffs: a damage-over-time buff that ticks five times, a regeneration that repeats
 //!    until dispelled, a haste buff that expires, and a skill cooldown awaited in place;
 //! 3. an order auto-review 48 hours out, far beyond any level-0 span, kept pending until stop.
@@ -41,6 +42,7 @@ async fn main() -> Result<(), Error> {
 
     let stats = timer.stats();
     println!("\n[stats] {stats:?}");
+    println!("[stats] {:?}", timer.lateness());
     println!("[stats] connections: {timed_out} timed out, {cancelled} cancelled by traffic");
     println!("[order] still pending after {:.1?}: {}", started.elapsed(), timer.contains("review:order-42"));
     let dropped = timer.stop().await;
@@ -52,7 +54,8 @@ async fn main() -> Result<(), Error> {
 }
 
 /// Every connection gets an idle timeout. Traffic arrives on nine in ten: four of them close
-/// cleanly (cancel), five stay open and push their timeout back (reschedule) before closing.
+/// cleanly (cancel), five stay open and push their timeout back (`schedule_or_reset`, which
+/// would also arm it for a connection that had none) before closing.
 async fn connection_timeouts(timer: Scheduler) -> (usize, usize) {
     let timed_out = Arc::new(AtomicUsize::new(0));
     let t0 = Instant::now();
@@ -77,7 +80,15 @@ async fn connection_timeouts(timer: Scheduler) -> (usize, usize) {
             if i % 10 < 4 {
                 cancelled += usize::from(timer.cancel(&key).await);
             } else {
-                timer.reschedule(&key, IDLE_TIMEOUT).await.expect("still pending");
+                let timed_out = timed_out.clone();
+                let armed = timer
+                    .schedule_or_reset(&key, IDLE_TIMEOUT, move |_key| {
+                        timed_out.fetch_add(1, Relaxed);
+                        async {}
+                    })
+                    .await
+                    .expect("a valid key");
+                assert!(!armed, "{key} was pending: pushed back, not armed anew");
             }
         }
         println!(
@@ -130,8 +141,20 @@ async fn game_buffs(timer: Scheduler) -> Result<(), Error> {
         })
         .await?;
 
-    // A skill cooldown, awaited in place; a second cast during the cooldown is refused.
-    timer.sleep_keyed("cooldown:player-1:fireball", Duration::from_millis(600)).await?;
+    // A skill cooldown, awaited in place, while the UI reads how long is left.
+    let cooldown = timer.sleep_keyed("cooldown:player-1:fireball", Duration::from_millis(600));
+    let ui = {
+        let timer = timer.clone();
+        tokio::spawn(async move {
+            sleep(Duration::from_millis(200)).await;
+            if let Some(ready_at) = timer.deadline("cooldown:player-1:fireball") {
+                let left = ready_at.saturating_duration_since(Instant::now());
+                println!("[buff] t={:>4} ms cooldown:player-1:fireball: ready in {:.1} s", at(), left.as_secs_f64());
+            }
+        })
+    };
+    cooldown.await?;
+    ui.await.expect("ui task");
     println!("[buff] t={:>4} ms cooldown:player-1:fireball: ready again", at());
 
     poison.await?;
