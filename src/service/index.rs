@@ -1,20 +1,40 @@
 //! A shard's key map: which wheel entry holds each key, in 8 bytes per slot.
 //!
 //! The keys themselves are stored once, in the wheel entries (a timer needs its key when it
-//! fires). The map holds only the entry's index, with 32 bits of the key's hash beside it, in
+//! fires). The map holds only the entry's index, with 32 bits of the key's hash (its *tag*,
+//! see below) beside it, in
 //! one `u64` per slot of an open-addressing table with linear probing. So an insert usually reads
 //! and writes one cache line (a probe walks 1.5 slots on average at half full, 8.5 at the most
 //! the table holds, three quarters), where a map holding the keys needs a control byte and a
 //! 32-byte bucket in two places; the table is under a third of the size; and growing it rehashes
-//! from the stored bits, touching no key. A lookup compares the stored hash bits first and reads
+//! from the stored tags, touching no key. A lookup compares the stored tags first and reads
 //! a wheel entry's key only when they match (through the `is` closure its caller passes).
 //!
 //! Removal shifts the entries after the slot back (no tombstones), so a probe always ends at the
 //! first empty slot, and the table never needs cleaning.
+//!
+//! # Hostile keys
+//! Keys often come from clients, and linear probing degrades to a walk over every entry when
+//! many keys share a home slot, and to a key compare at each when they share their stored bits
+//! too. The key hasher's seed is the first defence; the table does not rely on it alone, since
+//! that seed is not drawn from a cryptographic source and a key's hash shows through the
+//! service's behaviour (its shard decides, for one, the order in which timers due together
+//! fire). Two secrets of the table's own, drawn from the operating system's random source
+//! (through `std`'s `RandomState`), decide instead:
+//! - which 32 bits a key stores, its *tag*: the high half of its 64-bit hash times a random odd
+//!   word, drawn when the table is made and kept for its life (the entries keep their tags as
+//!   it grows). For two different hashes the tags agree with a chance of at most 2^-31 whatever
+//!   the hashes, so keys made to agree in any part of their hash, even by someone who knows the
+//!   hasher's seed, get tags as different as random keys'; only keys whose whole 64-bit hashes
+//!   agree share a tag, and making many of those takes about 2^64 tries each;
+//! - where a tag places the key (see [`Placement`]), drawn again each time the table grows.
+//!
+//! The cost is two multiplies per lookup.
 
 use std::collections::TryReserveError;
+use std::hash::BuildHasher;
 
-/// A vacant slot. Occupied slots hold `hash_bits << 32 | (index + 1)`, never 0.
+/// A vacant slot. Occupied slots hold `tag << 32 | (index + 1)`, never 0.
 const EMPTY: u64 = 0;
 
 /// The fewest slots a table allocates.
@@ -23,18 +43,52 @@ const MIN_SLOTS: usize = 16;
 pub(crate) struct KeyIndex {
     slots: Vec<u64>,
     len: usize,
+    /// Multiplies a key's hash into its tag: odd, drawn at random when the table is made.
+    tagging: u64,
+    /// Where a tag places a key in `slots`.
+    placement: Placement,
+    /// Draws the placement of each new table: [`Placement::random`], or a fixed one in tests.
+    redraw: fn() -> Placement,
 }
 
-/// The 32 bits of a key's hash that the table stores and places it by.
-fn bits(hash: u64) -> u32 {
-    hash as u32
+/// A random word from `std`'s `RandomState`, whose keys come from the operating system's random
+/// source (once per thread, then stepped for each new state).
+fn random_word(salt: u8) -> u64 {
+    std::hash::RandomState::new().hash_one(salt)
+}
+
+/// A keyed map from a key's tag to its home slot: bits 32 and up of `tag * mul + add`
+/// (mod 2^64), as many as the table has slots for. This is Dietzfelbinger's multiply-add-shift
+/// scheme, strongly universal: for two keys whose tags differ, and `mul` and `add` drawn at
+/// random, the chance that they share a home in a table of 2^k slots is 2^-k, whatever the
+/// tags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Placement {
+    mul: u64,
+    add: u64,
+}
+
+impl Placement {
+    fn random() -> Self {
+        Placement { mul: random_word(0), add: random_word(1) }
+    }
+
+    /// The placement that puts a key at its tag's low bits, as the table did before it was
+    /// keyed: for tests that put keys at chosen slots.
+    #[cfg(test)]
+    const IDENTITY: Placement = Placement { mul: 1 << 32, add: 0 };
+
+    /// The home of `tag` in a table with `mask + 1` slots (at most 2^32).
+    fn home(self, tag: u32, mask: usize) -> usize {
+        ((tag as u64).wrapping_mul(self.mul).wrapping_add(self.add) >> 32) as usize & mask
+    }
 }
 
 /// `index` is a wheel's slab slot, below 2^31 (`MAX_ENTRIES`), so `index + 1` stays in the low
 /// half.
-fn pack(hash: u64, index: u32) -> u64 {
-    debug_assert!(index < u32::MAX, "slab slot {index} does not fit beside the hash bits");
-    (bits(hash) as u64) << 32 | (index as u64 + 1)
+fn pack(tag: u32, index: u32) -> u64 {
+    debug_assert!(index < u32::MAX, "slab slot {index} does not fit beside the tag");
+    (tag as u64) << 32 | (index as u64 + 1)
 }
 
 fn index_of(slot: u64) -> u32 {
@@ -48,7 +102,22 @@ fn room(slots: usize) -> usize {
 
 impl KeyIndex {
     pub fn new() -> Self {
-        KeyIndex { slots: Vec::new(), len: 0 }
+        let tagging = random_word(2) | 1;
+        KeyIndex { slots: Vec::new(), len: 0, tagging, placement: Placement::random(), redraw: Placement::random }
+    }
+
+    /// A table that tags keys by the low 32 bits of their hash and places them by the low bits
+    /// of that, unkeyed, so that a test can put keys at chosen slots.
+    #[cfg(test)]
+    fn unkeyed() -> Self {
+        let (placement, redraw) = (Placement::IDENTITY, || Placement::IDENTITY);
+        KeyIndex { slots: Vec::new(), len: 0, tagging: 1 << 32, placement, redraw }
+    }
+
+    /// The 32 bits of a key's hash that the table stores and places it by: the high half of
+    /// `hash * tagging` (mod 2^64), multiply-shift hashing, universal for odd random `tagging`.
+    fn tag(&self, hash: u64) -> u32 {
+        (hash.wrapping_mul(self.tagging) >> 32) as u32
     }
 
     /// How many keys the table holds.
@@ -65,8 +134,9 @@ impl KeyIndex {
         self.slots.len() - 1
     }
 
-    fn home(&self, slot_or_hash_bits: u32) -> usize {
-        slot_or_hash_bits as usize & self.mask()
+    /// The home slot of a key by its tag.
+    fn home(&self, tag: u32) -> usize {
+        self.placement.home(tag, self.mask())
     }
 
     /// Makes room for `additional` more entries, so that inserting them allocates nothing.
@@ -86,9 +156,11 @@ impl KeyIndex {
         Ok(())
     }
 
-    /// Moves every entry into `table` (empty slots, a power of two of them).
+    /// Moves every entry into `table` (empty slots, a power of two of them), placed afresh.
     fn rehash_into(&mut self, table: Vec<u64>) {
+        debug_assert!(table.len().is_power_of_two() && table.len() as u64 <= 1 << 32, "{} slots", table.len());
         let old = std::mem::replace(&mut self.slots, table);
+        self.placement = (self.redraw)();
         for slot in old.into_iter().filter(|&s| s != EMPTY) {
             let pos = self.vacant_from(self.home((slot >> 32) as u32));
             self.slots[pos] = slot;
@@ -121,13 +193,14 @@ impl KeyIndex {
 
     /// Walks from the hash's home slot to the entry `is` accepts, or to the first vacant slot.
     fn probe(&self, hash: u64, mut is: impl FnMut(u32) -> bool) -> Result<usize, usize> {
-        let mut pos = self.home(bits(hash));
+        let tag = self.tag(hash);
+        let mut pos = self.home(tag);
         loop {
             let slot = self.slots[pos];
             if slot == EMPTY {
                 return Err(pos);
             }
-            if (slot >> 32) as u32 == bits(hash) && is(index_of(slot)) {
+            if (slot >> 32) as u32 == tag && is(index_of(slot)) {
                 return Ok(pos);
             }
             pos = (pos + 1) & self.mask();
@@ -137,7 +210,7 @@ impl KeyIndex {
     /// Loads the home slot of a hash, so that a lookup soon after finds it in cache.
     pub fn touch(&self, hash: u64) {
         if !self.slots.is_empty() {
-            std::hint::black_box(self.slots[self.home(bits(hash))]);
+            std::hint::black_box(self.slots[self.home(self.tag(hash))]);
         }
     }
 
@@ -153,14 +226,14 @@ impl KeyIndex {
     /// to the table since.
     pub fn fill(&mut self, vacant: usize, hash: u64, index: u32) {
         debug_assert_eq!(self.slots[vacant], EMPTY);
-        self.slots[vacant] = pack(hash, index);
+        self.slots[vacant] = pack(self.tag(hash), index);
         self.len += 1;
     }
 
     /// Adds an entry whose key is known to be absent.
     pub fn insert_new(&mut self, hash: u64, index: u32) {
         self.reserve_one();
-        let pos = self.vacant_from(self.home(bits(hash)));
+        let pos = self.vacant_from(self.home(self.tag(hash)));
         self.fill(pos, hash, index);
     }
 
@@ -254,10 +327,10 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(512))]
         /// Against a `BTreeMap` from key to entry index: after every operation every key
         /// present is found at its index and no absent key is found, and the length and room
-        /// agree.
+        /// agree. Unkeyed, so that the homes are the chosen ones of `hash_of`, and keyed.
         #[test]
-        fn behaves_like_a_map(ops in proptest::collection::vec(op(), 1..400)) {
-            let mut index = KeyIndex::new();
+        fn behaves_like_a_map(ops in proptest::collection::vec(op(), 1..400), keyed in any::<bool>()) {
+            let mut index = if keyed { KeyIndex::new() } else { KeyIndex::unkeyed() };
             let mut model: BTreeMap<u16, u32> = BTreeMap::new();
             let mut entries: BTreeMap<u32, u16> = BTreeMap::new();
             let mut next_entry = 0u32;
@@ -321,7 +394,7 @@ mod tests {
     /// back past the second, which cannot move.
     #[test]
     fn a_removal_moves_back_entries_past_one_that_stays() {
-        let mut index = KeyIndex::new();
+        let mut index = KeyIndex::unkeyed();
         let (a, b, c) = (1 << 8, 1, 2 << 8);
         for (i, hash) in [a, b, c].into_iter().enumerate() {
             index.insert_new(hash, i as u32);
@@ -358,6 +431,76 @@ mod tests {
             let mut index = KeyIndex::new();
             index.try_reserve(wanted).unwrap();
             assert_eq!(index.slots.len(), slots, "room for {wanted}");
+        }
+    }
+
+    /// How far each entry sits past its home, summed: the slots that lookups walk in excess.
+    fn displacement(index: &KeyIndex) -> usize {
+        let mask = index.mask();
+        let occupied = index.slots.iter().enumerate().filter(|&(_, &slot)| slot != EMPTY);
+        occupied.map(|(pos, &slot)| pos.wrapping_sub(index.home((slot >> 32) as u32)) & mask).sum()
+    }
+
+    /// Hashes that agree in their low `bits` bits and differ above: what someone who knew the
+    /// key hasher's seed could make by trial (about 2^bits tries each) to fill one slot's
+    /// cluster (20 bits, for tables of up to a million slots), or to share the 32 bits that an
+    /// unkeyed table would store (32).
+    fn alike_in_low_bits(bits: u32, n: u64) -> impl Iterator<Item = u64> {
+        (0..n).map(move |i| i << bits | 0x5A5A_5A5A & ((1 << bits) - 1))
+    }
+
+    #[test]
+    fn keys_alike_in_their_low_bits_share_one_cluster_unkeyed_and_spread_out_keyed() {
+        const N: u64 = 4096;
+        for bits in [20, 32] {
+            let mut unkeyed = KeyIndex::unkeyed();
+            let mut keyed = KeyIndex::new();
+            for (i, hash) in alike_in_low_bits(bits, N).enumerate() {
+                unkeyed.insert_new(hash, i as u32);
+                keyed.insert_new(hash, i as u32);
+            }
+            // Unkeyed, the n-th key walks past the n - 1 before it.
+            let n = N as usize;
+            assert_eq!(displacement(&unkeyed), n * (n - 1) / 2, "{bits} bits alike");
+            // Keyed, about half a slot a key at half full; 4 would take a freak draw.
+            let keyed_displacement = displacement(&keyed);
+            assert!(keyed_displacement < 4 * n, "{keyed_displacement} slots of displacement, {bits} bits alike");
+            // And the keyed tags differ, so no lookup compares a key it does not look for.
+            let mut tags: Vec<u64> = keyed.slots.iter().filter(|&&s| s != EMPTY).map(|s| s >> 32).collect();
+            tags.sort_unstable();
+            tags.dedup();
+            assert!(tags.len() >= n - 2, "{} distinct tags for {n} keys, {bits} bits alike", tags.len());
+        }
+    }
+
+    #[test]
+    fn the_unkeyed_tag_is_the_low_half_of_the_hash() {
+        let index = KeyIndex::unkeyed();
+        for hash in [0, 1, 0x1234_5678_9ABC_DEF0, u64::MAX] {
+            assert_eq!(index.tag(hash), hash as u32);
+        }
+    }
+
+    #[test]
+    fn every_table_gets_its_own_secrets_and_growing_draws_a_new_placement() {
+        let (a, b) = (KeyIndex::new(), KeyIndex::new());
+        assert_ne!((a.tagging, a.placement), (b.tagging, b.placement));
+        assert_eq!(a.tagging & 1, 1, "an odd multiplier");
+        let mut index = KeyIndex::new();
+        index.insert_new(1, 0);
+        let before = index.placement;
+        index.try_reserve(1000).unwrap();
+        assert_ne!(index.placement, before);
+        let tagging = index.tagging;
+        index.try_reserve(100_000).unwrap();
+        assert_eq!(index.tagging, tagging, "the stored tags stay valid as the table grows");
+        assert_eq!(index.find(1, |i| i == 0).map(|pos| index.index_at(pos)), Some(0));
+    }
+
+    #[test]
+    fn the_unkeyed_placement_is_the_low_bits() {
+        for (bits, mask) in [(0, 15), (0x1234_5678, 0xFF), (u32::MAX, 0xFFFF), (u32::MAX, u32::MAX as usize)] {
+            assert_eq!(Placement::IDENTITY.home(bits, mask), bits as usize & mask);
         }
     }
 }
