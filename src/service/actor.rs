@@ -82,7 +82,9 @@ pub(crate) async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>, co
         let mut missed = false;
         if ticker.is_some() {
             if advance {
-                actor.fire_due();
+                // Runs of repeating timers missed while the service was held up are due already:
+                // make them up at once (advancing again at once), not one per tick.
+                missed = actor.fire_due().is_some_and(|next| next <= actor.clock.now());
             }
         } else {
             let next_deadline = actor.fire_due();
@@ -135,13 +137,14 @@ pub(crate) async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>, co
                         }
                     }
                 }
-                // In interval mode the wheels move on ticks only, like the classic ticker loop.
-                advance = false;
+                // In interval mode the wheels move on ticks only, like the classic ticker loop,
+                // and at once while missed runs are made up.
+                advance = missed;
             }
             () = shared.ready(), if !missed => advance = false,
             // Ready at once unless the task's budget is spent, so a steady stream of timers
-            // cannot hold the thread.
-            () = tokio::task::coop::consume_budget(), if missed => advance = false,
+            // cannot hold the thread. (In interval mode: advance again for the runs missed.)
+            () = tokio::task::coop::consume_budget(), if missed => advance = true,
         }
     }
 }
