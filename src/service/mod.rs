@@ -19,7 +19,8 @@
 //!   map and wheel (`shard.rs`, `wheel.rs`), the fire path (`fired.rs`), the wake-up protocol
 //!   between handles and actor (`wake.rs`), the watchers behind `Scheduled` (`watch.rs`);
 //! - `timer.rs` (what a wheel entry holds), `job.rs` (how jobs start), `key.rs` and `index.rs`
-//!   (keys and the key map), `clock.rs` (instants to ticks), `stats.rs`, `config.rs`.
+//!   (keys and the key map), `clock.rs` (instants to ticks), `stats.rs`, `config.rs`,
+//!   `lateness.rs`, and `sync.rs` (std's or loom's locks and atomics).
 
 mod actor;
 mod builder;
@@ -34,6 +35,7 @@ mod scheduled;
 mod scheduler;
 mod shards;
 mod stats;
+mod sync;
 mod timer;
 
 pub use builder::Builder;

@@ -26,12 +26,14 @@ mod wake;
 mod watch;
 mod wheel;
 
+#[cfg(all(test, loom))]
+mod loom;
 #[cfg(test)]
 mod tests;
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::PoisonError;
 use std::task::Waker;
 
 use tokio::time::Instant;
@@ -40,6 +42,7 @@ use super::clock::{Clock, Due};
 use super::config::WheelKind;
 use super::lateness::Recent;
 use super::stats::Stats;
+use super::sync::{AtomicUsize, Mutex, MutexGuard};
 use super::timer::{Run, Timer, ARMED};
 use crate::Error;
 pub(crate) use fired::Fired;
@@ -80,6 +83,18 @@ impl Shared {
     pub fn new(kind: WheelKind, slots: usize, max_pending: usize, capacity: usize) -> Result<Self, Error> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shard_bits = (cores * 4).clamp(4, 64).next_power_of_two().trailing_zeros();
+        Self::with_shards(kind, slots, max_pending, capacity, shard_bits)
+    }
+
+    /// As [`new`](Self::new), with `1 << shard_bits` shards (at least 2).
+    fn with_shards(
+        kind: WheelKind,
+        slots: usize,
+        max_pending: usize,
+        capacity: usize,
+        shard_bits: u32,
+    ) -> Result<Self, Error> {
+        debug_assert!((1..64).contains(&shard_bits), "{shard_bits} shard bits: `locate` shifts by 64 minus them");
         let hasher = foldhash::fast::RandomState::default();
         // A shard's share, with room for the keys not spreading quite evenly; room past
         // `max_pending` would never be used.
@@ -420,11 +435,17 @@ impl Shared {
     /// (0 if it wakes on every tick whatever is due, at least 1 otherwise), then says whether a
     /// timer was placed meanwhile that is due before it.
     pub fn will_wake_at(&self, tick: u64) -> bool {
+        // (The `publish_late` mutant looks before it publishes: a timer placed in between is
+        // neither seen nor told about the new wake-up.)
+        #[cfg(not(tw_mutant = "publish_late"))]
         self.wake.publish(tick);
         // A timer placed after this look finds `tick` under the shard's lock, and wakes the
         // actor if it cannot wait for it.
-        tick != 0
-            && (0..self.shards.len()).any(|shard| self.lock(shard).wheel.next_deadline().is_some_and(|t| t < tick))
+        let missed = tick != 0
+            && (0..self.shards.len()).any(|shard| self.lock(shard).wheel.next_deadline().is_some_and(|t| t < tick));
+        #[cfg(tw_mutant = "publish_late")]
+        self.wake.publish(tick);
+        missed
     }
 
     /// For the actor, once it stops (or its task is dropped): refuses every request to `shard`
@@ -458,8 +479,9 @@ impl Shared {
         if let Some(index) = index {
             s.wheel.at_mut(index).serial &= !ARMED;
         }
-        // An unpolled watcher of a pending timer has nothing in `watchers` to clean up.
-        if polled || index.is_none() {
+        // An unpolled watcher of a pending timer has nothing in `watchers` to clean up. (The
+        // `unwatch_keeps` mutant forgets that an ended timer's outcome may be waiting there.)
+        if polled || (index.is_none() && cfg!(not(tw_mutant = "unwatch_keeps"))) {
             s.watchers.forget(serial);
         }
     }

@@ -13,9 +13,9 @@
 //! notifications: the actor clears it before it advances the shards, so a handle that locks a
 //! shard after that advance sees it cleared.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
-use tokio::sync::Notify;
+use super::super::sync::{AtomicBool, AtomicU64, Notify};
 
 pub(super) struct Wake {
     /// The tick the actor wakes at without being told (`u64::MAX`: not at all; 0: on every tick,
@@ -71,5 +71,11 @@ impl Wake {
     #[cfg(test)]
     pub fn signalled(&self) -> bool {
         self.signalled.load(Relaxed)
+    }
+
+    /// For the `loom` models: takes the permit a wake-up left.
+    #[cfg(loom)]
+    pub fn take_permit(&self) -> bool {
+        self.ready.take_permit()
     }
 }

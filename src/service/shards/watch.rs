@@ -29,7 +29,8 @@ impl Watchers {
     /// Records how timer `serial` ended. Returns the waker of its future if it was waiting.
     pub fn record(&mut self, serial: u64, outcome: &Outcome) -> Option<Waker> {
         match self.0.insert(serial, Watch::Done(outcome.clone())) {
-            Some(Watch::Waiting(waker)) => Some(waker),
+            // (The `drop_waker` mutant loses the parked waker.)
+            Some(Watch::Waiting(waker)) if cfg!(not(tw_mutant = "drop_waker")) => Some(waker),
             _ => None,
         }
     }
