@@ -1,4 +1,4 @@
-//! Seed 001's use case: a million timers created in a short time, then fired on time.
+//! A million timers created in a short time, then fired on time.
 //!
 //! Orders are re-checked at a random moment of the next ten seconds. They are scheduled with
 //! `schedule_many` in batches of 1,024, and a tenth of them are cancelled by key with

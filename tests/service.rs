@@ -77,7 +77,7 @@ async fn far_deadlines_fire_on_time() {
         let tick = Duration::from_secs(1);
         let timer = start(wheel, advance, tick);
         let log = Log::default();
-        let review = Duration::from_secs(48 * 3600); // seed 004: auto-review after 48 hours
+        let review = Duration::from_secs(48 * 3600); // auto-review an order after 48 hours
         let deadline = Instant::now() + review;
         let done = timer.schedule("review:order-42", review, log.job()).await.unwrap();
         assert_eq!(done.await, Ok(()));

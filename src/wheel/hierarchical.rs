@@ -547,7 +547,7 @@ mod tests {
         out
     }
 
-    /// Seed 002's worked example: 1 ms x 20 slots, clock at 2 ms. A 350 ms task climbs to level 1
+    /// The classic worked example of a Kafka-style wheel: 1 ms x 20 slots, clock at 2 ms. A 350 ms task climbs to level 1
     /// (20 ms buckets, the one for 340..360). The seed's 450 ms task goes to level 2 in Kafka's
     /// wheel, but each level here is twice as wide, so it stays in level 1; an 850 ms task takes
     /// its place in level 2 (400 ms buckets, the one for 800..1200). At 800 ms that one is

@@ -27,7 +27,7 @@ const MAX_ROUNDS: u32 = OVERDUE - 1;
 /// ```
 /// use tokio_timewheel::wheel::{RoundsWheel, Wheel};
 ///
-/// // Seed 004's delayed messages: 3600 one-second slots, a task 3610 s away goes round once.
+/// // Delayed messages: 3600 one-second slots, a task 3610 s away goes round once.
 /// let mut wheel = RoundsWheel::new(3600)?;
 /// wheel.insert(3610, "auto-review order 42");
 /// let mut fired = Vec::new();
