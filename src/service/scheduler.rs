@@ -36,6 +36,24 @@ pub enum Repeat {
 /// called; a handle captured by a pending timer's job counts, so a repeating job that holds a
 /// clone keeps the service alive until it is cancelled or `stop` is called.
 ///
+/// # Guarantees
+/// - **Firing.** Never before the deadline; on an unloaded runtime within two ticks after it,
+///   for ticks of 1 ms or more (Tokio's timers have 1 ms resolution, so with a shorter tick
+///   allow 1 ms plus a tick). Deadlines round up to a tick, and are fixed when a method is
+///   called, as with `tokio::time::sleep`; a zero delay or a deadline in the past fires on the
+///   next tick.
+/// - **Keys** are unique among pending timers: scheduling a pending key returns
+///   [`Error::DuplicateKey`] and leaves the pending timer alone
+///   ([`schedule_or_reset`](Self::schedule_or_reset) moves it instead). Once a timer ends, its
+///   key is free.
+/// - **Exactly once.** Every accepted timer ends exactly once: fired, cancelled or stopped. A
+///   cancel that returns `true` wins against a firing in progress: the job does not run.
+///   [`Scheduled`] futures tell which way a timer ended; [`stats`](Self::stats) counts them.
+/// - **Nothing runs under a lock, and the wheel never waits for a job**: see
+///   [`schedule`](Self::schedule)'s "Jobs".
+/// - **Tests.** All time comes from `tokio::time`, so `#[tokio::test(start_paused = true)]`,
+///   `tokio::time::pause()` and `advance()` drive the service deterministically.
+///
 /// # Examples
 /// ```
 /// use std::time::Duration;
@@ -75,6 +93,17 @@ impl Scheduler {
     /// earlier than `delay` after the call and, on an unloaded runtime, within two ticks of it; a
     /// zero delay fires on the next tick. The job is `FnOnce`: it may own what it needs, such as a
     /// `oneshot::Sender`.
+    ///
+    /// # Jobs
+    /// A one-shot job is `FnOnce(String) -> impl Future<Output = ()>`; a repeating job is `Fn`,
+    /// called once per run. Each gets the timer's key. The service calls the due jobs' closures
+    /// (which only build futures) and polls each future once on a task shared by the jobs due
+    /// in the same advance; a job that finishes in that poll (log, count, send, close) costs no
+    /// task, and one that has to wait goes on as a Tokio task of its own. So a job that awaits
+    /// never delays another; what the jobs due together share is the synchronous part of each,
+    /// so keep it short (use `spawn_blocking` for heavy work). A panic in the closure or in the
+    /// first poll is caught and logged through `tracing`; a later panic ends the job's own task,
+    /// as any Tokio task's would. Either way the run counts as fired.
     ///
     /// # Errors
     /// - [`Error::DuplicateKey`] if a timer with this key is pending (that timer is untouched);
@@ -141,7 +170,8 @@ impl Scheduler {
 
     /// Runs `job` every `period`, first one period after the call, at a fixed rate: run `n` is
     /// due at `start + n * period` however late earlier runs were, so the timer never drifts
-    /// (runs missed while the service was held up are made up at once). The returned
+    /// (runs missed while the service was held up are made up at once, in either
+    /// [`Advance`](crate::Advance) mode, like `MissedTickBehavior::Burst`). The returned
     /// [`Scheduled`] resolves after the last run of [`Repeat::Times`]; cancel by key to end it
     /// early.
     ///
@@ -417,7 +447,9 @@ impl Scheduler {
     /// runs already started go on, and a run the service was firing at the very moment of the
     /// cancel may still start its job just after `cancel` returns; no later run does. Returns
     /// `false` if no timer had the key. [`cancel_now`](Self::cancel_now) does the same without
-    /// `async`, for `Drop` impls.
+    /// `async`, for `Drop` impls. The cancelled timer's job is dropped when its shard is next
+    /// swept: by the service whenever it runs (a [`flush`](Self::flush) makes it), or by the cancel
+    /// that leaves 64 waiting in one shard.
     ///
     /// # Cancel safety
     /// The cancel takes effect the first time the future is polled, entirely; dropping the future
