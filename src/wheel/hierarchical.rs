@@ -123,6 +123,12 @@ impl<T> HierarchicalWheel<T> {
         self.slots as usize
     }
 
+    /// Every pending entry's deadline and value, in no set order, consuming the wheel: for a
+    /// driver that moves its entries into a wheel of another size.
+    pub(crate) fn into_entries(self) -> impl Iterator<Item = (u64, T)> {
+        self.slab.into_live()
+    }
+
     /// The entries the wheel has room for before its slab grows.
     pub(crate) fn room(&self) -> usize {
         self.slab.capacity()

@@ -281,6 +281,14 @@ impl<T> Slab<T> {
         }
     }
 
+    /// Every live entry's deadline and value, in slot order, consuming the slab.
+    pub fn into_live(self) -> impl Iterator<Item = (u64, T)> {
+        self.entries.into_iter().filter_map(|entry| {
+            let deadline = entry.deadline();
+            entry.value.map(|value| (deadline, value))
+        })
+    }
+
     pub fn get(&self, index: u32) -> &Entry<T> {
         &self.entries[index as usize]
     }

@@ -17,7 +17,7 @@ use super::super::stats::Stats;
 use super::super::timer::{Timer, ARMED};
 use super::watch::{Outcome, Watchers};
 use super::wheel::ShardWheel;
-use crate::wheel::{EntryId, Expired};
+use crate::wheel::EntryId;
 use crate::Error;
 
 /// How many cancelled timers a shard keeps in its wheel before the cancel that makes it this many
@@ -192,15 +192,14 @@ impl Shard {
     pub fn compact(&mut self, hasher: &impl BuildHasher) -> Result<(), Error> {
         debug_assert!(self.cancelled.is_empty(), "sweep before compacting");
         let room = self.wheel.len().max(self.reserved);
-        let mut wheel = self.wheel.fresh(room)?;
+        let wheel = self.wheel.fresh(room)?;
         let mut keys = KeyIndex::new();
         keys.try_reserve(room).map_err(|e| Error::invalid(format!("no room for {room} timers: {e}")))?;
-        self.wheel.advance(u64::MAX, |Expired { deadline, value, .. }| {
-            let hash = hasher.hash_one(value.key.as_bytes());
-            keys.insert_new(hash, wheel.insert(deadline, value).index());
-        });
         // What was armed to drain is armed again by the inserts.
-        self.wheel = wheel;
+        for (deadline, timer) in std::mem::replace(&mut self.wheel, wheel).into_entries() {
+            let hash = hasher.hash_one(timer.key.as_bytes());
+            keys.insert_new(hash, self.wheel.insert(deadline, timer).index());
+        }
         self.keys = keys;
         self.check();
         Ok(())

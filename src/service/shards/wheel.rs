@@ -85,6 +85,14 @@ impl ShardWheel {
         }
     }
 
+    /// Every pending timer's deadline and timer, consuming the wheel.
+    pub fn into_entries(self) -> Box<dyn Iterator<Item = (u64, Timer)>> {
+        match self {
+            ShardWheel::Hierarchical(w) => Box::new(w.into_entries()),
+            ShardWheel::Rounds(w) => Box::new(w.into_entries()),
+        }
+    }
+
     /// The wheel's clock.
     pub fn now(&self) -> u64 {
         match self {
