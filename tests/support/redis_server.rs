@@ -148,11 +148,7 @@ impl RedisServer {
     /// Sends one command on a fresh connection and returns the reply, with a read timeout of
     /// `timeout`. For driving the server from a test, independently of the crate under test.
     pub fn command_timeout(&self, args: &[&str], timeout: Duration) -> std::io::Result<Reply> {
-        let mut stream = TcpStream::connect_timeout(&self.addr(), timeout)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
-        stream.write_all(&encode(args))?;
-        read_reply(&mut BufReader::new(stream))
+        command_at(self.addr(), args, timeout)
     }
 
     /// [`command_timeout`](Self::command_timeout) with 10 s, panicking on an I/O error.
@@ -291,6 +287,16 @@ impl Reply {
             _ => &[],
         }
     }
+}
+
+/// Sends one command to the server at `addr` on a fresh connection and returns the reply: for a
+/// thread that watches a server while the test owns its [`RedisServer`].
+pub fn command_at(addr: SocketAddr, args: &[&str], timeout: Duration) -> std::io::Result<Reply> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(&encode(args))?;
+    read_reply(&mut BufReader::new(stream))
 }
 
 fn find_binary() -> Option<PathBuf> {
