@@ -68,7 +68,7 @@ impl RedisServer {
                 panic!("redis-server not found and CI=true: the durable tests need a real server; {INSTALL_HINT}")
             }
             None => {
-                eprintln!("skipping: redis-server not found; {INSTALL_HINT}");
+                eprintln!("redis-server not found ({INSTALL_HINT}): skipping");
                 return None;
             }
         };
@@ -287,6 +287,11 @@ impl Reply {
             _ => &[],
         }
     }
+}
+
+/// Whether a `redis-server` binary is there to start.
+pub fn installed() -> bool {
+    find_binary().is_some()
 }
 
 /// Sends one command to the server at `addr` on a fresh connection and returns the reply: for a
