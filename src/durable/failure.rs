@@ -20,6 +20,10 @@ pub struct RedisFailure {
 }
 
 impl RedisFailure {
+    pub(crate) fn new(category: impl Into<String>, message: impl Into<String>, retryable: bool) -> Self {
+        RedisFailure { category: category.into(), message: message.into(), retryable, source: None }
+    }
+
     /// What kind of failure this is, in a few words ("I/O error", "busy loading", "timed out", ...).
     pub fn category(&self) -> &str {
         &self.category

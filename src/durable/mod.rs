@@ -112,8 +112,11 @@
 //! set): O(1) or O(log n), never a scan.
 
 mod builder;
+mod conn;
 mod failure;
+mod leader;
 mod scheduler;
+mod scripts;
 mod task;
 mod worker;
 

@@ -3,10 +3,56 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{DeadTask, DurableBuilder, DurableStats, Task, Worker};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::conn::{ceil_ms, unix_ms, Config, Ids, Inner, MAX_DUE_MS};
+use super::scripts::SCRIPTS;
+use super::{DeadTask, DurableBuilder, DurableStats, RedisFailure, Task, Worker};
 use crate::Error;
+
+/// How many tasks one `schedule_many` script call carries at most: keeps each call to about a
+/// millisecond of Redis's time.
+const SCHEDULE_BATCH: usize = 256;
+/// How many payload bytes one `schedule_many` script call carries at most (one task always goes).
+const SCHEDULE_BATCH_BYTES: usize = 1 << 20;
+/// How many keys one `cancel_many` script call carries at most.
+const CANCEL_BATCH: usize = 512;
+/// The oldest Redis the scripts run on (`ZRANGE ... WITHSCORES` forms, `SPOP` with a count, ...).
+const MIN_REDIS: (u32, u32) = (6, 2);
+
+/// When a task is due: after a delay from Redis's now, or at a time on Redis's clock.
+#[derive(Debug, Clone, Copy)]
+enum When {
+    Delay(u64),
+    At(u64),
+}
+
+impl When {
+    fn delay(d: Duration) -> Result<Self, Error> {
+        let ms = ceil_ms(d);
+        if ms >= MAX_DUE_MS {
+            return Err(Error::invalid(format!("the delay {d:?} is too long: the latest due time is the year 2286")));
+        }
+        Ok(When::Delay(ms))
+    }
+
+    fn at(at: SystemTime) -> Result<Self, Error> {
+        let ms = unix_ms(at);
+        if ms >= MAX_DUE_MS {
+            return Err(Error::invalid("the due time is too far: the latest is the year 2286"));
+        }
+        Ok(When::At(ms))
+    }
+
+    fn args(self) -> (&'static str, u64) {
+        match self {
+            When::Delay(ms) => ("d", ms),
+            When::At(ms) => ("a", ms),
+        }
+    }
+}
 
 /// A handle to a durable timing wheel kept in Redis, shared by every node that connects to it.
 ///
@@ -30,10 +76,6 @@ pub struct DurableScheduler {
     pub(crate) inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) name: String,
-}
-
 impl fmt::Debug for DurableScheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DurableScheduler").field("name", &self.inner.name).finish_non_exhaustive()
@@ -48,8 +90,41 @@ impl DurableScheduler {
     }
 
     pub(crate) async fn connect(builder: DurableBuilder) -> Result<Self, Error> {
-        let _ = (builder.url, builder.name);
-        todo!()
+        let cfg = Config::new(&builder)?;
+        let client = redis::Client::open(builder.url.as_str())
+            .map_err(|e| Error::invalid(format!("the Redis URL is malformed: {e}")))?;
+        let manager = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(cfg.response_timeout))
+            .set_connection_timeout(Some(cfg.connect_timeout))
+            .set_max_delay(Duration::from_secs(1));
+        let connect_timeout = cfg.connect_timeout;
+        let unreachable = move || {
+            Error::Redis(RedisFailure::new(
+                "timed out",
+                format!(
+                    "could not connect to Redis within {connect_timeout:?} (the connect timeout): is it running \
+                     and reachable?"
+                ),
+                true,
+            ))
+        };
+        let conn =
+            tokio::time::timeout(cfg.connect_timeout, ConnectionManager::new_with_config(client.clone(), manager))
+                .await
+                .map_err(|_| unreachable())??;
+        let name = builder.name;
+        let inner = Inner {
+            prefix: format!("tw:{{{name}}}:"),
+            meta: format!("tw:{{{name}}}:meta"),
+            name,
+            client,
+            conn,
+            cfg,
+            ids: Ids::new(),
+        };
+        tokio::time::timeout(inner.cfg.connect_timeout, check_server(&inner)).await.map_err(|_| unreachable())??;
+        inner.open().await?;
+        Ok(DurableScheduler { inner: Arc::new(inner) })
     }
 
     /// Schedules a task under `key`, due `delay` after the call reaches Redis (on Redis's clock).
@@ -71,8 +146,7 @@ impl DurableScheduler {
         delay: Duration,
         payload: impl Into<Vec<u8>>,
     ) -> Result<(), Error> {
-        let _ = (key, delay, payload.into());
-        todo!()
+        self.schedule_one(key.as_ref(), When::delay(delay)?, payload.into(), None).await
     }
 
     /// [`schedule`](Self::schedule) with a request id of the caller's choosing, for tests of
@@ -85,8 +159,7 @@ impl DurableScheduler {
         payload: impl Into<Vec<u8>>,
         request_id: &str,
     ) -> Result<(), Error> {
-        let _ = (key, delay, payload.into(), request_id);
-        todo!()
+        self.schedule_one(key.as_ref(), When::delay(delay)?, payload.into(), Some(request_id)).await
     }
 
     /// Schedules a task under `key`, due at `at` on Redis's clock; a time in the past makes it
@@ -103,8 +176,7 @@ impl DurableScheduler {
         at: SystemTime,
         payload: impl Into<Vec<u8>>,
     ) -> Result<(), Error> {
-        let _ = (key, at, payload.into());
-        todo!()
+        self.schedule_one(key.as_ref(), When::at(at)?, payload.into(), None).await
     }
 
     /// Schedules many tasks in few round trips, each as [`schedule`](Self::schedule) would.
@@ -126,9 +198,32 @@ impl DurableScheduler {
         K: AsRef<str>,
         P: Into<Vec<u8>>,
     {
-        let _: Vec<(String, Duration, Vec<u8>)> =
-            items.into_iter().map(|(k, d, p)| (k.as_ref().to_string(), d, p.into())).collect();
-        todo!()
+        let mut results: Vec<Result<(), Error>> = Vec::new();
+        // Items that passed validation, as (index in `results`, key, when, payload, request id).
+        let mut batch: Vec<(usize, String, When, Vec<u8>, String)> = Vec::new();
+        let mut bytes = 0;
+        for (key, delay, payload) in items {
+            let (key, payload) = (key.as_ref(), payload.into());
+            let checked = self.check(key, &payload).and_then(|()| When::delay(delay));
+            match checked {
+                Err(e) => results.push(Err(e)),
+                Ok(when) => {
+                    if batch.len() == SCHEDULE_BATCH
+                        || (bytes + payload.len() > SCHEDULE_BATCH_BYTES && !batch.is_empty())
+                    {
+                        self.send_batch(&mut batch, &mut results).await?;
+                        bytes = 0;
+                    }
+                    bytes += payload.len();
+                    batch.push((results.len(), key.to_string(), when, payload, self.inner.ids.next()));
+                    results.push(Ok(()));
+                }
+            }
+        }
+        if !batch.is_empty() {
+            self.send_batch(&mut batch, &mut results).await?;
+        }
+        Ok(results)
     }
 
     /// Cancels the pending task under `key`. Returns whether there was one.
@@ -142,8 +237,7 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Dropping the future after the request was sent may still cancel the task.
     pub async fn cancel(&self, key: &str) -> Result<bool, Error> {
-        let _ = key;
-        todo!()
+        Ok(self.cancel_many([key]).await?[0])
     }
 
     /// Cancels the pending tasks under `keys`, returning for each whether there was one.
@@ -154,8 +248,18 @@ impl DurableScheduler {
     /// # Cancel safety
     /// As [`cancel`](Self::cancel).
     pub async fn cancel_many<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<bool>, Error> {
-        let _ = keys.into_iter().count();
-        todo!()
+        let keys: Vec<String> = keys.into_iter().map(|k| k.as_ref().to_string()).collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(CANCEL_BATCH) {
+            let mut inv = self.inner.script(&SCRIPTS.cancel);
+            inv.arg(self.inner.cfg.slots);
+            for key in chunk {
+                inv.arg(key);
+            }
+            let reply: Vec<i64> = self.inner.run(&inv).await?;
+            out.extend(reply.into_iter().map(|r| r == 1));
+        }
+        Ok(out)
     }
 
     /// Moves the pending task under `key` to `delay` from now (on Redis's clock), keeping its
@@ -168,8 +272,7 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Dropping the future after the request was sent may still move the task.
     pub async fn reschedule(&self, key: &str, delay: Duration) -> Result<(), Error> {
-        let _ = (key, delay);
-        todo!()
+        self.move_task(key, When::delay(delay)?).await
     }
 
     /// Moves the pending task under `key` to `at` on Redis's clock, keeping its payload.
@@ -180,8 +283,7 @@ impl DurableScheduler {
     /// # Cancel safety
     /// As [`reschedule`](Self::reschedule).
     pub async fn reschedule_at(&self, key: &str, at: SystemTime) -> Result<(), Error> {
-        let _ = (key, at);
-        todo!()
+        self.move_task(key, When::at(at)?).await
     }
 
     /// Whether a task with this key is pending (waiting, ready or in flight).
@@ -192,8 +294,13 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn contains(&self, key: &str) -> Result<bool, Error> {
-        let _ = key;
-        todo!()
+        let mut conn = self.inner.conn.clone();
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(self.inner.key(&format!("t:{key}")))
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::from)?;
+        Ok(exists)
     }
 
     /// How many tasks are pending: scheduled and not yet acknowledged, cancelled or dead.
@@ -204,7 +311,7 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn len(&self) -> Result<usize, Error> {
-        todo!()
+        Ok(self.stats().await?.pending)
     }
 
     /// Whether no task is pending.
@@ -226,7 +333,24 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn stats(&self) -> Result<DurableStats, Error> {
-        todo!()
+        let mut inv = self.inner.script(&SCRIPTS.stats);
+        inv.arg(self.inner.cfg.tick_ms);
+        let r: Vec<i64> = self.inner.run(&inv).await?;
+        let at = |i: usize| r.get(i).copied().unwrap_or(0).max(0) as u64;
+        let (ring, far, ready, leased) = (at(0) as usize, at(1) as usize, at(2) as usize, at(3) as usize);
+        Ok(DurableStats {
+            pending: ring + far + ready + leased,
+            waiting: ring + far,
+            ready,
+            in_flight: leased,
+            dead: at(4) as usize,
+            cursor_lag_ticks: at(5),
+            scheduled: at(6),
+            handed_out: at(7),
+            acked: at(8),
+            retried: at(9),
+            dead_lettered: at(10),
+        })
     }
 
     /// Up to `limit` dead letters, oldest first.
@@ -237,8 +361,24 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadTask>, Error> {
-        let _ = limit;
-        todo!()
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut inv = self.inner.script(&SCRIPTS.dead_letters);
+        inv.arg(limit);
+        let flat: Vec<Vec<u8>> = self.inner.run(&inv).await?;
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let number = |b: &[u8]| text(b).parse::<u64>().unwrap_or(0);
+        Ok(flat
+            .chunks_exact(5)
+            .map(|d| DeadTask {
+                key: text(&d[0]),
+                payload: d[1].clone(),
+                attempts: u32::try_from(number(&d[2])).unwrap_or(u32::MAX),
+                last_error: text(&d[3]),
+                died: UNIX_EPOCH + Duration::from_millis(number(&d[4])),
+            })
+            .collect())
     }
 
     /// Puts the dead task under `key` back, due at once with its attempts reset to 0. Returns
@@ -251,8 +391,13 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Dropping the future after the request was sent may still requeue the task.
     pub async fn requeue_dead(&self, key: &str) -> Result<bool, Error> {
-        let _ = key;
-        todo!()
+        let mut inv = self.inner.script(&SCRIPTS.requeue_dead);
+        inv.arg(key).arg(self.inner.ids.next()).arg(self.inner.cfg.tick_ms);
+        match self.inner.run::<i64>(&inv).await? {
+            1 => Ok(true),
+            -1 => Err(Error::DuplicateKey(key.to_string())),
+            _ => Ok(false),
+        }
     }
 
     /// Starts a [`Worker`] on the current Tokio runtime: it takes part in ticking the wheel (one
@@ -271,7 +416,102 @@ impl DurableScheduler {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: fmt::Display,
     {
-        let _ = handler;
-        todo!()
+        super::worker::start(self.inner.clone(), handler)
     }
+}
+
+impl DurableScheduler {
+    /// Checks a key and payload before they go to Redis.
+    fn check(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
+        if key.is_empty() {
+            return Err(Error::invalid("the key must not be empty"));
+        }
+        if payload.len() > self.inner.cfg.max_payload {
+            return Err(Error::invalid(format!(
+                "the payload of {:?} is {} bytes, over the maximum of {}: store large data elsewhere and schedule \
+                 a reference to it, or raise DurableBuilder::max_payload",
+                key,
+                payload.len(),
+                self.inner.cfg.max_payload
+            )));
+        }
+        Ok(())
+    }
+
+    async fn schedule_one(
+        &self,
+        key: &str,
+        when: When,
+        payload: Vec<u8>,
+        request_id: Option<&str>,
+    ) -> Result<(), Error> {
+        self.check(key, &payload)?;
+        let request_id = request_id.map_or_else(|| self.inner.ids.next(), str::to_string);
+        let mut batch = vec![(0, key.to_string(), when, payload, request_id)];
+        let mut results = vec![Ok(())];
+        self.send_batch(&mut batch, &mut results).await?;
+        results.pop().unwrap_or(Ok(()))
+    }
+
+    /// Sends one `schedule.lua` call for `batch` (emptied) and writes each item's outcome into
+    /// `results` at its index.
+    async fn send_batch(
+        &self,
+        batch: &mut Vec<(usize, String, When, Vec<u8>, String)>,
+        results: &mut [Result<(), Error>],
+    ) -> Result<(), Error> {
+        let mut inv = self.inner.script(&SCRIPTS.schedule);
+        inv.arg(self.inner.cfg.tick_ms).arg(self.inner.cfg.slots);
+        for (_, key, when, payload, request_id) in batch.iter() {
+            let (mode, ms) = when.args();
+            inv.arg(key).arg(payload.as_slice()).arg(mode).arg(ms).arg(request_id);
+        }
+        let reply: Vec<i64> = self.inner.run(&inv).await?;
+        for ((index, key, ..), outcome) in batch.drain(..).zip(reply) {
+            if outcome == 0 {
+                results[index] = Err(Error::DuplicateKey(key));
+            }
+        }
+        Ok(())
+    }
+
+    async fn move_task(&self, key: &str, when: When) -> Result<(), Error> {
+        let (mode, ms) = when.args();
+        let mut inv = self.inner.script(&SCRIPTS.reschedule);
+        inv.arg(self.inner.cfg.tick_ms).arg(self.inner.cfg.slots).arg(key).arg(mode).arg(ms);
+        match self.inner.run::<i64>(&inv).await? {
+            1 => Ok(()),
+            _ => Err(Error::NotFound),
+        }
+    }
+}
+
+/// Checks the server's version and warns about settings that can lose tasks.
+async fn check_server(inner: &Inner) -> Result<(), Error> {
+    let mut conn = inner.conn.clone();
+    let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await?;
+    let version =
+        info.lines().find_map(|l| l.strip_prefix("redis_version:")).map(|v| v.trim().to_string()).unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < MIN_REDIS {
+        return Err(Error::invalid(format!(
+            "the durable wheel needs Redis {}.{} or later, and this server runs {version:?}: upgrade it",
+            MIN_REDIS.0, MIN_REDIS.1
+        )));
+    }
+    for (setting, safe) in [("maxmemory-policy", "noeviction"), ("appendonly", "yes")] {
+        let reply: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg(setting).query_async(&mut conn).await;
+        match reply {
+            Ok(pair) => match pair.get(1) {
+                Some(value) if value != safe => tracing::warn!(
+                    wheel = %inner.name,
+                    "Redis runs with {setting} {value}: it can lose scheduled tasks; set {setting} {safe}"
+                ),
+                _ => {}
+            },
+            Err(e) => tracing::debug!(wheel = %inner.name, error = %e, "could not read {setting} with CONFIG GET"),
+        }
+    }
+    Ok(())
 }

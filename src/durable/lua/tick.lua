@@ -1,0 +1,95 @@
+-- Moves the cursor towards Redis's current tick, if the caller holds the leadership: requeues
+-- tasks whose lease expired, promotes far-tier tasks that come within one revolution, and moves
+-- the tasks of each tick it passes from their slot to `ready`. Renews the leadership.
+--
+-- Bounded: at most `budget` tasks and `max_steps` ticks per call; the reply says when more is
+-- left, and the caller calls again at once. A retried or repeated call is harmless: tasks carry
+-- their absolute due tick, and a task is moved only once its tick has been reached.
+--
+-- When the ring is empty the cursor jumps straight to the current tick (an idle wheel costs O(1)
+-- per call, and a wheel left alone for days catches up in one step); far-tier tasks at or before
+-- the cursor then go straight to `ready`.
+--
+-- KEYS[1]  the wheel's meta key
+-- ARGV[1]  key prefix   ARGV[2] fencing token (the leader key's value)   ARGV[3] tick in ms
+-- ARGV[4]  slots   ARGV[5] lease in ms   ARGV[6] budget   ARGV[7] max_steps
+-- ARGV[8]  max attempts   ARGV[9] ms to remember a finished task's request id
+-- Returns  {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis
+--          time in ms, tasks made ready}.
+
+if redis.call('GET', P .. 'leader') ~= ARGV[2] then return {'refused'} end
+local tick_ms, slots, lease = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local budget, max_steps, max_attempts = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local ttl = tonumber(ARGV[9])
+redis.call('PEXPIRE', P .. 'leader', lease)
+
+local now = now_ms()
+local now_tick = math.floor(now / tick_ms)
+local cursor = cursor_of(now, tick_ms)
+local work, ready, steps = 0, 0, 0
+
+-- Leases that ran out: the task goes back to `ready` (or to the dead letters after its last try).
+local expired = redis.call('ZRANGEBYSCORE', P .. 'leased', '-inf', now, 'LIMIT', 0, budget)
+for _, k in ipairs(expired) do
+  redis.call('ZREM', P .. 'leased', k)
+  local tk = P .. 't:' .. k
+  local h = redis.call('HMGET', tk, 'a', 'due')
+  if h[1] then
+    local a = tonumber(h[1])
+    if a >= max_attempts then
+      bury(k, a, 'lease expired', now, ttl)
+    else
+      redis.call('HDEL', tk, 'tok')
+      redis.call('HSET', tk, 'err', 'lease expired')
+      redis.call('ZADD', P .. 'ready', h[2], k)
+      redis.call('HINCRBY', P .. 'meta', 'retried', 1)
+      ready = ready + 1
+    end
+  end
+end
+work = #expired
+
+while work < budget do
+  -- The far tier's tasks within one revolution of the cursor enter the ring (or `ready`).
+  local far = redis.call('ZRANGEBYSCORE', P .. 'far', '-inf', cursor + slots, 'LIMIT', 0, budget - work)
+  for _, k in ipairs(far) do
+    redis.call('ZREM', P .. 'far', k)
+    local h = redis.call('HMGET', P .. 't:' .. k, 'tick', 'due')
+    if h[1] and place(k, tonumber(h[1]), tonumber(h[2]), cursor, slots) then ready = ready + 1 end
+  end
+  work = work + #far
+  if work >= budget or cursor >= now_tick or steps >= max_steps then break end
+
+  if tonumber(redis.call('GET', P .. 'ring') or '0') <= 0 then
+    -- Nothing in the ring: every tick up to now is empty; the far tier follows next round.
+    cursor = now_tick
+  else
+    local c = cursor + 1
+    local sk = P .. 'slot:' .. (c % slots)
+    local due_now = redis.call('SPOP', sk, budget - work)
+    if #due_now > 0 then redis.call('DECRBY', P .. 'ring', #due_now) end
+    for _, k in ipairs(due_now) do
+      local h = redis.call('HMGET', P .. 't:' .. k, 'tick', 'due')
+      if h[1] then
+        local t = tonumber(h[1])
+        if t <= c then
+          redis.call('ZADD', P .. 'ready', h[2], k)
+          ready = ready + 1
+        else
+          -- Not this revolution's (cannot happen while the ring invariant holds): keep it safe.
+          redis.call('ZADD', P .. 'far', t, k)
+        end
+      end
+    end
+    work = work + #due_now
+    if redis.call('SCARD', sk) > 0 then break end
+    cursor = c
+  end
+  redis.call('SET', P .. 'cursor', cursor)
+  steps = steps + 1
+end
+
+if ready > 0 then wake() end
+local more = 'done'
+if work >= budget or cursor < now_tick then more = 'more' end
+return {more, tostring(cursor), tostring(now), tostring(ready)}
