@@ -10,7 +10,7 @@ use super::scripts::SCRIPTS;
 use crate::Error;
 
 /// The most tasks one tick script call moves.
-const TICK_BUDGET: usize = 500;
+const TICK_BUDGET: usize = 256;
 /// The most ticks one tick script call steps through.
 const TICK_MAX_STEPS: usize = 64;
 /// How long the loop sleeps past a tick boundary, so Redis's clock has surely crossed it.
@@ -89,6 +89,11 @@ async fn acquire(inner: &Inner, node: &str) -> Result<Option<String>, Error> {
     let mut inv = inner.script(&SCRIPTS.acquire);
     inv.arg(node).arg(inner.cfg.lease_ms);
     inner.call(&inv, inner.cfg.response_timeout).await
+}
+
+/// Calls the tick script until it has caught up; false if refused.
+pub(crate) async fn tick_once(inner: &Inner, token: &str) -> Result<bool, Error> {
+    Ok(matches!(tick(inner, token).await?, Round::CaughtUp(_)))
 }
 
 /// Calls the tick script until it has caught up (each call is bounded; "more" means call again).

@@ -421,6 +421,13 @@ impl DurableScheduler {
 }
 
 impl DurableScheduler {
+    /// Runs the tick script once with `token` as the fencing token, as a leader would; returns
+    /// false when the token is not the leader's. For tests of concurrent tickers.
+    #[doc(hidden)]
+    pub async fn tick_with_token(&self, token: &str) -> Result<bool, Error> {
+        super::leader::tick_once(&self.inner, token).await
+    }
+
     /// Checks a key and payload before they go to Redis.
     fn check(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
         if key.is_empty() {
