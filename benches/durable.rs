@@ -222,21 +222,23 @@ async fn idle_commands<G>(server: &RedisServer, options: &Options, setup: impl F
     tokio::time::sleep(options.d5_settle).await;
     let monitor = server::Monitor::start(server).await;
     let before = server.command_calls().await;
-    let (clients_before, _) = monitor.counts();
+    let clients_before = monitor.counts().clients;
     tokio::time::sleep(options.d5_window).await;
     let after = server.command_calls().await;
-    let (clients_after, _) = monitor.counts();
+    let clients = server::calls_between(&clients_before, &monitor.counts().clients);
     drop(guard);
     let calls = server::calls_between(&before, &after);
     let secs = options.d5_window.as_secs_f64();
     let total: u64 = calls.values().sum();
     let mut fields: Fields = vec![
         ("commands_per_s", total as f64 / secs),
-        ("client_calls_per_s", (clients_after - clients_before) as f64 / secs),
+        ("client_calls_per_s", clients.values().sum::<u64>() as f64 / secs),
     ];
-    for (name, count) in calls {
-        let name: &'static str = Box::leak(format!("cmd_{name}_per_s").into_boxed_str());
-        fields.push((name, count as f64 / secs));
+    for (prefix, calls) in [("cmd", calls), ("client", clients)] {
+        for (name, count) in calls {
+            let name: &'static str = Box::leak(format!("{prefix}_{name}_per_s").into_boxed_str());
+            fields.push((name, count as f64 / secs));
+        }
     }
     fields
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -69,8 +70,10 @@ impl RedisServer {
         text.lines().filter_map(|l| l.split_once(':')).map(|(k, v)| (k.to_string(), v.trim().to_string())).collect()
     }
 
-    /// `used_memory` from `INFO memory`, in bytes.
+    /// `used_memory` from `INFO memory`, in bytes, read after a second's pause so that client and AOF buffers
+    /// of the calls just made have drained.
     pub async fn used_memory(&self) -> f64 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
         self.info("memory").await["used_memory"].parse().expect("used_memory")
     }
 
@@ -95,11 +98,20 @@ impl RedisServer {
     }
 }
 
-/// A `MONITOR` connection counting the commands clients send (round trips) apart from those that scripts run
-/// inside Redis (which `INFO commandstats` counts too); the benchmark's own `INFO` calls are left out.
+/// A `MONITOR` connection counting the commands that clients send (round trips), by command, apart from those
+/// that scripts run inside Redis (which `INFO commandstats` counts too); the benchmark's own `INFO` calls are
+/// left out.
 pub struct Monitor {
-    counts: std::sync::Arc<[std::sync::atomic::AtomicU64; 2]>,
+    counts: Arc<Mutex<MonitorCounts>>,
     reader: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone, Default)]
+pub struct MonitorCounts {
+    /// Commands sent by clients, by lowercase name.
+    pub clients: BTreeMap<String, u64>,
+    /// Commands run by scripts.
+    pub scripts: u64,
 }
 
 impl Monitor {
@@ -110,26 +122,29 @@ impl Monitor {
         let mut lines = tokio::io::BufReader::new(stream).lines();
         let ok = lines.next_line().await.expect("MONITOR reply");
         assert_eq!(ok.as_deref(), Some("+OK"), "MONITOR refused");
-        let counts: std::sync::Arc<[std::sync::atomic::AtomicU64; 2]> = Default::default();
+        let counts: Arc<Mutex<MonitorCounts>> = Default::default();
         let c = counts.clone();
         let reader = tokio::spawn(async move {
             // `+1700000000.123456 [0 127.0.0.1:5678] "evalsha" ...`, or `[0 lua]` for a command a script ran.
             while let Ok(Some(line)) = lines.next_line().await {
-                let Some((source, command)) = line.split_once("] ") else { continue };
-                if command.get(..6).is_some_and(|c| c.eq_ignore_ascii_case("\"info\"")) {
+                let Some((source, rest)) = line.split_once("] ") else { continue };
+                let name = rest.split('"').nth(1).unwrap_or("").to_ascii_lowercase();
+                if name == "info" {
                     continue;
                 }
-                let from_script = source.ends_with(" lua");
-                c[from_script as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let mut c = c.lock().unwrap();
+                if source.ends_with(" lua") {
+                    c.scripts += 1;
+                } else {
+                    *c.clients.entry(name).or_default() += 1;
+                }
             }
         });
         Monitor { counts, reader }
     }
 
-    /// (commands sent by clients, commands run by scripts) so far.
-    pub fn counts(&self) -> (u64, u64) {
-        let get = |i: usize| self.counts[i].load(std::sync::atomic::Ordering::Relaxed);
-        (get(0), get(1))
+    pub fn counts(&self) -> MonitorCounts {
+        self.counts.lock().unwrap().clone()
     }
 }
 
