@@ -10,7 +10,7 @@ use super::scripts::SCRIPTS;
 use crate::Error;
 
 /// The most tasks one tick script call moves.
-const TICK_BUDGET: usize = 256;
+const TICK_BUDGET: usize = 128;
 /// The most ticks one tick script call steps through.
 const TICK_MAX_STEPS: usize = 64;
 /// How long the loop sleeps past a tick boundary, so Redis's clock has surely crossed it.

@@ -55,8 +55,8 @@
 //!   scripts, so even two nodes ticking at once hand every task out once.
 //! - **Downtime.** When no worker ran for a while (longer than a revolution, even), the next
 //!   leader catches up in bounded steps: every overdue task fires once, none early.
-//! - **Bounded work.** Every script does a bounded amount of work per call (hundreds of tasks,
-//!   or 64 empty ticks) and tells the caller to call again, so a million tasks due at once never
+//! - **Bounded work.** Every script does a bounded amount of work per call (at most 128 tasks,
+//!   or 64 ticks) and tells the caller to call again, so a million tasks due at once never
 //!   block Redis for long. An idle wheel costs a couple of commands per tick per node, and idle
 //!   workers wait for a wake-up on a connection of their own instead of polling.
 //!
@@ -93,8 +93,8 @@
 //! | `meta`         | hash   | `tick_ms`, `slots` (a node with other values is refused) and the counters of [`DurableStats`] |
 //! | `cursor`       | string | the last tick processed: every task due at or before it has left the ring |
 //! | `ring`         | string | how many tasks the ring's slots hold together |
-//! | `slot:<i>`     | set    | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` |
-//! | `far`          | zset   | keys of the tasks due later, scored by due tick; promoted into the ring as the cursor nears |
+//! | `slot:<i>`     | zset   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots`, scored by due ms |
+//! | `far`          | zset   | keys of the tasks due later, scored by due ms; promoted into the ring as the cursor nears |
 //! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first) |
 //! | `leased`       | zset   | claimed keys, scored by lease expiry in ms on Redis's clock |
 //! | `t:<key>`      | hash   | one task: payload `p`, due ms `due`, due tick `tick` (absolute, never a rounds count), deliveries `a`, claim token `tok`, request id `rid`, last error `err` |
@@ -108,8 +108,8 @@
 //!
 //! A task is due at `due_ms` and placed at tick `ceil(due_ms / tick_ms)`; the cursor reaches
 //! that tick when Redis's clock has passed it, so nothing is ever early. Cancel and reschedule
-//! remove a task from its slot with `SREM` (or `ZREM` from the far tier, the ready or leased
-//! set): O(1) or O(log n), never a scan.
+//! remove a task from its slot, the far tier, the ready or the leased set with `ZREM`: O(log n),
+//! never a scan. Moving a tick's tasks on is one `ZPOPMIN` and one `ZADD` for the lot.
 
 mod builder;
 mod conn;

@@ -6,19 +6,22 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::task::{JoinError, JoinSet};
 
 use super::conn::{ceil_ms, unix_ms, Config, Ids, Inner, MAX_DUE_MS};
 use super::scripts::SCRIPTS;
 use super::{DeadTask, DurableBuilder, DurableStats, RedisFailure, Task, Worker};
 use crate::Error;
 
-/// How many tasks one `schedule_many` script call carries at most: keeps each call to about a
+/// How many tasks one `schedule_many` script call carries at most: keeps each call well under a
 /// millisecond of Redis's time.
-const SCHEDULE_BATCH: usize = 256;
+const SCHEDULE_BATCH: usize = 64;
+/// How many `schedule_many` script calls are in flight at once.
+const SCHEDULE_PIPELINE: usize = 8;
 /// How many payload bytes one `schedule_many` script call carries at most (one task always goes).
 const SCHEDULE_BATCH_BYTES: usize = 1 << 20;
 /// How many keys one `cancel_many` script call carries at most.
-const CANCEL_BATCH: usize = 512;
+const CANCEL_BATCH: usize = 128;
 /// The oldest Redis the scripts run on (`ZRANGE ... WITHSCORES` forms, `SPOP` with a count, ...).
 const MIN_REDIS: (u32, u32) = (6, 2);
 
@@ -185,11 +188,11 @@ impl DurableScheduler {
     /// [`Error::Invalid`]; the other items are scheduled regardless.
     ///
     /// # Errors
-    /// [`Error::Redis`] if Redis failed; items of batches sent before the failure stay scheduled,
-    /// and calling again with the same items reports those as `DuplicateKey`.
+    /// [`Error::Redis`] if Redis failed; batches sent before the failure stay scheduled, and
+    /// calling again with the same items reports those as `DuplicateKey`.
     ///
     /// # Cancel safety
-    /// Dropping the future may leave a prefix of the items scheduled.
+    /// Dropping the future may leave some of the items scheduled (whole batches of up to 64).
     pub async fn schedule_many<K, P>(
         &self,
         items: impl IntoIterator<Item = (K, Duration, P)>,
@@ -199,9 +202,10 @@ impl DurableScheduler {
         P: Into<Vec<u8>>,
     {
         let mut results: Vec<Result<(), Error>> = Vec::new();
-        // Items that passed validation, as (index in `results`, key, when, payload, request id).
-        let mut batch: Vec<(usize, String, When, Vec<u8>, String)> = Vec::new();
+        let mut batch: Vec<Item> = Vec::new();
         let mut bytes = 0;
+        // Batches go out a few at a time over the one connection, so round trips overlap.
+        let mut in_flight = JoinSet::new();
         for (key, delay, payload) in items {
             let (key, payload) = (key.as_ref(), payload.into());
             let checked = self.check(key, &payload).and_then(|()| When::delay(delay));
@@ -211,17 +215,29 @@ impl DurableScheduler {
                     if batch.len() == SCHEDULE_BATCH
                         || (bytes + payload.len() > SCHEDULE_BATCH_BYTES && !batch.is_empty())
                     {
-                        self.send_batch(&mut batch, &mut results).await?;
+                        if in_flight.len() >= SCHEDULE_PIPELINE {
+                            settle(in_flight.join_next().await, &mut results)?;
+                        }
+                        in_flight.spawn(send_batch(self.inner.clone(), std::mem::take(&mut batch)));
                         bytes = 0;
                     }
                     bytes += payload.len();
-                    batch.push((results.len(), key.to_string(), when, payload, self.inner.ids.next()));
+                    batch.push(Item {
+                        index: results.len(),
+                        key: key.to_string(),
+                        when,
+                        payload,
+                        request_id: self.inner.ids.next(),
+                    });
                     results.push(Ok(()));
                 }
             }
         }
         if !batch.is_empty() {
-            self.send_batch(&mut batch, &mut results).await?;
+            in_flight.spawn(send_batch(self.inner.clone(), batch));
+        }
+        while let Some(done) = in_flight.join_next().await {
+            settle(Some(done), &mut results)?;
         }
         Ok(results)
     }
@@ -454,32 +470,11 @@ impl DurableScheduler {
     ) -> Result<(), Error> {
         self.check(key, &payload)?;
         let request_id = request_id.map_or_else(|| self.inner.ids.next(), str::to_string);
-        let mut batch = vec![(0, key.to_string(), when, payload, request_id)];
-        let mut results = vec![Ok(())];
-        self.send_batch(&mut batch, &mut results).await?;
-        results.pop().unwrap_or(Ok(()))
-    }
-
-    /// Sends one `schedule.lua` call for `batch` (emptied) and writes each item's outcome into
-    /// `results` at its index.
-    async fn send_batch(
-        &self,
-        batch: &mut Vec<(usize, String, When, Vec<u8>, String)>,
-        results: &mut [Result<(), Error>],
-    ) -> Result<(), Error> {
-        let mut inv = self.inner.script(&SCRIPTS.schedule);
-        inv.arg(self.inner.cfg.tick_ms).arg(self.inner.cfg.slots);
-        for (_, key, when, payload, request_id) in batch.iter() {
-            let (mode, ms) = when.args();
-            inv.arg(key).arg(payload.as_slice()).arg(mode).arg(ms).arg(request_id);
+        let item = Item { index: 0, key: key.to_string(), when, payload, request_id };
+        match send_batch(self.inner.clone(), vec![item]).await?.pop() {
+            Some((_, key)) => Err(Error::DuplicateKey(key)),
+            None => Ok(()),
         }
-        let reply: Vec<i64> = self.inner.run(&inv).await?;
-        for ((index, key, ..), outcome) in batch.drain(..).zip(reply) {
-            if outcome == 0 {
-                results[index] = Err(Error::DuplicateKey(key));
-            }
-        }
-        Ok(())
     }
 
     async fn move_task(&self, key: &str, when: When) -> Result<(), Error> {
@@ -491,6 +486,49 @@ impl DurableScheduler {
             _ => Err(Error::NotFound),
         }
     }
+}
+
+/// One task on its way to `schedule.lua`.
+struct Item {
+    /// Where its outcome goes in the caller's results.
+    index: usize,
+    key: String,
+    when: When,
+    payload: Vec<u8>,
+    request_id: String,
+}
+
+/// The index and key of each item of a batch that found its key pending.
+type Duplicates = Vec<(usize, String)>;
+
+/// Sends one `schedule.lua` call for `batch`.
+async fn send_batch(inner: Arc<Inner>, batch: Vec<Item>) -> Result<Duplicates, Error> {
+    let mut inv = inner.script(&SCRIPTS.schedule);
+    inv.arg(inner.cfg.tick_ms).arg(inner.cfg.slots);
+    for item in &batch {
+        let (mode, ms) = item.when.args();
+        inv.arg(&item.key).arg(item.payload.as_slice()).arg(mode).arg(ms).arg(&item.request_id);
+    }
+    let reply: Vec<i64> = inner.run(&inv).await?;
+    Ok(batch
+        .into_iter()
+        .zip(reply)
+        .filter(|(_, outcome)| *outcome == 0)
+        .map(|(item, _)| (item.index, item.key))
+        .collect())
+}
+
+/// Writes one finished batch's duplicates into `results`.
+fn settle(
+    done: Option<Result<Result<Duplicates, Error>, JoinError>>,
+    results: &mut [Result<(), Error>],
+) -> Result<(), Error> {
+    let Some(done) = done else { return Ok(()) };
+    let duplicates = done.map_err(|e| Error::Redis(RedisFailure::new("internal", e.to_string(), false)))??;
+    for (index, key) in duplicates {
+        results[index] = Err(Error::DuplicateKey(key));
+    }
+    Ok(())
 }
 
 /// Checks the server's version and warns about settings that can lose tasks.

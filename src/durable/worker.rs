@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, UNIX_EPOCH};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::conn::Inner;
@@ -20,6 +20,10 @@ use crate::Error;
 
 /// The most tasks one claim takes.
 const CLAIM_BATCH: usize = 64;
+/// The most outcomes recorded in one call.
+const ACK_BATCH: usize = 64;
+/// How long the claim loop waits to gather free handlers while tasks are waiting.
+const GATHER: Duration = Duration::from_millis(2);
 /// The shortest wait for a wake-up (with a very short tick, waiting less would be polling).
 const MIN_WAIT: Duration = Duration::from_millis(10);
 
@@ -111,17 +115,28 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
     let permits = Arc::new(Semaphore::new(concurrency));
     let mut waker: Option<ConnectionManager> = None;
     let mut failures = 0u32;
+    let mut backlog = false;
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let recorder = tokio::spawn(record_outcomes(inner.clone(), done_rx));
     while !stopping(&stop) {
         let first = tokio::select! {
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             () = stopped(&mut stop) => break,
         };
         let mut held = vec![first];
-        while held.len() < CLAIM_BATCH.min(concurrency) {
-            match permits.clone().try_acquire_owned() {
-                Ok(p) => held.push(p),
-                Err(_) => break,
+        let batch = CLAIM_BATCH.min(concurrency);
+        take_free(&permits, &mut held, batch);
+        if backlog && held.len() < batch.div_ceil(4) {
+            // Tasks are waiting and handlers are finishing: gather a few more free handlers
+            // rather than claiming one task per round trip.
+            let until = tokio::time::Instant::now() + GATHER;
+            while held.len() < batch.div_ceil(4) {
+                match tokio::time::timeout_at(until, permits.clone().acquire_owned()).await {
+                    Ok(Ok(p)) => held.push(p),
+                    _ => break,
+                }
             }
+            take_free(&permits, &mut held, batch);
         }
         let wanted = held.len();
         let tasks = match claim(inner, wanted).await {
@@ -141,11 +156,14 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
             failures = 0;
         }
         let got = tasks.len();
+        backlog = got == wanted;
         for ((task, token), permit) in tasks.into_iter().zip(held.drain(..)) {
-            let (inner, handler) = (inner.clone(), handler.clone());
+            let (handler, done) = (handler.clone(), done_tx.clone());
             tokio::spawn(async move {
-                deliver(&inner, &handler, task, token).await;
-                drop(permit);
+                let key = task.key.clone();
+                let outcome = run_handler(&handler, task).await;
+                // The permit goes with the outcome and is released once it is recorded.
+                let _ = done.send(Outcome { key, token, outcome, _permit: permit });
             });
         }
         drop(held);
@@ -159,7 +177,19 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
         wait_for_wake(inner, &mut waker, &mut stop).await;
     }
     // Wait for every handler in flight (each holds a permit until its ack or retry is recorded).
+    drop(done_tx);
     let _ = permits.acquire_many(u32::try_from(concurrency).unwrap_or(u32::MAX)).await;
+    let _ = recorder.await;
+}
+
+/// Moves free permits into `held`, up to `batch` in all.
+fn take_free(permits: &Arc<Semaphore>, held: &mut Vec<OwnedSemaphorePermit>, batch: usize) {
+    while held.len() < batch {
+        match permits.clone().try_acquire_owned() {
+            Ok(p) => held.push(p),
+            Err(_) => break,
+        }
+    }
 }
 
 fn retry_delay(failures: u32) -> Duration {
@@ -226,42 +256,71 @@ async fn wait_for_wake(inner: &Inner, waker: &mut Option<ConnectionManager>, sto
     }
 }
 
-/// Runs the handler on one task (a panic counts as a failure) and records the outcome.
-async fn deliver(inner: &Inner, handler: &Handler, task: Task, token: String) {
-    let key = task.key.clone();
-    let outcome = match CatchUnwind(handler(task)).await {
+/// A handler's verdict on one delivery, on its way to Redis.
+struct Outcome {
+    key: String,
+    token: String,
+    outcome: Result<(), String>,
+    /// Held until the outcome is recorded, so `shutdown` waits for it.
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Runs the handler on one task; a panic counts as a failure.
+async fn run_handler(handler: &Handler, task: Task) -> Result<(), String> {
+    match CatchUnwind(handler(task)).await {
         Ok(result) => result,
         Err(panic) => Err(format!("the handler panicked: {}", panic_message(&*panic))),
-    };
-    let inv = match &outcome {
-        Ok(()) => {
-            let mut inv = inner.script(&SCRIPTS.ack);
-            inv.arg(&key).arg(&token).arg(inner.cfg.done_ttl_ms);
-            inv
-        }
-        Err(why) => {
-            tracing::debug!(wheel = %inner.name, key = %key, error = %why, "a handler failed");
-            let mut inv = inner.script(&SCRIPTS.fail);
-            inv.arg(&key)
-                .arg(&token)
-                .arg(why)
-                .arg(inner.cfg.max_attempts)
-                .arg(inner.cfg.backoff_ms)
-                .arg(super::conn::ceil_ms(super::MAX_BACKOFF))
-                .arg(inner.cfg.tick_ms)
-                .arg(inner.cfg.slots)
-                .arg(inner.cfg.done_ttl_ms);
-            inv
-        }
-    };
+    }
+}
+
+/// Records outcomes as they come: the acks of everything waiting in one call, each failure on
+/// its own. Ends when every sender is gone and the channel is drained.
+async fn record_outcomes(inner: Arc<Inner>, mut done: mpsc::UnboundedReceiver<Outcome>) {
     // Keep trying while the lease lasts: after it the task is handed out again anyway.
     let window = inner.cfg.lease().max(inner.cfg.retry_window());
-    if let Err(e) = inner.call::<i64>(&inv, window).await {
-        tracing::warn!(
-            wheel = %inner.name, key = %key, error = %e,
-            "could not record a delivery's outcome; the task is handed out again after its lease"
-        );
+    let mut batch = Vec::with_capacity(ACK_BATCH);
+    while done.recv_many(&mut batch, ACK_BATCH).await > 0 {
+        let mut acks = inner.script(&SCRIPTS.ack);
+        acks.arg(inner.cfg.done_ttl_ms);
+        let mut any = false;
+        for o in &batch {
+            match &o.outcome {
+                Ok(()) => {
+                    acks.arg(&o.key).arg(&o.token);
+                    any = true;
+                }
+                Err(why) => {
+                    tracing::debug!(wheel = %inner.name, key = %o.key, error = %why, "a handler failed");
+                    let mut inv = inner.script(&SCRIPTS.fail);
+                    inv.arg(&o.key)
+                        .arg(&o.token)
+                        .arg(why)
+                        .arg(inner.cfg.max_attempts)
+                        .arg(inner.cfg.backoff_ms)
+                        .arg(super::conn::ceil_ms(super::MAX_BACKOFF))
+                        .arg(inner.cfg.tick_ms)
+                        .arg(inner.cfg.slots)
+                        .arg(inner.cfg.done_ttl_ms);
+                    if let Err(e) = inner.call::<i64>(&inv, window).await {
+                        lost(&inner, &o.key, &e);
+                    }
+                }
+            }
+        }
+        if any {
+            if let Err(e) = inner.call::<Vec<i64>>(&acks, window).await {
+                lost(&inner, "(a batch)", &e);
+            }
+        }
+        batch.clear();
     }
+}
+
+fn lost(inner: &Inner, key: &str, e: &Error) {
+    tracing::warn!(
+        wheel = %inner.name, key = %key, error = %e,
+        "could not record a delivery's outcome; the task is handed out again after its lease"
+    );
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> String {

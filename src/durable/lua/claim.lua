@@ -11,7 +11,7 @@ if #popped == 0 then return {} end
 local now = now_ms()
 local count = #popped / 2
 local last = redis.call('INCRBY', P .. 'seq', count)
-local out = {}
+local out, leases = {}, {}
 for i = 1, #popped, 2 do
   local k = popped[i]
   local tk = P .. 't:' .. k
@@ -20,7 +20,8 @@ for i = 1, #popped, 2 do
     local tok = tostring(last - count + (i + 1) / 2)
     local a = redis.call('HINCRBY', tk, 'a', 1)
     redis.call('HSET', tk, 'tok', tok)
-    redis.call('ZADD', P .. 'leased', now + lease, k)
+    leases[#leases + 1] = now + lease
+    leases[#leases + 1] = k
     out[#out + 1] = k
     out[#out + 1] = h[1]
     out[#out + 1] = tostring(a)
@@ -28,5 +29,6 @@ for i = 1, #popped, 2 do
     out[#out + 1] = tok
   end
 end
+zadd_all(P .. 'leased', leases)
 redis.call('HINCRBY', P .. 'meta', 'handed_out', #out / 5)
 return out

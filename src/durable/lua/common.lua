@@ -30,29 +30,35 @@ local function cursor_of(now, tick_ms)
 end
 
 -- Puts task `k` (its hash already holds `due` and `tick`) where it waits: `ready` when its tick
--- has been reached, the ring within one revolution, the far tier beyond. Returns true if ready.
+-- has been reached, its slot within one revolution, the far tier beyond. Slots, the far tier and
+-- `ready` are all scored by due ms. Returns true if ready.
 local function place(k, tick, due, cursor, slots)
   if tick <= cursor then
     redis.call('ZADD', P .. 'ready', due, k)
     return true
   elseif tick <= cursor + slots then
-    if redis.call('SADD', P .. 'slot:' .. (tick % slots), k) == 1 then
+    if redis.call('ZADD', P .. 'slot:' .. (tick % slots), due, k) == 1 then
       redis.call('INCR', P .. 'ring')
     end
   else
-    redis.call('ZADD', P .. 'far', tick, k)
+    redis.call('ZADD', P .. 'far', due, k)
   end
   return false
 end
 
--- Takes task `k` out of wherever it is (slot, far tier, ready or leased): O(1) or O(log n) each.
+-- Takes task `k` out of wherever it is (slot, far tier, ready or leased): O(log n) each.
 local function unplace(k, tick, slots)
-  if redis.call('SREM', P .. 'slot:' .. (tick % slots), k) == 1 then
+  if redis.call('ZREM', P .. 'slot:' .. (tick % slots), k) == 1 then
     redis.call('DECR', P .. 'ring')
   end
   redis.call('ZREM', P .. 'far', k)
   redis.call('ZREM', P .. 'ready', k)
   redis.call('ZREM', P .. 'leased', k)
+end
+
+-- ZADD of many (score, member) pairs at once; `pairs` is a flat list.
+local function zadd_all(key, pairs)
+  if #pairs > 0 then redis.call('ZADD', key, unpack(pairs)) end
 end
 
 -- Lets one idle worker know that tasks are ready (a worker that claims a full batch passes it on).

@@ -3,8 +3,8 @@
 -- the tasks of each tick it passes from their slot to `ready`. Renews the leadership.
 --
 -- Bounded: at most `budget` tasks and `max_steps` ticks per call; the reply says when more is
--- left, and the caller calls again at once. A retried or repeated call is harmless: tasks carry
--- their absolute due tick, and a task is moved only once its tick has been reached.
+-- left, and the caller calls again at once. A retried or repeated call is harmless: a task is
+-- moved to `ready` only once the cursor has reached its absolute due tick.
 --
 -- When the ring is empty the cursor jumps straight to the current tick (an idle wheel costs O(1)
 -- per call, and a wheel left alone for days catches up in one step); far-tier tasks at or before
@@ -50,14 +50,28 @@ end
 work = #expired
 
 while work < budget do
-  -- The far tier's tasks within one revolution of the cursor enter the ring (or `ready`).
-  local far = redis.call('ZRANGEBYSCORE', P .. 'far', '-inf', cursor + slots, 'LIMIT', 0, budget - work)
-  for _, k in ipairs(far) do
-    redis.call('ZREM', P .. 'far', k)
-    local h = redis.call('HMGET', P .. 't:' .. k, 'tick', 'due')
-    if h[1] and place(k, tonumber(h[1]), tonumber(h[2]), cursor, slots) then ready = ready + 1 end
+  -- The far tier's tasks within one revolution of the cursor enter the ring (or `ready`): the
+  -- lowest-scored ones, so they are removed by rank in one command.
+  local far = redis.call('ZRANGEBYSCORE', P .. 'far', '-inf', (cursor + slots) * tick_ms, 'WITHSCORES', 'LIMIT', 0,
+    budget - work)
+  if #far > 0 then
+    redis.call('ZREMRANGEBYRANK', P .. 'far', 0, #far / 2 - 1)
+    local to_ready, into_ring = {}, 0
+    for i = 1, #far, 2 do
+      local k, due = far[i], tonumber(far[i + 1])
+      local tick = due_tick(due, tick_ms)
+      if tick <= cursor then
+        to_ready[#to_ready + 1] = due
+        to_ready[#to_ready + 1] = k
+      else
+        into_ring = into_ring + redis.call('ZADD', P .. 'slot:' .. (tick % slots), due, k)
+      end
+    end
+    zadd_all(P .. 'ready', to_ready)
+    ready = ready + #to_ready / 2
+    if into_ring > 0 then redis.call('INCRBY', P .. 'ring', into_ring) end
+    work = work + #far / 2
   end
-  work = work + #far
   if work >= budget or cursor >= now_tick or steps >= max_steps then break end
 
   if tonumber(redis.call('GET', P .. 'ring') or '0') <= 0 then
@@ -66,23 +80,25 @@ while work < budget do
   else
     local c = cursor + 1
     local sk = P .. 'slot:' .. (c % slots)
-    local due_now = redis.call('SPOP', sk, budget - work)
-    if #due_now > 0 then redis.call('DECRBY', P .. 'ring', #due_now) end
-    for _, k in ipairs(due_now) do
-      local h = redis.call('HMGET', P .. 't:' .. k, 'tick', 'due')
-      if h[1] then
-        local t = tonumber(h[1])
-        if t <= c then
-          redis.call('ZADD', P .. 'ready', h[2], k)
-          ready = ready + 1
+    local popped = redis.call('ZPOPMIN', sk, budget - work)
+    if #popped > 0 then
+      redis.call('DECRBY', P .. 'ring', #popped / 2)
+      local to_ready = {}
+      for i = 1, #popped, 2 do
+        local k, due = popped[i], tonumber(popped[i + 1])
+        if due_tick(due, tick_ms) <= c then
+          to_ready[#to_ready + 1] = due
+          to_ready[#to_ready + 1] = k
         else
           -- Not this revolution's (cannot happen while the ring invariant holds): keep it safe.
-          redis.call('ZADD', P .. 'far', t, k)
+          redis.call('ZADD', P .. 'far', due, k)
         end
       end
+      zadd_all(P .. 'ready', to_ready)
+      ready = ready + #to_ready / 2
+      work = work + #popped / 2
     end
-    work = work + #due_now
-    if redis.call('SCARD', sk) > 0 then break end
+    if redis.call('EXISTS', sk) == 1 then break end
     cursor = c
   end
   redis.call('SET', P .. 'cursor', cursor)
