@@ -7,8 +7,9 @@
 -- moved to `ready` only once the cursor has reached its absolute due tick.
 --
 -- When the ring is empty the cursor jumps straight to the current tick (an idle wheel costs O(1)
--- per call, and a wheel left alone for days catches up in one step); far-tier tasks at or before
--- the cursor then go straight to `ready`.
+-- per call). Far-tier tasks already due by Redis's clock go straight to `ready`, so a wheel left
+-- alone for days catches up in at most one revolution of steps plus one call per `budget` tasks.
+-- A task reaches `ready` only when its due tick is at or before Redis's current tick: never early.
 --
 -- KEYS[1]  the wheel's meta key
 -- ARGV[1]  key prefix   ARGV[2] fencing token (the leader key's value)   ARGV[3] tick in ms
@@ -50,9 +51,12 @@ end
 work = #expired
 
 while work < budget do
-  -- The far tier's tasks within one revolution of the cursor enter the ring (or `ready`): the
-  -- lowest-scored ones, so they are removed by rank in one command.
-  local far = redis.call('ZRANGEBYSCORE', P .. 'far', '-inf', (cursor + slots) * tick_ms, 'WITHSCORES', 'LIMIT', 0,
+  -- The far tier's tasks within one revolution of the cursor enter the ring, and those already
+  -- due by Redis's clock go straight to `ready` (after an outage longer than a revolution that
+  -- is all of them up to now). The lowest-scored ones come first, so they are removed by rank
+  -- in one command.
+  local horizon = math.max(cursor + slots, now_tick)
+  local far = redis.call('ZRANGEBYSCORE', P .. 'far', '-inf', horizon * tick_ms, 'WITHSCORES', 'LIMIT', 0,
     budget - work)
   if #far > 0 then
     redis.call('ZREMRANGEBYRANK', P .. 'far', 0, #far / 2 - 1)
@@ -60,7 +64,7 @@ while work < budget do
     for i = 1, #far, 2 do
       local k, due = far[i], tonumber(far[i + 1])
       local tick = due_tick(due, tick_ms)
-      if tick <= cursor then
+      if tick <= now_tick then
         to_ready[#to_ready + 1] = due
         to_ready[#to_ready + 1] = k
       else
