@@ -167,30 +167,47 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
 
     println!("scheduling {ORDERS} order reviews over {SCHEDULING:?}, each due 1-4 s later");
-    let pace = SCHEDULING / ORDERS as u32;
-    for order in 0..ORDERS {
-        if order == ORDERS / 2 {
-            if let Some(server) = server.as_mut() {
-                println!(
-                    "--- SIGKILL to redis-server (pid {}) with {order} reviews scheduled",
-                    server.pid().unwrap_or(0)
-                );
-                tokio::task::block_in_place(|| server.kill());
-                redis_down.store(true, Relaxed);
-                tokio::time::sleep(OUTAGE).await;
-                tokio::task::block_in_place(|| server.restart());
-                redis_down.store(false, Relaxed);
-                println!("--- redis-server restarted on the same directory after {OUTAGE:?}");
-            }
+    // Halfway through the scheduling, while calls are in flight, Redis dies and comes back.
+    let crash = server.take().map(|mut server| {
+        let redis_down = redis_down.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(SCHEDULING / 2).await;
+            println!("--- SIGKILL to redis-server (pid {})", server.pid().unwrap_or(0));
+            tokio::task::block_in_place(|| server.kill());
+            redis_down.store(true, Relaxed);
+            tokio::time::sleep(OUTAGE).await;
+            tokio::task::block_in_place(|| server.restart());
+            redis_down.store(false, Relaxed);
+            println!("--- redis-server restarted on the same directory after {OUTAGE:?}");
+            server
+        })
+    });
+
+    // Orders arrive in small groups, each review scheduled by its own call (calls that meet the
+    // outage retry until Redis is back, up to the connect timeout).
+    const GROUP: usize = 20;
+    let scheduling_started = tokio::time::Instant::now();
+    for group in (0..ORDERS).step_by(GROUP) {
+        let mut calls = tokio::task::JoinSet::new();
+        for order in group..(group + GROUP).min(ORDERS) {
+            let (timers, reviews) = (timers.clone(), reviews.clone());
+            calls.spawn(async move {
+                let delay = delay_of(order);
+                reviews.not_before_ms[order].store(millis(SystemTime::now() + delay), Relaxed);
+                match timers.schedule(format!("order-{order}:review"), delay, order.to_string()).await {
+                    Ok(()) => reviews.scheduled[order].store(true, Relaxed),
+                    Err(e) => println!("order-{order}: not scheduled, and the caller knows it: {e}"),
+                }
+            });
         }
-        let delay = delay_of(order);
-        reviews.not_before_ms[order].store(millis(SystemTime::now() + delay), Relaxed);
-        match timers.schedule(format!("order-{order}:review"), delay, order.to_string()).await {
-            Ok(()) => reviews.scheduled[order].store(true, Relaxed),
-            Err(e) => println!("order-{order}: schedule failed, so the caller knows it is not scheduled: {e}"),
-        }
-        tokio::time::sleep(pace).await;
+        calls.join_all().await;
+        let next = SCHEDULING.mul_f64((group + GROUP) as f64 / ORDERS as f64);
+        tokio::time::sleep_until(scheduling_started + next).await;
     }
+    let server = match crash {
+        Some(crash) => Some(crash.await?),
+        None => None,
+    };
 
     // The last review is due 4 s after it was scheduled; one whose ack was lost in the crash
     // comes back after its lease.
