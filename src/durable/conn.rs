@@ -172,11 +172,23 @@ impl Inner {
         inv: &ScriptInvocation<'_>,
         window: Duration,
     ) -> Result<T, Error> {
+        self.retrying(window, |mut conn| async move { inv.invoke_async::<T>(&mut conn).await }).await
+    }
+
+    /// Runs one plain command the same way as [`call`](Self::call), with the default window.
+    pub(crate) async fn command<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+        self.retrying(self.cfg.retry_window(), |mut conn| async move { cmd.query_async::<T>(&mut conn).await }).await
+    }
+
+    async fn retrying<T, F, Fut>(&self, window: Duration, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
         let deadline = Instant::now() + window;
         let mut wait = Duration::from_millis(10);
         loop {
-            let mut conn = self.conn.clone();
-            let attempt = tokio::time::timeout_at(deadline, inv.invoke_async::<T>(&mut conn)).await;
+            let attempt = tokio::time::timeout_at(deadline, attempt(self.conn.clone())).await;
             let failure = match attempt {
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(err)) => RedisFailure::from(err),
@@ -218,5 +230,49 @@ impl Inner {
              the same settings as the other nodes, or use another name",
             self.name, self.cfg.tick_ms, self.cfg.slots
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_round_up_to_whole_milliseconds() {
+        assert_eq!(ceil_ms(Duration::ZERO), 0);
+        assert_eq!(ceil_ms(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_ms(Duration::from_millis(5)), 5);
+        assert_eq!(ceil_ms(Duration::from_micros(5001)), 6);
+        assert_eq!(ceil_ms(Duration::MAX), u64::MAX);
+        assert_eq!(unix_ms(UNIX_EPOCH + Duration::from_micros(1500)), 2);
+        assert_eq!(unix_ms(UNIX_EPOCH - Duration::from_secs(1)), 0, "before the epoch is due at once");
+    }
+
+    #[test]
+    fn ticks_are_whole_milliseconds() {
+        assert_eq!(whole_ms(Duration::from_secs(1), "tick").unwrap(), 1000);
+        assert!(whole_ms(Duration::ZERO, "tick").is_err());
+        assert!(whole_ms(Duration::from_micros(1500), "tick").is_err());
+    }
+
+    #[test]
+    fn names_that_would_break_the_keys_are_refused() {
+        for ok in ["orders", "orders-eu_1", "Bestellungen", "注文"] {
+            assert!(validate_name(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["", "a{b", "a}b", "a:b", "a b", "a\tb", "a\u{0}b"] {
+            assert!(matches!(validate_name(bad), Err(Error::Invalid(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ids_are_unique() {
+        let (a, b) = (Ids::new(), Ids::new());
+        let ids = [a.next(), a.next(), b.next(), b.next()];
+        for (i, x) in ids.iter().enumerate() {
+            for y in &ids[i + 1..] {
+                assert_ne!(x, y);
+            }
+        }
     }
 }

@@ -310,13 +310,9 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn contains(&self, key: &str) -> Result<bool, Error> {
-        let mut conn = self.inner.conn.clone();
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(self.inner.key(&format!("t:{key}")))
-            .query_async(&mut conn)
-            .await
-            .map_err(Error::from)?;
-        Ok(exists)
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(self.inner.key(&format!("t:{key}")));
+        self.inner.command(&exists).await
     }
 
     /// How many tasks are pending: scheduled and not yet acknowledged, cancelled or dead.

@@ -47,9 +47,10 @@ impl fmt::Debug for Worker {
 }
 
 impl Worker {
-    /// Stops claiming tasks, waits for the handlers in flight to finish (and be acknowledged or
-    /// retried), and gives up the leadership if this worker held it, so another node takes over
-    /// at once.
+    /// Stops claiming tasks, waits for the handlers in flight to finish and their outcomes to be
+    /// recorded (acknowledged or retried; while Redis is away that is retried for up to the
+    /// lease, after which the task is handed out again anyway), and gives up the leadership if
+    /// this worker held it, so another node takes over at once.
     ///
     /// # Cancel safety
     /// Dropping the future leaves the worker stopping in the background, as dropping the
