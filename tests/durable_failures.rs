@@ -738,7 +738,7 @@ async fn a_hundred_thousand_tasks_on_one_tick() {
     assert_eq!(fired.load(Ordering::Relaxed), N);
 
     let (slow, stalled) = slow_calls(&server);
-    assert!(slow.is_empty(), "calls of the crate over 10 ms (redis-server prioritized: {prioritized}): {slow:?}");
+    assert!(slow.is_empty(), "calls of the crate over 10 ms (redis-server priority raised: {prioritized:?}): {slow:?}");
     if !stalled.is_empty() {
         eprintln!("SLOWLOG entries excused as the host stalling Redis, not the crate's work: {stalled:?}");
     }
