@@ -8,7 +8,7 @@
 local n, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
 local popped = redis.call('ZPOPMIN', P .. 'ready', n)
 if #popped == 0 then return {} end
-local now = now_ms()
+local now = now_up()
 local count = #popped / 2
 local last = redis.call('INCRBY', P .. 'seq', count)
 local out, leases = {}, {}

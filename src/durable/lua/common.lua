@@ -7,10 +7,18 @@
 
 local P = ARGV[1]
 
--- Redis's clock in whole milliseconds: the only clock the wheel uses.
+-- Redis's clock in whole milliseconds, rounded down: the only clock the wheel uses. Deciding
+-- that a time has come rounds down (never early); setting a time to come rounds up (`now_up`).
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Redis's clock in whole milliseconds, rounded up: the base of due times and lease expiries, so
+-- they are never before `delay` (or `lease`) after the call reached Redis.
+local function now_up()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
 end
 
 -- The tick a task due at `due` ms is placed at: rounded up, so it is never early.

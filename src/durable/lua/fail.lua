@@ -13,7 +13,7 @@ local tk = P .. 't:' .. k
 local h = redis.call('HMGET', tk, 'tok', 'a')
 if h[1] ~= ARGV[3] then return 0 end
 local a = tonumber(h[2])
-local now = now_ms()
+local now = now_up()
 if a >= tonumber(ARGV[5]) then
   bury(k, a, ARGV[4], now, tonumber(ARGV[10]))
   return 2

@@ -11,7 +11,7 @@ local tk = P .. 't:' .. k
 local old = redis.call('HGET', tk, 'tick')
 if not old then return 0 end
 unplace(k, tonumber(old), slots)
-local now = now_ms()
+local now = now_up()
 local due = tonumber(ARGV[6])
 if ARGV[5] == 'd' then due = now + due end
 local tick = due_tick(due, tick_ms)

@@ -7,7 +7,7 @@
 --          whose first attempt landed); 0 the key is pending under another request (DuplicateKey).
 
 local tick_ms, slots = tonumber(ARGV[2]), tonumber(ARGV[3])
-local now = now_ms()
+local now = now_up()
 local cursor = cursor_of(now, tick_ms)
 local out, created, ready = {}, 0, false
 for i = 4, #ARGV, 5 do
