@@ -856,9 +856,11 @@ async fn retries_back_off_then_dead_letter_and_requeue() {
     worker.shutdown().await;
 }
 
-/// (8b) A handler that panics is retried like one that fails.
+/// (8b) A handler that panics is retried like one that fails: after the backoff (100 ms), not
+/// after the lease (1 s). Both a panic while the handler's future runs and one in the handler's
+/// call itself, before it returns a future.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_handler_is_retried() {
+async fn a_panicking_handler_is_retried_after_the_backoff() {
     let _guard = shared();
     let Some(server) = RedisServer::start() else { return };
     let timers = builder(&server, "panic").connect().await.expect("connect");
@@ -868,19 +870,81 @@ async fn a_panicking_handler_is_retried() {
         move |task: Task| {
             log.record(&task, 0);
             let attempt = task.attempt();
+            if attempt == 1 && task.key() == "in-call" {
+                panic!("handler panics on purpose, before returning its future");
+            }
             async move {
                 if attempt == 1 {
-                    panic!("handler panics on purpose");
+                    panic!("handler future panics on purpose");
                 }
                 Ok::<(), std::io::Error>(())
             }
         }
     });
-    timers.schedule("p", Duration::from_millis(50), "x").await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.of("p").len() == 2).await, "{:?}", log.of("p"));
+    timers.schedule("in-future", Duration::from_millis(50), "x").await.unwrap();
+    timers.schedule("in-call", Duration::from_millis(50), "x").await.unwrap();
+    wait_until(LEASE * 3, || log.of("in-future").len() == 2 && log.of("in-call").len() == 2).await;
     tokio::time::sleep(LEASE + TICK * 4).await;
-    assert_eq!(log.of("p").iter().map(|h| h.attempt).collect::<Vec<_>>(), [1, 2]);
     worker.shutdown().await;
+    for key in ["in-future", "in-call"] {
+        let deliveries = log.of(key);
+        assert_eq!(deliveries.iter().map(|h| h.attempt).collect::<Vec<_>>(), [1, 2], "{key}: {deliveries:?}");
+        let gap = deliveries[1].at.duration_since(deliveries[0].at).unwrap();
+        assert!(gap < LEASE / 2, "{key}: the retry after a panic came {gap:?} later, as a lease expiry, not a backoff");
+    }
+}
+
+/// (8e) A late retry of a `schedule` (same request id) whose first attempt landed, and whose task
+/// then fired and was acknowledged before the retry arrived, answers `Ok` and creates no second
+/// task; a new request for the same key (another id) does schedule again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_retry_of_a_fired_schedule_creates_nothing() {
+    let _guard = shared();
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "late-retry").connect().await.expect("connect");
+    let log = Log::default();
+    let worker = timers.run(log.handler(0));
+    timers.schedule_with_request_id("k", Duration::from_millis(50), "x", "req-1").await.unwrap();
+    assert!(wait_until(Duration::from_secs(2), || log.of("k").len() == 1).await);
+    tokio::time::sleep(TICK * 4).await; // the ack lands
+    assert!(!timers.contains("k").await.unwrap());
+    assert_eq!(timers.schedule_with_request_id("k", Duration::from_millis(50), "x", "req-1").await, Ok(()));
+    tokio::time::sleep(TICK * 6).await;
+    assert_eq!(log.of("k").len(), 1, "the late retry scheduled the task a second time");
+    assert_eq!(timers.len().await.unwrap(), 0);
+    timers.schedule_with_request_id("k", Duration::from_millis(50), "x", "req-2").await.unwrap();
+    assert!(wait_until(Duration::from_secs(2), || log.of("k").len() == 2).await, "a new request was swallowed");
+    worker.shutdown().await;
+}
+
+/// (8f) Redis away for longer than a call's retry window: the call fails with a retryable error
+/// within that window (never hangs); the worker keeps going and resumes when Redis returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_longer_than_the_retry_window() {
+    let _guard = shared();
+    let Some(mut server) = RedisServer::start() else { return };
+    let window = Duration::from_secs(1);
+    let timers = builder(&server, "away").connect_timeout(window).connect().await.expect("connect");
+    let log = Log::default();
+    let worker = timers.run(log.handler(0));
+    timers.schedule("before", Duration::from_millis(1500), "x").await.unwrap();
+    std::thread::sleep(Duration::from_millis(1100)); // let AOF's everysec write it
+    tokio::task::block_in_place(|| server.kill());
+    let started = Instant::now();
+    let result = timers.schedule("during", Duration::from_millis(100), "x").await;
+    let took = started.elapsed();
+    match &result {
+        Err(e) => assert!(e.is_retryable(), "Redis being away should be retryable: {e}"),
+        Ok(()) => panic!("schedule succeeded with Redis killed"),
+    }
+    assert!(took < window * 2 + Duration::from_millis(500), "the failing call took {took:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::task::block_in_place(|| server.restart());
+    timers.schedule("after", Duration::from_millis(100), "x").await.expect("schedule once Redis is back");
+    let back = wait_until(Duration::from_secs(5), || log.of("before").len() == 1 && log.of("after").len() == 1).await;
+    worker.shutdown().await;
+    assert!(back, "the worker did not resume: {:?}", log.all());
+    assert!(log.of("during").is_empty(), "a schedule that failed fired");
 }
 
 /// (8c) Cancel and reschedule racing the tick that makes the tasks due, while handlers (30 ms
