@@ -225,8 +225,11 @@ async fn claim(inner: &Inner, n: usize) -> Result<Vec<(Task, String)>, Error> {
 }
 
 async fn pass_on_wake(inner: &Inner) {
+    // As `wake()` in lua/common.lua: at most 8 tokens wait.
+    let wake = inner.key("wake");
     let mut conn = inner.conn.clone();
-    let _: Result<(), _> = redis::cmd("LPUSH").arg(inner.key("wake")).arg(1).query_async(&mut conn).await;
+    let _: Result<(), _> =
+        redis::pipe().lpush(&wake, 1).ignore().ltrim(&wake, 0, 7).ignore().query_async(&mut conn).await;
 }
 
 /// Waits for a wake-up token (pushed when tasks become ready) for up to one tick, on a connection
@@ -266,9 +269,12 @@ struct Outcome {
     _permit: OwnedSemaphorePermit,
 }
 
-/// Runs the handler on one task; a panic counts as a failure.
+/// Runs the handler on one task; a panic counts as a failure, whether the handler panics when
+/// called or its future panics when polled (the call happens inside the first poll).
 async fn run_handler(handler: &Handler, task: Task) -> Result<(), String> {
-    match CatchUnwind(handler(task)).await {
+    let handler = handler.clone();
+    let run: HandlerFuture = Box::pin(async move { handler(task).await });
+    match CatchUnwind(run).await {
         Ok(result) => result,
         Err(panic) => Err(format!("the handler panicked: {}", panic_message(&*panic))),
     }

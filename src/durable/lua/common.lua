@@ -70,9 +70,10 @@ local function zadd_all(key, pairs)
 end
 
 -- Lets one idle worker know that tasks are ready (a worker that claims a full batch passes it on).
+-- At most 8 tokens wait, so a burst leaves only a few wake-ups with nothing to claim behind it.
 local function wake()
   redis.call('LPUSH', P .. 'wake', 1)
-  redis.call('LTRIM', P .. 'wake', 0, 63)
+  redis.call('LTRIM', P .. 'wake', 0, 7)
 end
 
 -- Frees the key of finished task `k`, remembering its request id for `ttl` ms so that a late
