@@ -227,7 +227,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("reviews applied     {} (by worker: {by_worker:?})", reviews.applied());
     println!("deliveries          {}", reviews.deliveries.load(Relaxed));
     println!(
-        "redeliveries        {} (acks lost in the crash; the idempotent handler skipped them)",
+        "redeliveries        {} (after an ack lost with Redis; the idempotent handler skipped them)",
         reviews.redeliveries.load(Relaxed)
     );
     println!("missing             {missing}");
