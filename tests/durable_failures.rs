@@ -1033,6 +1033,143 @@ async fn cancel_and_reschedule_race_the_tick() {
     assert_eq!(timers.len().await.unwrap(), 0);
 }
 
+/// One call of the random-operations test and what it answered.
+#[derive(Debug)]
+struct Op {
+    kind: &'static str,
+    asked_at: SystemTime,
+    answered_at: SystemTime,
+    /// Whether the call changed the task: schedule `Ok`, reschedule `Ok`, cancel `true`.
+    took: bool,
+    /// For a schedule or reschedule that took: the earliest time the task may now start.
+    not_before: SystemTime,
+}
+
+/// (8g) Random schedules, cancels and reschedules, in the ring and the far tier (delays up to 2.5
+/// revolutions), while a worker runs. Per key, against what each call answered:
+/// - after a cancel that took, nothing starts;
+/// - after a schedule or reschedule that took, exactly one delivery starts after the answer (one
+///   in flight may also have started before it and been taken back), never before its time;
+/// - a cancel or reschedule that did not take means the task had fired already;
+/// - and at the end the wheel is empty, with its `ring` counter equal to what its slots hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_operations_against_their_answers() {
+    let _guard = shared();
+    let Some(server) = RedisServer::start() else { return };
+    let name = "random";
+    let timers = builder(&server, name).connect().await.expect("connect");
+    let log = Log::default();
+    let worker = timers.run(log.handler(0));
+    let revolution = TICK * SLOTS as u32;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut ops: HashMap<String, Vec<Op>> = HashMap::new();
+    let mut live: Vec<String> = Vec::new();
+    let mut last_due = SystemTime::now();
+    for i in 0..1500u64 {
+        let roll = next(4);
+        let delay = Duration::from_millis(next(revolution.as_millis() as u64 * 5 / 2));
+        let asked_at = SystemTime::now();
+        let (key, kind, took) = if roll < 2 || live.is_empty() {
+            let key = format!("k{i}");
+            timers.schedule(&key, delay, vec![]).await.expect("schedule of a fresh key");
+            live.push(key.clone());
+            (key, "schedule", true)
+        } else {
+            let key = live[next(live.len() as u64) as usize].clone();
+            if roll == 2 {
+                let took = timers.cancel(&key).await.expect("cancel");
+                (key, "cancel", took)
+            } else {
+                match timers.reschedule(&key, delay).await {
+                    Ok(()) => (key, "reschedule", true),
+                    Err(Error::NotFound) => (key, "reschedule", false),
+                    Err(e) => panic!("reschedule: {e}"),
+                }
+            }
+        };
+        if kind == "cancel" || !took {
+            live.retain(|k| *k != key);
+        }
+        let not_before = asked_at + delay;
+        if took && kind != "cancel" {
+            last_due = last_due.max(not_before);
+        }
+        ops.entry(key).or_default().push(Op { kind, asked_at, answered_at: SystemTime::now(), took, not_before });
+        if i % 10 == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    tokio::time::sleep(last_due.duration_since(SystemTime::now()).unwrap_or_default() + LEASE).await;
+    tokio::time::sleep(TICK * 6).await;
+    worker.shutdown().await;
+
+    let mut problems = Vec::new();
+    for (key, ops) in &ops {
+        let deliveries = log.of(key);
+        let last = ops.last().unwrap();
+        let after = |t: SystemTime| deliveries.iter().filter(move |h| h.at > t);
+        for op in ops.iter().filter(|op| !op.took) {
+            if !deliveries.iter().any(|h| h.at <= op.answered_at) {
+                problems.push(format!(
+                    "{key}: {} did not take, yet the task had not fired: {ops:?} {deliveries:?}",
+                    op.kind
+                ));
+            }
+        }
+        if last.kind == "cancel" && last.took && after(last.answered_at).count() > 0 {
+            problems.push(format!("{key}: fired after its cancel took: {ops:?} {deliveries:?}"));
+        }
+        if last.kind != "cancel" && last.took {
+            let since = if last.kind == "schedule" { last.asked_at } else { last.answered_at };
+            if after(since).count() != 1 {
+                problems.push(format!(
+                    "{key}: {} deliveries after its last {}: {ops:?} {deliveries:?}",
+                    after(since).count(),
+                    last.kind
+                ));
+            }
+        }
+        // Every delivery starts no earlier than the time set by the last call that took and
+        // had answered by then (or, before any answer, the schedule's own).
+        for h in &deliveries {
+            let governing =
+                ops.iter().rev().find(|op| op.took && op.kind != "cancel" && op.answered_at <= h.at).unwrap_or(&ops[0]);
+            if h.at + CLOCK_SLACK < governing.not_before {
+                problems.push(format!(
+                    "{key}: started {:?} early: {ops:?} {deliveries:?}",
+                    governing.not_before.duration_since(h.at).unwrap()
+                ));
+            }
+        }
+    }
+    let stray = log.distinct_keys().into_iter().filter(|k| !ops.contains_key(k)).count();
+    assert_eq!(stray, 0, "deliveries of keys never scheduled");
+    problems.truncate(8);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+
+    assert_eq!(timers.len().await.unwrap(), 0, "{:?}", timers.stats().await);
+    let ring = server.command(&["GET", &format!("tw:{{{name}}}:ring")]).as_int().unwrap_or(0);
+    let held: i64 =
+        (0..SLOTS).map(|i| server.command(&["ZCARD", &format!("tw:{{{name}}}:slot:{i}")]).as_int().unwrap_or(0)).sum();
+    assert_eq!((ring, held), (0, 0), "the ring counter and what the slots hold, at the end");
+    let kinds = |kind: &str, took: bool| ops.values().flatten().filter(|op| op.kind == kind && op.took == took).count();
+    eprintln!(
+        "random operations: {} schedules, {} cancels ({} too late), {} reschedules ({} too late), {} deliveries",
+        kinds("schedule", true),
+        kinds("cancel", true),
+        kinds("cancel", false),
+        kinds("reschedule", true),
+        kinds("reschedule", false),
+        log.all().len()
+    );
+}
+
 /// (8d) Payloads: empty, every byte value, exactly the maximum arrive intact; one byte more is
 /// `Invalid`, and so is an empty key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
