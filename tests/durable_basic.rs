@@ -353,6 +353,21 @@ async fn bad_keys_and_payloads_are_invalid() {
     assert!(matches!(err, Error::Invalid(_)), "{err:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_that_replicas_did_not_confirm_is_a_retryable_error() {
+    let Some(server) = RedisServer::start() else { return };
+    // The test server has no replicas, so WAIT 1 always falls short.
+    let timers =
+        builder(&server, "replicas").wait_for_replicas(1, Duration::from_millis(50)).connect().await.expect("connect");
+    let err = timers.schedule("w", Duration::from_secs(60), Vec::new()).await.unwrap_err();
+    assert!(matches!(err, Error::Redis(_)) && err.is_retryable(), "{err:?}");
+    // The change is on the primary: a repeat finds the key taken.
+    assert_eq!(timers.schedule("w", Duration::from_secs(60), Vec::new()).await, Err(Error::DuplicateKey("w".into())));
+    assert!(timers.contains("w").await.unwrap());
+    let too_long = builder(&server, "replicas").wait_for_replicas(1, Duration::from_secs(5)).connect().await;
+    assert!(matches!(too_long, Err(Error::Invalid(_))), "{too_long:?}");
+}
+
 #[tokio::test]
 async fn unreachable_redis_fails_within_the_connect_timeout() {
     let timeout = Duration::from_millis(800);

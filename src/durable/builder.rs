@@ -63,6 +63,7 @@ pub struct DurableBuilder {
     pub(crate) connect_timeout: Duration,
     pub(crate) backoff: Duration,
     pub(crate) concurrency: usize,
+    pub(crate) replicas: Option<(usize, Duration)>,
 }
 
 impl DurableBuilder {
@@ -79,6 +80,7 @@ impl DurableBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             backoff: DEFAULT_BACKOFF,
             concurrency: DEFAULT_CONCURRENCY,
+            replicas: None,
         }
     }
 
@@ -144,6 +146,19 @@ impl DurableBuilder {
     /// [`DEFAULT_CONCURRENCY`].
     pub fn concurrency(mut self, handlers: usize) -> Self {
         self.concurrency = handlers;
+        self
+    }
+
+    /// Makes `schedule` and its kin, `reschedule` and `requeue_dead` wait until `replicas`
+    /// replicas hold the change (Redis's `WAIT`, for up to `timeout`), so that it survives a
+    /// failover. Off by default. When fewer replicas confirm in time the call returns a
+    /// retryable [`Error::Redis`]: the change is on the primary, and a repeated `schedule` then
+    /// reports [`Error::DuplicateKey`].
+    ///
+    /// `WAIT` holds up the shared connection while it waits, so keep `timeout` short; it must
+    /// be shorter than the response timeout.
+    pub fn wait_for_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.replicas = (replicas > 0).then_some((replicas, timeout));
         self
     }
 

@@ -36,6 +36,8 @@ pub(crate) struct Config {
     pub(crate) connect_timeout: Duration,
     pub(crate) backoff_ms: u64,
     pub(crate) concurrency: usize,
+    /// How many replicas must confirm a change, and for how long to wait for them.
+    pub(crate) replicas: Option<(usize, Duration)>,
     /// How long a finished task's request id is kept (`done:<key>`), in ms.
     pub(crate) done_ttl_ms: u64,
 }
@@ -63,6 +65,14 @@ impl Config {
         if b.response_timeout.is_zero() || b.connect_timeout.is_zero() {
             return Err(Error::invalid("the response and connect timeouts must not be zero"));
         }
+        if let Some((_, timeout)) = b.replicas {
+            if timeout >= b.response_timeout {
+                return Err(Error::invalid(format!(
+                    "the replica wait ({timeout:?}) must be shorter than the response timeout ({:?})",
+                    b.response_timeout
+                )));
+            }
+        }
         let retry_window = b.connect_timeout + b.response_timeout;
         Ok(Config {
             tick_ms,
@@ -74,6 +84,7 @@ impl Config {
             connect_timeout: b.connect_timeout,
             backoff_ms: ceil_ms(b.backoff.min(MAX_BACKOFF)),
             concurrency: b.concurrency,
+            replicas: b.replicas,
             done_ttl_ms: ceil_ms((retry_window * 4).max(MIN_DONE_TTL)),
         })
     }
@@ -210,6 +221,26 @@ impl Inner {
     /// Runs `inv` once with the default retry window.
     pub(crate) async fn run<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Result<T, Error> {
         self.call(inv, self.cfg.retry_window()).await
+    }
+
+    /// Waits for the configured replicas to hold this connection's writes so far, if any are
+    /// configured.
+    pub(crate) async fn replicate(&self) -> Result<(), Error> {
+        let Some((replicas, timeout)) = self.cfg.replicas else { return Ok(()) };
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(ceil_ms(timeout).max(1));
+        let confirmed: usize = self.command(&wait).await?;
+        if confirmed < replicas {
+            return Err(Error::Redis(RedisFailure::new(
+                "replication",
+                format!(
+                    "the change is on the primary, but only {confirmed} of {replicas} replicas confirmed it within \
+                     {timeout:?}: it could be lost in a failover"
+                ),
+                true,
+            )));
+        }
+        Ok(())
     }
 
     pub(crate) fn key(&self, what: &str) -> String {

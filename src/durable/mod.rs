@@ -57,31 +57,35 @@
 //!   leader catches up in bounded steps: every overdue task fires once, none early.
 //! - **Bounded work.** Every script does a bounded amount of work per call (at most 128 tasks,
 //!   or 64 ticks) and tells the caller to call again, so a million tasks due at once never
-//!   block Redis for long. An idle wheel costs a couple of commands per tick per node, and idle
-//!   workers wait for a wake-up on a connection of their own instead of polling.
+//!   block Redis for long. An idle wheel costs O(1) Redis calls per tick: one tick call by the
+//!   leader, one leadership attempt by each other worker, and one claim and one blocking wait
+//!   per idle worker, which waits for a wake-up on a connection of its own instead of polling.
 //!
 //! # Errors and retries
 //! Redis failures are [`Error::Redis`](crate::Error::Redis). Every call retries transient ones
 //! (a dropped connection, a timeout, `LOADING`, `BUSY`, `TRYAGAIN`, ...) by itself for up to the
 //! connect timeout, and every script is safe to run twice: a `schedule` carries a request id, so
 //! a retry whose first attempt did land returns `Ok` and creates no second task. When a call
-//! still fails, [`Error::is_retryable`](crate::Error::is_retryable) tells whether calling again
-//! later may succeed; a `schedule` repeated by the caller that then reports `DuplicateKey`
-//! means the earlier attempt did land. Workers keep retrying with a backoff while Redis is away
+//! still fails, [`Error::is_retryable`](crate::Error::is_retryable) tells what to do: when it
+//! is true Redis is away or overloaded for now, so wait (a second, say, backing off) and make
+//! the same call again; a `schedule` repeated this way that reports `DuplicateKey` means the
+//! earlier attempt did land. When it is false, trying again will not help: fix the input, the
+//! settings or the server. Workers keep retrying with a backoff while Redis is away
 //! and resume when it returns; nothing is lost (what was acknowledged stays acknowledged, what
 //! was not is handed out again after its lease).
 //!
 //! # Redis settings
 //! - **Redis 6.2 or later** (`connect` checks).
-//! - **`appendonly yes`** (with `appendfsync everysec` or `always`): without the append-only
-//!   file a restart loses every task scheduled since the last snapshot. `connect` warns through
-//!   `tracing` when it is off.
+//! - **`appendonly yes`**: without the append-only file a restart loses every task scheduled
+//!   since the last snapshot. With `appendfsync everysec` a crash of the machine (not of Redis
+//!   alone) can lose the last second of writes; `appendfsync always` loses none, at a cost in
+//!   throughput. `connect` warns through `tracing` when `appendonly` is off.
 //! - **`maxmemory-policy noeviction`**: any other policy lets Redis delete tasks under memory
 //!   pressure. `connect` warns when it is not set; with `noeviction` a full Redis refuses new
 //!   tasks with an error instead.
 //! - **Replicas:** a failover can lose writes not yet replicated. To make a `schedule` survive a
-//!   failover, follow it with `WAIT 1 <ms>` on your own connection, or run Redis with
-//!   `min-replicas-to-write`.
+//!   failover, have it `WAIT` for the replicas with [`DurableBuilder::wait_for_replicas`]
+//!   (`WAIT` counts the writes of the connection it runs on, so it has to be the wheel's own).
 //! - **Cluster:** every key of a wheel carries the hash tag `{name}`, so one wheel lives on one
 //!   cluster slot and many wheels spread over a cluster.
 //!
@@ -98,7 +102,7 @@
 //! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first) |
 //! | `leased`       | zset   | claimed keys, scored by lease expiry in ms on Redis's clock |
 //! | `t:<key>`      | hash   | one task: payload `p`, due ms `due`, due tick `tick` (absolute, never a rounds count), deliveries `a`, claim token `tok`, request id `rid`, last error `err` |
-//! | `done:<key>`   | string | the request id of a task just finished, for a few seconds, so a late retry of its `schedule` is recognised |
+//! | `done:<key>`   | string | the request id of a task just finished, for a minute or more, so a late retry of its `schedule` is recognised |
 //! | `dead`         | zset   | dead keys, scored by when they died |
 //! | `d:<key>`      | hash   | one dead letter: payload, deliveries, last error |
 //! | `leader`       | string | `<node>:<epoch>` of the node ticking the wheel, expiring after the lease |

@@ -406,7 +406,7 @@ impl DurableScheduler {
         let mut inv = self.inner.script(&SCRIPTS.requeue_dead);
         inv.arg(key).arg(self.inner.ids.next()).arg(self.inner.cfg.tick_ms);
         match self.inner.run::<i64>(&inv).await? {
-            1 => Ok(true),
+            1 => self.inner.replicate().await.map(|()| true),
             -1 => Err(Error::DuplicateKey(key.to_string())),
             _ => Ok(false),
         }
@@ -478,7 +478,7 @@ impl DurableScheduler {
         let mut inv = self.inner.script(&SCRIPTS.reschedule);
         inv.arg(self.inner.cfg.tick_ms).arg(self.inner.cfg.slots).arg(key).arg(mode).arg(ms);
         match self.inner.run::<i64>(&inv).await? {
-            1 => Ok(()),
+            1 => self.inner.replicate().await,
             _ => Err(Error::NotFound),
         }
     }
@@ -506,6 +506,10 @@ async fn send_batch(inner: Arc<Inner>, batch: Vec<Item>) -> Result<Duplicates, E
         inv.arg(&item.key).arg(item.payload.as_slice()).arg(mode).arg(ms).arg(&item.request_id);
     }
     let reply: Vec<i64> = inner.run(&inv).await?;
+    if reply.iter().any(|&outcome| outcome != 0) {
+        // Something was written (or was, by this request's first attempt): replicate it.
+        inner.replicate().await?;
+    }
     Ok(batch
         .into_iter()
         .zip(reply)
