@@ -316,6 +316,19 @@ async fn far_tier_tasks_are_promoted_and_fire_on_time() {
     worker.shutdown().await;
 }
 
+#[test]
+fn the_handles_are_cheap_to_share() {
+    fn shareable<T: Clone + Send + Sync + std::fmt::Debug + 'static>() {}
+    fn sendable<T: Send + Sync + std::fmt::Debug + 'static>() {}
+    shareable::<DurableScheduler>();
+    shareable::<tokio_timewheel::durable::RedisFailure>();
+    shareable::<Task>();
+    shareable::<tokio_timewheel::durable::DeadTask>();
+    shareable::<tokio_timewheel::durable::DurableStats>();
+    sendable::<Worker>();
+    sendable::<DurableBuilder>();
+}
+
 #[tokio::test]
 async fn bad_settings_are_invalid_without_touching_redis() {
     // Nothing listens here, and nothing needs to: validation comes first.
