@@ -178,16 +178,23 @@ fn fail(msg: &str) -> ! {
     std::process::exit(2)
 }
 
-/// Prints one result line (a flat JSON object) and keeps it for the report.
+/// The 1-minute load average: the machine is shared, and a measurement taken while it is busy is marked.
+fn load1() -> f64 {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(-1.0)
+}
+
+/// Prints one result line (a flat JSON object, with the load average at its end) and keeps it for the report.
 fn emit(rows: &mut Vec<Row>, imp: &str, workload: &str, n: usize, fields: &[(&str, f64)]) {
     let mut line = format!("{{\"impl\":\"{imp}\",\"workload\":\"{workload}\",\"n\":{n}");
-    for (name, value) in fields {
+    let fields: Vec<(&str, f64)> = fields.iter().copied().chain([("load1", load1())]).collect();
+    for (name, value) in &fields {
         let value = if value.is_finite() { *value } else { -1.0 };
         line.push_str(&format!(",\"{name}\":{}", (value * 1000.0).round() / 1000.0));
     }
     line.push('}');
     println!("{line}");
-    rows.push(Row::new(imp, workload, n, fields));
+    rows.push(Row::new(imp, workload, n, &fields));
 }
 
 /// Parses a flat JSON object of numbers (what `bench.mjs` prints); names are leaked, which a benchmark can afford.

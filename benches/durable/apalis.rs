@@ -38,8 +38,12 @@ return 1
 
 type Storage = RedisStorage<String, ConnectionManager>;
 
+/// apalis-redis's `connect`, with a 5 s response timeout instead of redis-rs's default (the same order as
+/// tokio-timewheel's 2 s plus its retries), so that a busy moment of the shared machine is not a failure.
 async fn storage(server: &RedisServer) -> Storage {
-    let conn = apalis_redis::connect(server.url()).await.expect("apalis-redis connect");
+    let client = redis::Client::open(server.url()).expect("redis URL");
+    let config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(Some(Duration::from_secs(5)));
+    let conn = client.get_connection_manager_with_config(config).await.expect("apalis-redis connect");
     RedisStorage::new(conn).with_config(Config::default().queue(QUEUE).batch_size(FETCH_BATCH))
 }
 
@@ -139,12 +143,13 @@ fn start_workers(storage: &Storage, shared: Arc<Shared>) -> Vec<Running> {
                 .concurrency(CONCURRENCY)
                 .build(handle);
             let join = tokio::spawn(async move {
-                let _ = worker
-                    .run_until(async move {
-                        let _ = stopped.await;
-                        Ok::<(), WorkerError>(())
-                    })
-                    .await;
+                let run = worker.run_until(async move {
+                    let _ = stopped.await;
+                    Ok::<(), WorkerError>(())
+                });
+                if let Err(e) = run.await {
+                    eprintln!("  apalis-redis worker {w} stopped: {e}");
+                }
             });
             (stop, join)
         })

@@ -66,10 +66,21 @@ impl Sink {
         self.distinct.load(Relaxed)
     }
 
-    /// Waits until every task was handled once, or `limit` passed.
+    /// Waits until every task was handled once, or `limit` passed, or nothing was handled for `STALL` after the
+    /// last task could have come due (an implementation whose workers died).
     pub async fn wait_all(&self, limit: Duration) -> bool {
-        if self.distinct() < self.handled.len() as u64 {
-            let _ = tokio::time::timeout(limit, self.done.notified()).await;
+        const STALL: Duration = Duration::from_secs(15);
+        let deadline = Instant::now() + limit;
+        let mut last = (self.distinct(), Instant::now());
+        while self.distinct() < self.handled.len() as u64 && Instant::now() < deadline {
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.done.notified()).await;
+            let now = self.distinct();
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if last.1.elapsed() > STALL && self.started.elapsed() > STALL + Duration::from_secs(10) {
+                eprintln!("  no task handled for {} s: giving up with {now} handled", STALL.as_secs());
+                break;
+            }
         }
         self.distinct() == self.handled.len() as u64
     }
