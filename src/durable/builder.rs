@@ -169,10 +169,12 @@ impl DurableBuilder {
     /// `noeviction`, or `appendonly no`.
     ///
     /// # Errors
-    /// - [`Error::Invalid`] for an empty name or one holding `{`, `}`, `:` or whitespace, a zero
-    ///   or fractional-millisecond tick, zero slots or more than [`MAX_SLOTS`], a zero lease,
-    ///   zero `max_attempts` or `concurrency`, a malformed URL, a server older than Redis 6.2,
-    ///   or a wheel recorded in Redis with another tick or slot count;
+    /// - [`Error::Invalid`] for an empty name or one holding `{`, `}`, `:`, whitespace or control
+    ///   characters, a zero or fractional-millisecond tick, zero slots or more than
+    ///   [`MAX_SLOTS`], a zero lease, zero `max_attempts` or `concurrency`, a `max_payload` over
+    ///   512 MiB, a zero timeout, a replica wait not shorter than the response timeout, a
+    ///   malformed URL, a server older than Redis 6.2, or a wheel recorded in Redis with another
+    ///   tick or slot count;
     /// - [`Error::Redis`] when Redis cannot be reached within the connect timeout (retryable)
     ///   or refuses the connection (a wrong password, say).
     ///
