@@ -316,6 +316,45 @@ async fn far_tier_tasks_are_promoted_and_fire_on_time() {
     worker.shutdown().await;
 }
 
+/// Collects what `tracing` writes, for the test that checks `connect`'s warnings.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn connect_warns_about_settings_that_lose_tasks() {
+    use support::redis_server::Persistence;
+    let Some(server) = RedisServer::start_with(Persistence::None, &["--maxmemory-policy", "allkeys-lru"]) else {
+        return;
+    };
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt().with_writer({
+        let captured = captured.clone();
+        move || captured.clone()
+    });
+    let _guard = tracing::subscriber::set_default(subscriber.finish());
+    builder(&server, "unsafe").connect().await.expect("connect");
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    assert!(text.contains("maxmemory-policy allkeys-lru"), "{text}");
+    assert!(text.contains("appendonly no"), "{text}");
+
+    let Some(safe) = RedisServer::start() else { return };
+    captured.0.lock().unwrap().clear();
+    builder(&safe, "safe").connect().await.expect("connect");
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    assert!(!text.contains("WARN"), "{text}");
+}
+
 #[test]
 fn the_handles_are_cheap_to_share() {
     fn shareable<T: Clone + Send + Sync + std::fmt::Debug + 'static>() {}
