@@ -185,7 +185,9 @@ impl DurableScheduler {
     /// Schedules many tasks in few round trips, each as [`schedule`](Self::schedule) would.
     ///
     /// Returns one result per item, in order: `Ok`, or the item's own [`Error::DuplicateKey`] or
-    /// [`Error::Invalid`]; the other items are scheduled regardless.
+    /// [`Error::Invalid`]; the other items are scheduled regardless. A key given twice is
+    /// scheduled once and the other item reports `DuplicateKey` (batches overlap, so which one
+    /// wins is not fixed unless both are among the same 64 items, where the first wins).
     ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed; batches sent before the failure stay scheduled, and
