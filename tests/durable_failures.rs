@@ -1170,6 +1170,51 @@ async fn random_operations_against_their_answers() {
     );
 }
 
+/// (8h) `wait_for_replicas`: with no replica connected a schedule fails with a retryable error
+/// (the write did not reach a replica in time); with one, it succeeds and the replica already
+/// holds the task when `schedule` returns, so a failover to it would keep the task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_wait_for_a_replica_when_asked() {
+    let _guard = shared();
+    let Some(alone) = RedisServer::start() else { return };
+    let timers = builder(&alone, "replicated")
+        .wait_for_replicas(1, Duration::from_millis(100))
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .expect("connect");
+    let started = Instant::now();
+    match timers.schedule("lonely", Duration::from_secs(60), "x").await {
+        Err(e) => assert!(e.is_retryable(), "no replica acknowledged the write: should be retryable: {e}"),
+        Ok(()) => panic!("schedule waited for a replica that does not exist, and succeeded"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(4), "the failing schedule took {:?}", started.elapsed());
+
+    let Some(primary) = RedisServer::start() else { return };
+    let port = primary.port().to_string();
+    let Some(replica) = RedisServer::start_with(Persistence::Aof, &["--replicaof", "127.0.0.1", &port]) else { return };
+    let linked = wait_until(Duration::from_secs(10), || {
+        replica.command(&["INFO", "replication"]).as_str().is_some_and(|info| info.contains("master_link_status:up"))
+    })
+    .await;
+    assert!(linked, "the replica never linked up");
+    let timers = builder(&primary, "replicated")
+        .wait_for_replicas(1, Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connect");
+    for i in 0..20 {
+        let key = format!("copied-{i}");
+        timers.schedule(&key, Duration::from_millis(200), "x").await.expect("schedule with a replica");
+        let on_replica = replica.command(&["EXISTS", &format!("tw:{{replicated}}:t:{key}")]).as_int();
+        assert_eq!(on_replica, Some(1), "{key} was not on the replica when schedule returned");
+    }
+    let log = Log::default();
+    let worker = timers.run(log.handler(0));
+    assert!(wait_until(Duration::from_secs(3), || log.distinct_keys().len() == 20).await);
+    worker.shutdown().await;
+}
+
 /// (8d) Payloads: empty, every byte value, exactly the maximum arrive intact; one byte more is
 /// `Invalid`, and so is an empty key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
