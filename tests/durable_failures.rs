@@ -1215,6 +1215,60 @@ async fn schedules_wait_for_a_replica_when_asked() {
     worker.shutdown().await;
 }
 
+/// (8i) An idle wheel (1,000 tasks an hour away, three workers) costs a few Redis commands per
+/// tick, whatever it holds; and every key the wheel writes carries its hash tag, so one wheel
+/// lives on one cluster slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_wheel_costs_a_few_commands_per_tick_under_one_hash_tag() {
+    let _guard = shared();
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "idle").connect().await.expect("connect");
+    let items = (0..1000).map(|i| (format!("later-{i}"), Duration::from_secs(3600), vec![1u8; 16]));
+    assert!(timers.schedule_many(items).await.expect("schedule_many").iter().all(Result::is_ok));
+    let log = Log::default();
+    let workers: Vec<_> = (0..3).map(|n| timers.run(log.handler(n))).collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    server.command(&["CONFIG", "RESETSTAT"]);
+    let window = Duration::from_secs(2);
+    tokio::time::sleep(window).await;
+    let stats = server.command(&["INFO", "commandstats"]);
+    let stats = stats.as_str().unwrap_or_default();
+    let mut total = 0;
+    let mut per_command = Vec::new();
+    for line in stats.lines().filter(|l| l.starts_with("cmdstat_")) {
+        let (name, rest) = line.trim_start_matches("cmdstat_").split_once(':').unwrap();
+        let calls: u64 = rest.split(',').find_map(|f| f.strip_prefix("calls=")).and_then(|n| n.parse().ok()).unwrap();
+        if !name.starts_with("info") && !name.starts_with("config") {
+            total += calls;
+            per_command.push(format!("{name}={calls}"));
+        }
+    }
+    let ticks = (window.as_millis() / TICK.as_millis()) as f64;
+    let calls_of = |name: &str| {
+        per_command.iter().find_map(|c| c.strip_prefix(&format!("{name}="))?.parse::<u64>().ok()).unwrap_or(0)
+    };
+    // What the nodes send (scripts and the workers' blocking waits), and everything Redis runs,
+    // the commands inside the scripts included (`commandstats` counts both).
+    let sent = (calls_of("evalsha") + calls_of("eval") + calls_of("blpop")) as f64 / ticks;
+    let run = total as f64 / ticks;
+    eprintln!("idle wheel, 3 workers: {sent:.1} calls and {run:.1} commands per tick ({})", per_command.join(" "));
+    // Per tick: the leader's tick, the others' bids for the lead, each worker's wait and claim;
+    // nothing per task (1,000 of them would show).
+    assert!(sent <= 12.0, "an idle wheel costs {sent:.1} calls per tick: {per_command:?}");
+    assert!(run <= 40.0, "an idle wheel runs {run:.1} commands per tick: {per_command:?}");
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    assert!(log.all().is_empty());
+
+    let keys = server.command(&["KEYS", "*"]);
+    let untagged: Vec<&str> =
+        keys.as_array().iter().filter_map(Reply::as_str).filter(|k| !k.starts_with("tw:{idle}:")).collect();
+    assert!(untagged.is_empty(), "keys outside the wheel's hash tag: {untagged:?}");
+    assert!(keys.as_array().len() > 1000, "the tasks are not where expected");
+}
+
 /// (8d) Payloads: empty, every byte value, exactly the maximum arrive intact; one byte more is
 /// `Invalid`, and so is an empty key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
