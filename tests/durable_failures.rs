@@ -1269,6 +1269,45 @@ async fn an_idle_wheel_costs_a_few_commands_per_tick_under_one_hash_tag() {
     assert!(keys.as_array().len() > 1000, "the tasks are not where expected");
 }
 
+/// (8j) A clean shutdown hands the lead over at once (not after the lease), waits for the
+/// handlers in flight, and their acks land: nothing is handed out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
+    let _guard = shared();
+    let Some(server) = RedisServer::start() else { return };
+    let name = "handover";
+    let timers = builder(&server, name).connect().await.expect("connect");
+    let log = Log::default();
+    let slow = {
+        let log = log.clone();
+        timers.run(move |task: Task| {
+            log.record(&task, 1);
+            async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok::<(), std::io::Error>(())
+            }
+        })
+    };
+    assert!(wait_until(Duration::from_secs(3), || leader_value(&server, name).is_some()).await);
+    let first = leader_value(&server, name);
+    let other = timers.run(log.handler(2));
+    for i in 0..20 {
+        timers.schedule(format!("h{i}"), Duration::from_millis(100), vec![]).await.unwrap();
+    }
+    // Wait until the first worker holds some in flight, then stop it.
+    assert!(wait_until(Duration::from_secs(2), || log.all().iter().any(|h| h.node == 1)).await);
+    let stopping = Instant::now();
+    slow.shutdown().await;
+    let took = stopping.elapsed();
+    assert!(took >= Duration::from_millis(150), "shutdown returned after {took:?}, before its handlers finished");
+    let handed_over = wait_until(LEASE / 2, || leader_value(&server, name).is_some_and(|v| Some(v) != first)).await;
+    assert!(handed_over, "the lead was not handed over within half a lease of the shutdown");
+    assert!(wait_until(Duration::from_secs(3), || log.distinct_keys().len() == 20).await);
+    tokio::time::sleep(LEASE + TICK * 4).await;
+    other.shutdown().await;
+    assert_once(&log);
+}
+
 /// (8d) Payloads: empty, every byte value, exactly the maximum arrive intact; one byte more is
 /// `Invalid`, and so is an empty key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
