@@ -152,6 +152,22 @@ async fn schedule_fires_once_on_time_and_frees_the_key() {
     assert_eq!(log.len(), 4, "something fired twice: {:?}", log.all());
 }
 
+/// `#[tokio::test]`'s default runtime has one thread: the worker, its leader loop and its
+/// handlers share it with the test.
+#[tokio::test]
+async fn works_on_a_current_thread_runtime() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "single").connect().await.expect("connect");
+    let log = Log::default();
+    let worker = log.worker(&timers);
+    for i in 0..3u64 {
+        timers.schedule(format!("c{i}"), Duration::from_millis(100 * i), Vec::new()).await.unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 3).await, "{:?}", log.all());
+    worker.shutdown().await;
+    assert_eq!(timers.len().await.unwrap(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_freed_by_cancel_ack_and_death() {
     let Some(server) = RedisServer::start() else { return };
