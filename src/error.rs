@@ -22,11 +22,32 @@ pub enum Error {
     Full(usize),
     /// An argument or setting was rejected; the text says which and why.
     Invalid(String),
+    /// A call to Redis failed (durable mode only). [`Error::is_retryable`] tells whether the same
+    /// call is worth making again after a short wait.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    Redis(crate::durable::RedisFailure),
 }
 
 impl Error {
     pub(crate) fn invalid(why: impl Into<String>) -> Self {
         Error::Invalid(why.into())
+    }
+
+    /// Whether the call that returned this error is worth making again, unchanged, after a short
+    /// wait: true only for a transient Redis failure (a dropped or timed-out connection, a server
+    /// that is loading, busy or failing over). Every other error will come back the same way.
+    ///
+    /// Durable calls are safe to repeat: a `schedule` whose first attempt did reach Redis is
+    /// recognised by its request id while the call retries internally; a caller that repeats the
+    /// call itself after a retryable error may see [`Error::DuplicateKey`], which then means the
+    /// earlier attempt landed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            #[cfg(feature = "redis")]
+            Error::Redis(failure) => failure.is_retryable(),
+            _ => false,
+        }
     }
 }
 
@@ -45,8 +66,25 @@ impl fmt::Display for Error {
                 "the timer service already holds its maximum of {max} pending timers: wait for some to end, or raise Builder::max_pending"
             ),
             Error::Invalid(why) => write!(f, "invalid argument: {why}"),
+            #[cfg(feature = "redis")]
+            Error::Redis(failure) => fmt::Display::fmt(failure, f),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            #[cfg(feature = "redis")]
+            Error::Redis(failure) => Some(failure),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        Error::Redis(err.into())
+    }
+}

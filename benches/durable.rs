@@ -1,0 +1,334 @@
+//! Durable-mode comparison benchmark: tokio-timewheel's Redis-backed wheel against apalis-redis (Rust, this
+//! process) and BullMQ delayed jobs (Node), on the durable workloads D1–D5, each measurement against a fresh
+//! local `redis-server` that this benchmark starts itself.
+//!
+//! ```text
+//! cargo bench --features redis --bench durable                 # N = 100,000, D5 over 60 s, 3 repetitions
+//! cargo bench --features redis --bench durable -- --quick      # N = 10,000, D5 over 10 s, 1 repetition
+//! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5[,...]
+//!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
+//! ```
+//!
+//! Workloads (the same keys `order-{i}`, 32-byte payload and delays for everyone):
+//! - D1 schedule N tasks with delays U[1 s, 3600 s]: one call each with 64 in flight, and (`-batch` rows) through
+//!   the implementation's batch call, 1,024 per call: tasks per second;
+//! - D2 Redis `used_memory` after D1 minus before, per task;
+//! - D3 fire N tasks with delays U[0, 10 s] with 4 workers of 16 handlers each: lateness (handler start minus due)
+//!   p50 / p99 / max, duplicates, early starts, wall time until the last acknowledgement;
+//! - D4 cancel D1's tasks in a random order (the in-process benchmark's W2 order): cancels per second;
+//! - D5 N tasks an hour away and the 4 workers idle: Redis commands per second over the window
+//!   (`INFO commandstats`, which counts the commands that scripts run inside Redis too; the benchmark's own
+//!   `INFO` calls left out), and the calls clients send (round trips, counted through `MONITOR`).
+//!
+//! Each measurement prints one flat JSON line; the end prints medians, the ratios of tokio-timewheel against
+//! each rival, and the targets as PASS/FAIL, and writes `target/bench-report/durable.md` and `durable.jsonl`.
+//!
+//! Layout: `inputs` (keys, payload, delays; the generator is `compare/inputs.rs`'s), `server` (the throwaway
+//! redis-server and its INFO readings), `lateness` (D3's sink), one module per implementation, `report`.
+
+#[path = "durable/apalis.rs"]
+mod apalis;
+#[path = "durable/bullmq.rs"]
+mod bullmq;
+#[allow(dead_code)]
+#[path = "compare/inputs.rs"]
+mod compare_inputs;
+#[path = "durable/inputs.rs"]
+mod inputs;
+#[path = "durable/lateness.rs"]
+mod lateness;
+#[path = "durable/report.rs"]
+mod report;
+#[path = "durable/server.rs"]
+mod server;
+#[path = "durable/timewheel.rs"]
+mod timewheel;
+
+use std::future::Future;
+use std::time::Duration;
+
+use inputs::Inputs;
+use report::Row;
+use server::RedisServer;
+
+/// One measurement's numbers, by BENCH.md field name.
+pub type Fields = Vec<(&'static str, f64)>;
+
+/// How long D3 waits for every task after the insert phase before it reports what it has.
+pub const D3_LIMIT: Duration = Duration::from_secs(10 + 60);
+/// How long D3 keeps the workers running after the last acknowledgement, to catch a task handled twice.
+pub const D3_DUPLICATE_WATCH: Duration = Duration::from_secs(2);
+
+/// The implementations under test.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Impl {
+    Timewheel,
+    Apalis,
+    Bullmq,
+}
+
+impl Impl {
+    pub const ALL: [Impl; 3] = [Impl::Timewheel, Impl::Apalis, Impl::Bullmq];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Timewheel => "tokio-timewheel",
+            Impl::Apalis => "apalis-redis",
+            Impl::Bullmq => "bullmq",
+        }
+    }
+
+    /// The name of the rows measured through the batch call.
+    pub fn batch_name(self) -> &'static str {
+        match self {
+            Impl::Timewheel => "tokio-timewheel-batch",
+            Impl::Apalis => "apalis-redis-batch",
+            Impl::Bullmq => "bullmq-batch",
+        }
+    }
+}
+
+/// One child measurement of a repetition.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Workload {
+    /// D1, D2 and D4, one call per task.
+    D124,
+    /// D1 and D2 (and D4 where there is a batch cancel) through the batch call.
+    D124Batch,
+    D3,
+    D5,
+}
+
+impl Workload {
+    const ALL: [Workload; 4] = [Workload::D124, Workload::D124Batch, Workload::D3, Workload::D5];
+
+    fn matches(self, filter: &str) -> bool {
+        match self {
+            Workload::D124 | Workload::D124Batch => filter == "D124",
+            Workload::D3 => filter == "D3",
+            Workload::D5 => filter == "D5",
+        }
+    }
+}
+
+pub struct Options {
+    pub quick: bool,
+    pub reps: usize,
+    pub n: usize,
+    pub d5_window: Duration,
+    pub d5_settle: Duration,
+    pub tick_ms: u64,
+    pub slots: usize,
+    impls: Vec<Impl>,
+    workloads: Vec<Workload>,
+}
+
+impl Options {
+    fn parse() -> Options {
+        let mut quick = false;
+        let mut reps = None;
+        let mut n = None;
+        let mut window = None;
+        let mut tick_ms = 100;
+        let mut slots = 36_000;
+        let mut impls = Impl::ALL.to_vec();
+        let mut workloads = Workload::ALL.to_vec();
+        for arg in std::env::args().skip(1) {
+            let (flag, value) = arg.split_once('=').unwrap_or((&arg, ""));
+            let number = |v: &str| v.replace('_', "").parse::<u64>().unwrap_or_else(|_| fail(&format!("bad {arg}")));
+            match flag {
+                "--quick" => quick = true,
+                "--reps" => reps = Some(number(value) as usize),
+                "--n" => n = Some(number(value) as usize),
+                "--d5-window" => window = Some(number(value)),
+                "--tick-ms" => tick_ms = number(value),
+                "--slots" => slots = number(value) as usize,
+                "--impl" => {
+                    impls = value
+                        .split(',')
+                        .map(|v| {
+                            Impl::ALL.into_iter().find(|i| i.name() == v).unwrap_or_else(|| fail(&format!("bad {v}")))
+                        })
+                        .collect()
+                }
+                "--workload" => {
+                    let filters: Vec<&str> = value.split(',').collect();
+                    workloads = Workload::ALL.into_iter().filter(|w| filters.iter().any(|f| w.matches(f))).collect();
+                }
+                // cargo bench adds --bench; other flags are not ours either.
+                _ => {}
+            }
+        }
+        Options {
+            quick,
+            reps: reps.unwrap_or(if quick { 1 } else { 3 }),
+            n: n.unwrap_or(if quick { 10_000 } else { 100_000 }),
+            d5_window: Duration::from_secs(window.unwrap_or(if quick { 10 } else { 60 })),
+            d5_settle: Duration::from_secs(2),
+            tick_ms,
+            slots,
+            impls,
+            workloads,
+        }
+    }
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("durable: {msg}");
+    std::process::exit(2)
+}
+
+/// The 1-minute load average: the machine is shared, and a measurement taken while it is busy is marked.
+fn load1() -> f64 {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(-1.0)
+}
+
+/// Prints one result line (a flat JSON object, with the load average at its end) and keeps it for the report.
+fn emit(rows: &mut Vec<Row>, imp: &str, workload: &str, n: usize, fields: &[(&str, f64)]) {
+    let mut line = format!("{{\"impl\":\"{imp}\",\"workload\":\"{workload}\",\"n\":{n}");
+    let fields: Vec<(&str, f64)> = fields.iter().copied().chain([("load1", load1())]).collect();
+    for (name, value) in &fields {
+        let value = if value.is_finite() { *value } else { -1.0 };
+        line.push_str(&format!(",\"{name}\":{}", (value * 1000.0).round() / 1000.0));
+    }
+    line.push('}');
+    println!("{line}");
+    rows.push(Row::new(imp, workload, n, &fields));
+}
+
+/// Parses a flat JSON object of numbers (what `bench.mjs` prints); names are leaked, which a benchmark can afford.
+pub fn parse_fields(line: &str) -> Option<Fields> {
+    let body = line.trim().strip_prefix('{')?.strip_suffix('}')?;
+    body.split(',')
+        .map(|pair| {
+            let (key, value) = pair.split_once(':')?;
+            let key = key.trim().strip_prefix('"')?.strip_suffix('"')?;
+            let name: &'static str = Box::leak(key.to_string().into_boxed_str());
+            Some((name, value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Runs `f` on a fresh two-worker runtime (one per core of the benchmark machine) against a fresh server, and
+/// drops both afterwards, so nothing of one measurement (tasks, connections, keys) reaches the next.
+fn measure<F, Fut, T>(f: F) -> T
+where
+    F: FnOnce(RedisServer) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let out = rt.block_on(async move { f(RedisServer::start().await).await });
+    rt.shutdown_timeout(Duration::from_secs(5));
+    out
+}
+
+/// D5 around an implementation's setup: settle, then count Redis commands over the window.
+async fn idle_commands<G>(server: &RedisServer, options: &Options, setup: impl Future<Output = G>) -> Fields {
+    let guard = setup.await;
+    tokio::time::sleep(options.d5_settle).await;
+    let monitor = server::Monitor::start(server).await;
+    let before = server.command_calls().await;
+    let clients_before = monitor.counts().clients;
+    tokio::time::sleep(options.d5_window).await;
+    let after = server.command_calls().await;
+    let clients = server::calls_between(&clients_before, &monitor.counts().clients);
+    drop(guard);
+    let calls = server::calls_between(&before, &after);
+    let secs = options.d5_window.as_secs_f64();
+    let total: u64 = calls.values().sum();
+    let mut fields: Fields = vec![
+        ("commands_per_s", total as f64 / secs),
+        ("client_calls_per_s", clients.values().sum::<u64>() as f64 / secs),
+    ];
+    for (prefix, calls) in [("cmd", calls), ("client", clients)] {
+        for (name, count) in calls {
+            let name: &'static str = Box::leak(format!("{prefix}_{name}_per_s").into_boxed_str());
+            fields.push((name, count as f64 / secs));
+        }
+    }
+    fields
+}
+
+fn run_one(rows: &mut Vec<Row>, options: &Options, inputs: &Inputs, json: &std::path::Path, imp: Impl, w: Workload) {
+    let n = inputs.n;
+    match w {
+        Workload::D124 | Workload::D124Batch => {
+            let batch = w == Workload::D124Batch;
+            let name = if batch { imp.batch_name() } else { imp.name() };
+            let results = measure(|server| async move {
+                match imp {
+                    Impl::Timewheel => timewheel::d124(&server, options, inputs, batch).await,
+                    Impl::Apalis => apalis::d124(&server, inputs, batch).await,
+                    Impl::Bullmq => bullmq::d124(&server, json, n, batch).await,
+                }
+            });
+            for (workload, fields) in results {
+                emit(rows, name, workload, n, &fields);
+            }
+        }
+        Workload::D3 => {
+            let fields = measure(|server| async move {
+                match imp {
+                    Impl::Timewheel => timewheel::d3(&server, options, inputs).await,
+                    Impl::Apalis => apalis::d3(&server, inputs).await,
+                    Impl::Bullmq => bullmq::d3(&server, json).await,
+                }
+            });
+            emit(rows, imp.name(), "D3", n, &fields);
+        }
+        Workload::D5 => {
+            let mut fields = measure(|server| async move {
+                match imp {
+                    Impl::Timewheel => {
+                        idle_commands(&server, options, timewheel::d5_setup(&server, options, inputs)).await
+                    }
+                    Impl::Apalis => idle_commands(&server, options, apalis::d5_setup(&server, inputs)).await,
+                    Impl::Bullmq => idle_commands(&server, options, bullmq::d5_setup(&server, json)).await,
+                }
+            });
+            if imp == Impl::Timewheel {
+                let tick_s = options.tick_ms as f64 / 1e3;
+                fields.insert(2, ("commands_per_tick", fields[0].1 * tick_s));
+                fields.insert(3, ("client_calls_per_tick", fields[1].1 * tick_s));
+            }
+            emit(rows, imp.name(), "D5", n, &fields);
+        }
+    }
+}
+
+fn main() {
+    let options = Options::parse();
+    if !RedisServer::available() {
+        fail(&format!("{} not found: install it (`apt-get install redis-server`) and run again", server::REDIS_SERVER));
+    }
+    let mut impls = options.impls.clone();
+    if impls.contains(&Impl::Bullmq) {
+        if let Err(why) = bullmq::prepare() {
+            eprintln!("durable: {why}");
+            impls.retain(|&i| i != Impl::Bullmq);
+        }
+    }
+    let inputs = Inputs::new(options.n);
+    let json = std::env::temp_dir().join(format!("tw-durable-bench-inputs-{}.json", std::process::id()));
+    inputs.write_json(&json).expect("write the inputs for node");
+
+    let mut rows = Vec::new();
+    let total = options.reps * impls.len() * options.workloads.len();
+    let mut done = 0;
+    for rep in 0..options.reps {
+        // Rotate the order so that no implementation always runs first.
+        let mut order = impls.clone();
+        let len = order.len().max(1);
+        order.rotate_left(rep % len);
+        for &w in &options.workloads {
+            for &imp in &order {
+                done += 1;
+                eprintln!("[{done}/{total}] rep {}/{}: {} {w:?} N={}", rep + 1, options.reps, imp.name(), options.n);
+                run_one(&mut rows, &options, &inputs, &json, imp, w);
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&json);
+    report::write(&options, &rows);
+}

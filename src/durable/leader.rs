@@ -1,0 +1,123 @@
+//! The leader loop: competes for the wheel's leadership and, while it holds it, moves the cursor
+//! on every tick boundary of Redis's clock.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::conn::Inner;
+use super::scripts::SCRIPTS;
+use crate::Error;
+
+/// The most tasks one tick script call moves.
+const TICK_BUDGET: usize = 128;
+/// The most ticks one tick script call steps through.
+const TICK_MAX_STEPS: usize = 64;
+/// How long the loop sleeps past a tick boundary, so Redis's clock has surely crossed it.
+const PAST_BOUNDARY: Duration = Duration::from_millis(1);
+
+/// What one round of ticking found.
+enum Round {
+    /// The cursor is at Redis's tick; the next boundary is this far away.
+    CaughtUp(Duration),
+    /// The token is no longer the leader's.
+    Refused,
+}
+
+/// Runs until `stop` turns true (or its sender is dropped), then gives up the leadership.
+pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<bool>) {
+    let renew = (inner.cfg.lease() / 3).max(Duration::from_millis(1));
+    let mut token: Option<String> = None;
+    let mut failures = 0u32;
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let wait = match &token {
+            None => match acquire(inner, &node).await {
+                Ok(Some(t)) => {
+                    tracing::info!(wheel = %inner.name, token = %t, "took the leadership");
+                    token = Some(t);
+                    failures = 0;
+                    Duration::ZERO
+                }
+                Ok(None) => {
+                    failures = 0;
+                    inner.cfg.tick().min(renew)
+                }
+                Err(e) => backoff(inner, &mut failures, &e),
+            },
+            Some(t) => match tick(inner, t).await {
+                Ok(Round::CaughtUp(next)) => {
+                    failures = 0;
+                    next.min(renew)
+                }
+                Ok(Round::Refused) => {
+                    tracing::warn!(wheel = %inner.name, token = %t, "lost the leadership: another node ticks");
+                    token = None;
+                    Duration::ZERO
+                }
+                Err(e) => backoff(inner, &mut failures, &e),
+            },
+        };
+        if !wait.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+    if let Some(t) = token {
+        let mut inv = inner.script(&SCRIPTS.release);
+        inv.arg(&t);
+        if let Err(e) = inner.run::<i64>(&inv).await {
+            tracing::warn!(wheel = %inner.name, error = %e, "could not give up the leadership; it lapses after the lease");
+        }
+    }
+}
+
+fn backoff(inner: &Inner, failures: &mut u32, e: &Error) -> Duration {
+    *failures += 1;
+    if *failures == 1 {
+        tracing::warn!(wheel = %inner.name, error = %e, "ticking failed; retrying with a backoff");
+    }
+    let base = Duration::from_millis(50) * 2u32.saturating_pow((*failures - 1).min(6));
+    base.min(Duration::from_secs(2)).min(inner.cfg.lease() / 3)
+}
+
+async fn acquire(inner: &Inner, node: &str) -> Result<Option<String>, Error> {
+    let mut inv = inner.script(&SCRIPTS.acquire);
+    inv.arg(node).arg(inner.cfg.lease_ms);
+    inner.call(&inv, inner.cfg.response_timeout).await
+}
+
+/// Calls the tick script until it has caught up; false if refused.
+pub(crate) async fn tick_once(inner: &Inner, token: &str) -> Result<bool, Error> {
+    Ok(matches!(tick(inner, token).await?, Round::CaughtUp(_)))
+}
+
+/// Calls the tick script until it has caught up (each call is bounded; "more" means call again).
+async fn tick(inner: &Inner, token: &str) -> Result<Round, Error> {
+    let mut inv = inner.script(&SCRIPTS.tick);
+    inv.arg(token)
+        .arg(inner.cfg.tick_ms)
+        .arg(inner.cfg.slots)
+        .arg(inner.cfg.lease_ms)
+        .arg(TICK_BUDGET)
+        .arg(TICK_MAX_STEPS)
+        .arg(inner.cfg.max_attempts)
+        .arg(inner.cfg.done_ttl_ms);
+    loop {
+        let reply: Vec<String> = inner.call(&inv, inner.cfg.response_timeout).await?;
+        match reply.first().map(String::as_str) {
+            Some("more") => continue,
+            Some("done") => {
+                let now_ms: u64 = reply.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+                let tick = inner.cfg.tick_ms;
+                let next = tick - now_ms % tick;
+                return Ok(Round::CaughtUp(Duration::from_millis(next) + PAST_BOUNDARY));
+            }
+            _ => return Ok(Round::Refused),
+        }
+    }
+}

@@ -1,0 +1,20 @@
+-- Tries to take the leadership: succeeds when no node holds it, with a fencing token made of the
+-- node's id and a new epoch. A retry by the holder itself (its first reply was lost) gets its
+-- token back, renewed.
+--
+-- KEYS[1]  the wheel's meta key
+-- ARGV[1]  key prefix   ARGV[2] node id   ARGV[3] lease in ms
+-- Returns  the token `<node>:<epoch>`, or false when another node leads.
+
+local node, lease = ARGV[2], tonumber(ARGV[3])
+local cur = redis.call('GET', P .. 'leader')
+if cur then
+  if string.sub(cur, 1, #node + 1) == node .. ':' then
+    redis.call('PEXPIRE', P .. 'leader', lease)
+    return cur
+  end
+  return false
+end
+local token = node .. ':' .. redis.call('INCR', P .. 'epoch')
+redis.call('SET', P .. 'leader', token, 'PX', lease)
+return token

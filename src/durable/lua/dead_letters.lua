@@ -1,0 +1,18 @@
+-- Lists up to `limit` dead letters, oldest first.
+--
+-- KEYS[1]  the wheel's meta key
+-- ARGV[1]  key prefix   ARGV[2] limit
+-- Returns  a flat array, five entries per dead task: key, payload, deliveries, last error, ms it
+--          died at.
+
+local ks = redis.call('ZRANGE', P .. 'dead', 0, tonumber(ARGV[2]) - 1, 'WITHSCORES')
+local out = {}
+for i = 1, #ks, 2 do
+  local h = redis.call('HMGET', P .. 'd:' .. ks[i], 'p', 'a', 'err')
+  out[#out + 1] = ks[i]
+  out[#out + 1] = h[1] or ''
+  out[#out + 1] = h[2] or '0'
+  out[#out + 1] = h[3] or ''
+  out[#out + 1] = ks[i + 1]
+end
+return out

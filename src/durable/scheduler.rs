@@ -1,0 +1,564 @@
+//! `DurableScheduler`: the cheap, cloneable handle to a wheel kept in Redis.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::task::{JoinError, JoinSet};
+
+use super::conn::{ceil_ms, unix_ms, Config, Ids, Inner, MAX_DUE_MS};
+use super::scripts::SCRIPTS;
+use super::{DeadTask, DurableBuilder, DurableStats, RedisFailure, Task, Worker};
+use crate::Error;
+
+/// How many tasks one `schedule_many` script call carries at most: keeps each call well under a
+/// millisecond of Redis's time.
+const SCHEDULE_BATCH: usize = 64;
+/// How many `schedule_many` script calls are in flight at once.
+const SCHEDULE_PIPELINE: usize = 8;
+/// How many payload bytes one `schedule_many` script call carries at most (one task always goes).
+const SCHEDULE_BATCH_BYTES: usize = 1 << 20;
+/// How many keys one `cancel_many` script call carries at most.
+const CANCEL_BATCH: usize = 128;
+/// The oldest Redis the scripts run on (`ZRANGE ... WITHSCORES` forms, `SPOP` with a count, ...).
+const MIN_REDIS: (u32, u32) = (6, 2);
+
+/// When a task is due: after a delay from Redis's now, or at a time on Redis's clock.
+#[derive(Debug, Clone, Copy)]
+enum When {
+    Delay(u64),
+    At(u64),
+}
+
+impl When {
+    fn delay(d: Duration) -> Result<Self, Error> {
+        let ms = ceil_ms(d);
+        if ms >= MAX_DUE_MS {
+            return Err(Error::invalid(format!("the delay {d:?} is too long: the latest due time is the year 2286")));
+        }
+        Ok(When::Delay(ms))
+    }
+
+    fn at(at: SystemTime) -> Result<Self, Error> {
+        let ms = unix_ms(at);
+        if ms >= MAX_DUE_MS {
+            return Err(Error::invalid("the due time is too far: the latest is the year 2286"));
+        }
+        Ok(When::At(ms))
+    }
+
+    fn args(self) -> (&'static str, u64) {
+        match self {
+            When::Delay(ms) => ("d", ms),
+            When::At(ms) => ("a", ms),
+        }
+    }
+}
+
+/// A handle to a durable timing wheel kept in Redis, shared by every node that connects to it.
+///
+/// `Clone + Send + Sync`; a clone shares the connection. Tasks are scheduled by key with a
+/// payload, fire at their due time (on Redis's clock) and are handed to a [`Worker`]'s handler;
+/// see the [module docs](super) for the guarantees and the Redis settings they need.
+///
+/// # Examples
+/// ```no_run
+/// use std::time::Duration;
+/// use tokio_timewheel::durable::DurableScheduler;
+///
+/// # async fn run() -> Result<(), tokio_timewheel::Error> {
+/// let timers = DurableScheduler::builder("redis://127.0.0.1:6379/", "orders").connect().await?;
+/// timers.schedule("order-42:review", Duration::from_secs(48 * 3600), b"order-42".to_vec()).await?;
+/// assert!(timers.contains("order-42:review").await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct DurableScheduler {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for DurableScheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DurableScheduler").field("name", &self.inner.name).finish_non_exhaustive()
+    }
+}
+
+impl DurableScheduler {
+    /// A [`DurableBuilder`] for the wheel `name` on the Redis at `url` (`redis://host:port/db`,
+    /// `rediss://` for TLS is not enabled), with the defaults.
+    pub fn builder(url: impl AsRef<str>, name: impl AsRef<str>) -> DurableBuilder {
+        DurableBuilder::new(url.as_ref(), name.as_ref())
+    }
+
+    pub(crate) async fn connect(builder: DurableBuilder) -> Result<Self, Error> {
+        let cfg = Config::new(&builder)?;
+        let client = redis::Client::open(builder.url.as_str())
+            .map_err(|e| Error::invalid(format!("the Redis URL is malformed: {e}")))?;
+        let manager = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(cfg.response_timeout))
+            .set_connection_timeout(Some(cfg.connect_timeout))
+            .set_max_delay(Duration::from_secs(1));
+        let connect_timeout = cfg.connect_timeout;
+        let unreachable = move || {
+            Error::Redis(RedisFailure::new(
+                "timed out",
+                format!(
+                    "could not connect to Redis within {connect_timeout:?} (the connect timeout): is it running \
+                     and reachable?"
+                ),
+                true,
+            ))
+        };
+        let conn =
+            tokio::time::timeout(cfg.connect_timeout, ConnectionManager::new_with_config(client.clone(), manager))
+                .await
+                .map_err(|_| unreachable())??;
+        let name = builder.name;
+        let inner = Inner {
+            prefix: format!("tw:{{{name}}}:"),
+            meta: format!("tw:{{{name}}}:meta"),
+            name,
+            client,
+            conn,
+            cfg,
+            ids: Ids::new(),
+        };
+        tokio::time::timeout(inner.cfg.connect_timeout, check_server(&inner)).await.map_err(|_| unreachable())??;
+        inner.open().await?;
+        Ok(DurableScheduler { inner: Arc::new(inner) })
+    }
+
+    /// Schedules a task under `key`, due `delay` after the call reaches Redis (on Redis's clock).
+    ///
+    /// It is handed to a worker's handler on the first tick at or after its due time, never
+    /// before. A zero delay makes it due at once.
+    ///
+    /// # Errors
+    /// - [`Error::DuplicateKey`] if a task with this key is pending (it is left untouched);
+    /// - [`Error::Invalid`] for an empty key or a payload over `max_payload`;
+    /// - [`Error::Redis`] if Redis failed; the call retries transient failures with the same
+    ///   request id for up to the connect timeout, so a schedule that did land is not repeated.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still schedule the task.
+    pub async fn schedule(
+        &self,
+        key: impl AsRef<str>,
+        delay: Duration,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<(), Error> {
+        self.schedule_one(key.as_ref(), When::delay(delay)?, payload.into(), None).await
+    }
+
+    /// [`schedule`](Self::schedule) with a request id of the caller's choosing, for tests of
+    /// retried requests: two calls with the same key and request id create one task.
+    #[doc(hidden)]
+    pub async fn schedule_with_request_id(
+        &self,
+        key: impl AsRef<str>,
+        delay: Duration,
+        payload: impl Into<Vec<u8>>,
+        request_id: &str,
+    ) -> Result<(), Error> {
+        self.schedule_one(key.as_ref(), When::delay(delay)?, payload.into(), Some(request_id)).await
+    }
+
+    /// Schedules a task under `key`, due at `at` on Redis's clock; a time in the past makes it
+    /// due at once.
+    ///
+    /// # Errors
+    /// As [`schedule`](Self::schedule).
+    ///
+    /// # Cancel safety
+    /// As [`schedule`](Self::schedule).
+    pub async fn schedule_at(
+        &self,
+        key: impl AsRef<str>,
+        at: SystemTime,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<(), Error> {
+        self.schedule_one(key.as_ref(), When::at(at)?, payload.into(), None).await
+    }
+
+    /// Schedules many tasks in few round trips, each as [`schedule`](Self::schedule) would.
+    ///
+    /// Returns one result per item, in order: `Ok`, or the item's own [`Error::DuplicateKey`] or
+    /// [`Error::Invalid`]; the other items are scheduled regardless. A key given twice is
+    /// scheduled once and the other item reports `DuplicateKey` (batches overlap, so which one
+    /// wins is not fixed unless both are among the same 64 items, where the first wins).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed; batches sent before the failure stay scheduled, and
+    /// calling again with the same items reports those as `DuplicateKey`.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave some of the items scheduled (whole batches of up to 64).
+    pub async fn schedule_many<K, P>(
+        &self,
+        items: impl IntoIterator<Item = (K, Duration, P)>,
+    ) -> Result<Vec<Result<(), Error>>, Error>
+    where
+        K: AsRef<str>,
+        P: Into<Vec<u8>>,
+    {
+        let mut results: Vec<Result<(), Error>> = Vec::new();
+        let mut batch: Vec<Item> = Vec::new();
+        let mut bytes = 0;
+        // Batches go out a few at a time over the one connection, so round trips overlap.
+        let mut in_flight = JoinSet::new();
+        for (key, delay, payload) in items {
+            let (key, payload) = (key.as_ref(), payload.into());
+            let checked = self.check(key, &payload).and_then(|()| When::delay(delay));
+            match checked {
+                Err(e) => results.push(Err(e)),
+                Ok(when) => {
+                    if batch.len() == SCHEDULE_BATCH
+                        || (bytes + payload.len() > SCHEDULE_BATCH_BYTES && !batch.is_empty())
+                    {
+                        if in_flight.len() >= SCHEDULE_PIPELINE {
+                            settle(in_flight.join_next().await, &mut results)?;
+                        }
+                        in_flight.spawn(send_batch(self.inner.clone(), std::mem::take(&mut batch)));
+                        bytes = 0;
+                    }
+                    bytes += payload.len();
+                    batch.push(Item {
+                        index: results.len(),
+                        key: key.to_string(),
+                        when,
+                        payload,
+                        request_id: self.inner.ids.next(),
+                    });
+                    results.push(Ok(()));
+                }
+            }
+        }
+        if !batch.is_empty() {
+            in_flight.spawn(send_batch(self.inner.clone(), batch));
+        }
+        while let Some(done) = in_flight.join_next().await {
+            settle(Some(done), &mut results)?;
+        }
+        Ok(results)
+    }
+
+    /// Cancels the pending task under `key`. Returns whether there was one.
+    ///
+    /// A task in flight (claimed by a worker) is cancelled too; its handler runs on, but its
+    /// acknowledgement finds nothing and it is never delivered again.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still cancel the task.
+    pub async fn cancel(&self, key: &str) -> Result<bool, Error> {
+        Ok(self.cancel_many([key]).await?[0])
+    }
+
+    /// Cancels the pending tasks under `keys`, returning for each whether there was one.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// As [`cancel`](Self::cancel).
+    pub async fn cancel_many<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<bool>, Error> {
+        let keys: Vec<String> = keys.into_iter().map(|k| k.as_ref().to_string()).collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(CANCEL_BATCH) {
+            let mut inv = self.inner.script(&SCRIPTS.cancel);
+            inv.arg(self.inner.cfg.slots);
+            for key in chunk {
+                inv.arg(key);
+            }
+            let reply: Vec<i64> = self.inner.run(&inv).await?;
+            out.extend(reply.into_iter().map(|r| r == 1));
+        }
+        Ok(out)
+    }
+
+    /// Moves the pending task under `key` to `delay` from now (on Redis's clock), keeping its
+    /// payload. A task in flight is taken back from its worker.
+    ///
+    /// # Errors
+    /// - [`Error::NotFound`] if no task with this key is pending;
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still move the task.
+    pub async fn reschedule(&self, key: &str, delay: Duration) -> Result<(), Error> {
+        self.move_task(key, When::delay(delay)?).await
+    }
+
+    /// Moves the pending task under `key` to `at` on Redis's clock, keeping its payload.
+    ///
+    /// # Errors
+    /// As [`reschedule`](Self::reschedule).
+    ///
+    /// # Cancel safety
+    /// As [`reschedule`](Self::reschedule).
+    pub async fn reschedule_at(&self, key: &str, at: SystemTime) -> Result<(), Error> {
+        self.move_task(key, When::at(at)?).await
+    }
+
+    /// Whether a task with this key is pending (waiting, ready or in flight).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn contains(&self, key: &str) -> Result<bool, Error> {
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(self.inner.key(&format!("t:{key}")));
+        self.inner.command(&exists).await
+    }
+
+    /// How many tasks are pending: scheduled and not yet acknowledged, cancelled or dead.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn len(&self) -> Result<usize, Error> {
+        Ok(self.stats().await?.pending)
+    }
+
+    /// Whether no task is pending.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.len().await? == 0)
+    }
+
+    /// A snapshot of the wheel's gauges and counters.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn stats(&self) -> Result<DurableStats, Error> {
+        let mut inv = self.inner.script(&SCRIPTS.stats);
+        inv.arg(self.inner.cfg.tick_ms);
+        let r: Vec<i64> = self.inner.run(&inv).await?;
+        let at = |i: usize| r.get(i).copied().unwrap_or(0).max(0) as u64;
+        let (ring, far, ready, leased) = (at(0) as usize, at(1) as usize, at(2) as usize, at(3) as usize);
+        Ok(DurableStats {
+            pending: ring + far + ready + leased,
+            waiting: ring + far,
+            ready,
+            in_flight: leased,
+            dead: at(4) as usize,
+            cursor_lag_ticks: at(5),
+            scheduled: at(6),
+            handed_out: at(7),
+            acked: at(8),
+            retried: at(9),
+            dead_lettered: at(10),
+        })
+    }
+
+    /// Up to `limit` dead letters, oldest first.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadTask>, Error> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut inv = self.inner.script(&SCRIPTS.dead_letters);
+        inv.arg(limit);
+        let flat: Vec<Vec<u8>> = self.inner.run(&inv).await?;
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let number = |b: &[u8]| text(b).parse::<u64>().unwrap_or(0);
+        Ok(flat
+            .chunks_exact(5)
+            .map(|d| DeadTask {
+                key: text(&d[0]),
+                payload: d[1].clone(),
+                attempts: u32::try_from(number(&d[2])).unwrap_or(u32::MAX),
+                last_error: text(&d[3]),
+                died: UNIX_EPOCH + Duration::from_millis(number(&d[4])),
+            })
+            .collect())
+    }
+
+    /// Puts the dead task under `key` back, due at once with its attempts reset to 0. Returns
+    /// whether there was such a dead letter.
+    ///
+    /// # Errors
+    /// - [`Error::DuplicateKey`] if a new task with this key is pending (the dead letter stays);
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still requeue the task.
+    pub async fn requeue_dead(&self, key: &str) -> Result<bool, Error> {
+        let mut inv = self.inner.script(&SCRIPTS.requeue_dead);
+        inv.arg(key).arg(self.inner.ids.next()).arg(self.inner.cfg.tick_ms);
+        match self.inner.run::<i64>(&inv).await? {
+            1 => self.inner.replicate().await.map(|()| true),
+            -1 => Err(Error::DuplicateKey(key.to_string())),
+            _ => Ok(false),
+        }
+    }
+
+    /// Starts a [`Worker`] on the current Tokio runtime: it takes part in ticking the wheel (one
+    /// node at a time holds the leadership) and runs `handler` on due tasks, up to `concurrency`
+    /// at once.
+    ///
+    /// `Ok` acknowledges the task (its key is free again); an `Err` or a panic retries it after
+    /// the backoff, and after `max_attempts` deliveries it goes to the dead letters with the
+    /// error's text.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn run<F, Fut, E>(&self, handler: F) -> Worker
+    where
+        F: Fn(Task) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display,
+    {
+        super::worker::start(self.inner.clone(), handler)
+    }
+}
+
+impl DurableScheduler {
+    /// Runs the tick script once with `token` as the fencing token, as a leader would; returns
+    /// false when the token is not the leader's. For tests of concurrent tickers.
+    #[doc(hidden)]
+    pub async fn tick_with_token(&self, token: &str) -> Result<bool, Error> {
+        super::leader::tick_once(&self.inner, token).await
+    }
+
+    /// Checks a key and payload before they go to Redis.
+    fn check(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
+        if key.is_empty() {
+            return Err(Error::invalid("the key must not be empty"));
+        }
+        if payload.len() > self.inner.cfg.max_payload {
+            return Err(Error::invalid(format!(
+                "the payload of {:?} is {} bytes, over the maximum of {}: store large data elsewhere and schedule \
+                 a reference to it, or raise DurableBuilder::max_payload",
+                key,
+                payload.len(),
+                self.inner.cfg.max_payload
+            )));
+        }
+        Ok(())
+    }
+
+    async fn schedule_one(
+        &self,
+        key: &str,
+        when: When,
+        payload: Vec<u8>,
+        request_id: Option<&str>,
+    ) -> Result<(), Error> {
+        self.check(key, &payload)?;
+        let request_id = request_id.map_or_else(|| self.inner.ids.next(), str::to_string);
+        let item = Item { index: 0, key: key.to_string(), when, payload, request_id };
+        match send_batch(self.inner.clone(), vec![item]).await?.pop() {
+            Some((_, key)) => Err(Error::DuplicateKey(key)),
+            None => Ok(()),
+        }
+    }
+
+    async fn move_task(&self, key: &str, when: When) -> Result<(), Error> {
+        let (mode, ms) = when.args();
+        let mut inv = self.inner.script(&SCRIPTS.reschedule);
+        inv.arg(self.inner.cfg.tick_ms).arg(self.inner.cfg.slots).arg(key).arg(mode).arg(ms);
+        match self.inner.run::<i64>(&inv).await? {
+            1 => self.inner.replicate().await,
+            _ => Err(Error::NotFound),
+        }
+    }
+}
+
+/// One task on its way to `schedule.lua`.
+struct Item {
+    /// Where its outcome goes in the caller's results.
+    index: usize,
+    key: String,
+    when: When,
+    payload: Vec<u8>,
+    request_id: String,
+}
+
+/// The index and key of each item of a batch that found its key pending.
+type Duplicates = Vec<(usize, String)>;
+
+/// Sends one `schedule.lua` call for `batch`.
+async fn send_batch(inner: Arc<Inner>, batch: Vec<Item>) -> Result<Duplicates, Error> {
+    let mut inv = inner.script(&SCRIPTS.schedule);
+    inv.arg(inner.cfg.tick_ms).arg(inner.cfg.slots);
+    for item in &batch {
+        let (mode, ms) = item.when.args();
+        inv.arg(&item.key).arg(item.payload.as_slice()).arg(mode).arg(ms).arg(&item.request_id);
+    }
+    let reply: Vec<i64> = inner.run(&inv).await?;
+    if reply.iter().any(|&outcome| outcome != 0) {
+        // Something was written (or was, by this request's first attempt): replicate it.
+        inner.replicate().await?;
+    }
+    Ok(batch
+        .into_iter()
+        .zip(reply)
+        .filter(|(_, outcome)| *outcome == 0)
+        .map(|(item, _)| (item.index, item.key))
+        .collect())
+}
+
+/// Writes one finished batch's duplicates into `results`.
+fn settle(
+    done: Option<Result<Result<Duplicates, Error>, JoinError>>,
+    results: &mut [Result<(), Error>],
+) -> Result<(), Error> {
+    let Some(done) = done else { return Ok(()) };
+    let duplicates = done.map_err(|e| Error::Redis(RedisFailure::new("internal", e.to_string(), false)))??;
+    for (index, key) in duplicates {
+        results[index] = Err(Error::DuplicateKey(key));
+    }
+    Ok(())
+}
+
+/// Checks the server's version and warns about settings that can lose tasks.
+async fn check_server(inner: &Inner) -> Result<(), Error> {
+    let mut conn = inner.conn.clone();
+    let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await?;
+    let version =
+        info.lines().find_map(|l| l.strip_prefix("redis_version:")).map(|v| v.trim().to_string()).unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < MIN_REDIS {
+        return Err(Error::invalid(format!(
+            "the durable wheel needs Redis {}.{} or later, and this server runs {version:?}: upgrade it",
+            MIN_REDIS.0, MIN_REDIS.1
+        )));
+    }
+    for (setting, safe) in [("maxmemory-policy", "noeviction"), ("appendonly", "yes")] {
+        let reply: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg(setting).query_async(&mut conn).await;
+        match reply {
+            Ok(pair) => match pair.get(1) {
+                Some(value) if value != safe => tracing::warn!(
+                    wheel = %inner.name,
+                    "Redis runs with {setting} {value}: it can lose scheduled tasks; set {setting} {safe}"
+                ),
+                _ => {}
+            },
+            Err(e) => tracing::debug!(wheel = %inner.name, error = %e, "could not read {setting} with CONFIG GET"),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! What a handler receives, what the dead letters hold, and what `stats` reports.
+
+use std::time::SystemTime;
+
+/// One delivery of a due task to a [`Worker`](super::Worker)'s handler.
+///
+/// Delivery is at least once: the same task can reach a handler again (with a higher
+/// [`attempt`](Self::attempt)) if a worker died or its lease ran out before it acknowledged, so
+/// make handlers idempotent on the [`key`](Self::key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    pub(crate) key: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) attempt: u32,
+    pub(crate) due: SystemTime,
+}
+
+impl Task {
+    /// The key the task was scheduled under.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The payload given to `schedule`.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// Which delivery this is: 1 on the first, 2 after one failure or one expired lease, ...
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// When the task was due, on Redis's clock (for a retry: when the retry was due).
+    pub fn due(&self) -> SystemTime {
+        self.due
+    }
+
+    /// Takes the task apart into its key and payload.
+    pub fn into_parts(self) -> (String, Vec<u8>) {
+        (self.key, self.payload)
+    }
+}
+
+/// A task that failed `max_attempts` times, kept in the dead letters until
+/// [`requeue_dead`](super::DurableScheduler::requeue_dead) puts it back.
+///
+/// Its key is free again: a new task may be scheduled under it (and if that one dies too, its
+/// record replaces this one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadTask {
+    pub(crate) key: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) attempts: u32,
+    pub(crate) last_error: String,
+    pub(crate) died: SystemTime,
+}
+
+impl DeadTask {
+    /// The key the task was scheduled under.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The payload given to `schedule`.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// How many deliveries the task had.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The last failure: the handler's error text, its panic message, or "lease expired".
+    pub fn last_error(&self) -> &str {
+        &self.last_error
+    }
+
+    /// When the task went to the dead letters, on Redis's clock.
+    pub fn died(&self) -> SystemTime {
+        self.died
+    }
+}
+
+/// A snapshot of a durable wheel, read from Redis in one call.
+///
+/// The gauges (`pending` to `cursor_lag_ticks`) are exact at the moment of the call; the
+/// counters (`scheduled` to `dead_lettered`) count since the wheel was first used and are kept
+/// by every node together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DurableStats {
+    /// Tasks scheduled and not yet acknowledged, cancelled or dead: `waiting + ready + in_flight`.
+    pub pending: usize,
+    /// Tasks not yet due (or waiting out a retry backoff), in the ring or the far tier.
+    pub waiting: usize,
+    /// Due tasks waiting for a worker.
+    pub ready: usize,
+    /// Tasks claimed by a worker and not yet acknowledged.
+    pub in_flight: usize,
+    /// Tasks in the dead letters.
+    pub dead: usize,
+    /// How many ticks the cursor is behind Redis's clock: 0 or 1 while a leader ticks; larger
+    /// when no worker runs or while the cursor catches up.
+    pub cursor_lag_ticks: u64,
+    /// Tasks accepted by `schedule` and its kin.
+    pub scheduled: u64,
+    /// Deliveries to handlers (each retry counts).
+    pub handed_out: u64,
+    /// Deliveries acknowledged.
+    pub acked: u64,
+    /// Deliveries that failed and were scheduled again.
+    pub retried: u64,
+    /// Tasks moved to the dead letters.
+    pub dead_lettered: u64,
+}

@@ -1,0 +1,357 @@
+//! `Worker`: ticks the wheel when it holds the leadership, claims due tasks and runs the handler.
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, UNIX_EPOCH};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+
+use super::conn::Inner;
+use super::scripts::SCRIPTS;
+use super::Task;
+use crate::Error;
+
+/// The most tasks one claim takes.
+const CLAIM_BATCH: usize = 64;
+/// The most outcomes recorded in one call.
+const ACK_BATCH: usize = 64;
+/// How long the claim loop waits to gather free handlers while tasks are waiting.
+const GATHER: Duration = Duration::from_millis(2);
+/// The shortest wait for a wake-up (with a very short tick, waiting less would be polling).
+const MIN_WAIT: Duration = Duration::from_millis(10);
+
+type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+type Handler = Arc<dyn Fn(Task) -> HandlerFuture + Send + Sync>;
+
+/// A running worker, made by [`DurableScheduler::run`](super::DurableScheduler::run).
+///
+/// Call [`shutdown`](Self::shutdown) to stop it cleanly. Dropping it stops it too, without
+/// waiting: handlers in flight run to their end, and a leadership it held is given up once they
+/// have.
+pub struct Worker {
+    stop: watch::Sender<bool>,
+    done: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker").field("stopping", &*self.stop.borrow()).finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Stops claiming tasks, waits for the handlers in flight to finish and their outcomes to be
+    /// recorded (acknowledged or retried; while Redis is away that is retried for up to the
+    /// lease, after which the task is handed out again anyway), and gives up the leadership if
+    /// this worker held it, so another node takes over at once.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the worker stopping in the background, as dropping the
+    /// `Worker` does.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(done) = self.done.take() {
+            let _ = done.await;
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+pub(crate) fn start<F, Fut, E>(inner: Arc<Inner>, handler: F) -> Worker
+where
+    F: Fn(Task) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: fmt::Display,
+{
+    let handler: Handler = Arc::new(move |task| {
+        let fut = handler(task);
+        Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let done = tokio::spawn(supervise(inner, handler, stop_rx));
+    Worker { stop, done: Some(done) }
+}
+
+/// Runs the leader loop and the claim loop; on stop, lets the handlers finish before the
+/// leadership is given up.
+async fn supervise(inner: Arc<Inner>, handler: Handler, stop: watch::Receiver<bool>) {
+    let node = inner.ids.next();
+    let (leader_stop, leader_stop_rx) = watch::channel(false);
+    let leader = {
+        let inner = inner.clone();
+        tokio::spawn(async move { super::leader::run(&inner, node, leader_stop_rx).await })
+    };
+    claim_loop(&inner, handler, stop).await;
+    let _ = leader_stop.send(true);
+    let _ = leader.await;
+}
+
+/// Whether the worker was told to stop (or its `Worker` was dropped).
+fn stopping(stop: &watch::Receiver<bool>) -> bool {
+    *stop.borrow() || stop.has_changed().is_err()
+}
+
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    while !*stop.borrow_and_update() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Receiver<bool>) {
+    let concurrency = inner.cfg.concurrency;
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let mut waker: Option<ConnectionManager> = None;
+    let mut failures = 0u32;
+    let mut backlog = false;
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let recorder = tokio::spawn(record_outcomes(inner.clone(), done_rx));
+    while !stopping(&stop) {
+        let first = tokio::select! {
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            () = stopped(&mut stop) => break,
+        };
+        let mut held = vec![first];
+        let batch = CLAIM_BATCH.min(concurrency);
+        take_free(&permits, &mut held, batch);
+        if backlog && held.len() < batch.div_ceil(4) {
+            // Tasks are waiting and handlers are finishing: gather a few more free handlers
+            // rather than claiming one task per round trip.
+            let until = tokio::time::Instant::now() + GATHER;
+            while held.len() < batch.div_ceil(4) {
+                match tokio::time::timeout_at(until, permits.clone().acquire_owned()).await {
+                    Ok(Ok(p)) => held.push(p),
+                    _ => break,
+                }
+            }
+            take_free(&permits, &mut held, batch);
+        }
+        let wanted = held.len();
+        let tasks = match claim(inner, wanted).await {
+            Ok(tasks) => tasks,
+            Err(e) => {
+                drop(held);
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(wheel = %inner.name, error = %e, "claiming failed; retrying with a backoff");
+                }
+                pause(&mut stop, retry_delay(failures)).await;
+                continue;
+            }
+        };
+        if failures > 0 {
+            tracing::info!(wheel = %inner.name, "claiming works again");
+            failures = 0;
+        }
+        let got = tasks.len();
+        backlog = got == wanted;
+        for ((task, token), permit) in tasks.into_iter().zip(held.drain(..)) {
+            let (handler, done) = (handler.clone(), done_tx.clone());
+            tokio::spawn(async move {
+                let key = task.key.clone();
+                let outcome = run_handler(&handler, task).await;
+                // The permit goes with the outcome and is released once it is recorded.
+                let _ = done.send(Outcome { key, token, outcome, _permit: permit });
+            });
+        }
+        drop(held);
+        if got == wanted {
+            // Perhaps more are ready: let another idle worker know, and claim again.
+            if got > 0 {
+                pass_on_wake(inner).await;
+            }
+            continue;
+        }
+        wait_for_wake(inner, &mut waker, &mut stop).await;
+    }
+    // Wait for every handler in flight (each holds a permit until its ack or retry is recorded).
+    drop(done_tx);
+    let _ = permits.acquire_many(u32::try_from(concurrency).unwrap_or(u32::MAX)).await;
+    let _ = recorder.await;
+}
+
+/// Moves free permits into `held`, up to `batch` in all.
+fn take_free(permits: &Arc<Semaphore>, held: &mut Vec<OwnedSemaphorePermit>, batch: usize) {
+    while held.len() < batch {
+        match permits.clone().try_acquire_owned() {
+            Ok(p) => held.push(p),
+            Err(_) => break,
+        }
+    }
+}
+
+fn retry_delay(failures: u32) -> Duration {
+    (Duration::from_millis(50) * 2u32.saturating_pow(failures.saturating_sub(1).min(6))).min(Duration::from_secs(2))
+}
+
+async fn pause(stop: &mut watch::Receiver<bool>, wait: Duration) {
+    tokio::select! {
+        () = tokio::time::sleep(wait) => {}
+        () = stopped(stop) => {}
+    }
+}
+
+async fn claim(inner: &Inner, n: usize) -> Result<Vec<(Task, String)>, Error> {
+    let mut inv = inner.script(&SCRIPTS.claim);
+    inv.arg(n).arg(inner.cfg.lease_ms);
+    let flat: Vec<Vec<u8>> = inner.call(&inv, inner.cfg.response_timeout).await?;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let number = |b: &[u8]| text(b).parse::<u64>().unwrap_or(0);
+    Ok(flat
+        .chunks_exact(5)
+        .map(|t| {
+            let task = Task {
+                key: text(&t[0]),
+                payload: t[1].clone(),
+                attempt: u32::try_from(number(&t[2])).unwrap_or(u32::MAX),
+                due: UNIX_EPOCH + Duration::from_millis(number(&t[3])),
+            };
+            (task, text(&t[4]))
+        })
+        .collect())
+}
+
+async fn pass_on_wake(inner: &Inner) {
+    // As `wake()` in lua/common.lua: at most 8 tokens wait.
+    let wake = inner.key("wake");
+    let mut conn = inner.conn.clone();
+    let _: Result<(), _> =
+        redis::pipe().lpush(&wake, 1).ignore().ltrim(&wake, 0, 7).ignore().query_async(&mut conn).await;
+}
+
+/// Waits for a wake-up token (pushed when tasks become ready) for up to one tick, on a connection
+/// of its own: a blocking `BLPOP` would hold up every other call on the shared one.
+async fn wait_for_wake(inner: &Inner, waker: &mut Option<ConnectionManager>, stop: &mut watch::Receiver<bool>) {
+    let wait = inner.cfg.tick().max(MIN_WAIT);
+    if waker.is_none() {
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(wait + inner.cfg.response_timeout))
+            .set_connection_timeout(Some(inner.cfg.connect_timeout))
+            .set_max_delay(Duration::from_secs(1));
+        let connect = ConnectionManager::new_with_config(inner.client.clone(), config);
+        match tokio::time::timeout(inner.cfg.connect_timeout, connect).await {
+            Ok(Ok(conn)) => *waker = Some(conn),
+            _ => {
+                pause(stop, wait).await;
+                return;
+            }
+        }
+    }
+    let Some(conn) = waker.as_mut() else { return };
+    let mut cmd = redis::cmd("BLPOP");
+    cmd.arg(inner.key("wake")).arg(wait.as_secs_f64());
+    let blpop = cmd.query_async::<redis::Value>(conn);
+    tokio::select! {
+        r = blpop => if r.is_err() { pause(stop, wait).await },
+        () = stopped(stop) => {}
+    }
+}
+
+/// A handler's verdict on one delivery, on its way to Redis.
+struct Outcome {
+    key: String,
+    token: String,
+    outcome: Result<(), String>,
+    /// Held until the outcome is recorded, so `shutdown` waits for it.
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Runs the handler on one task; a panic counts as a failure, whether the handler panics when
+/// called or its future panics when polled (the call happens inside the first poll).
+async fn run_handler(handler: &Handler, task: Task) -> Result<(), String> {
+    let handler = handler.clone();
+    let run: HandlerFuture = Box::pin(async move { handler(task).await });
+    match CatchUnwind(run).await {
+        Ok(result) => result,
+        Err(panic) => Err(format!("the handler panicked: {}", panic_message(&*panic))),
+    }
+}
+
+/// Records outcomes as they come: the acks of everything waiting in one call, each failure on
+/// its own. Ends when every sender is gone and the channel is drained.
+async fn record_outcomes(inner: Arc<Inner>, mut done: mpsc::UnboundedReceiver<Outcome>) {
+    // Keep trying while the lease lasts: after it the task is handed out again anyway.
+    let window = inner.cfg.lease().max(inner.cfg.retry_window());
+    let mut batch = Vec::with_capacity(ACK_BATCH);
+    while done.recv_many(&mut batch, ACK_BATCH).await > 0 {
+        let mut acks = inner.script(&SCRIPTS.ack);
+        acks.arg(inner.cfg.done_ttl_ms);
+        let mut any = false;
+        for o in &batch {
+            match &o.outcome {
+                Ok(()) => {
+                    acks.arg(&o.key).arg(&o.token);
+                    any = true;
+                }
+                Err(why) => {
+                    tracing::debug!(wheel = %inner.name, key = %o.key, error = %why, "a handler failed");
+                    let mut inv = inner.script(&SCRIPTS.fail);
+                    inv.arg(&o.key)
+                        .arg(&o.token)
+                        .arg(why)
+                        .arg(inner.cfg.max_attempts)
+                        .arg(inner.cfg.backoff_ms)
+                        .arg(super::conn::ceil_ms(super::MAX_BACKOFF))
+                        .arg(inner.cfg.tick_ms)
+                        .arg(inner.cfg.slots)
+                        .arg(inner.cfg.done_ttl_ms);
+                    if let Err(e) = inner.call::<i64>(&inv, window).await {
+                        lost(&inner, &o.key, &e);
+                    }
+                }
+            }
+        }
+        if any {
+            if let Err(e) = inner.call::<Vec<i64>>(&acks, window).await {
+                lost(&inner, "(a batch)", &e);
+            }
+        }
+        batch.clear();
+    }
+}
+
+fn lost(inner: &Inner, key: &str, e: &Error) {
+    tracing::warn!(
+        wheel = %inner.name, key = %key, error = %e,
+        "could not record a delivery's outcome; the task is handed out again after its lease"
+    );
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(not a string)".to_string()
+    }
+}
+
+/// A future that turns a panic while it is polled into an `Err` with the panic's payload.
+struct CatchUnwind(HandlerFuture);
+
+impl Future for CatchUnwind {
+    type Output = Result<Result<(), String>, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(result)) => Poll::Ready(Ok(result)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}

@@ -1,0 +1,612 @@
+//! The durable wheel's everyday behaviour against a real `redis-server` started for each test
+//! (see `support/redis_server.rs`): scheduling, firing on time, keys, idempotent retries, cancel
+//! and reschedule, the far tier, bad input, an unreachable server, concurrent tickers, retries and
+//! dead letters, and a cursor that was down for more than a revolution.
+//!
+//! Run with `cargo test --features redis --test durable_basic`. Without a `redis-server` the
+//! tests print a skip note and pass, except under `CI=true`, where they fail.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use support::redis_server::RedisServer;
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, Worker};
+use tokio_timewheel::Error;
+
+const TICK: Duration = Duration::from_millis(100);
+/// How late a task may reach its handler on an unloaded loopback setup: one tick plus 50 ms.
+const LATE: Duration = Duration::from_millis(150);
+/// Redis's `TIME` is read in whole milliseconds, so a due time can sit up to 1 ms before
+/// `SystemTime::now() + delay` read just before the call.
+const SLACK: Duration = Duration::from_millis(1);
+
+fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
+    DurableScheduler::builder(server.url(), name)
+        .tick(TICK)
+        .slots(64)
+        .lease(Duration::from_secs(5))
+        .backoff(Duration::from_millis(100))
+        .response_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(3))
+}
+
+/// One delivery: key, attempt, when the handler saw it (this host's clock, which is Redis's).
+#[derive(Clone, Debug)]
+struct Seen {
+    key: String,
+    attempt: u32,
+    at: SystemTime,
+    payload: Vec<u8>,
+}
+
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<Seen>>>);
+
+impl Log {
+    fn push(&self, task: &Task) {
+        self.0.lock().unwrap().push(Seen {
+            key: task.key().to_string(),
+            attempt: task.attempt(),
+            at: SystemTime::now(),
+            payload: task.payload().to_vec(),
+        });
+    }
+
+    fn all(&self) -> Vec<Seen> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn of(&self, key: &str) -> Vec<Seen> {
+        self.all().into_iter().filter(|s| s.key == key).collect()
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    /// A worker that logs every task and acknowledges it.
+    fn worker(&self, timers: &DurableScheduler) -> Worker {
+        let log = self.clone();
+        timers.run(move |task: Task| {
+            log.push(&task);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        })
+    }
+}
+
+async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    done()
+}
+
+fn assert_on_time(seen: &Seen, due: SystemTime, after_call: SystemTime, delay: Duration) {
+    assert!(seen.at + SLACK >= due, "{} fired {:?} early", seen.key, due.duration_since(seen.at).unwrap_or_default());
+    let latest = after_call + delay + LATE;
+    assert!(
+        seen.at <= latest,
+        "{} fired {:?} late (more than one tick + 50 ms)",
+        seen.key,
+        seen.at.duration_since(after_call + delay).unwrap_or_default()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_fires_once_on_time_and_frees_the_key() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "basic").connect().await.expect("connect");
+    let log = Log::default();
+    let worker = log.worker(&timers);
+
+    let delay = Duration::from_millis(400);
+    let before = SystemTime::now();
+    timers.schedule("order-1", delay, b"payload-1".to_vec()).await.expect("schedule");
+    let after = SystemTime::now();
+    assert!(timers.contains("order-1").await.unwrap());
+    assert_eq!(timers.len().await.unwrap(), 1);
+    assert_eq!(timers.schedule("order-1", delay, b"again".to_vec()).await, Err(Error::DuplicateKey("order-1".into())));
+
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await, "order-1 never fired");
+    let seen = &log.of("order-1")[0];
+    assert_on_time(seen, before + delay, after, delay);
+    assert_eq!(seen.attempt, 1);
+    assert_eq!(seen.payload, b"payload-1");
+
+    // Acknowledged: the key is free again and the task is gone.
+    let mut pending = 1;
+    for _ in 0..100 {
+        pending = timers.len().await.unwrap();
+        if pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(pending, 0, "the acknowledged task is still pending");
+    assert!(!timers.contains("order-1").await.unwrap());
+    let stats = timers.stats().await.unwrap();
+    assert_eq!((stats.scheduled, stats.handed_out, stats.acked), (1, 1, 1), "{stats:?}");
+    timers.schedule("order-1", Duration::from_secs(60), Vec::new()).await.expect("the key is free after the ack");
+
+    // A zero delay and a time in the past are due at once; schedule_at is on Redis's clock.
+    let before = SystemTime::now();
+    timers.schedule("now", Duration::ZERO, Vec::new()).await.unwrap();
+    timers.schedule_at("past", SystemTime::now() - Duration::from_secs(3600), Vec::new()).await.unwrap();
+    let at = SystemTime::now() + Duration::from_millis(300);
+    timers.schedule_at("at", at, Vec::new()).await.unwrap();
+    let after = SystemTime::now();
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 4).await, "{:?}", log.all());
+    assert_on_time(&log.of("now")[0], before, after, Duration::ZERO);
+    assert_on_time(&log.of("past")[0], before, after, Duration::ZERO);
+    assert_on_time(&log.of("at")[0], at, at, Duration::ZERO);
+    worker.shutdown().await;
+    assert_eq!(log.len(), 4, "something fired twice: {:?}", log.all());
+}
+
+/// `#[tokio::test]`'s default runtime has one thread: the worker, its leader loop and its
+/// handlers share it with the test.
+#[tokio::test]
+async fn works_on_a_current_thread_runtime() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "single").connect().await.expect("connect");
+    let log = Log::default();
+    let worker = log.worker(&timers);
+    for i in 0..3u64 {
+        timers.schedule(format!("c{i}"), Duration::from_millis(100 * i), Vec::new()).await.unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 3).await, "{:?}", log.all());
+    worker.shutdown().await;
+    assert_eq!(timers.len().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_freed_by_cancel_ack_and_death() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "keys").max_attempts(1).connect().await.expect("connect");
+    timers.schedule("k", Duration::from_secs(60), Vec::new()).await.unwrap();
+    assert_eq!(timers.schedule("k", Duration::from_secs(1), Vec::new()).await, Err(Error::DuplicateKey("k".into())));
+    assert!(timers.cancel("k").await.unwrap());
+    assert!(!timers.cancel("k").await.unwrap(), "a second cancel finds nothing");
+    assert!(!timers.contains("k").await.unwrap());
+    timers.schedule("k", Duration::from_secs(60), Vec::new()).await.expect("free after cancel");
+    assert_eq!(timers.cancel_many(["k", "none"]).await.unwrap(), vec![true, false]);
+
+    // A batch reports each item: ok, duplicate (within the batch too), invalid.
+    timers.schedule("taken", Duration::from_secs(60), Vec::new()).await.unwrap();
+    let results = timers
+        .schedule_many([
+            ("a", Duration::from_secs(60), Vec::new()),
+            ("taken", Duration::from_secs(60), Vec::new()),
+            ("", Duration::from_secs(60), Vec::new()),
+            ("a", Duration::from_secs(1), Vec::new()),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(results[0], Ok(()));
+    assert_eq!(results[1], Err(Error::DuplicateKey("taken".into())));
+    assert!(matches!(results[2], Err(Error::Invalid(_))), "{:?}", results[2]);
+    assert_eq!(results[3], Err(Error::DuplicateKey("a".into())));
+    assert_eq!(timers.len().await.unwrap(), 2);
+
+    // Dead (one attempt, failing handler): the key is free while the dead letter stays.
+    timers.schedule("doomed", Duration::ZERO, b"x".to_vec()).await.unwrap();
+    let worker = timers.run(|task: Task| async move {
+        if task.key() == "doomed" {
+            Err("no such order".to_string())
+        } else {
+            Ok(())
+        }
+    });
+    let mut dead = Vec::new();
+    for _ in 0..300 {
+        dead = timers.dead_letters(10).await.unwrap();
+        if !dead.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].key(), dead[0].payload(), dead[0].attempts()), ("doomed", &b"x"[..], 1));
+    assert_eq!(dead[0].last_error(), "no such order");
+    assert!(!timers.contains("doomed").await.unwrap());
+    timers.schedule("doomed", Duration::from_secs(60), Vec::new()).await.expect("free after death");
+    assert_eq!(timers.requeue_dead("doomed").await, Err(Error::DuplicateKey("doomed".into())));
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_schedule_is_recognised_by_its_request_id() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "retry").connect().await.expect("connect");
+    timers.schedule_with_request_id("r", Duration::from_millis(300), b"1".to_vec(), "req-1").await.unwrap();
+    // The same request again (its first reply was lost): Ok, and no second task.
+    timers.schedule_with_request_id("r", Duration::from_millis(300), b"1".to_vec(), "req-1").await.unwrap();
+    assert_eq!(timers.len().await.unwrap(), 1);
+    // Another request for the same key is a real duplicate.
+    assert_eq!(
+        timers.schedule_with_request_id("r", Duration::from_millis(300), b"2".to_vec(), "req-2").await,
+        Err(Error::DuplicateKey("r".into()))
+    );
+
+    let log = Log::default();
+    let worker = log.worker(&timers);
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
+    let mut pending = 1;
+    for _ in 0..100 {
+        pending = timers.len().await.unwrap();
+        if pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(pending, 0);
+    // A retry arriving after the task fired and was acknowledged creates nothing either.
+    timers.schedule_with_request_id("r", Duration::ZERO, b"1".to_vec(), "req-1").await.unwrap();
+    assert_eq!(timers.len().await.unwrap(), 0);
+    tokio::time::sleep(TICK * 4).await;
+    worker.shutdown().await;
+    assert_eq!(log.len(), 1, "{:?}", log.all());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_reschedule_contains_len_and_stats() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "moves").connect().await.expect("connect");
+    assert_eq!(timers.reschedule("missing", Duration::from_secs(1)).await, Err(Error::NotFound));
+    assert_eq!(timers.reschedule_at("missing", SystemTime::now()).await, Err(Error::NotFound));
+
+    timers.schedule("soon", Duration::from_secs(3600), b"s".to_vec()).await.unwrap();
+    timers.schedule("later", Duration::from_millis(200), b"l".to_vec()).await.unwrap();
+    timers.schedule("gone", Duration::from_millis(200), Vec::new()).await.unwrap();
+    assert_eq!(timers.len().await.unwrap(), 3);
+    let stats = timers.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.waiting, stats.ready, stats.in_flight), (3, 3, 0, 0), "{stats:?}");
+
+    assert!(timers.cancel("gone").await.unwrap());
+    let before = SystemTime::now();
+    timers.reschedule("soon", Duration::from_millis(300)).await.unwrap();
+    let after = SystemTime::now();
+    timers.reschedule("later", Duration::from_secs(3600)).await.unwrap();
+    let at = SystemTime::now() + Duration::from_millis(600);
+    timers.schedule("at", Duration::from_secs(3600), Vec::new()).await.unwrap();
+    timers.reschedule_at("at", at).await.unwrap();
+    assert!(timers.contains("later").await.unwrap());
+    assert!(!timers.contains("gone").await.unwrap());
+
+    let log = Log::default();
+    let worker = log.worker(&timers);
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 2).await, "{:?}", log.all());
+    tokio::time::sleep(TICK * 3).await;
+    let seen = log.all();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_on_time(&log.of("soon")[0], before + Duration::from_millis(300), after, Duration::from_millis(300));
+    assert_eq!(log.of("soon")[0].payload, b"s", "reschedule keeps the payload");
+    assert_on_time(&log.of("at")[0], at, at, Duration::ZERO);
+    assert!(log.of("later").is_empty() && log.of("gone").is_empty());
+    worker.shutdown().await;
+    let stats = timers.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.acked, stats.scheduled), (1, 2, 4), "{stats:?}");
+    assert!(stats.cursor_lag_ticks <= 2, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn far_tier_tasks_are_promoted_and_fire_on_time() {
+    let Some(server) = RedisServer::start() else { return };
+    // 8 slots of 50 ms: one revolution is 400 ms, so most of these start in the far tier.
+    let timers = builder(&server, "far").tick(Duration::from_millis(50)).slots(8).connect().await.expect("connect");
+    let log = Log::default();
+    let worker = log.worker(&timers);
+    let delays: Vec<Duration> =
+        [150u64, 450, 700, 1000, 1333, 2100, 3050].iter().map(|&ms| Duration::from_millis(ms)).collect();
+    let mut calls = HashMap::new();
+    for (i, delay) in delays.iter().enumerate() {
+        let before = SystemTime::now();
+        timers.schedule(format!("far-{i}"), *delay, Vec::new()).await.unwrap();
+        calls.insert(format!("far-{i}"), (before, SystemTime::now(), *delay));
+    }
+    let stats = timers.stats().await.unwrap();
+    assert_eq!(stats.waiting, delays.len(), "{stats:?}");
+    assert!(wait_until(Duration::from_secs(6), || log.len() == delays.len()).await, "{:?}", log.all());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(log.len(), delays.len(), "{:?}", log.all());
+    for seen in log.all() {
+        let (before, after, delay) = calls[&seen.key];
+        // A 50 ms tick: late by at most 50 + 50 ms.
+        assert!(seen.at + SLACK >= before + delay, "{} early", seen.key);
+        assert!(
+            seen.at <= after + delay + Duration::from_millis(100),
+            "{} late: {:?}",
+            seen.key,
+            seen.at.duration_since(after + delay)
+        );
+    }
+    worker.shutdown().await;
+}
+
+/// Collects what `tracing` writes, for the test that checks `connect`'s warnings.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn connect_warns_about_settings_that_lose_tasks() {
+    use support::redis_server::Persistence;
+    let Some(server) = RedisServer::start_with(Persistence::None, &["--maxmemory-policy", "allkeys-lru"]) else {
+        return;
+    };
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt().with_writer({
+        let captured = captured.clone();
+        move || captured.clone()
+    });
+    let _guard = tracing::subscriber::set_default(subscriber.finish());
+    builder(&server, "unsafe").connect().await.expect("connect");
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    assert!(text.contains("maxmemory-policy allkeys-lru"), "{text}");
+    assert!(text.contains("appendonly no"), "{text}");
+
+    let Some(safe) = RedisServer::start() else { return };
+    captured.0.lock().unwrap().clear();
+    builder(&safe, "safe").connect().await.expect("connect");
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    assert!(!text.contains("WARN"), "{text}");
+}
+
+#[test]
+fn the_handles_are_cheap_to_share() {
+    fn shareable<T: Clone + Send + Sync + std::fmt::Debug + 'static>() {}
+    fn sendable<T: Send + Sync + std::fmt::Debug + 'static>() {}
+    shareable::<DurableScheduler>();
+    shareable::<tokio_timewheel::durable::RedisFailure>();
+    shareable::<Task>();
+    shareable::<tokio_timewheel::durable::DeadTask>();
+    shareable::<tokio_timewheel::durable::DurableStats>();
+    sendable::<Worker>();
+    sendable::<DurableBuilder>();
+}
+
+#[tokio::test]
+async fn bad_settings_are_invalid_without_touching_redis() {
+    // Nothing listens here, and nothing needs to: validation comes first.
+    let url = "redis://127.0.0.1:1/";
+    let invalid = |r: Result<DurableScheduler, Error>| matches!(r, Err(Error::Invalid(_)));
+    for name in ["", "a{b", "a}b", "a:b", "a b", "tab\t", "line\n"] {
+        assert!(invalid(DurableScheduler::builder(url, name).connect().await), "name {name:?}");
+    }
+    assert!(invalid(DurableScheduler::builder(url, "w").tick(Duration::ZERO).connect().await));
+    assert!(invalid(DurableScheduler::builder(url, "w").tick(Duration::from_micros(1500)).connect().await));
+    assert!(invalid(DurableScheduler::builder(url, "w").slots(0).connect().await));
+    assert!(invalid(DurableScheduler::builder(url, "w").slots((1 << 20) + 1).connect().await));
+    assert!(invalid(DurableScheduler::builder(url, "w").max_attempts(0).connect().await));
+    assert!(invalid(DurableScheduler::builder(url, "w").concurrency(0).connect().await));
+    assert!(invalid(DurableScheduler::builder(url, "w").lease(Duration::ZERO).connect().await));
+    assert!(invalid(DurableScheduler::builder("not a url", "w").connect().await));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_keys_and_payloads_are_invalid() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "input").max_payload(1024).connect().await.expect("connect");
+    let err = timers.schedule("", Duration::from_secs(1), Vec::new()).await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    let err = timers.schedule("big", Duration::from_secs(1), vec![0u8; 1025]).await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    assert!(!err.is_retryable());
+    timers.schedule("max", Duration::from_secs(1), vec![7u8; 1024]).await.expect("a payload of exactly the maximum");
+    let err = timers.schedule("forever", Duration::from_secs(u64::MAX / 4), Vec::new()).await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    assert_eq!(timers.len().await.unwrap(), 1);
+
+    // Another node with other wheel settings is refused.
+    let err = builder(&server, "input").slots(65).connect().await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_that_replicas_did_not_confirm_is_a_retryable_error() {
+    let Some(server) = RedisServer::start() else { return };
+    // The test server has no replicas, so WAIT 1 always falls short.
+    let timers =
+        builder(&server, "replicas").wait_for_replicas(1, Duration::from_millis(50)).connect().await.expect("connect");
+    let err = timers.schedule("w", Duration::from_secs(60), Vec::new()).await.unwrap_err();
+    assert!(matches!(err, Error::Redis(_)) && err.is_retryable(), "{err:?}");
+    // The change is on the primary: a repeat finds the key taken.
+    assert_eq!(timers.schedule("w", Duration::from_secs(60), Vec::new()).await, Err(Error::DuplicateKey("w".into())));
+    assert!(timers.contains("w").await.unwrap());
+    let too_long = builder(&server, "replicas").wait_for_replicas(1, Duration::from_secs(5)).connect().await;
+    assert!(matches!(too_long, Err(Error::Invalid(_))), "{too_long:?}");
+}
+
+#[tokio::test]
+async fn unreachable_redis_fails_within_the_connect_timeout() {
+    let timeout = Duration::from_millis(800);
+    // A closed port: refused at once. A non-routable address: no answer at all.
+    for url in ["redis://127.0.0.1:1/", "redis://10.255.255.1:6379/"] {
+        let started = Instant::now();
+        let result = DurableScheduler::builder(url, "w").connect_timeout(timeout).connect().await;
+        let took = started.elapsed();
+        let err = result.expect_err("there is no Redis there");
+        assert!(matches!(err, Error::Redis(_)), "{url}: {err:?}");
+        assert!(err.is_retryable(), "{url}: {err}");
+        assert!(took < timeout + Duration::from_millis(500), "{url}: took {took:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_tickers_hand_each_task_out_once() {
+    let Some(server) = RedisServer::start() else { return };
+    let name = "tickers";
+    let a = builder(&server, name).lease(Duration::from_secs(30)).connect().await.expect("connect");
+    let b = builder(&server, name).lease(Duration::from_secs(30)).connect().await.expect("connect");
+    // Two "leaders" with the same token tick at once, as if the fence had let both through.
+    server.command(&["SET", &format!("tw:{{{name}}}:leader"), "both:1"]);
+    const N: usize = 600;
+    let mut items = Vec::new();
+    let start = SystemTime::now();
+    for i in 0..N {
+        items.push((format!("t{i}"), Duration::from_millis((i as u64 * 997) % 1500), Vec::<u8>::new()));
+    }
+    let dues: HashMap<String, SystemTime> = items.iter().map(|(k, d, _)| (k.clone(), start + *d)).collect();
+    assert!(a.schedule_many(items).await.unwrap().iter().all(Result::is_ok));
+
+    let stop = Arc::new(AtomicUsize::new(0));
+    let mut tickers = Vec::new();
+    for timers in [a.clone(), b.clone(), a.clone(), b.clone()] {
+        let stop = stop.clone();
+        tickers.push(tokio::spawn(async move {
+            while stop.load(Ordering::Relaxed) == 0 {
+                assert!(timers.tick_with_token("both:1").await.unwrap(), "the token is the leader's");
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        }));
+    }
+    // Workers whose own leader loops cannot win (the leader key is taken): they only claim.
+    let log = Log::default();
+    let workers = [log.worker(&a), log.worker(&b), log.worker(&a)];
+    assert!(wait_until(Duration::from_secs(5), || log.len() >= N).await, "{} of {N}", log.len());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(1, Ordering::Relaxed);
+    for t in tickers {
+        t.await.unwrap();
+    }
+    for w in workers {
+        w.shutdown().await;
+    }
+    let seen = log.all();
+    assert_eq!(seen.len(), N, "some task was handed out twice");
+    for s in &seen {
+        assert!(s.at + SLACK >= dues[&s.key], "{} early", s.key);
+        assert_eq!(s.attempt, 1);
+    }
+    // A stale token is refused.
+    assert!(!a.tick_with_token("stale:0").await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_back_off_then_dead_letter_and_requeue() {
+    let Some(server) = RedisServer::start() else { return };
+    let backoff = Duration::from_millis(150);
+    let timers = builder(&server, "dead").max_attempts(3).backoff(backoff).connect().await.expect("connect");
+    let log = Log::default();
+    let healed = Arc::new(AtomicUsize::new(0));
+    let worker = timers.run({
+        let (log, healed) = (log.clone(), healed.clone());
+        move |task: Task| {
+            log.push(&task);
+            let healed = healed.load(Ordering::Relaxed) == 1;
+            async move {
+                match task.key() {
+                    "panics" if task.attempt() == 1 => panic!("boom"),
+                    "fails" if !healed => Err(format!("attempt {} failed", task.attempt())),
+                    _ => Ok(()),
+                }
+            }
+        }
+    });
+    timers.schedule("fails", Duration::ZERO, b"f".to_vec()).await.unwrap();
+    timers.schedule("panics", Duration::ZERO, b"p".to_vec()).await.unwrap();
+
+    let mut dead = Vec::new();
+    for _ in 0..500 {
+        dead = timers.dead_letters(10).await.unwrap();
+        if !dead.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!((dead[0].key(), dead[0].attempts(), dead[0].last_error()), ("fails", 3, "attempt 3 failed"));
+    let tries = log.of("fails");
+    assert_eq!(tries.iter().map(|s| s.attempt).collect::<Vec<_>>(), vec![1, 2, 3]);
+    for (n, pair) in tries.windows(2).enumerate() {
+        let gap = pair[1].at.duration_since(pair[0].at).unwrap();
+        let wanted = backoff * 2u32.pow(n as u32);
+        assert!(gap + SLACK >= wanted, "retry {} after {gap:?}, before its backoff {wanted:?}", n + 1);
+        assert!(gap <= wanted + LATE + Duration::from_millis(50), "retry {} after {gap:?} (backoff {wanted:?})", n + 1);
+    }
+    // The panicking handler was retried and then acknowledged.
+    assert!(wait_until(Duration::from_secs(2), || log.of("panics").len() == 2).await);
+    assert_eq!(log.of("panics")[1].attempt, 2);
+
+    let stats = timers.stats().await.unwrap();
+    assert_eq!((stats.dead, stats.dead_lettered), (1, 1), "{stats:?}");
+    assert!(stats.retried >= 3, "{stats:?}");
+    assert!(!timers.contains("fails").await.unwrap(), "a dead task's key is free");
+
+    healed.store(1, Ordering::Relaxed);
+    assert!(timers.requeue_dead("fails").await.unwrap());
+    assert!(!timers.requeue_dead("fails").await.unwrap(), "already requeued");
+    assert!(wait_until(Duration::from_secs(2), || log.of("fails").len() == 4).await);
+    assert_eq!(log.of("fails")[3].attempt, 1, "a requeued task starts its attempts again");
+    assert_eq!(log.of("fails")[3].payload, b"f");
+    let mut stats = timers.stats().await.unwrap();
+    for _ in 0..100 {
+        if stats.pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        stats = timers.stats().await.unwrap();
+    }
+    assert_eq!((stats.dead, stats.pending), (0, 0), "{stats:?}");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_down_for_more_than_a_revolution_catches_up() {
+    let Some(server) = RedisServer::start() else { return };
+    // 8 slots of 50 ms: a revolution is 400 ms; nobody ticks for about 2.5 s.
+    let timers = builder(&server, "outage").tick(Duration::from_millis(50)).slots(8).connect().await.expect("connect");
+    let mut dues = HashMap::new();
+    let start = SystemTime::now();
+    let mut items = Vec::new();
+    for i in 0..400u64 {
+        let delay = Duration::from_millis(i * 7 % 4000);
+        items.push((format!("o{i}"), delay, Vec::<u8>::new()));
+        dues.insert(format!("o{i}"), start + delay);
+    }
+    assert!(timers.schedule_many(items).await.unwrap().iter().all(Result::is_ok));
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // More tasks while the cursor is down, some already overdue by Redis's clock.
+    for i in 0..50u64 {
+        let before = SystemTime::now();
+        let at = before - Duration::from_millis(i * 20);
+        timers.schedule_at(format!("late{i}"), at, Vec::new()).await.unwrap();
+        dues.insert(format!("late{i}"), at);
+    }
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let stats = timers.stats().await.unwrap();
+    assert!(stats.cursor_lag_ticks > 8, "the cursor should be more than a revolution behind: {stats:?}");
+
+    let log = Log::default();
+    let worker = log.worker(&timers);
+    assert!(wait_until(Duration::from_secs(5), || log.len() >= dues.len()).await, "{} of {}", log.len(), dues.len());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.shutdown().await;
+    let seen = log.all();
+    assert_eq!(seen.len(), dues.len(), "some task fired twice");
+    for s in &seen {
+        assert!(s.at + SLACK >= dues[&s.key], "{} early", s.key);
+    }
+    let stats = timers.stats().await.unwrap();
+    assert!(stats.cursor_lag_ticks <= 2, "{stats:?}");
+    assert_eq!(stats.pending, 0, "{stats:?}");
+}

@@ -1,0 +1,281 @@
+//! Three nodes, as three separate processes, share one durable wheel; the leader's process is
+//! killed with SIGKILL. Another node takes over within the lease, and every task is handled, each
+//! once except where the killed node had it in hand (then once more, after its lease, with a
+//! higher attempt).
+//!
+//! The nodes are this test binary itself, run again with `TIMEWHEEL_NODE_URL` set: in that case
+//! the test `node_process` runs a worker until told to stop; in a normal run it does nothing.
+//! Each node records every delivery in a Redis list (`handled`), which the parent reads.
+//!
+//! Run with `cargo test --features redis --test durable_nodes`.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use support::redis_server::{command_at, RedisServer};
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task};
+
+const NAME: &str = "nodes";
+const TICK: Duration = Duration::from_millis(50);
+const LEASE: Duration = Duration::from_secs(1);
+/// The list every node appends `key node attempt handled_ms due_ms` to.
+const HANDLED: &str = "test:handled";
+/// Set by the parent when the nodes should shut down.
+const STOP: &str = "test:stop";
+const ENV_URL: &str = "TIMEWHEEL_NODE_URL";
+const ENV_ID: &str = "TIMEWHEEL_NODE_ID";
+/// A node stops by itself after this long, should the parent be gone.
+const NODE_LIFETIME: Duration = Duration::from_secs(60);
+
+fn builder(url: &str) -> DurableBuilder {
+    DurableScheduler::builder(url, NAME)
+        .tick(TICK)
+        .slots(32)
+        .lease(LEASE)
+        .backoff(Duration::from_millis(100))
+        .response_timeout(Duration::from_millis(500))
+        .concurrency(8)
+}
+
+fn millis(t: SystemTime) -> u128 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis()
+}
+
+/// The body of a node process. Does nothing unless started by [`three_nodes_survive_the_leaders_sigkill`].
+#[test]
+fn node_process() {
+    let (Ok(url), Ok(id)) = (std::env::var(ENV_URL), std::env::var(ENV_ID)) else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async move {
+        let timers = builder(&url).connect().await.expect("node: connect");
+        let client = redis::Client::open(url.as_str()).expect("node: redis url");
+        let conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
+        let worker = timers.run(move |task: Task| {
+            let mut conn = conn.clone();
+            let id = id.clone();
+            async move {
+                let line = format!(
+                    "{} {id} {} {} {}",
+                    task.key(),
+                    task.attempt(),
+                    millis(SystemTime::now()),
+                    millis(task.due())
+                );
+                redis::cmd("RPUSH").arg(HANDLED).arg(line).query_async::<()>(&mut conn).await.map_err(|e| e.to_string())
+            }
+        });
+        let started = Instant::now();
+        let mut conn = client.get_multiplexed_async_connection().await.expect("node: connect");
+        while started.elapsed() < NODE_LIFETIME {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if let Ok(1) = redis::cmd("EXISTS").arg(STOP).query_async::<i64>(&mut conn).await {
+                break;
+            }
+        }
+        worker.shutdown().await;
+    });
+}
+
+/// A node process, killed on drop.
+struct Node {
+    id: usize,
+    child: Child,
+}
+
+impl Node {
+    fn spawn(url: &str, id: usize) -> Node {
+        let child = Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["node_process", "--exact", "--nocapture", "--test-threads", "1", "--quiet"])
+            .env(ENV_URL, url)
+            .env(ENV_ID, id.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn a node process");
+        Node { id, child }
+    }
+
+    /// SIGKILL.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits up to `timeout` for the process to end by itself, then kills it. Whether it ended by
+    /// itself.
+    fn join(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        false
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn leader_value(server: &RedisServer) -> Option<String> {
+    let keys = server.command(&["KEYS", &format!("*{{{NAME}}}*leader*")]);
+    let key = keys.as_array().first()?.as_str()?.to_owned();
+    server.command(&["GET", &key]).as_str().map(str::to_owned)
+}
+
+/// One line of the `handled` list.
+#[derive(Debug)]
+struct Handled {
+    key: String,
+    node: usize,
+    attempt: u32,
+    at_ms: u128,
+    due_ms: u128,
+}
+
+fn parse(line: &str) -> Handled {
+    let f: Vec<&str> = line.split(' ').collect();
+    Handled {
+        key: f[0].to_owned(),
+        node: f[1].parse().unwrap(),
+        attempt: f[2].parse().unwrap(),
+        at_ms: f[3].parse().unwrap(),
+        due_ms: f[4].parse().unwrap(),
+    }
+}
+
+fn handled(server: &RedisServer) -> Vec<Handled> {
+    server.command(&["LRANGE", HANDLED, "0", "-1"]).as_array().iter().filter_map(|r| r.as_str()).map(parse).collect()
+}
+
+/// (7) Three node processes share one wheel; the leader's process gets SIGKILL halfway through
+/// a stream of schedules.
+#[test]
+fn three_nodes_survive_the_leaders_sigkill() {
+    let Some(server) = RedisServer::start() else { return };
+    let url = server.url();
+
+    // Node 1 first, so that it is the leader.
+    let mut nodes = vec![Node::spawn(&url, 1)];
+    let started = Instant::now();
+    while leader_value(&server).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(20), "node 1 never took the lead");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let first_leader = leader_value(&server).unwrap();
+    nodes.push(Node::spawn(&url, 2));
+    nodes.push(Node::spawn(&url, 3));
+
+    // Watch the leader key from a thread of its own, to time the takeover.
+    let killed_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (addr, killed_at, done, first_leader) =
+            (server.addr(), killed_at.clone(), done.clone(), first_leader.clone());
+        let pattern = format!("*{{{NAME}}}*leader*");
+        std::thread::spawn(move || -> Option<(Duration, String)> {
+            let timeout = Duration::from_secs(2);
+            let leader = || {
+                let keys = command_at(addr, &["KEYS", &pattern], timeout).ok()?;
+                let key = keys.as_array().first()?.as_str()?.to_owned();
+                command_at(addr, &["GET", &key], timeout).ok()?.as_str().map(str::to_owned)
+            };
+            while !done.load(Ordering::Relaxed) {
+                let value = leader();
+                if let (Some(v), Some(at)) = (value, *killed_at.lock().unwrap()) {
+                    if v != first_leader {
+                        return Some((at.elapsed(), v));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            None
+        })
+    };
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    // Key -> the earliest time it may be handled, in ms.
+    let mut expected: HashMap<String, u128> = HashMap::new();
+    rt.block_on(async {
+        let timers = builder(&url).connect().await.expect("connect");
+        for i in 0..600u64 {
+            if i == 300 {
+                assert_eq!(leader_value(&server).as_ref(), Some(&first_leader), "node 1 lost the lead unprovoked");
+                *killed_at.lock().unwrap() = Some(Instant::now());
+                nodes[0].kill();
+            }
+            let key = format!("review-{i}");
+            let delay = Duration::from_millis(200 + (i * 13) % 1700);
+            let before = SystemTime::now();
+            timers.schedule(&key, delay, vec![]).await.expect("schedule");
+            expected.insert(key, millis(before + delay));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let keys: HashSet<&String> = expected.keys().collect();
+    loop {
+        let seen: HashSet<String> = handled(&server).into_iter().map(|h| h.key).collect();
+        if keys.iter().all(|k| seen.contains(*k)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never handled: {:?}",
+            keys.iter().filter(|k| !seen.contains(**k)).take(5).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(LEASE + TICK * 4);
+    done.store(true, Ordering::Relaxed);
+    server.command(&["SET", STOP, "1"]);
+    for node in &mut nodes[1..] {
+        assert!(node.join(Duration::from_secs(10)), "node {} did not shut down", node.id);
+    }
+
+    let (takeover, second_leader) = watcher.join().unwrap().expect("nobody took over from the killed leader");
+    assert!(takeover <= LEASE + Duration::from_millis(500), "took {takeover:?} to replace the killed leader");
+    assert_ne!(second_leader, first_leader);
+
+    let all = handled(&server);
+    let mut by_key: HashMap<&str, Vec<&Handled>> = HashMap::new();
+    for h in &all {
+        by_key.entry(&h.key).or_default().push(h);
+        let not_before = expected.get(&h.key).unwrap_or_else(|| panic!("{} handled, never scheduled", h.key));
+        assert!(h.at_ms + 1 >= *not_before && h.due_ms + 1 >= *not_before, "{h:?} early (not before {not_before})");
+    }
+    let mut redelivered = 0;
+    for (key, deliveries) in &by_key {
+        // Everything before the last delivery must have been node 1's, which died with it in hand.
+        let (last, earlier) = deliveries.split_last().unwrap();
+        for h in earlier {
+            assert!(
+                h.node == 1 && h.attempt < last.attempt,
+                "{key} handled twice barring a lease expiry: {deliveries:?}"
+            );
+            assert!(last.at_ms >= h.at_ms + LEASE.as_millis() - 100, "{key} handed out again within the lease");
+            redelivered += 1;
+        }
+    }
+    let per_node = |n: usize| all.iter().filter(|h| h.node == n).count();
+    eprintln!(
+        "three nodes: {} tasks, takeover in {takeover:?}, handled by node 1/2/3: {}/{}/{}, {redelivered} redelivered after node 1 died",
+        expected.len(),
+        per_node(1),
+        per_node(2),
+        per_node(3)
+    );
+    assert!(per_node(2) + per_node(3) > 0);
+}
