@@ -40,10 +40,12 @@ impl Clock {
         Ok(Clock { origin: Instant::now(), tick_nanos })
     }
 
-    /// Nanoseconds from the origin to `at` (0 before it), saturating, and the tick then.
+    /// Nanoseconds from the origin to `at` (0 before it), saturating, and the tick then. The tick
+    /// is worked out from the exact time, not the saturated nanoseconds: past 584 years of
+    /// nanoseconds (a tick of a second or more gets there) the clock must still move on.
     pub fn read_nanos(&self, at: Instant) -> (u64, u64) {
-        let nanos = self.since_origin(at).unwrap_or(u64::MAX);
-        (nanos, nanos / self.tick_nanos)
+        let reading = self.read(at);
+        (reading.since.unwrap_or(u64::MAX), self.tick_of(&reading))
     }
 
     /// How far `now_nanos` (from [`read_nanos`](Self::read_nanos)) is past the start of tick
@@ -133,9 +135,12 @@ impl Clock {
         Ok(Due { deadline: self.deadline(at)?, set_at: self.now() })
     }
 
+    /// The instant tick `t` starts at, or `None` if no `Instant` is that far on. In 128 bits: a
+    /// tick past 584 years of nanoseconds is still an instant.
     pub fn instant(&self, t: u64) -> Option<Instant> {
-        let nanos = t.checked_mul(self.tick_nanos)?;
-        self.origin.checked_add(Duration::from_nanos(nanos))
+        let nanos = u128::from(t) * u128::from(self.tick_nanos);
+        let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
+        self.origin.checked_add(Duration::new(secs, (nanos % 1_000_000_000) as u32))
     }
 }
 
@@ -190,5 +195,22 @@ mod tests {
         assert!(clock.after(Duration::from_secs(600 * 365 * 86_400)).is_err(), "more than u64 nanoseconds of ticks");
         let coarse = Clock::new(Duration::from_secs(1)).unwrap();
         assert_eq!(coarse.instant(u64::MAX), None, "u64::MAX seconds is past any Instant");
+    }
+
+    /// Past 584 years of nanoseconds since the origin, the tick still moves on and ticks still
+    /// have instants (a saturated reading once froze the wheels at `u64::MAX / tick`, so a
+    /// timer due later never fired, and a pending timer had no deadline).
+    #[tokio::test(start_paused = true)]
+    async fn the_clock_reads_past_584_years_of_nanoseconds() {
+        let tick = Duration::from_nanos(u64::MAX);
+        let clock = Clock::new(tick).unwrap();
+        let coarse = Clock::new(Duration::from_secs(3600)).unwrap();
+        let origin = Instant::now();
+        assert_eq!(clock.instant(2), Some(origin + tick + tick));
+        tokio::time::advance(tick + tick + tick).await;
+        assert_eq!(clock.read_nanos(Instant::now()), (u64::MAX, 3));
+        assert_eq!(clock.tick_at(Instant::now()), 3);
+        let hours = 3 * u128::from(u64::MAX) / 3_600_000_000_000;
+        assert_eq!(u128::from(coarse.read_nanos(Instant::now()).1), hours);
     }
 }
