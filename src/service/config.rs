@@ -33,7 +33,7 @@ pub enum Advance {
     /// costs nothing. The default.
     #[default]
     NextDeadline,
-    /// Wake on a `tokio::time::interval` of one tick, like the classic ticker loop, whether or
-    /// not anything is due.
+    /// Wake on a `tokio::time::interval` of one tick (at least 1 ms, the resolution of Tokio's
+    /// timer), like the classic ticker loop, whether or not anything is due.
     Interval,
 }
