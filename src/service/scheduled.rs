@@ -95,6 +95,10 @@ impl CancelOnDrop {
     }
 
     /// Gives the [`Scheduled`] back without cancelling the timer.
+    ///
+    /// # Panics
+    /// If the guard has already completed (it was awaited through `&mut` to its output): its
+    /// [`Scheduled`] was used up then, and there is nothing left to give back or to cancel.
     pub fn disarm(mut self) -> Scheduled {
         self.scheduled.take().expect("a guard holds its future until it is disarmed or finished")
     }
