@@ -2,9 +2,12 @@
 //! through the service.
 //!
 //! ```text
-//! cargo bench --bench hostile              # 10K and 1M pending, about two minutes
-//! cargo bench --bench hostile -- --quick   # 10K pending only, a few seconds
+//! cargo bench --bench hostile              # 10K and 1M pending, about three minutes
+//! cargo bench --bench hostile -- --quick   # 10K pending only, about 15 seconds
 //! ```
+//!
+//! It fails (exit code 1) if a crafted family costs the key map more than [`KEY_MAP_LIMIT`] times
+//! what random hashes do.
 //!
 //! **The key map alone** (`src/service/index.rs`, compiled into this benchmark as it is into the
 //! crate) is fed hashes as an attacker would produce them, for the worst case: one who knows the
@@ -60,6 +63,9 @@ const ROUNDS: usize = 5;
 /// about a millisecond, so one that a busy machine interrupts is out-voted.
 const CALLS: usize = 4_096;
 const SERVICE_ROUNDS: usize = 9;
+/// The most a crafted family may cost the key map, per operation, against random hashes; the run
+/// fails past it. An unkeyed map paid 24x to 570x.
+const KEY_MAP_LIMIT: f64 = 4.0;
 
 /// The CPU time of this thread so far, in ns: what a round costs, without the time the thread
 /// waited for a core (the machines this runs on are shared, and a wall clock there measures
@@ -307,6 +313,7 @@ fn main() {
     println!("# The key map alone, an attacker who knows the seed (ns per op, median of {ROUNDS} rounds)\n");
     println!("| pending N | family | F members pending | insert ns | remove ns | insert × random | remove × random |");
     println!("|---|---|---|---|---|---|---|");
+    let mut worst = 0f64;
     for &n in sizes {
         let (ri, rr) = key_map(n, HashFamily::Random, 0);
         println!("| {n} | random | – | {ri:.1} | {rr:.1} | 1.00 | 1.00 |");
@@ -314,6 +321,7 @@ fn main() {
             for f in fs {
                 let (i, r) = key_map(n, family, f);
                 println!("| {n} | {} | {f} | {i:.1} | {r:.1} | {:.2} | {:.2} |", family.name(), i / ri, r / rr);
+                worst = worst.max(i / ri).max(r / rr);
             }
         }
     }
@@ -340,4 +348,11 @@ fn main() {
             println!("| {n} | {} | {s:.0} | {c:.0} | {:.2} | {:.2} |", family.name(), s / bs, c / bc);
         }
     }
+
+    // The key map's figures are steady enough to check (the service's move with the machine).
+    if worst > KEY_MAP_LIMIT {
+        eprintln!("\nFAIL: crafted hashes cost the key map {worst:.1}x what random ones do (limit {KEY_MAP_LIMIT}x)");
+        std::process::exit(1);
+    }
+    println!("\ncrafted hashes cost the key map at most {worst:.2}x what random ones do (limit {KEY_MAP_LIMIT}x)");
 }
