@@ -335,3 +335,15 @@ fn falling_behind_logs_a_warning() {
     assert_eq!(text.matches("WARN").count(), 1, "one warning in 10 s, not one per late wake-up:\n{text}");
     assert!(text.contains("ticks late"), "{text}");
 }
+
+/// A repeating timer's period is at least 1 ms: a service woken at most once a millisecond could
+/// never make up the runs of a period of nanoseconds, and would spend all its time trying.
+#[tokio::test(start_paused = true)]
+async fn a_period_under_a_millisecond_is_refused() {
+    let timer = Scheduler::builder().start().unwrap();
+    for period in [Duration::from_nanos(1), Duration::from_micros(999)] {
+        let r = timer.schedule_repeating("spin", period, Repeat::Forever, |_| async {}).await;
+        assert!(matches!(r, Err(Error::Invalid(_))), "{period:?}: {r:?}");
+    }
+    timer.schedule_repeating("ok", MS, Repeat::Times(3), |_| async {}).await.unwrap().await.unwrap();
+}

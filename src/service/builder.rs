@@ -141,7 +141,8 @@ impl Builder {
     /// milliseconds per shard at a million). It costs the memory of that many timers (about 88
     /// bytes each) from the start: the key maps' part (8 bytes a slot, 11 to 21 bytes a timer)
     /// is written at once, the rest only as far as the system hands out memory before it is
-    /// touched. What it does to the lateness of a burst is measured in
+    /// touched. At most 2^28 timers (some 24 GB); more is an [`Error::Invalid`] at `start`,
+    /// before anything is allocated. What it does to the lateness of a burst is measured in
     /// [BENCHMARKS.md](https://github.com/tokio-timewheel/tokio-timewheel/blob/main/BENCHMARKS.md).
     ///
     /// # Examples

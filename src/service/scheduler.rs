@@ -19,6 +19,9 @@ use super::stats::Stats;
 use super::timer::{Repeating, Run, Timer};
 use crate::Error;
 
+/// The shortest period of a repeating timer.
+const MIN_PERIOD: Duration = Duration::from_millis(1);
+
 /// How many times a repeating timer runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Repeat {
@@ -176,8 +179,11 @@ impl Scheduler {
     /// early.
     ///
     /// # Errors
-    /// As [`schedule`](Self::schedule), and [`Error::Invalid`] for a zero period or
-    /// `Repeat::Times(0)`.
+    /// As [`schedule`](Self::schedule), and [`Error::Invalid`] for a period shorter than 1 ms
+    /// (the resolution of Tokio's timer; missed runs are made up at once, so a service woken at
+    /// most once a millisecond could never catch up with a period of nanoseconds) or
+    /// `Repeat::Times(0)`. A period shorter than the tick is allowed: its runs come in bursts,
+    /// each tick making up the runs due in it.
     ///
     /// # Cancel safety
     /// As [`schedule`](Self::schedule).
@@ -210,8 +216,11 @@ impl Scheduler {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let prepared = (|| {
-            if period.is_zero() {
-                return Err(Error::invalid("a repeating timer's period must be longer than zero"));
+            if period < MIN_PERIOD {
+                return Err(Error::invalid(format!(
+                    "a repeating timer's period ({period:?}) must be at least {MIN_PERIOD:?}, the resolution \
+                     of Tokio's timer: the service could never keep up with a shorter one"
+                )));
             }
             let runs_left = match repeat {
                 Repeat::Times(0) => return Err(Error::invalid("Repeat::Times needs at least one run")),

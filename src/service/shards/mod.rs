@@ -60,6 +60,10 @@ pub(crate) struct Ticket {
     pub serial: u64,
 }
 
+/// The most timers [`Builder::capacity`](super::Builder::capacity) reserves room for: 2^28,
+/// some 24 GB at about 88 bytes a timer, of which the key maps' 3 GB are written at the start.
+pub(crate) const MAX_CAPACITY: usize = 1 << 28;
+
 /// One shard, on its own cache lines so that locking one does not slow a neighbour.
 #[repr(align(128))]
 struct Padded(Mutex<Shard>);
@@ -101,11 +105,12 @@ impl Shared {
         let capacity = capacity.min(max_pending);
         let share = capacity.div_ceil(1 << shard_bits);
         let share = if capacity == 0 { 0 } else { share.saturating_add(share / 16 + 64) };
-        // Checked before anything is allocated.
-        if share > crate::wheel::MAX_ENTRIES {
+        // Checked before anything is allocated: the key maps of the room are written at once, so
+        // a room no machine could hold would end the process instead of failing here.
+        if capacity > MAX_CAPACITY {
             return Err(Error::invalid(format!(
-                "no room for {capacity} timers: a shard's wheel holds at most {} entries",
-                crate::wheel::MAX_ENTRIES
+                "capacity {capacity} is more than the {MAX_CAPACITY} timers a service reserves room for \
+                 (some 24 GB): ask for less, the room grows as timers come"
             )));
         }
         let shards = (0..1u32 << shard_bits)
