@@ -257,6 +257,27 @@ async fn a_retried_schedule_is_recognised_by_its_request_id() {
     assert_eq!(log.len(), 1, "{:?}", log.all());
 }
 
+/// A `schedule` whose reply was lost is retried; if the task was cancelled in between (by
+/// another caller who saw it pending), the late retry must not bring it back, and it still
+/// answers `Ok` to its own caller. Every key-taking method accepts `&str`, `String` and `&String`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_retry_of_a_cancelled_schedule_creates_nothing() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "retry-cancel").connect().await.expect("connect");
+    let key = String::from("c");
+    timers.schedule_with_request_id(&key, Duration::from_secs(60), b"1".to_vec(), "req-1").await.unwrap();
+    assert!(timers.contains(key.clone()).await.unwrap());
+    assert!(timers.cancel(&key).await.unwrap());
+    timers.schedule_with_request_id(&key, Duration::from_secs(60), b"1".to_vec(), "req-1").await.unwrap();
+    assert!(!timers.contains(&key).await.unwrap(), "the cancelled task came back");
+    assert_eq!(timers.len().await.unwrap(), 0);
+    assert!(!timers.cancel(key.clone()).await.unwrap());
+    assert_eq!(timers.reschedule(key.clone(), Duration::from_secs(1)).await, Err(Error::NotFound));
+    // A new request for the key is a new task.
+    timers.schedule_with_request_id(&key, Duration::from_secs(60), b"2".to_vec(), "req-2").await.unwrap();
+    assert!(timers.contains(key).await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_reschedule_contains_len_and_stats() {
     let Some(server) = RedisServer::start() else { return };

@@ -102,7 +102,7 @@
 //! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first) |
 //! | `leased`       | zset   | claimed keys, scored by lease expiry in ms on Redis's clock |
 //! | `t:<key>`      | hash   | one task: payload `p`, due ms `due`, due tick `tick` (absolute, never a rounds count), deliveries `a`, claim token `tok`, request id `rid`, last error `err` |
-//! | `done:<key>`   | string | the request id of a task just finished, for a minute or more, so a late retry of its `schedule` is recognised |
+//! | `done:<key>`   | string | the request id of a task just finished (and `/<cancel id>` if it was cancelled), for a minute or more, so a late retry of its `schedule` or `cancel` is recognised |
 //! | `dead`         | zset   | dead keys, scored by when they died |
 //! | `d:<key>`      | hash   | one dead letter: payload, deliveries, last error |
 //! | `leader`       | string | `<node>:<epoch>` of the node ticking the wheel, expiring after the lease |

@@ -249,13 +249,17 @@ impl DurableScheduler {
     /// A task in flight (claimed by a worker) is cancelled too; its handler runs on, but its
     /// acknowledgement finds nothing and it is never delivered again.
     ///
+    /// Safe under retries: a call retried after an ambiguous failure (a timeout whose first
+    /// attempt did land) still returns true, and a late retry of the cancelled task's own
+    /// `schedule` does not bring it back.
+    ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
     /// Dropping the future after the request was sent may still cancel the task.
-    pub async fn cancel(&self, key: &str) -> Result<bool, Error> {
-        Ok(self.cancel_many([key]).await?[0])
+    pub async fn cancel(&self, key: impl AsRef<str>) -> Result<bool, Error> {
+        Ok(self.cancel_many([key.as_ref()]).await?[0])
     }
 
     /// Cancels the pending tasks under `keys`, returning for each whether there was one.
@@ -269,8 +273,10 @@ impl DurableScheduler {
         let keys: Vec<String> = keys.into_iter().map(|k| k.as_ref().to_string()).collect();
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(CANCEL_BATCH) {
+            // One id per call, kept by its retries: a retry whose first attempt landed still
+            // answers true (see `lua/cancel.lua`).
             let mut inv = self.inner.script(&SCRIPTS.cancel);
-            inv.arg(self.inner.cfg.slots);
+            inv.arg(self.inner.cfg.slots).arg(self.inner.cfg.done_ttl_ms).arg(self.inner.ids.next());
             for key in chunk {
                 inv.arg(key);
             }
@@ -289,8 +295,8 @@ impl DurableScheduler {
     ///
     /// # Cancel safety
     /// Dropping the future after the request was sent may still move the task.
-    pub async fn reschedule(&self, key: &str, delay: Duration) -> Result<(), Error> {
-        self.move_task(key, When::delay(delay)?).await
+    pub async fn reschedule(&self, key: impl AsRef<str>, delay: Duration) -> Result<(), Error> {
+        self.move_task(key.as_ref(), When::delay(delay)?).await
     }
 
     /// Moves the pending task under `key` to `at` on Redis's clock, keeping its payload.
@@ -300,8 +306,8 @@ impl DurableScheduler {
     ///
     /// # Cancel safety
     /// As [`reschedule`](Self::reschedule).
-    pub async fn reschedule_at(&self, key: &str, at: SystemTime) -> Result<(), Error> {
-        self.move_task(key, When::at(at)?).await
+    pub async fn reschedule_at(&self, key: impl AsRef<str>, at: SystemTime) -> Result<(), Error> {
+        self.move_task(key.as_ref(), When::at(at)?).await
     }
 
     /// Whether a task with this key is pending (waiting, ready or in flight).
@@ -311,9 +317,9 @@ impl DurableScheduler {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
-    pub async fn contains(&self, key: &str) -> Result<bool, Error> {
+    pub async fn contains(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let mut exists = redis::cmd("EXISTS");
-        exists.arg(self.inner.key(&format!("t:{key}")));
+        exists.arg(self.inner.key(&format!("t:{}", key.as_ref())));
         self.inner.command(&exists).await
     }
 
@@ -404,7 +410,8 @@ impl DurableScheduler {
     ///
     /// # Cancel safety
     /// Dropping the future after the request was sent may still requeue the task.
-    pub async fn requeue_dead(&self, key: &str) -> Result<bool, Error> {
+    pub async fn requeue_dead(&self, key: impl AsRef<str>) -> Result<bool, Error> {
+        let key = key.as_ref();
         let mut inv = self.inner.script(&SCRIPTS.requeue_dead);
         inv.arg(key).arg(self.inner.ids.next()).arg(self.inner.cfg.tick_ms);
         match self.inner.run::<i64>(&inv).await? {

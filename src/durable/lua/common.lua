@@ -86,6 +86,14 @@ local function finish(k, ttl)
   if rid then redis.call('SET', P .. 'done:' .. k, rid, 'PX', ttl) end
 end
 
+-- Whether the task last finished under key `k` (acknowledged, buried or cancelled, within the
+-- remembered time) was scheduled by request `rid`: `done:<key>` holds its request id, followed
+-- by `/<cancel id>` when it was cancelled.
+local function finished_by(k, rid)
+  local done = redis.call('GET', P .. 'done:' .. k)
+  return done ~= false and (done == rid or string.sub(done, 1, #rid + 1) == rid .. '/')
+end
+
 -- Moves task `k` to the dead letters with its payload, deliveries and last error.
 local function bury(k, attempts, err, now, ttl)
   local p = redis.call('HGET', P .. 't:' .. k, 'p') or ''

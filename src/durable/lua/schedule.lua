@@ -4,7 +4,8 @@
 -- ARGV[1]  key prefix   ARGV[2] tick in ms   ARGV[3] slots
 -- ARGV[4 + 5i ..]  per task: key, payload, 'd' (delay) or 'a' (at), milliseconds, request id
 -- Returns  one integer per task: 1 scheduled; 2 already scheduled by this request id (a retry
---          whose first attempt landed); 0 the key is pending under another request (DuplicateKey).
+--          whose first attempt landed, even if its task has since been acknowledged, cancelled
+--          or buried); 0 the key is pending under another request (DuplicateKey).
 
 local tick_ms, slots = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_up()
@@ -16,7 +17,7 @@ for i = 4, #ARGV, 5 do
   local cur = redis.call('HGET', tk, 'rid')
   if cur then
     out[#out + 1] = (cur == rid) and 2 or 0
-  elseif redis.call('GET', P .. 'done:' .. k) == rid then
+  elseif finished_by(k, rid) then
     out[#out + 1] = 2
   else
     local ms = tonumber(ARGV[i + 3])
