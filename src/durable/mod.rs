@@ -108,6 +108,7 @@
 //! | `leader`       | string | `<node>:<epoch>` of the node ticking the wheel, expiring after the lease |
 //! | `epoch`        | string | leaderships so far; the fencing token's counter |
 //! | `seq`          | string | claim tokens handed out so far |
+//! | `claim:<id>`   | list   | the keys and claim tokens one claim took, for a lease, so that a retry of the claim gets them back |
 //! | `wake`         | list   | wake-up tokens for idle workers, pushed when tasks become ready |
 //!
 //! A task is due at `due_ms` and placed at tick `ceil(due_ms / tick_ms)`; the cursor reaches

@@ -119,36 +119,46 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
     let mut backlog = false;
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let recorder = tokio::spawn(record_outcomes(inner.clone(), done_rx));
+    // A claim that failed, perhaps after it landed (its reply lost): it is made again with the
+    // same id and the same handlers, so that it gets back the tasks its first attempt took.
+    let mut unanswered: Option<(String, Vec<OwnedSemaphorePermit>)> = None;
     while !stopping(&stop) {
-        let first = tokio::select! {
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            () = stopped(&mut stop) => break,
-        };
-        let mut held = vec![first];
-        let batch = CLAIM_BATCH.min(concurrency);
-        take_free(&permits, &mut held, batch);
-        if backlog && held.len() < batch.div_ceil(4) {
-            // Tasks are waiting and handlers are finishing: gather a few more free handlers
-            // rather than claiming one task per round trip.
-            let until = tokio::time::Instant::now() + GATHER;
-            while held.len() < batch.div_ceil(4) {
-                match tokio::time::timeout_at(until, permits.clone().acquire_owned()).await {
-                    Ok(Ok(p)) => held.push(p),
-                    _ => break,
+        let (claim_id, mut held) = match unanswered.take() {
+            Some(retry) => retry,
+            None => {
+                let first = tokio::select! {
+                    p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+                    () = stopped(&mut stop) => break,
+                };
+                let mut held = vec![first];
+                let batch = CLAIM_BATCH.min(concurrency);
+                take_free(&permits, &mut held, batch);
+                if backlog && held.len() < batch.div_ceil(4) {
+                    // Tasks are waiting and handlers are finishing: gather a few more free
+                    // handlers rather than claiming one task per round trip.
+                    let until = tokio::time::Instant::now() + GATHER;
+                    while held.len() < batch.div_ceil(4) {
+                        match tokio::time::timeout_at(until, permits.clone().acquire_owned()).await {
+                            Ok(Ok(p)) => held.push(p),
+                            _ => break,
+                        }
+                    }
+                    take_free(&permits, &mut held, batch);
                 }
+                (inner.ids.next(), held)
             }
-            take_free(&permits, &mut held, batch);
-        }
+        };
         let wanted = held.len();
-        let tasks = match claim(inner, wanted).await {
+        let tasks = match claim(inner, wanted, &claim_id).await {
             Ok(tasks) => tasks,
             Err(e) => {
-                drop(held);
+                unanswered = Some((claim_id, held));
                 failures += 1;
                 if failures == 1 {
                     tracing::warn!(wheel = %inner.name, error = %e, "claiming failed; retrying with a backoff");
                 }
-                pause(&mut stop, retry_delay(failures)).await;
+                // Soon enough that the retry finds the claimed tasks still leased to it.
+                pause(&mut stop, retry_delay(failures).min(inner.cfg.lease() / 4)).await;
                 continue;
             }
         };
@@ -177,7 +187,10 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
         }
         wait_for_wake(inner, &mut waker, &mut stop).await;
     }
-    // Wait for every handler in flight (each holds a permit until its ack or retry is recorded).
+    // A claim left unanswered at the stop releases its handlers (whatever it took comes back
+    // after the lease). Then wait for every handler in flight (each holds a permit until its
+    // ack or retry is recorded).
+    drop(unanswered);
     drop(done_tx);
     let _ = permits.acquire_many(u32::try_from(concurrency).unwrap_or(u32::MAX)).await;
     let _ = recorder.await;
@@ -204,9 +217,9 @@ async fn pause(stop: &mut watch::Receiver<bool>, wait: Duration) {
     }
 }
 
-async fn claim(inner: &Inner, n: usize) -> Result<Vec<(Task, String)>, Error> {
+async fn claim(inner: &Inner, n: usize, claim_id: &str) -> Result<Vec<(Task, String)>, Error> {
     let mut inv = inner.script(&SCRIPTS.claim);
-    inv.arg(n).arg(inner.cfg.lease_ms);
+    inv.arg(n).arg(inner.cfg.lease_ms).arg(claim_id);
     let flat: Vec<Vec<u8>> = inner.call(&inv, inner.cfg.response_timeout).await?;
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let number = |b: &[u8]| text(b).parse::<u64>().unwrap_or(0);

@@ -1,17 +1,41 @@
 -- Claims up to n ready tasks, oldest due first, for one worker: each is leased until Redis's
 -- now + lease, gets a fresh claim token and one more delivery.
 --
+-- Safe to retry: the call carries a claim id (the worker keeps it until a reply arrives) and
+-- remembers, for the lease, which tasks it claimed under which tokens. A retry whose first
+-- attempt landed gets those tasks again (those still held under their tokens), instead of
+-- leaving them leased to nobody until the lease runs out, which would cost each an attempt.
+--
 -- KEYS[1]  the wheel's meta key
--- ARGV[1]  key prefix   ARGV[2] n   ARGV[3] lease in ms
+-- ARGV[1]  key prefix   ARGV[2] n   ARGV[3] lease in ms   ARGV[4] claim id
 -- Returns  a flat array, five entries per task: key, payload, attempt, due ms, claim token.
 
 local n, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
+local ck = P .. 'claim:' .. ARGV[4]
+local out = {}
+
+local before = redis.call('LRANGE', ck, 0, -1)
+if #before > 0 then
+  for i = 1, #before, 2 do
+    local k, tok = before[i], before[i + 1]
+    local h = redis.call('HMGET', P .. 't:' .. k, 'p', 'a', 'due', 'tok')
+    if h[4] == tok then
+      out[#out + 1] = k
+      out[#out + 1] = h[1]
+      out[#out + 1] = h[2]
+      out[#out + 1] = h[3]
+      out[#out + 1] = tok
+    end
+  end
+  return out
+end
+
 local popped = redis.call('ZPOPMIN', P .. 'ready', n)
 if #popped == 0 then return {} end
 local now = now_up()
 local count = #popped / 2
 local last = redis.call('INCRBY', P .. 'seq', count)
-local out, leases = {}, {}
+local leases, claimed = {}, {}
 for i = 1, #popped, 2 do
   local k = popped[i]
   local tk = P .. 't:' .. k
@@ -22,6 +46,8 @@ for i = 1, #popped, 2 do
     redis.call('HSET', tk, 'tok', tok)
     leases[#leases + 1] = now + lease
     leases[#leases + 1] = k
+    claimed[#claimed + 1] = k
+    claimed[#claimed + 1] = tok
     out[#out + 1] = k
     out[#out + 1] = h[1]
     out[#out + 1] = tostring(a)
@@ -30,5 +56,9 @@ for i = 1, #popped, 2 do
   end
 end
 zadd_all(P .. 'leased', leases)
+if #claimed > 0 then
+  redis.call('RPUSH', ck, unpack(claimed))
+  redis.call('PEXPIRE', ck, lease)
+end
 redis.call('HINCRBY', P .. 'meta', 'handed_out', #out / 5)
 return out
