@@ -22,6 +22,8 @@ const SCHEDULE_PIPELINE: usize = 8;
 const SCHEDULE_BATCH_BYTES: usize = 1 << 20;
 /// How many keys one `cancel_many` script call carries at most.
 const CANCEL_BATCH: usize = 128;
+/// How many dead letters one `dead_letters` script call reads at most (payloads included).
+const DEAD_LETTERS_PAGE: usize = 128;
 /// The oldest Redis the scripts run on (`ZRANGE ... WITHSCORES` forms, `SPOP` with a count, ...).
 const MIN_REDIS: (u32, u32) = (6, 2);
 
@@ -373,7 +375,8 @@ impl DurableScheduler {
         })
     }
 
-    /// Up to `limit` dead letters, oldest first.
+    /// Up to `limit` dead letters, oldest first (read a page of 128 per call, so a large
+    /// `limit` does not hold Redis up; a list that changes meanwhile can skip or repeat one).
     ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed.
@@ -381,28 +384,33 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadTask>, Error> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut inv = self.inner.script(&SCRIPTS.dead_letters);
-        inv.arg(limit);
-        let flat: Vec<Vec<u8>> = self.inner.run(&inv).await?;
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         let number = |b: &[u8]| text(b).parse::<u64>().unwrap_or(0);
-        Ok(flat
-            .chunks_exact(5)
-            .map(|d| DeadTask {
+        let mut out = Vec::new();
+        // A page per call, so a large `limit` never holds Redis up for long.
+        while out.len() < limit {
+            let page = (limit - out.len()).min(DEAD_LETTERS_PAGE);
+            let mut inv = self.inner.script(&SCRIPTS.dead_letters);
+            inv.arg(page).arg(out.len());
+            let flat: Vec<Vec<u8>> = self.inner.run(&inv).await?;
+            let got = flat.len() / 5;
+            out.extend(flat.chunks_exact(5).map(|d| DeadTask {
                 key: text(&d[0]),
                 payload: d[1].clone(),
                 attempts: u32::try_from(number(&d[2])).unwrap_or(u32::MAX),
                 last_error: text(&d[3]),
                 died: UNIX_EPOCH + Duration::from_millis(number(&d[4])),
-            })
-            .collect())
+            }));
+            if got < page {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// Puts the dead task under `key` back, due at once with its attempts reset to 0. Returns
-    /// whether there was such a dead letter.
+    /// whether there was such a dead letter (true also when a retry after an ambiguous failure
+    /// finds that its first attempt did put it back).
     ///
     /// # Errors
     /// - [`Error::DuplicateKey`] if a new task with this key is pending (the dead letter stays);

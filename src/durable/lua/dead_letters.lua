@@ -1,11 +1,13 @@
--- Lists up to `limit` dead letters, oldest first.
+-- Lists up to `limit` dead letters, oldest first, from rank `offset` on (the caller pages
+-- through a long list with a bounded `limit` per call).
 --
 -- KEYS[1]  the wheel's meta key
--- ARGV[1]  key prefix   ARGV[2] limit
+-- ARGV[1]  key prefix   ARGV[2] limit   ARGV[3] offset
 -- Returns  a flat array, five entries per dead task: key, payload, deliveries, last error, ms it
 --          died at.
 
-local ks = redis.call('ZRANGE', P .. 'dead', 0, tonumber(ARGV[2]) - 1, 'WITHSCORES')
+local from = tonumber(ARGV[3])
+local ks = redis.call('ZRANGE', P .. 'dead', from, from + tonumber(ARGV[2]) - 1, 'WITHSCORES')
 local out = {}
 for i = 1, #ks, 2 do
   local h = redis.call('HMGET', P .. 'd:' .. ks[i], 'p', 'a', 'err')
