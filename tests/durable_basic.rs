@@ -420,7 +420,29 @@ async fn bad_settings_are_invalid_without_touching_redis() {
     assert!(invalid(DurableScheduler::builder(url, "w").max_attempts(0).connect().await));
     assert!(invalid(DurableScheduler::builder(url, "w").concurrency(0).connect().await));
     assert!(invalid(DurableScheduler::builder(url, "w").lease(Duration::ZERO).connect().await));
+    assert!(invalid(DurableScheduler::builder(url, "w").lease(Duration::MAX).connect().await));
     assert!(invalid(DurableScheduler::builder("not a url", "w").connect().await));
+}
+
+/// A long task lease (for slow handlers) does not make the leadership as long: a leader that
+/// dies is replaced within 10 s, not within the task lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_task_lease_keeps_the_leadership_lease_short() {
+    let Some(server) = RedisServer::start() else { return };
+    let name = "long-lease";
+    let timers = builder(&server, name).lease(Duration::from_secs(3600)).connect().await.expect("connect");
+    let worker = timers.run(|_task: Task| async { Ok::<(), std::io::Error>(()) });
+    let key = format!("tw:{{{name}}}:leader");
+    let mut pttl = -2;
+    for _ in 0..100 {
+        pttl = server.command(&["PTTL", &key]).as_int().unwrap_or(-2);
+        if pttl > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.shutdown().await;
+    assert!(pttl > 0 && pttl <= 10_000, "the leadership's lease is {pttl} ms");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

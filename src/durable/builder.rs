@@ -99,8 +99,10 @@ impl DurableBuilder {
     }
 
     /// How long a worker holds a claimed task before it is handed to another worker (with
-    /// `attempt + 1`), measured on Redis's clock. Also the leader's lease: a leader that stops
-    /// renewing is replaced within this time. At least 1 ms. Default [`DEFAULT_LEASE`].
+    /// `attempt + 1`), measured on Redis's clock: longer than the slowest handler. Also the
+    /// leader's lease, up to 10 s: a leader that stops renewing is replaced within this time, or
+    /// within 10 s when the lease is longer (so a long lease for slow handlers does not leave the
+    /// wheel unticked that long). 1 ms to 365 days. Default [`DEFAULT_LEASE`].
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -171,7 +173,7 @@ impl DurableBuilder {
     /// # Errors
     /// - [`Error::Invalid`] for an empty name or one holding `{`, `}`, `:`, whitespace or control
     ///   characters, a zero or fractional-millisecond tick, zero slots or more than
-    ///   [`MAX_SLOTS`], a zero lease, zero `max_attempts` or `concurrency`, a `max_payload` over
+    ///   [`MAX_SLOTS`], a lease of zero or over 365 days, zero `max_attempts` or `concurrency`, a `max_payload` over
     ///   512 MiB, a zero timeout, a replica wait not shorter than the response timeout, a
     ///   malformed URL, a server older than Redis 6.2, or a wheel recorded in Redis with another
     ///   tick or slot count;

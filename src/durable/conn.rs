@@ -20,6 +20,11 @@ use crate::Error;
 pub(crate) const MAX_DUE_MS: u64 = 10_000_000_000_000;
 /// The largest payload Redis stores in one value.
 const REDIS_MAX_VALUE: usize = 512 << 20;
+/// The longest leadership lease: a leader that dies is replaced within this even when tasks have
+/// a long lease (for slow handlers), which would otherwise leave the wheel unticked that long.
+pub(crate) const MAX_LEADER_LEASE: Duration = Duration::from_secs(10);
+/// The longest lease: whole milliseconds Redis accepts as an expiry (`PX`) added to its clock.
+const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How long a finished task's request id is remembered, at least: a `schedule` retried later than
 /// this after its first attempt landed and its task finished would create the task again.
 const MIN_DONE_TTL: Duration = Duration::from_secs(60);
@@ -50,8 +55,8 @@ impl Config {
             return Err(Error::invalid(format!("slots must be between 1 and {} (got {})", super::MAX_SLOTS, b.slots)));
         }
         let lease_ms = ceil_ms(b.lease);
-        if lease_ms == 0 {
-            return Err(Error::invalid("the lease must be at least 1 ms"));
+        if lease_ms == 0 || b.lease > MAX_LEASE {
+            return Err(Error::invalid(format!("the lease must be between 1 ms and 365 days (got {:?})", b.lease)));
         }
         if b.max_attempts == 0 {
             return Err(Error::invalid("max_attempts must be at least 1"));
@@ -95,6 +100,15 @@ impl Config {
 
     pub(crate) fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
+    }
+
+    /// The leadership's lease: the task lease, at most [`MAX_LEADER_LEASE`].
+    pub(crate) fn leader_lease(&self) -> Duration {
+        self.lease().min(MAX_LEADER_LEASE)
+    }
+
+    pub(crate) fn leader_lease_ms(&self) -> u64 {
+        ceil_ms(self.leader_lease())
     }
 
     /// How long one call keeps retrying transient failures before it returns one.

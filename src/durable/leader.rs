@@ -26,7 +26,7 @@ enum Round {
 
 /// Runs until `stop` turns true (or its sender is dropped), then gives up the leadership.
 pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<bool>) {
-    let renew = (inner.cfg.lease() / 3).max(Duration::from_millis(1));
+    let renew = (inner.cfg.leader_lease() / 3).max(Duration::from_millis(1));
     let mut token: Option<String> = None;
     let mut failures = 0u32;
     loop {
@@ -82,12 +82,12 @@ fn backoff(inner: &Inner, failures: &mut u32, e: &Error) -> Duration {
         tracing::warn!(wheel = %inner.name, error = %e, "ticking failed; retrying with a backoff");
     }
     let base = Duration::from_millis(50) * 2u32.saturating_pow((*failures - 1).min(6));
-    base.min(Duration::from_secs(2)).min(inner.cfg.lease() / 3)
+    base.min(Duration::from_secs(2)).min(inner.cfg.leader_lease() / 3)
 }
 
 async fn acquire(inner: &Inner, node: &str) -> Result<Option<String>, Error> {
     let mut inv = inner.script(&SCRIPTS.acquire);
-    inv.arg(node).arg(inner.cfg.lease_ms);
+    inv.arg(node).arg(inner.cfg.leader_lease_ms());
     inner.call(&inv, inner.cfg.response_timeout).await
 }
 
@@ -102,7 +102,7 @@ async fn tick(inner: &Inner, token: &str) -> Result<Round, Error> {
     inv.arg(token)
         .arg(inner.cfg.tick_ms)
         .arg(inner.cfg.slots)
-        .arg(inner.cfg.lease_ms)
+        .arg(inner.cfg.leader_lease_ms())
         .arg(TICK_BUDGET)
         .arg(TICK_MAX_STEPS)
         .arg(inner.cfg.max_attempts)

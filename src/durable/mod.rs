@@ -51,7 +51,8 @@
 //! - **One leader ticks.** Workers compete for a lease in Redis; the holder moves the cursor
 //!   every tick and renews the lease as it does. Each leadership carries a fencing token that
 //!   every cursor-moving script checks, so a leader that was paused or cut off past its lease is
-//!   refused and steps down; another worker takes over within the lease. The moves are atomic
+//!   refused and steps down; another worker takes over within the lease (at most 10 s: a long
+//!   lease for slow handlers does not leave the wheel unticked that long). The moves are atomic
 //!   scripts, so even two nodes ticking at once hand every task out once.
 //! - **Downtime.** When no worker ran for a while (longer than a revolution, even), the next
 //!   leader catches up in bounded steps: every overdue task fires once, none early.

@@ -3,7 +3,7 @@
 -- token back, renewed.
 --
 -- KEYS[1]  the wheel's meta key
--- ARGV[1]  key prefix   ARGV[2] node id   ARGV[3] lease in ms
+-- ARGV[1]  key prefix   ARGV[2] node id   ARGV[3] the leadership's lease in ms
 -- Returns  the token `<node>:<epoch>`, or false when another node leads.
 
 local node, lease = ARGV[2], tonumber(ARGV[3])

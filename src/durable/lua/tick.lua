@@ -13,7 +13,7 @@
 --
 -- KEYS[1]  the wheel's meta key
 -- ARGV[1]  key prefix   ARGV[2] fencing token (the leader key's value)   ARGV[3] tick in ms
--- ARGV[4]  slots   ARGV[5] lease in ms   ARGV[6] budget   ARGV[7] max_steps
+-- ARGV[4]  slots   ARGV[5] the leadership's lease in ms   ARGV[6] budget   ARGV[7] max_steps
 -- ARGV[8]  max attempts   ARGV[9] ms to remember a finished task's request id
 -- Returns  {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis
 --          time in ms, tasks made ready}.
