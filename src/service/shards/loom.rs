@@ -1,9 +1,11 @@
 //! `loom` models of the synchronisation between handles and the actor: every interleaving of two
 //! threads, one a handle and one the actor, each running the service's own code on a `Shared`.
 //!
-//! Run them with `RUSTFLAGS="--cfg loom" cargo test --release --lib loom`. Each model is shown to
-//! fail on a planted bug: add `--cfg tw_mutant="NAME"` to the flags, with the name in the
-//! model's docs.
+//! Run them by building this crate's unit tests with `--cfg loom` for this crate alone (a global
+//! `RUSTFLAGS` would also switch dependencies that know the flag to loom builds of their own):
+//! `cargo rustc --profile test --lib -- --cfg loom`, then the test binary it names, with the
+//! filter `loom` (`.ci/run` does this). Each model is shown to fail on a planted bug: add
+//! `--cfg tw_mutant="NAME"`, with the name in the model's docs.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
