@@ -137,6 +137,20 @@ impl DurableScheduler {
     /// It is handed to a worker's handler on the first tick at or after its due time, never
     /// before. A zero delay makes it due at once.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// match timers.schedule("order-42:review", Duration::from_secs(48 * 3600), b"order-42".to_vec()).await {
+    ///     Ok(()) => {}
+    ///     Err(Error::DuplicateKey(_)) => {} // already scheduled: nothing to do
+    ///     Err(e) if e.is_retryable() => { /* Redis is away for now: try again later */ }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// - [`Error::DuplicateKey`] if a task with this key is pending (it is left untouched);
     /// - [`Error::Invalid`] for an empty key or a payload over `max_payload`;
@@ -170,6 +184,16 @@ impl DurableScheduler {
     /// Schedules a task under `key`, due at `at` on Redis's clock; a time in the past makes it
     /// due at once.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let at = SystemTime::now() + Duration::from_secs(3600);
+    /// timers.schedule_at("invoice-7:remind", at, "invoice-7").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// As [`schedule`](Self::schedule).
     ///
@@ -190,6 +214,18 @@ impl DurableScheduler {
     /// [`Error::Invalid`]; the other items are scheduled regardless. A key given twice is
     /// scheduled once and the other item reports `DuplicateKey` (batches overlap, so which one
     /// wins is not fixed unless both are among the same 64 items, where the first wins).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let items = (0..1000).map(|i| (format!("order-{i}:review"), Duration::from_secs(60), Vec::new()));
+    /// for result in timers.schedule_many(items).await? {
+    ///     result?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed; batches sent before the failure stay scheduled, and
@@ -255,6 +291,17 @@ impl DurableScheduler {
     /// attempt did land) still returns true, and a late retry of the cancelled task's own
     /// `schedule` does not bring it back.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// timers.schedule("order-42:review", Duration::from_secs(60), Vec::new()).await?;
+    /// assert!(timers.cancel("order-42:review").await?);
+    /// assert!(!timers.cancel("order-42:review").await?, "nothing left to cancel");
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed.
     ///
@@ -265,6 +312,16 @@ impl DurableScheduler {
     }
 
     /// Cancels the pending tasks under `keys`, returning for each whether there was one.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let cancelled = timers.cancel_many(["order-1:review", "order-2:review"]).await?;
+    /// println!("{} were pending", cancelled.iter().filter(|&&c| c).count());
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed.
@@ -291,6 +348,19 @@ impl DurableScheduler {
     /// Moves the pending task under `key` to `delay` from now (on Redis's clock), keeping its
     /// payload. A task in flight is taken back from its worker.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// match timers.reschedule("order-42:review", Duration::from_secs(24 * 3600)).await {
+    ///     Ok(()) => {}
+    ///     Err(Error::NotFound) => { /* it fired or was cancelled already */ }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// - [`Error::NotFound`] if no task with this key is pending;
     /// - [`Error::Redis`] if Redis failed.
@@ -303,6 +373,15 @@ impl DurableScheduler {
 
     /// Moves the pending task under `key` to `at` on Redis's clock, keeping its payload.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// timers.reschedule_at("order-42:review", SystemTime::now() + Duration::from_secs(60)).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// As [`reschedule`](Self::reschedule).
     ///
@@ -313,6 +392,17 @@ impl DurableScheduler {
     }
 
     /// Whether a task with this key is pending (waiting, ready or in flight).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// if !timers.contains("order-42:review").await? {
+    ///     timers.schedule("order-42:review", Duration::from_secs(60), Vec::new()).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed.
@@ -327,6 +417,15 @@ impl DurableScheduler {
 
     /// How many tasks are pending: scheduled and not yet acknowledged, cancelled or dead.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// println!("{} tasks pending", timers.len().await?);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed.
     ///
@@ -338,6 +437,15 @@ impl DurableScheduler {
 
     /// Whether no task is pending.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// assert!(timers.is_empty().await? == (timers.len().await? == 0));
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed.
     ///
@@ -348,6 +456,16 @@ impl DurableScheduler {
     }
 
     /// A snapshot of the wheel's gauges and counters.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let stats = timers.stats().await?;
+    /// println!("{} pending, {} dead, cursor {} ticks behind", stats.pending, stats.dead, stats.cursor_lag_ticks);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed.
@@ -377,6 +495,17 @@ impl DurableScheduler {
 
     /// Up to `limit` dead letters, oldest first (read a page of 128 per call, so a large
     /// `limit` does not hold Redis up; a list that changes meanwhile can skip or repeat one).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// for dead in timers.dead_letters(100).await? {
+    ///     println!("{} died after {} attempts: {}", dead.key(), dead.attempts(), dead.last_error());
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed.
@@ -412,6 +541,17 @@ impl DurableScheduler {
     /// whether there was such a dead letter (true also when a retry after an ambiguous failure
     /// finds that its first attempt did put it back).
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// for dead in timers.dead_letters(100).await? {
+    ///     timers.requeue_dead(dead.key()).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// - [`Error::DuplicateKey`] if a new task with this key is pending (the dead letter stays);
     /// - [`Error::Redis`] if Redis failed.
@@ -437,8 +577,23 @@ impl DurableScheduler {
     /// the backoff, and after `max_attempts` deliveries it goes to the dead letters with the
     /// error's text.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::{DurableScheduler, Task}, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let worker = timers.run(|task: Task| async move {
+    ///     // At least once: make this idempotent on the key.
+    ///     println!("review {} (attempt {})", task.key(), task.attempt());
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// // ... until the node stops:
+    /// worker.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Panics
     /// Outside a Tokio runtime.
+    #[must_use = "dropping the Worker stops it: keep it, and call shutdown when the node stops"]
     pub fn run<F, Fut, E>(&self, handler: F) -> Worker
     where
         F: Fn(Task) -> Fut + Send + Sync + 'static,

@@ -35,6 +35,7 @@ type Handler = Arc<dyn Fn(Task) -> HandlerFuture + Send + Sync>;
 /// Call [`shutdown`](Self::shutdown) to stop it cleanly. Dropping it stops it too, without
 /// waiting: handlers in flight run to their end, and a leadership it held is given up once they
 /// have.
+#[must_use = "dropping the Worker stops it: keep it, and call shutdown when the node stops"]
 pub struct Worker {
     stop: watch::Sender<bool>,
     done: Option<JoinHandle<()>>,
@@ -51,6 +52,16 @@ impl Worker {
     /// recorded (acknowledged or retried; while Redis is away that is retried for up to the
     /// lease, after which the task is handed out again anyway), and gives up the leadership if
     /// this worker held it, so another node takes over at once.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::durable::{DurableScheduler, Task};
+    /// # async fn run(timers: DurableScheduler) {
+    /// let worker = timers.run(|_task: Task| async { Ok::<(), std::io::Error>(()) });
+    /// // ... when the node is told to stop:
+    /// worker.shutdown().await; // every handler has finished and its outcome is recorded
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     /// Dropping the future leaves the worker stopping in the background, as dropping the
