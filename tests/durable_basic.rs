@@ -424,6 +424,28 @@ async fn bad_settings_are_invalid_without_touching_redis() {
     assert!(invalid(DurableScheduler::builder("not a url", "w").connect().await));
 }
 
+/// Redis's clock stepping back (a failover to a host whose clock is behind, an NTP step) leaves
+/// the cursor ahead of the clock. A task due within that gap must still wait for its due time on
+/// the clock, not go out at once because its tick is at or before the cursor. Simulated by
+/// moving the cursor 5 s ahead, which is what a 5 s step back of the clock does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_ahead_of_the_clock_fires_nothing_early() {
+    let Some(server) = RedisServer::start() else { return };
+    let name = "clock-back";
+    let timers = builder(&server, name).connect().await.expect("connect");
+    let now_tick = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis() / TICK.as_millis();
+    server.command(&["SET", &format!("tw:{{{name}}}:cursor"), &(now_tick + 50).to_string()]);
+    let log = Log::default();
+    let worker = log.worker(&timers);
+    let delay = Duration::from_millis(1500);
+    let before = SystemTime::now();
+    timers.schedule("soon", delay, Vec::new()).await.unwrap();
+    let after = SystemTime::now();
+    assert!(wait_until(Duration::from_secs(4), || log.len() == 1).await, "never fired");
+    worker.shutdown().await;
+    assert_on_time(&log.of("soon")[0], before + delay, after, delay);
+}
+
 /// A long task lease (for slow handlers) does not make the leadership as long: a leader that
 /// dies is replaced within 10 s, not within the task lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,6 +25,6 @@ local due = now + delay
 local tick = due_tick(due, tick_ms)
 redis.call('HSET', tk, 'due', due, 'tick', tick, 'err', ARGV[4])
 redis.call('HDEL', tk, 'tok')
-if place(k, tick, due, cursor_of(now, tick_ms), slots) then wake() end
+if place(k, tick, due, cursor_of(now, tick_ms), slots, math.floor(now_ms() / tick_ms)) then wake() end
 redis.call('HINCRBY', P .. 'meta', 'retried', 1)
 return 1

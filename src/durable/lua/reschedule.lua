@@ -17,5 +17,5 @@ if ARGV[5] == 'd' then due = now + due end
 local tick = due_tick(due, tick_ms)
 redis.call('HSET', tk, 'due', due, 'tick', tick)
 redis.call('HDEL', tk, 'tok')
-if place(k, tick, due, cursor_of(now, tick_ms), slots) then wake() end
+if place(k, tick, due, cursor_of(now, tick_ms), slots, math.floor(now_ms() / tick_ms)) then wake() end
 return 1

@@ -9,6 +9,7 @@
 
 local tick_ms, slots = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_up()
+local now_tick = math.floor(now_ms() / tick_ms)
 local cursor = cursor_of(now, tick_ms)
 local out, created, ready = {}, 0, false
 for i = 4, #ARGV, 5 do
@@ -25,7 +26,7 @@ for i = 4, #ARGV, 5 do
     if ARGV[i + 2] == 'd' then due = now + ms end
     local tick = due_tick(due, tick_ms)
     redis.call('HSET', tk, 'p', ARGV[i + 1], 'due', due, 'tick', tick, 'a', 0, 'rid', rid)
-    if place(k, tick, due, cursor, slots) then ready = true end
+    if place(k, tick, due, cursor, slots, now_tick) then ready = true end
     created = created + 1
     out[#out + 1] = 1
   end

@@ -60,21 +60,27 @@ while work < budget do
     budget - work)
   if #far > 0 then
     redis.call('ZREMRANGEBYRANK', P .. 'far', 0, #far / 2 - 1)
-    local to_ready, into_ring = {}, 0
+    local to_ready, into_ring, keep = {}, 0, {}
     for i = 1, #far, 2 do
       local k, due = far[i], tonumber(far[i + 1])
       local tick = due_tick(due, tick_ms)
       if tick <= now_tick then
         to_ready[#to_ready + 1] = due
         to_ready[#to_ready + 1] = k
-      else
+      elseif tick > cursor then
         into_ring = into_ring + redis.call('ZADD', P .. 'slot:' .. (tick % slots), due, k)
+      else
+        -- Passed by the cursor but not yet due by the clock (it stepped back): it waits here
+        -- for the clock. The cursor does not move meanwhile, so this call ends below.
+        keep[#keep + 1] = due
+        keep[#keep + 1] = k
       end
     end
     zadd_all(P .. 'ready', to_ready)
+    zadd_all(P .. 'far', keep)
     ready = ready + #to_ready / 2
     if into_ring > 0 then redis.call('INCRBY', P .. 'ring', into_ring) end
-    work = work + #far / 2
+    work = work + (#far - #keep) / 2
   end
   if work >= budget or cursor >= now_tick or steps >= max_steps then break end
 
