@@ -516,6 +516,52 @@ async fn unreachable_redis_fails_within_the_connect_timeout() {
     }
 }
 
+/// A server that answers slowly at each step of `connect` (here: `INFO` just inside the connect
+/// timeout, then nothing for the scripts) still fails within the connect timeout as a whole, not
+/// within one timeout per step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_server_fails_connect_within_one_connect_timeout() {
+    use std::io::{Read, Write};
+    let timeout = Duration::from_millis(800);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}/", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    let text = String::from_utf8_lossy(&buf[..n]).to_ascii_uppercase();
+                    let reply: Vec<u8> = if text.contains("\r\nINFO\r\n") {
+                        std::thread::sleep(Duration::from_millis(700));
+                        let body = "redis_version:7.0.0\r\n";
+                        format!("${}\r\n{body}\r\n", body.len()).into_bytes()
+                    } else if text.contains("\r\nCONFIG\r\n") {
+                        b"*2\r\n$1\r\nx\r\n$10\r\nnoeviction\r\n".to_vec()
+                    } else if text.contains("EVAL") || text.contains("SCRIPT") {
+                        continue; // never answers the scripts
+                    } else {
+                        // The connection's own set-up (CLIENT SETINFO and the like), one reply per command.
+                        b"+OK\r\n".repeat(text.matches("*").count().max(1))
+                    };
+                    if stream.write_all(&reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let started = Instant::now();
+    let result = DurableScheduler::builder(&url, "w").connect_timeout(timeout).connect().await;
+    let took = started.elapsed();
+    let err = result.expect_err("the server never opens the wheel");
+    assert!(err.is_retryable(), "{err}");
+    assert!(took < timeout + Duration::from_millis(300), "took {took:?} for a connect timeout of {timeout:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_tickers_hand_each_task_out_once() {
     let Some(server) = RedisServer::start() else { return };

@@ -113,10 +113,12 @@ impl DurableScheduler {
                 true,
             ))
         };
-        let conn =
-            tokio::time::timeout(cfg.connect_timeout, ConnectionManager::new_with_config(client.clone(), manager))
-                .await
-                .map_err(|_| unreachable())??;
+        // One deadline for the whole of `connect`: connecting, checking the server and opening
+        // the wheel each could otherwise take the connect timeout in turn.
+        let deadline = tokio::time::Instant::now() + cfg.connect_timeout;
+        let conn = tokio::time::timeout_at(deadline, ConnectionManager::new_with_config(client.clone(), manager))
+            .await
+            .map_err(|_| unreachable())??;
         let name = builder.name;
         let inner = Inner {
             prefix: format!("tw:{{{name}}}:"),
@@ -127,8 +129,8 @@ impl DurableScheduler {
             cfg,
             ids: Ids::new(),
         };
-        tokio::time::timeout(inner.cfg.connect_timeout, check_server(&inner)).await.map_err(|_| unreachable())??;
-        inner.open().await?;
+        tokio::time::timeout_at(deadline, check_server(&inner)).await.map_err(|_| unreachable())??;
+        tokio::time::timeout_at(deadline, inner.open()).await.map_err(|_| unreachable())??;
         Ok(DurableScheduler { inner: Arc::new(inner) })
     }
 
