@@ -179,6 +179,8 @@ async fn keys_are_freed_by_cancel_ack_and_death() {
     assert!(!timers.contains("k").await.unwrap());
     timers.schedule("k", Duration::from_secs(60), Vec::new()).await.expect("free after cancel");
     assert_eq!(timers.cancel_many(["k", "none"]).await.unwrap(), vec![true, false]);
+    timers.schedule("k", Duration::from_secs(60), Vec::new()).await.unwrap();
+    assert_eq!(timers.cancel_many(["k", "k"]).await.unwrap(), vec![true, false], "one task, cancelled once");
 
     // A batch reports each item: ok, duplicate (within the batch too), invalid.
     timers.schedule("taken", Duration::from_secs(60), Vec::new()).await.unwrap();

@@ -12,14 +12,19 @@
 
 local slots, ttl, cid = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local mine = '/' .. cid
-local out = {}
+local out, seen = {}, {}
 for i = 5, #ARGV do
   local k = ARGV[i]
   local tk = P .. 't:' .. k
   local done = redis.call('GET', P .. 'done:' .. k)
-  if done and string.sub(done, -#mine) == mine then
+  if seen[k] then
+    -- The same key again in this call: the first of them cancelled it.
+    out[#out + 1] = 0
+  elseif done and string.sub(done, -#mine) == mine then
+    seen[k] = true
     out[#out + 1] = 1
   else
+    seen[k] = true
     local h = redis.call('HMGET', tk, 'tick', 'rid')
     if h[1] then
       unplace(k, tonumber(h[1]), slots)
