@@ -134,7 +134,7 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
     // same id and the same handlers, so that it gets back the tasks its first attempt took.
     let mut unanswered: Option<(String, Vec<OwnedSemaphorePermit>)> = None;
     while !stopping(&stop) {
-        let (claim_id, mut held) = match unanswered.take() {
+        let (claim_id, held) = match unanswered.take() {
             Some(retry) => retry,
             None => {
                 let first = tokio::select! {
@@ -160,7 +160,7 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
             }
         };
         let wanted = held.len();
-        let tasks = match claim(inner, wanted, &claim_id).await {
+        let tasks = match claim(inner, wanted, &claim_id, false).await {
             Ok(tasks) => tasks,
             Err(e) => {
                 unanswered = Some((claim_id, held));
@@ -179,16 +179,7 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
         }
         let got = tasks.len();
         backlog = got == wanted;
-        for ((task, token), permit) in tasks.into_iter().zip(held.drain(..)) {
-            let (handler, done) = (handler.clone(), done_tx.clone());
-            tokio::spawn(async move {
-                let key = task.key.clone();
-                let outcome = run_handler(&handler, task).await;
-                // The permit goes with the outcome and is released once it is recorded.
-                let _ = done.send(Outcome { key, token, outcome, _permit: permit });
-            });
-        }
-        drop(held);
+        start_handlers(&handler, &done_tx, tasks, held);
         if got == wanted {
             // Perhaps more are ready: let another idle worker know, and claim again.
             if got > 0 {
@@ -198,13 +189,38 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
         }
         wait_for_wake(inner, &mut waker, &mut stop).await;
     }
-    // A claim left unanswered at the stop releases its handlers (whatever it took comes back
-    // after the lease). Then wait for every handler in flight (each holds a permit until its
-    // ack or retry is recorded).
-    drop(unanswered);
+    // A claim left unanswered at the stop may have taken tasks: one last try gets them back
+    // (taking nothing new) and runs them like the others in flight, rather than leaving them to
+    // come back after the lease as another attempt.
+    if let Some((claim_id, held)) = unanswered.take() {
+        match claim(inner, held.len(), &claim_id, true).await {
+            Ok(tasks) => start_handlers(&handler, &done_tx, tasks, held),
+            Err(e) => lost(inner, "(an unanswered claim)", &e),
+        }
+    }
+    // Wait for every handler in flight (each holds a permit until its ack or retry is recorded).
     drop(done_tx);
     let _ = permits.acquire_many(u32::try_from(concurrency).unwrap_or(u32::MAX)).await;
     let _ = recorder.await;
+}
+
+/// Runs the handler on each claimed task, one permit each (released once its outcome is
+/// recorded); permits left over are released at once.
+fn start_handlers(
+    handler: &Handler,
+    done_tx: &mpsc::UnboundedSender<Outcome>,
+    tasks: Vec<(Task, String)>,
+    mut held: Vec<OwnedSemaphorePermit>,
+) {
+    for ((task, token), permit) in tasks.into_iter().zip(held.drain(..)) {
+        let (handler, done) = (handler.clone(), done_tx.clone());
+        tokio::spawn(async move {
+            let key = task.key.clone();
+            let outcome = run_handler(&handler, task).await;
+            // The permit goes with the outcome and is released once it is recorded.
+            let _ = done.send(Outcome { key, token, outcome, _permit: permit });
+        });
+    }
 }
 
 /// Moves free permits into `held`, up to `batch` in all.
@@ -228,9 +244,11 @@ async fn pause(stop: &mut watch::Receiver<bool>, wait: Duration) {
     }
 }
 
-async fn claim(inner: &Inner, n: usize, claim_id: &str) -> Result<Vec<(Task, String)>, Error> {
+/// Claims up to `n` ready tasks under `claim_id`; with `replay_only`, only gets back what an
+/// earlier attempt under this id took.
+async fn claim(inner: &Inner, n: usize, claim_id: &str, replay_only: bool) -> Result<Vec<(Task, String)>, Error> {
     let mut inv = inner.script(&SCRIPTS.claim);
-    inv.arg(n).arg(inner.cfg.lease_ms).arg(claim_id);
+    inv.arg(n).arg(inner.cfg.lease_ms).arg(claim_id).arg(if replay_only { "1" } else { "0" });
     let flat: Vec<Vec<u8>> = inner.call(&inv, inner.cfg.response_timeout).await?;
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let number = |b: &[u8]| text(b).parse::<u64>().unwrap_or(0);

@@ -8,6 +8,7 @@
 --
 -- KEYS[1]  the wheel's meta key
 -- ARGV[1]  key prefix   ARGV[2] n   ARGV[3] lease in ms   ARGV[4] claim id
+-- ARGV[5]  '1' to only get back what an earlier attempt took (a stopping worker), else '0'
 -- Returns  a flat array, five entries per task: key, payload, attempt, due ms, claim token.
 
 local n, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -29,6 +30,8 @@ if #before > 0 then
   end
   return out
 end
+
+if ARGV[5] == '1' then return {} end
 
 local popped = redis.call('ZPOPMIN', P .. 'ready', n)
 if #popped == 0 then return {} end
