@@ -448,6 +448,30 @@ async fn a_cursor_ahead_of_the_clock_fires_nothing_early() {
     assert_on_time(&log.of("soon")[0], before + delay, after, delay);
 }
 
+/// What a claim took is remembered (so a retry of the claim gets it back) only until the worker's
+/// next claim is answered: a busy wheel does not keep a record per claim for a whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_records_do_not_pile_up() {
+    let Some(server) = RedisServer::start() else { return };
+    let name = "claim-records";
+    let timers =
+        builder(&server, name).lease(Duration::from_secs(3600)).concurrency(4).connect().await.expect("connect");
+    let items: Vec<_> = (0..60).map(|i| (format!("r{i}"), Duration::ZERO, Vec::<u8>::new())).collect();
+    assert!(timers.schedule_many(items).await.unwrap().iter().all(Result::is_ok));
+    let log = Log::default();
+    let worker = log.worker(&timers);
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 60).await, "only {} handled", log.len());
+    tokio::time::sleep(TICK * 3).await;
+    let records = server.command(&["KEYS", &format!("tw:{{{name}}}:claim:*")]);
+    let records: Vec<&str> = records.as_array().iter().filter_map(|r| r.as_str()).collect();
+    assert!(records.len() <= 1, "{} claim records left: {records:?}", records.len());
+    for record in &records {
+        let pttl = server.command(&["PTTL", record]).as_int().unwrap_or(-2);
+        assert!(pttl <= 600_000, "{record} kept for {pttl} ms");
+    }
+    worker.shutdown().await;
+}
+
 /// A long task lease (for slow handlers) does not make the leadership as long: a leader that
 /// dies is replaced within 10 s, not within the task lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

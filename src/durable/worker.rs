@@ -133,6 +133,8 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
     // A claim that failed, perhaps after it landed (its reply lost): it is made again with the
     // same id and the same handlers, so that it gets back the tasks its first attempt took.
     let mut unanswered: Option<(String, Vec<OwnedSemaphorePermit>)> = None;
+    // The last claim answered: its record of what it took is no longer needed.
+    let mut answered = String::new();
     while !stopping(&stop) {
         let (claim_id, held) = match unanswered.take() {
             Some(retry) => retry,
@@ -160,8 +162,11 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
             }
         };
         let wanted = held.len();
-        let tasks = match claim(inner, wanted, &claim_id, false).await {
-            Ok(tasks) => tasks,
+        let tasks = match claim(inner, wanted, &claim_id, false, &answered).await {
+            Ok(tasks) => {
+                answered = claim_id;
+                tasks
+            }
             Err(e) => {
                 unanswered = Some((claim_id, held));
                 failures += 1;
@@ -193,7 +198,7 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
     // (taking nothing new) and runs them like the others in flight, rather than leaving them to
     // come back after the lease as another attempt.
     if let Some((claim_id, held)) = unanswered.take() {
-        match claim(inner, held.len(), &claim_id, true).await {
+        match claim(inner, held.len(), &claim_id, true, "").await {
             Ok(tasks) => start_handlers(&handler, &done_tx, tasks, held),
             Err(e) => lost(inner, "(an unanswered claim)", &e),
         }
@@ -246,9 +251,20 @@ async fn pause(stop: &mut watch::Receiver<bool>, wait: Duration) {
 
 /// Claims up to `n` ready tasks under `claim_id`; with `replay_only`, only gets back what an
 /// earlier attempt under this id took.
-async fn claim(inner: &Inner, n: usize, claim_id: &str, replay_only: bool) -> Result<Vec<(Task, String)>, Error> {
+async fn claim(
+    inner: &Inner,
+    n: usize,
+    claim_id: &str,
+    replay_only: bool,
+    previous: &str,
+) -> Result<Vec<(Task, String)>, Error> {
     let mut inv = inner.script(&SCRIPTS.claim);
-    inv.arg(n).arg(inner.cfg.lease_ms).arg(claim_id).arg(if replay_only { "1" } else { "0" });
+    inv.arg(n)
+        .arg(inner.cfg.lease_ms)
+        .arg(claim_id)
+        .arg(if replay_only { "1" } else { "0" })
+        .arg(inner.cfg.done_ttl_ms)
+        .arg(previous);
     let flat: Vec<Vec<u8>> = inner.call(&inv, inner.cfg.response_timeout).await?;
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let number = |b: &[u8]| text(b).parse::<u64>().unwrap_or(0);

@@ -2,17 +2,21 @@
 -- now + lease, gets a fresh claim token and one more delivery.
 --
 -- Safe to retry: the call carries a claim id (the worker keeps it until a reply arrives) and
--- remembers, for the lease, which tasks it claimed under which tokens. A retry whose first
+-- remembers, for the lease (at most a minute or so: long enough for the worker's retries), which
+-- tasks it claimed under which tokens; the worker's next claim drops the record. A retry whose first
 -- attempt landed gets those tasks again (those still held under their tokens), instead of
 -- leaving them leased to nobody until the lease runs out, which would cost each an attempt.
 --
 -- KEYS[1]  the wheel's meta key
 -- ARGV[1]  key prefix   ARGV[2] n   ARGV[3] lease in ms   ARGV[4] claim id
 -- ARGV[5]  '1' to only get back what an earlier attempt took (a stopping worker), else '0'
+-- ARGV[6]  ms to remember what this claim took (at most the lease)
+-- ARGV[7]  the id of this worker's previous claim, answered and so no longer needed, or ''
 -- Returns  a flat array, five entries per task: key, payload, attempt, due ms, claim token.
 
 local n, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ck = P .. 'claim:' .. ARGV[4]
+if ARGV[7] ~= '' then redis.call('DEL', P .. 'claim:' .. ARGV[7]) end
 local out = {}
 
 local before = redis.call('LRANGE', ck, 0, -1)
@@ -61,7 +65,7 @@ end
 zadd_all(P .. 'leased', leases)
 if #claimed > 0 then
   redis.call('RPUSH', ck, unpack(claimed))
-  redis.call('PEXPIRE', ck, lease)
+  redis.call('PEXPIRE', ck, math.min(lease, tonumber(ARGV[6])))
 end
 redis.call('HINCRBY', P .. 'meta', 'handed_out', #out / 5)
 return out
