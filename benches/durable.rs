@@ -7,6 +7,8 @@
 //! cargo bench --features redis --bench durable -- --quick      # N = 10,000, D5 over 10 s, 1 repetition
 //! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5[,...]
 //!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
+//!          --report-from=A.jsonl[,B.jsonl] (report earlier runs together instead of measuring; pass the --n,
+//!          --tick-ms and --d5-window they ran with for the heading and targets)
 //! ```
 //!
 //! Workloads (the same keys `order-{i}`, 32-byte payload and delays for everyone):
@@ -121,6 +123,8 @@ pub struct Options {
     pub slots: usize,
     impls: Vec<Impl>,
     workloads: Vec<Workload>,
+    /// Report these `durable.jsonl` files instead of measuring.
+    report_from: Option<String>,
 }
 
 impl Options {
@@ -133,6 +137,7 @@ impl Options {
         let mut slots = 36_000;
         let mut impls = Impl::ALL.to_vec();
         let mut workloads = Workload::ALL.to_vec();
+        let mut report_from = None;
         for arg in std::env::args().skip(1) {
             let (flag, value) = arg.split_once('=').unwrap_or((&arg, ""));
             let number = |v: &str| v.replace('_', "").parse::<u64>().unwrap_or_else(|_| fail(&format!("bad {arg}")));
@@ -143,6 +148,7 @@ impl Options {
                 "--d5-window" => window = Some(number(value)),
                 "--tick-ms" => tick_ms = number(value),
                 "--slots" => slots = number(value) as usize,
+                "--report-from" => report_from = Some(value.to_string()),
                 "--impl" => {
                     impls = value
                         .split(',')
@@ -169,6 +175,7 @@ impl Options {
             slots,
             impls,
             workloads,
+            report_from,
         }
     }
 }
@@ -298,7 +305,14 @@ fn run_one(rows: &mut Vec<Row>, options: &Options, inputs: &Inputs, json: &std::
 }
 
 fn main() {
-    let options = Options::parse();
+    let mut options = Options::parse();
+    if let Some(paths) = &options.report_from {
+        let rows = report::read(paths);
+        options.n = rows.first().map_or(options.n, |r| r.n());
+        options.reps = report::repetitions(&rows);
+        report::write(&options, &rows);
+        return;
+    }
     if !RedisServer::available() {
         fail(&format!("{} not found: install it (`apt-get install redis-server`) and run again", server::REDIS_SERVER));
     }
