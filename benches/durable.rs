@@ -53,7 +53,7 @@ use inputs::Inputs;
 use report::Row;
 use server::RedisServer;
 
-/// One measurement's numbers, by BENCH.md field name.
+/// One measurement's numbers, by field name (`tasks_per_s`, `late_p99_ms`, ...).
 pub type Fields = Vec<(&'static str, f64)>;
 
 /// How long D3 waits for every task after the insert phase before it reports what it has.
