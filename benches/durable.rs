@@ -16,7 +16,8 @@
 //!   the implementation's batch call, 1,024 per call: tasks per second;
 //! - D2 Redis `used_memory` after D1 minus before, per task;
 //! - D3 fire N tasks with delays U[0, 10 s] with 4 workers of 16 handlers each: lateness (handler start minus due)
-//!   p50 / p99 / max, duplicates, early starts, wall time until the last acknowledgement;
+//!   p50 / p99 / max, duplicates, early starts, wall time until the last acknowledgement; and p50 / p99 of the
+//!   tasks due after the insert phase, which do not wait behind the schedule calls;
 //! - D4 cancel D1's tasks in a random order (the in-process benchmark's W2 order): cancels per second;
 //! - D5 N tasks an hour away and the 4 workers idle: Redis commands per second over the window
 //!   (`INFO commandstats`, which counts the commands that scripts run inside Redis too; the benchmark's own

@@ -176,6 +176,7 @@ pub async fn d3(server: &RedisServer, inputs: &Inputs) -> Fields {
             .collect();
         push_all(&storage, tasks).await;
     }
+    shared.sink.insert_done();
     let all = shared.sink.wait_all(crate::D3_LIMIT).await;
     // Acknowledged: nothing left in the scheduled set, the ready list or any worker's in-flight set.
     let wall_ms = wait_acked(server, all).await.map_or(-1.0, |_| started.elapsed().as_secs_f64() * 1e3);
