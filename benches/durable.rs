@@ -7,6 +7,8 @@
 //! cargo bench --features redis --bench durable -- --quick      # N = 10,000, D5 over 10 s, 1 repetition
 //! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5[,...]
 //!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
+//!          --report-from=A.jsonl[,B.jsonl] (report earlier runs together instead of measuring; pass the --n,
+//!          --tick-ms and --d5-window they ran with for the heading and targets)
 //! ```
 //!
 //! Workloads (the same keys `order-{i}`, 32-byte payload and delays for everyone):
@@ -14,7 +16,8 @@
 //!   the implementation's batch call, 1,024 per call: tasks per second;
 //! - D2 Redis `used_memory` after D1 minus before, per task;
 //! - D3 fire N tasks with delays U[0, 10 s] with 4 workers of 16 handlers each: lateness (handler start minus due)
-//!   p50 / p99 / max, duplicates, early starts, wall time until the last acknowledgement;
+//!   p50 / p99 / max, duplicates, early starts, wall time until the last acknowledgement; and p50 / p99 of the
+//!   tasks due after the insert phase, which do not wait behind the schedule calls;
 //! - D4 cancel D1's tasks in a random order (the in-process benchmark's W2 order): cancels per second;
 //! - D5 N tasks an hour away and the 4 workers idle: Redis commands per second over the window
 //!   (`INFO commandstats`, which counts the commands that scripts run inside Redis too; the benchmark's own
@@ -51,7 +54,7 @@ use inputs::Inputs;
 use report::Row;
 use server::RedisServer;
 
-/// One measurement's numbers, by BENCH.md field name.
+/// One measurement's numbers, by field name (`tasks_per_s`, `late_p99_ms`, ...).
 pub type Fields = Vec<(&'static str, f64)>;
 
 /// How long D3 waits for every task after the insert phase before it reports what it has.
@@ -121,6 +124,8 @@ pub struct Options {
     pub slots: usize,
     impls: Vec<Impl>,
     workloads: Vec<Workload>,
+    /// Report these `durable.jsonl` files instead of measuring.
+    report_from: Option<String>,
 }
 
 impl Options {
@@ -133,6 +138,7 @@ impl Options {
         let mut slots = 36_000;
         let mut impls = Impl::ALL.to_vec();
         let mut workloads = Workload::ALL.to_vec();
+        let mut report_from = None;
         for arg in std::env::args().skip(1) {
             let (flag, value) = arg.split_once('=').unwrap_or((&arg, ""));
             let number = |v: &str| v.replace('_', "").parse::<u64>().unwrap_or_else(|_| fail(&format!("bad {arg}")));
@@ -143,6 +149,7 @@ impl Options {
                 "--d5-window" => window = Some(number(value)),
                 "--tick-ms" => tick_ms = number(value),
                 "--slots" => slots = number(value) as usize,
+                "--report-from" => report_from = Some(value.to_string()),
                 "--impl" => {
                     impls = value
                         .split(',')
@@ -169,6 +176,7 @@ impl Options {
             slots,
             impls,
             workloads,
+            report_from,
         }
     }
 }
@@ -298,7 +306,14 @@ fn run_one(rows: &mut Vec<Row>, options: &Options, inputs: &Inputs, json: &std::
 }
 
 fn main() {
-    let options = Options::parse();
+    let mut options = Options::parse();
+    if let Some(paths) = &options.report_from {
+        let rows = report::read(paths);
+        options.n = rows.first().map_or(options.n, |r| r.n());
+        options.reps = report::repetitions(&rows);
+        report::write(&options, &rows);
+        return;
+    }
     if !RedisServer::available() {
         fail(&format!("{} not found: install it (`apt-get install redis-server`) and run again", server::REDIS_SERVER));
     }

@@ -143,12 +143,18 @@ fn start_workers(storage: &Storage, shared: Arc<Shared>) -> Vec<Running> {
                 .concurrency(CONCURRENCY)
                 .build(handle);
             let join = tokio::spawn(async move {
+                // Errors once the worker was asked to stop (the server goes away right after) are not news.
+                let asked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let flag = asked.clone();
                 let run = worker.run_until(async move {
                     let _ = stopped.await;
+                    flag.store(true, std::sync::atomic::Ordering::Relaxed);
                     Ok::<(), WorkerError>(())
                 });
                 if let Err(e) = run.await {
-                    eprintln!("  apalis-redis worker {w} stopped: {e}");
+                    if !asked.load(std::sync::atomic::Ordering::Relaxed) {
+                        eprintln!("  apalis-redis worker {w} stopped: {e}");
+                    }
                 }
             });
             (stop, join)
@@ -176,6 +182,7 @@ pub async fn d3(server: &RedisServer, inputs: &Inputs) -> Fields {
             .collect();
         push_all(&storage, tasks).await;
     }
+    shared.sink.insert_done();
     let all = shared.sink.wait_all(crate::D3_LIMIT).await;
     // Acknowledged: nothing left in the scheduled set, the ready list or any worker's in-flight set.
     let wall_ms = wait_acked(server, all).await.map_or(-1.0, |_| started.elapsed().as_secs_f64() * 1e3);

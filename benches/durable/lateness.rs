@@ -1,6 +1,7 @@
 //! D3's sink: every handler reports its task's index and lateness (handler start minus due time), and the sink
 //! keeps an hdrhistogram of lateness, counts early starts and tasks handled twice, and notes when the last one
-//! came.
+//! came. A second histogram holds the tasks due after the insert phase ended: the tasks due while 100,000
+//! schedules are still arriving wait behind them, and the two together show how much of the tail that is.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -14,6 +15,10 @@ pub struct Sink {
     handled: Box<[AtomicU32]>,
     /// Lateness in microseconds, 1 us resolution up to an hour at 3 significant digits.
     hist: Mutex<Histogram<u64>>,
+    /// Lateness of the tasks due after `insert_end_us`.
+    hist_after_insert: Mutex<Histogram<u64>>,
+    /// When the insert phase ended (Unix microseconds); `i64::MAX` until it has.
+    insert_end_us: std::sync::atomic::AtomicI64,
     early: AtomicU64,
     duplicates: AtomicU64,
     distinct: AtomicU64,
@@ -37,6 +42,8 @@ impl Sink {
             started: Instant::now(),
             handled: (0..n).map(|_| AtomicU32::new(0)).collect(),
             hist: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds")),
+            hist_after_insert: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds")),
+            insert_end_us: std::sync::atomic::AtomicI64::new(i64::MAX),
             early: AtomicU64::new(0),
             duplicates: AtomicU64::new(0),
             distinct: AtomicU64::new(0),
@@ -56,10 +63,18 @@ impl Sink {
             self.early.fetch_add(1, Relaxed);
         }
         self.hist.lock().unwrap().saturating_record(late_us.max(1) as u64);
+        if due_us > self.insert_end_us.load(Relaxed) {
+            self.hist_after_insert.lock().unwrap().saturating_record(late_us.max(1) as u64);
+        }
         if self.distinct.fetch_add(1, Relaxed) + 1 == self.handled.len() as u64 {
             self.last_first_us.store(self.started.elapsed().as_micros() as u64, Relaxed);
             self.done.notify_one();
         }
+    }
+
+    /// Marks the end of the insert phase (call it once every task has been scheduled).
+    pub fn insert_done(&self) {
+        self.insert_end_us.store(now_us(), Relaxed);
     }
 
     pub fn distinct(&self) -> u64 {
@@ -88,8 +103,12 @@ impl Sink {
     /// D3's fields; `wall_ms` is measured by the caller (until the last acknowledgement).
     pub fn fields(&self, wall_ms: f64) -> Vec<(&'static str, f64)> {
         let hist = self.hist.lock().unwrap();
+        let after = self.hist_after_insert.lock().unwrap();
         let ms = |us: u64| us as f64 / 1e3;
         vec![
+            ("late_p50_after_insert_ms", ms(after.value_at_quantile(0.50))),
+            ("late_p99_after_insert_ms", ms(after.value_at_quantile(0.99))),
+            ("due_after_insert", after.len() as f64),
             ("late_p50_ms", ms(hist.value_at_quantile(0.50))),
             ("late_p99_ms", ms(hist.value_at_quantile(0.99))),
             ("late_max_ms", ms(hist.max())),

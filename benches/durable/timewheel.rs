@@ -117,6 +117,7 @@ pub async fn d3(server: &RedisServer, options: &Options, inputs: &Inputs) -> Fie
     let workers = start_workers(&timers, sink.clone());
     let started = Instant::now();
     schedule_batches(&timers, &inputs.keys, |i| inputs.d3_delays_ms[i]).await;
+    sink.insert_done();
     let all = sink.wait_all(crate::D3_LIMIT).await;
     // Acknowledged: nothing pending any more.
     let mut wall_ms = -1.0;
