@@ -16,6 +16,19 @@ const TICK_MAX_STEPS: usize = 64;
 /// How long the loop sleeps past a tick boundary, so Redis's clock has surely crossed it.
 const PAST_BOUNDARY: Duration = Duration::from_millis(1);
 
+/// A node that does not lead bids for the lead at least this many times per leadership lease
+/// (and just after the holder's lease runs out): not every tick, which would cost every node
+/// but one a script call per tick on an idle wheel.
+const BID_EVERY: u32 = 4;
+
+/// What one bid for the lead got.
+enum Bid {
+    /// The lead, under this fencing token.
+    Won(String),
+    /// Another node leads; its lease has this long left (`None`: it does not expire).
+    Lost(Option<Duration>),
+}
+
 /// What one round of ticking found.
 enum Round {
     /// The cursor is at Redis's tick; the next boundary is this far away.
@@ -27,6 +40,7 @@ enum Round {
 /// Runs until `stop` turns true (or its sender is dropped), then gives up the leadership.
 pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<bool>) {
     let renew = (inner.cfg.leader_lease() / 3).max(Duration::from_millis(1));
+    let bid = (inner.cfg.leader_lease() / BID_EVERY).max(Duration::from_millis(1));
     let mut token: Option<String> = None;
     let mut failures = 0u32;
     loop {
@@ -35,15 +49,18 @@ pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<b
         }
         let wait = match &token {
             None => match acquire(inner, &node).await {
-                Ok(Some(t)) => {
+                Ok(Bid::Won(t)) => {
                     tracing::info!(wheel = %inner.name, token = %t, "took the leadership");
                     token = Some(t);
                     failures = 0;
                     Duration::ZERO
                 }
-                Ok(None) => {
+                Ok(Bid::Lost(left)) => {
                     failures = 0;
-                    inner.cfg.tick().min(renew)
+                    // Bid again just after the holder's lease runs out, and meanwhile once a
+                    // quarter lease (the holder may give it up): a takeover within the lease,
+                    // without a call per tick.
+                    left.map_or(bid, |left| (left + PAST_BOUNDARY).min(bid))
                 }
                 Err(e) => backoff(inner, &mut failures, &e),
             },
@@ -85,10 +102,11 @@ fn backoff(inner: &Inner, failures: &mut u32, e: &Error) -> Duration {
     base.min(Duration::from_secs(2)).min(inner.cfg.leader_lease() / 3)
 }
 
-async fn acquire(inner: &Inner, node: &str) -> Result<Option<String>, Error> {
+async fn acquire(inner: &Inner, node: &str) -> Result<Bid, Error> {
     let mut inv = inner.script(&SCRIPTS.acquire);
     inv.arg(node).arg(inner.cfg.leader_lease_ms());
-    inner.call(&inv, inner.cfg.response_timeout).await
+    let (token, left): (String, i64) = inner.call(&inv, inner.cfg.response_timeout).await?;
+    Ok(if token.is_empty() { Bid::Lost(u64::try_from(left).ok().map(Duration::from_millis)) } else { Bid::Won(token) })
 }
 
 /// Calls the tick script until it has caught up; false if refused.

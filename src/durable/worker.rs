@@ -24,7 +24,8 @@ const CLAIM_BATCH: usize = 64;
 const ACK_BATCH: usize = 64;
 /// How long the claim loop waits to gather free handlers while tasks are waiting.
 const GATHER: Duration = Duration::from_millis(2);
-/// The shortest wait for a wake-up (with a very short tick, waiting less would be polling).
+/// The shortest wait for a wake-up (with a very short tick and lease, waiting less would be
+/// polling).
 const MIN_WAIT: Duration = Duration::from_millis(10);
 
 type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -290,10 +291,23 @@ async fn pass_on_wake(inner: &Inner) {
         redis::pipe().lpush(&wake, 1).ignore().ltrim(&wake, 0, 7).ignore().query_async(&mut conn).await;
 }
 
-/// Waits for a wake-up token (pushed when tasks become ready) for up to one tick, on a connection
-/// of its own: a blocking `BLPOP` would hold up every other call on the shared one.
+/// How long an idle worker waits for a wake-up before it claims anyway. Every script that makes
+/// tasks ready (the tick moving them on or requeueing expired leases, a failure's retry due at
+/// once, `schedule` or `reschedule` of a task already due, `requeue_dead`) pushes one, and a
+/// worker that claims a full batch passes it on, so this is only a safety net (for a wake-up
+/// lost with a connection, say): a third of the leadership's lease (at most 10 s / 3), or a tick
+/// if that is longer. An idle worker costs one wait and one claim per this, not per tick.
+fn idle_wait(inner: &Inner) -> Duration {
+    (inner.cfg.leader_lease() / 3).max(inner.cfg.tick()).max(MIN_WAIT)
+}
+
+/// Waits for a wake-up token (pushed when tasks become ready) for up to [`idle_wait`], on a
+/// connection of its own: a blocking `BLPOP` would hold up every other call on the shared one.
+/// When the wait fails (the token may have been taken and its reply lost), it pauses a tick and
+/// returns, so the worker claims.
 async fn wait_for_wake(inner: &Inner, waker: &mut Option<ConnectionManager>, stop: &mut watch::Receiver<bool>) {
-    let wait = inner.cfg.tick().max(MIN_WAIT);
+    let wait = idle_wait(inner);
+    let on_error = inner.cfg.tick().max(MIN_WAIT);
     if waker.is_none() {
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(wait + inner.cfg.response_timeout))
@@ -303,7 +317,7 @@ async fn wait_for_wake(inner: &Inner, waker: &mut Option<ConnectionManager>, sto
         match tokio::time::timeout(inner.cfg.connect_timeout, connect).await {
             Ok(Ok(conn)) => *waker = Some(conn),
             _ => {
-                pause(stop, wait).await;
+                pause(stop, on_error).await;
                 return;
             }
         }
@@ -312,9 +326,21 @@ async fn wait_for_wake(inner: &Inner, waker: &mut Option<ConnectionManager>, sto
     let mut cmd = redis::cmd("BLPOP");
     cmd.arg(inner.key("wake")).arg(wait.as_secs_f64());
     let blpop = cmd.query_async::<redis::Value>(conn);
-    tokio::select! {
-        r = blpop => if r.is_err() { pause(stop, wait).await },
-        () = stopped(stop) => {}
+    let stopped_first = tokio::select! {
+        r = blpop => {
+            if r.is_err() {
+                pause(stop, on_error).await;
+            }
+            false
+        }
+        () = stopped(stop) => true,
+    };
+    if stopped_first {
+        // The `BLPOP` left behind may take a wake-up meant for the others before Redis sees its
+        // connection close: close it now, and push one in its stead (at worst a spare one, and
+        // a worker's claim that finds nothing).
+        *waker = None;
+        pass_on_wake(inner).await;
     }
 }
 

@@ -4,17 +4,18 @@
 --
 -- KEYS[1]  the wheel's meta key
 -- ARGV[1]  key prefix   ARGV[2] node id   ARGV[3] the leadership's lease in ms
--- Returns  the token `<node>:<epoch>`, or false when another node leads.
+-- Returns  {token, 0} with the token `<node>:<epoch>`; or {'', ms} when another node leads, with
+--          the ms its lease has left (-1 if it has no expiry), so the caller knows when to bid again.
 
 local node, lease = ARGV[2], tonumber(ARGV[3])
 local cur = redis.call('GET', P .. 'leader')
 if cur then
   if string.sub(cur, 1, #node + 1) == node .. ':' then
     redis.call('PEXPIRE', P .. 'leader', lease)
-    return cur
+    return {cur, 0}
   end
-  return false
+  return {'', redis.call('PTTL', P .. 'leader')}
 end
 local token = node .. ':' .. redis.call('INCR', P .. 'epoch')
 redis.call('SET', P .. 'leader', token, 'PX', lease)
-return token
+return {token, 0}
