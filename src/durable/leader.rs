@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use super::conn::Inner;
 use super::scripts::SCRIPTS;
@@ -38,7 +38,10 @@ enum Round {
 }
 
 /// Runs until `stop` turns true (or its sender is dropped), then gives up the leadership.
-pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<bool>) {
+///
+/// `bid_now` is notified when a worker of this node learns that the leader gave up the lead: a
+/// node that does not lead then bids at once.
+pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<bool>, bid_now: &Notify) {
     let renew = (inner.cfg.leader_lease() / 3).max(Duration::from_millis(1));
     let bid = (inner.cfg.leader_lease() / BID_EVERY).max(Duration::from_millis(1));
     let mut token: Option<String> = None;
@@ -78,9 +81,11 @@ pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<b
             },
         };
         if !wait.is_zero() {
+            let follower = token.is_none();
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 _ = stop.changed() => {}
+                () = bid_now.notified(), if follower => {}
             }
         }
     }

@@ -59,8 +59,9 @@
 //! - **Bounded work.** Every script does a bounded amount of work per call (at most 128 tasks,
 //!   or 64 ticks) and tells the caller to call again, so a million tasks due at once never
 //!   block Redis for long. An idle wheel costs O(1) Redis calls per tick: one tick call by the
-//!   leader; each other worker bids for the lead four times per leadership lease (and just
-//!   after the holder's runs out), not every tick; and each idle worker blocks for a wake-up on
+//!   leader; each other worker bids for the lead four times per leadership lease, just after
+//!   the holder's runs out, and at once when an idle worker of its node hears that the holder
+//!   gave it up; not every tick; and each idle worker blocks for a wake-up on
 //!   a connection of its own, pushed whenever tasks become ready, and claims when one arrives or,
 //!   as a safety net, after a third of the leadership lease without one. With 4 workers, a
 //!   100 ms tick and the default lease that is about 1.3 calls per tick.
@@ -114,6 +115,7 @@
 //! | `seq`          | string | claim tokens handed out so far |
 //! | `claim:<id>`   | list   | the keys and claim tokens one claim took, for a lease, so that a retry of the claim gets them back |
 //! | `wake`         | list   | wake-up tokens for idle workers, pushed when tasks become ready |
+//! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
 //!
 //! A task is due at `due_ms` and placed at tick `ceil(due_ms / tick_ms)`; the cursor reaches
 //! that tick when Redis's clock has passed it, so nothing is ever early. Cancel and reschedule

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, UNIX_EPOCH};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::conn::Inner;
@@ -101,11 +101,12 @@ where
 async fn supervise(inner: Arc<Inner>, handler: Handler, stop: watch::Receiver<bool>) {
     let node = inner.ids.next();
     let (leader_stop, leader_stop_rx) = watch::channel(false);
+    let bid_now = Arc::new(Notify::new());
     let leader = {
-        let inner = inner.clone();
-        tokio::spawn(async move { super::leader::run(&inner, node, leader_stop_rx).await })
+        let (inner, bid_now) = (inner.clone(), bid_now.clone());
+        tokio::spawn(async move { super::leader::run(&inner, node, leader_stop_rx, &bid_now).await })
     };
-    claim_loop(&inner, handler, stop).await;
+    claim_loop(&inner, handler, stop, &bid_now).await;
     let _ = leader_stop.send(true);
     let _ = leader.await;
 }
@@ -123,10 +124,10 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     }
 }
 
-async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Receiver<bool>) {
+async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Receiver<bool>, bid_now: &Notify) {
     let concurrency = inner.cfg.concurrency;
     let permits = Arc::new(Semaphore::new(concurrency));
-    let mut waker: Option<ConnectionManager> = None;
+    let mut waker: Option<Waker> = None;
     let mut failures = 0u32;
     let mut backlog = false;
     let (done_tx, done_rx) = mpsc::unbounded_channel();
@@ -193,7 +194,7 @@ async fn claim_loop(inner: &Arc<Inner>, handler: Handler, mut stop: watch::Recei
             }
             continue;
         }
-        wait_for_wake(inner, &mut waker, &mut stop).await;
+        wait_for_wake(inner, &mut waker, &mut stop, bid_now).await;
     }
     // A claim left unanswered at the stop may have taken tasks: one last try gets them back
     // (taking nothing new) and runs them like the others in flight, rather than leaving them to
@@ -285,10 +286,21 @@ async fn claim(
 
 async fn pass_on_wake(inner: &Inner) {
     // As `wake()` in lua/common.lua: at most 8 tokens wait.
-    let wake = inner.key("wake");
+    push_token(inner, &inner.key("wake"), 7).await;
+}
+
+/// Pushes a token on the list `key`, keeping at most `keep + 1`.
+async fn push_token(inner: &Inner, key: &str, keep: isize) {
     let mut conn = inner.conn.clone();
     let _: Result<(), _> =
-        redis::pipe().lpush(&wake, 1).ignore().ltrim(&wake, 0, 7).ignore().query_async(&mut conn).await;
+        redis::pipe().lpush(key, 1).ignore().ltrim(key, 0, keep).ignore().query_async(&mut conn).await;
+}
+
+/// The connection an idle worker blocks on, and its client id on the server (to unblock it).
+struct Waker {
+    conn: ConnectionManager,
+    /// Read again after any error: the connection may have been made anew since.
+    id: Option<i64>,
 }
 
 /// How long an idle worker waits for a wake-up before it claims anyway. Every script that makes
@@ -305,7 +317,7 @@ fn idle_wait(inner: &Inner) -> Duration {
 /// connection of its own: a blocking `BLPOP` would hold up every other call on the shared one.
 /// When the wait fails (the token may have been taken and its reply lost), it pauses a tick and
 /// returns, so the worker claims.
-async fn wait_for_wake(inner: &Inner, waker: &mut Option<ConnectionManager>, stop: &mut watch::Receiver<bool>) {
+async fn wait_for_wake(inner: &Inner, waker: &mut Option<Waker>, stop: &mut watch::Receiver<bool>, bid_now: &Notify) {
     let wait = idle_wait(inner);
     let on_error = inner.cfg.tick().max(MIN_WAIT);
     if waker.is_none() {
@@ -315,32 +327,67 @@ async fn wait_for_wake(inner: &Inner, waker: &mut Option<ConnectionManager>, sto
             .set_max_delay(Duration::from_secs(1));
         let connect = ConnectionManager::new_with_config(inner.client.clone(), config);
         match tokio::time::timeout(inner.cfg.connect_timeout, connect).await {
-            Ok(Ok(conn)) => *waker = Some(conn),
+            Ok(Ok(conn)) => *waker = Some(Waker { conn, id: None }),
             _ => {
                 pause(stop, on_error).await;
                 return;
             }
         }
     }
-    let Some(conn) = waker.as_mut() else { return };
-    let mut cmd = redis::cmd("BLPOP");
-    cmd.arg(inner.key("wake")).arg(wait.as_secs_f64());
-    let blpop = cmd.query_async::<redis::Value>(conn);
-    let stopped_first = tokio::select! {
-        r = blpop => {
-            if r.is_err() {
+    let Some(w) = waker.as_mut() else { return };
+    let id = match w.id {
+        Some(id) => Some(id),
+        None => match redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut w.conn).await {
+            Ok(id) => Some(*w.id.insert(id)),
+            // A server that refuses `CLIENT ID` (renamed away, say): wait without it.
+            Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => None,
+            Err(_) => {
                 pause(stop, on_error).await;
+                return;
             }
-            false
-        }
-        () = stopped(stop) => true,
+        },
     };
-    if stopped_first {
-        // The `BLPOP` left behind may take a wake-up meant for the others before Redis sees its
-        // connection close: close it now, and push one in its stead (at worst a spare one, and
-        // a worker's claim that finds nothing).
-        *waker = None;
-        pass_on_wake(inner).await;
+    // Also on `lead`, where a leader giving up the lead leaves a token: this node then bids.
+    let (wake, lead) = (inner.key("wake"), inner.key("lead"));
+    let mut cmd = redis::cmd("BLPOP");
+    cmd.arg(&wake).arg(&lead).arg(wait.as_secs_f64());
+    let mut blpop = std::pin::pin!(cmd.query_async::<Option<(String, redis::Value)>>(&mut w.conn));
+    let r = tokio::select! {
+        r = &mut blpop => r,
+        () = stopped(stop) => {
+            // Dropping the wait would leave the `BLPOP` on the server, where it could still take
+            // a token meant for the others: unblock it and see what it got (bounded by the
+            // connection's response timeout), and put back a token it took.
+            let Some(id) = id else {
+                // No id to unblock it with: a spare token makes up for one it may take.
+                pass_on_wake(inner).await;
+                return;
+            };
+            let r = loop {
+                let mut unblock = redis::cmd("CLIENT");
+                unblock.arg("UNBLOCK").arg(id);
+                let mut conn = inner.conn.clone();
+                let _: Result<i64, _> = unblock.query_async(&mut conn).await;
+                if let Ok(r) = tokio::time::timeout(MIN_WAIT, &mut blpop).await {
+                    break r;
+                }
+            };
+            match r {
+                Ok(Some((key, _))) => push_token(inner, &key, if key == lead { 0 } else { 7 }).await,
+                Ok(None) => {}
+                // Perhaps it took one, its reply lost: one spare token costs an empty claim.
+                Err(_) => pass_on_wake(inner).await,
+            }
+            return;
+        }
+    };
+    match r {
+        Ok(Some((key, _))) if key == lead => bid_now.notify_one(),
+        Ok(_) => {}
+        Err(_) => {
+            w.id = None;
+            pause(stop, on_error).await;
+        }
     }
 }
 
