@@ -441,14 +441,6 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
                 } else {
                     claimed(&r, key, was, len, &model);
                 }
-                // Fixed rate makes up every missed run, one per advance: a period of nanoseconds
-                // left running through a sleep of milliseconds means millions of runs to make up
-                // before anything else is due. Short periods keep a few runs; longer repeats of
-                // them are cancelled before time moves.
-                let runs = times.unwrap_or(u64::MAX);
-                if r.is_ok() && period < Duration::from_millis(1) && runs > 3 {
-                    assert!(timer.cancel(key).await, "a repeating timer is pending until cancelled");
-                }
             }
             Op::SleepKeyed(k, delay) => {
                 let (key, was) = (key(k), timer.contains(key(k)));

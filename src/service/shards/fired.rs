@@ -66,11 +66,7 @@ impl Fired {
     pub fn shrink_to_fit(&mut self) {
         self.advances = 0;
         self.peak = 0;
-        trim(&mut self.jobs, 0);
-        trim(&mut self.wakers, 0);
-        trim(&mut self.swept, 0);
-        trim(&mut self.due, 0);
-        trim(&mut self.hashes, 0);
+        self.trim_all(0);
     }
 
     /// For the actor, once the buffers are empty at the end of an advance: at the end of each
@@ -82,6 +78,11 @@ impl Fired {
         }
         self.advances = 0;
         let used = std::mem::take(&mut self.peak);
+        self.trim_all(used);
+    }
+
+    /// Cuts every buffer down to what a use of `used` items needs (see [`trim`]).
+    fn trim_all(&mut self, used: usize) {
         trim(&mut self.jobs, used);
         trim(&mut self.wakers, used);
         trim(&mut self.swept, used);

@@ -279,11 +279,7 @@ impl Shared {
             return Err(Error::Stopped);
         }
         let pos = s.find(hash, key.as_bytes(), None).ok_or(Error::NotFound)?;
-        s.move_to(pos, deadline, |timer| {
-            if let Run::Repeat(repeat) = &mut timer.run {
-                repeat.due = due;
-            }
-        });
+        s.move_to(pos, deadline, due);
         self.wake_if_urgent(&mut s, set_at, deadline);
         Ok(())
     }
@@ -299,11 +295,7 @@ impl Shared {
         }
         let (result, unused) = match s.find(hash, timer.key.as_bytes(), None) {
             Some(pos) => {
-                s.move_to(pos, due.deadline, |pending| {
-                    if let Run::Repeat(repeat) = &mut pending.run {
-                        repeat.due = at;
-                    }
-                });
+                s.move_to(pos, due.deadline, at);
                 (Ok(false), Some(timer))
             }
             None => match self.claim(&mut s, hash, timer, due.deadline, false) {

@@ -10,11 +10,13 @@
 use std::hash::BuildHasher;
 use std::task::Waker;
 
+use tokio::time::Instant;
+
 use super::super::config::WheelKind;
 use super::super::index::KeyIndex;
 use super::super::key::Probe;
 use super::super::stats::Stats;
-use super::super::timer::{Timer, ARMED};
+use super::super::timer::{Run, Timer, ARMED};
 use super::watch::{Outcome, Watchers};
 use super::wheel::ShardWheel;
 use crate::wheel::EntryId;
@@ -110,12 +112,14 @@ impl Shard {
         Ok((serial, entry.index()))
     }
 
-    /// Moves the pending timer in key-map slot `pos` to tick `deadline`, and returns it for the
-    /// caller to adjust.
-    pub fn move_to(&mut self, pos: usize, deadline: u64, adjust: impl FnOnce(&mut Timer)) {
+    /// Moves the pending timer in key-map slot `pos` to tick `deadline`, due at the instant `at`:
+    /// a repeating timer goes on at its period from there.
+    pub fn move_to(&mut self, pos: usize, deadline: u64, at: Instant) {
         let (id, _) = self.wheel.at(self.keys.index_at(pos));
         let mut timer = self.wheel.remove(id).expect("a pending timer is in its shard's wheel");
-        adjust(&mut timer);
+        if let Run::Repeat(repeat) = &mut timer.run {
+            repeat.due = at;
+        }
         let entry = self.wheel.insert(deadline, timer);
         self.keys.set_index(pos, entry.index());
     }
