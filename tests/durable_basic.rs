@@ -321,6 +321,71 @@ async fn cancel_reschedule_contains_len_and_stats() {
     assert!(stats.cursor_lag_ticks <= 2, "{stats:?}");
 }
 
+/// What `cancel` and `reschedule` answer for a running task. A handler held open on a gate has
+/// claimed its task, so `cancel` answers false and `reschedule` `NotFound`, and both leave it to
+/// its lease: once released, the handler's `Ok` acknowledges it and it is never handed out again.
+/// Then a worker dies (its runtime is dropped) with a handler running: while the lease is live its
+/// task still counts as running; once the lease ran out it does not, so `cancel` takes it (true)
+/// and a new worker never hands it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_is_left_to_its_lease_and_an_expired_one_is_cancelled() {
+    let Some(server) = RedisServer::start() else { return };
+    let lease = Duration::from_secs(1);
+    let timers = builder(&server, "running").lease(lease).connect().await.expect("connect");
+    let log = Log::default();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let worker = timers.run({
+        let (log, gate) = (log.clone(), gate.clone());
+        move |task: Task| {
+            log.push(&task);
+            let gate = gate.clone();
+            async move {
+                gate.acquire().await.expect("gate").forget();
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    });
+    timers.schedule("held", Duration::ZERO, Vec::new()).await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await, "held never started");
+    assert!(!timers.cancel("held").await.unwrap(), "a running task is not cancelled");
+    assert_eq!(timers.cancel_many(["held"]).await.unwrap(), [false]);
+    assert_eq!(timers.reschedule("held", Duration::from_millis(200)).await, Err(Error::NotFound));
+    assert!(timers.contains("held").await.unwrap(), "a running task is still pending");
+    gate.add_permits(1);
+    worker.shutdown().await;
+    let stats = timers.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.acked), (0, 1), "the running task was acknowledged: {stats:?}");
+    assert_eq!(log.of("held").len(), 1, "{:?}", log.all());
+
+    // A worker whose runtime dies with its handler running: nothing acknowledges or ticks.
+    timers.schedule("orphan", Duration::ZERO, Vec::new()).await.unwrap();
+    let dying = timers.clone();
+    let started = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let (worker, attempt) = rt.block_on(async move {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let worker = dying.run(move |task: Task| {
+                let _ = tx.send(task.attempt());
+                std::future::pending::<Result<(), std::io::Error>>()
+            });
+            (worker, rx.recv().await)
+        });
+        drop(rt);
+        drop(worker);
+        attempt
+    });
+    assert_eq!(started.join().unwrap(), Some(1), "the dying worker ran orphan");
+    assert!(!timers.cancel("orphan").await.unwrap(), "its lease is live: still running");
+    tokio::time::sleep(lease + TICK * 2).await;
+    assert!(timers.cancel("orphan").await.unwrap(), "its lease ran out: no longer running");
+    assert!(!timers.contains("orphan").await.unwrap());
+    let worker = log.worker(&timers);
+    tokio::time::sleep(TICK * 5).await;
+    worker.shutdown().await;
+    assert!(log.of("orphan").is_empty(), "handed out again after its cancel: {:?}", log.all());
+    assert_eq!(timers.stats().await.unwrap().pending, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn far_tier_tasks_are_promoted_and_fire_on_time() {
     let Some(server) = RedisServer::start() else { return };

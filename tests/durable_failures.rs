@@ -1148,10 +1148,9 @@ struct Op {
 
 /// (8g) Random schedules, cancels and reschedules, in the ring and the far tier (delays up to 2.5
 /// revolutions), while a worker runs. Per key, against what each call answered:
-/// - after a cancel that took, nothing starts but the handler of a delivery already claimed
-///   (due before the cancel, starting promptly: it may start just after the answer);
+/// - after a cancel that took, nothing starts;
 /// - after a schedule or reschedule that took, exactly one delivery starts after the answer (one
-///   already claimed may also start around it and be taken back), never before its time;
+///   in flight may also have started before it and been taken back), never before its time;
 /// - a cancel or reschedule that did not take means the task had fired already;
 /// - and at the end the wheel is empty, with its `ring` counter equal to what its slots hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1224,21 +1223,11 @@ async fn random_operations_against_their_answers() {
                 ));
             }
         }
-        // A cancel or reschedule takes a task in flight back from its worker, but the handler of
-        // that delivery runs on, and it may start (which is when the log sees it) just after the
-        // call answered. Such a delivery was due before the call answered and starts promptly
-        // (well within a lease); any other delivery after the call is one it failed to stop.
-        let in_flight_before = |h: &Handled, op: &Op| {
-            h.due <= op.answered_at + CLOCK_SLACK
-                && h.at <= op.answered_at + LEASE
-                && (op.kind == "cancel" || h.due + CLOCK_SLACK < op.not_before)
-        };
-        if last.kind == "cancel" && last.took && after(last.answered_at).any(|h| !in_flight_before(h, last)) {
+        if last.kind == "cancel" && last.took && after(last.answered_at).count() > 0 {
             problems.push(format!("{key}: fired after its cancel took: {ops:?} {deliveries:?}"));
         }
         if last.kind != "cancel" && last.took {
             let since = if last.kind == "schedule" { last.asked_at } else { last.answered_at };
-            let after = |t: SystemTime| after(t).filter(|h| last.kind == "schedule" || !in_flight_before(h, last));
             if after(since).count() != 1 {
                 problems.push(format!(
                     "{key}: {} deliveries after its last {}: {ops:?} {deliveries:?}",

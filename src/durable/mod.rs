@@ -44,6 +44,15 @@
 //!   lease on it is live, and a worker whose lease ran out cannot acknowledge the next holder's
 //!   delivery. So a handler can run more than once for one task: **make handlers idempotent on
 //!   the key** (an upsert, a conditional update, a processed-keys table).
+//! - **Cancel and reschedule take back only what has not started.** A task is *waiting* (in the
+//!   wheel), *ready* (due, not yet claimed) or *running* (claimed by a worker under a live
+//!   lease). [`cancel`](DurableScheduler::cancel) answers `true` for a waiting or ready task, and
+//!   then no handler of it starts after the call returns, on any node; it answers `false` for a
+//!   running task, which it leaves to its lease (acknowledged on success, retried on failure),
+//!   and for no task. [`reschedule`](DurableScheduler::reschedule) moves a waiting or ready task
+//!   and answers [`Error::NotFound`](crate::Error::NotFound) for a running one. A task whose
+//!   lease ran out is no longer running: it is cancelled or moved, and its late handler's
+//!   acknowledgement changes nothing.
 //! - **Failures** (an `Err` or a panic in the handler) are retried after `backoff * 2^(n-1)`
 //!   (at most [`MAX_BACKOFF`]) until `max_attempts` deliveries; then the task goes to the dead
 //!   letters, which [`DurableScheduler::dead_letters`] lists and
@@ -119,7 +128,7 @@
 //!
 //! A task is due at `due_ms` and placed at tick `ceil(due_ms / tick_ms)`; the cursor reaches
 //! that tick when Redis's clock has passed it, so nothing is ever early. Cancel and reschedule
-//! remove a task from its slot, the far tier, the ready or the leased set with `ZREM`: O(log n),
+//! remove a task from its slot, the far tier, the ready set or (when its lease ran out) the leased set with `ZREM`: O(log n),
 //! never a scan. Moving a tick's tasks on is one `ZPOPMIN` and one `ZADD` for the lot.
 
 mod builder;

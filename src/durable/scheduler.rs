@@ -284,10 +284,25 @@ impl DurableScheduler {
         Ok(results)
     }
 
-    /// Cancels the pending task under `key`. Returns whether there was one.
+    /// Cancels the task under `key` if it has not started. Returns true if this call cancelled
+    /// it: then no handler of that task starts after the call returns, on any node.
     ///
-    /// A task in flight (claimed by a worker) is cancelled too; its handler runs on, but its
-    /// acknowledgement finds nothing and it is never delivered again.
+    /// What it answers, by the task's state when the call reaches Redis:
+    /// - **waiting** (due later, in the wheel) or **ready** (due, not yet claimed by a worker):
+    ///   removed, `true`; the key is free at once;
+    /// - **running** (claimed by a worker under a live lease: its handler has started, or the
+    ///   claim's reply is on its way and will start it): left alone, `false`. Its lease runs its
+    ///   course: an `Ok` from the handler acknowledges it, a failure retries it as usual. While
+    ///   it runs, [`contains`](Self::contains) answers true; cancel it again after it failed if
+    ///   it must not be retried;
+    /// - a task whose lease ran out (its worker died, or its handler outran the lease) is no
+    ///   longer running: it is removed, `true`, and the late handler's acknowledgement changes
+    ///   nothing;
+    /// - no task under the key (never scheduled, acknowledged, dead, or cancelled already):
+    ///   `false`.
+    ///
+    /// This is the rule of BullMQ's `remove` and asynq's `DeleteTask`, which refuse an active
+    /// job: a cancel that answered `true` is a promise the caller can build on.
     ///
     /// Safe under retries: a call retried after an ambiguous failure (a timeout whose first
     /// attempt did land) still returns true, and a late retry of the cancelled task's own
@@ -313,7 +328,9 @@ impl DurableScheduler {
         Ok(self.cancel_many([key.as_ref()]).await?[0])
     }
 
-    /// Cancels the pending tasks under `keys`, returning for each whether there was one.
+    /// Cancels the tasks under `keys` that have not started, returning for each whether this
+    /// call cancelled it, by the rules of [`cancel`](Self::cancel): `true` means no handler of
+    /// that task starts after the call returns; a running task is left alone and answers `false`.
     ///
     /// # Examples
     /// ```no_run
@@ -347,8 +364,14 @@ impl DurableScheduler {
         Ok(out)
     }
 
-    /// Moves the pending task under `key` to `delay` from now (on Redis's clock), keeping its
-    /// payload. A task in flight is taken back from its worker.
+    /// Moves the task under `key` to `delay` from now (on Redis's clock), keeping its payload,
+    /// if it has not started: after `Ok` the task is handed out once, at its new time.
+    ///
+    /// A task that is waiting or ready is moved. A running task (claimed by a worker under a
+    /// live lease, as [`cancel`](Self::cancel) describes) is left alone and the call answers
+    /// [`Error::NotFound`]: its handler runs (or is about to), and its lease runs its course;
+    /// schedule the key again once it has ended if it must run once more. A task whose lease
+    /// ran out is moved, and the late handler's acknowledgement changes nothing.
     ///
     /// # Examples
     /// ```no_run
@@ -364,7 +387,8 @@ impl DurableScheduler {
     /// ```
     ///
     /// # Errors
-    /// - [`Error::NotFound`] if no task with this key is pending;
+    /// - [`Error::NotFound`] if no task with this key is waiting or ready (none is pending, or
+    ///   its handler is running);
     /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
@@ -393,7 +417,8 @@ impl DurableScheduler {
         self.move_task(key.as_ref(), When::at(at)?).await
     }
 
-    /// Whether a task with this key is pending (waiting, ready or in flight).
+    /// Whether a task with this key is pending: waiting, ready or running (claimed by a worker
+    /// and not yet acknowledged; a running task cannot be cancelled or moved).
     ///
     /// # Examples
     /// ```no_run
