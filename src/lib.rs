@@ -10,6 +10,11 @@ mod error;
 mod service;
 pub mod wheel;
 
+// The crate's own durable tests share the integration tests' support code, which names the
+// crate `tokio_timewheel`.
+#[cfg(all(test, feature = "redis"))]
+extern crate self as tokio_timewheel;
+
 pub use error::Error;
 pub use service::{
     Advance, Builder, CancelOnDrop, Expirations, Lateness, Repeat, Scheduled, Scheduler, Stats, TimerQueue, WheelKind,

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use support::durable::{keys, wait_until, Handled, Log};
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, Worker};
 use tokio_timewheel::Error;
@@ -35,62 +36,7 @@ fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
         .connect_timeout(Duration::from_secs(3))
 }
 
-/// One delivery: key, attempt, when the handler saw it (this host's clock, which is Redis's).
-#[derive(Clone, Debug)]
-struct Seen {
-    key: String,
-    attempt: u32,
-    at: SystemTime,
-    payload: Vec<u8>,
-}
-
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<Seen>>>);
-
-impl Log {
-    fn push(&self, task: &Task) {
-        self.0.lock().unwrap().push(Seen {
-            key: task.key().to_string(),
-            attempt: task.attempt(),
-            at: SystemTime::now(),
-            payload: task.payload().to_vec(),
-        });
-    }
-
-    fn all(&self) -> Vec<Seen> {
-        self.0.lock().unwrap().clone()
-    }
-
-    fn of(&self, key: &str) -> Vec<Seen> {
-        self.all().into_iter().filter(|s| s.key == key).collect()
-    }
-
-    fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-
-    /// A worker that logs every task and acknowledges it.
-    fn worker(&self, timers: &DurableScheduler) -> Worker {
-        let log = self.clone();
-        timers.run(move |task: Task| {
-            log.push(&task);
-            std::future::ready(Ok::<(), std::io::Error>(()))
-        })
-    }
-}
-
-async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if done() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    done()
-}
-
-fn assert_on_time(seen: &Seen, due: SystemTime, after_call: SystemTime, delay: Duration) {
+fn assert_on_time(seen: &Handled, due: SystemTime, after_call: SystemTime, delay: Duration) {
     assert!(seen.at + SLACK >= due, "{} fired {:?} early", seen.key, due.duration_since(seen.at).unwrap_or_default());
     let latest = after_call + delay + LATE;
     assert!(
@@ -226,61 +172,6 @@ async fn keys_are_freed_by_cancel_ack_and_death() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retried_schedule_is_recognised_by_its_request_id() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "retry").connect().await.expect("connect");
-    timers.schedule_with_request_id("r", Duration::from_millis(300), b"1".to_vec(), "req-1").await.unwrap();
-    // The same request again (its first reply was lost): Ok, and no second task.
-    timers.schedule_with_request_id("r", Duration::from_millis(300), b"1".to_vec(), "req-1").await.unwrap();
-    assert_eq!(timers.len().await.unwrap(), 1);
-    // Another request for the same key is a real duplicate.
-    assert_eq!(
-        timers.schedule_with_request_id("r", Duration::from_millis(300), b"2".to_vec(), "req-2").await,
-        Err(Error::DuplicateKey("r".into()))
-    );
-
-    let log = Log::default();
-    let worker = log.worker(&timers);
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
-    let mut pending = 1;
-    for _ in 0..100 {
-        pending = timers.len().await.unwrap();
-        if pending == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(pending, 0);
-    // A retry arriving after the task fired and was acknowledged creates nothing either.
-    timers.schedule_with_request_id("r", Duration::ZERO, b"1".to_vec(), "req-1").await.unwrap();
-    assert_eq!(timers.len().await.unwrap(), 0);
-    tokio::time::sleep(TICK * 4).await;
-    worker.shutdown().await;
-    assert_eq!(log.len(), 1, "{:?}", log.all());
-}
-
-/// A `schedule` whose reply was lost is retried; if the task was cancelled in between (by
-/// another caller who saw it pending), the late retry must not bring it back, and it still
-/// answers `Ok` to its own caller. Every key-taking method accepts `&str`, `String` and `&String`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_retry_of_a_cancelled_schedule_creates_nothing() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "retry-cancel").connect().await.expect("connect");
-    let key = String::from("c");
-    timers.schedule_with_request_id(&key, Duration::from_secs(60), b"1".to_vec(), "req-1").await.unwrap();
-    assert!(timers.contains(key.clone()).await.unwrap());
-    assert!(timers.cancel(&key).await.unwrap());
-    timers.schedule_with_request_id(&key, Duration::from_secs(60), b"1".to_vec(), "req-1").await.unwrap();
-    assert!(!timers.contains(&key).await.unwrap(), "the cancelled task came back");
-    assert_eq!(timers.len().await.unwrap(), 0);
-    assert!(!timers.cancel(key.clone()).await.unwrap());
-    assert_eq!(timers.reschedule(key.clone(), Duration::from_secs(1)).await, Err(Error::NotFound));
-    // A new request for the key is a new task.
-    timers.schedule_with_request_id(&key, Duration::from_secs(60), b"2".to_vec(), "req-2").await.unwrap();
-    assert!(timers.contains(key).await.unwrap());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_reschedule_contains_len_and_stats() {
     let Some(server) = RedisServer::start() else { return };
     let timers = builder(&server, "moves").connect().await.expect("connect");
@@ -337,7 +228,7 @@ async fn a_running_task_is_left_to_its_lease_and_an_expired_one_is_cancelled() {
     let worker = timers.run({
         let (log, gate) = (log.clone(), gate.clone());
         move |task: Task| {
-            log.push(&task);
+            log.record(&task, 0);
             let gate = gate.clone();
             async move {
                 gate.acquire().await.expect("gate").forget();
@@ -501,7 +392,7 @@ async fn a_cursor_ahead_of_the_clock_fires_nothing_early() {
     let name = "clock-back";
     let timers = builder(&server, name).connect().await.expect("connect");
     let now_tick = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis() / TICK.as_millis();
-    server.command(&["SET", &format!("tw:{{{name}}}:cursor"), &(now_tick + 50).to_string()]);
+    server.command(&["SET", &keys(name).cursor(), &(now_tick + 50).to_string()]);
     let log = Log::default();
     let worker = log.worker(&timers);
     let delay = Duration::from_millis(1500);
@@ -527,7 +418,7 @@ async fn claim_records_do_not_pile_up() {
     let worker = log.worker(&timers);
     assert!(wait_until(Duration::from_secs(5), || log.len() == 60).await, "only {} handled", log.len());
     tokio::time::sleep(TICK * 3).await;
-    let records = server.command(&["KEYS", &format!("tw:{{{name}}}:claim:*")]);
+    let records = server.command(&["KEYS", &keys(name).claim("*")]);
     let records: Vec<&str> = records.as_array().iter().filter_map(|r| r.as_str()).collect();
     assert!(records.len() <= 1, "{} claim records left: {records:?}", records.len());
     for record in &records {
@@ -545,7 +436,7 @@ async fn a_long_task_lease_keeps_the_leadership_lease_short() {
     let name = "long-lease";
     let timers = builder(&server, name).lease(Duration::from_secs(3600)).connect().await.expect("connect");
     let worker = timers.run(|_task: Task| async { Ok::<(), std::io::Error>(()) });
-    let key = format!("tw:{{{name}}}:leader");
+    let key = keys(name).leader();
     let mut pttl = -2;
     for _ in 0..100 {
         pttl = server.command(&["PTTL", &key]).as_int().unwrap_or(-2);
@@ -654,56 +545,6 @@ async fn a_slow_server_fails_connect_within_one_connect_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_tickers_hand_each_task_out_once() {
-    let Some(server) = RedisServer::start() else { return };
-    let name = "tickers";
-    let a = builder(&server, name).lease(Duration::from_secs(30)).connect().await.expect("connect");
-    let b = builder(&server, name).lease(Duration::from_secs(30)).connect().await.expect("connect");
-    // Two "leaders" with the same token tick at once, as if the fence had let both through.
-    server.command(&["SET", &format!("tw:{{{name}}}:leader"), "both:1"]);
-    const N: usize = 600;
-    let mut items = Vec::new();
-    let start = SystemTime::now();
-    for i in 0..N {
-        items.push((format!("t{i}"), Duration::from_millis((i as u64 * 997) % 1500), Vec::<u8>::new()));
-    }
-    let dues: HashMap<String, SystemTime> = items.iter().map(|(k, d, _)| (k.clone(), start + *d)).collect();
-    assert!(a.schedule_many(items).await.unwrap().iter().all(Result::is_ok));
-
-    let stop = Arc::new(AtomicUsize::new(0));
-    let mut tickers = Vec::new();
-    for timers in [a.clone(), b.clone(), a.clone(), b.clone()] {
-        let stop = stop.clone();
-        tickers.push(tokio::spawn(async move {
-            while stop.load(Ordering::Relaxed) == 0 {
-                assert!(timers.tick_with_token("both:1").await.unwrap(), "the token is the leader's");
-                tokio::time::sleep(Duration::from_millis(3)).await;
-            }
-        }));
-    }
-    // Workers whose own leader loops cannot win (the leader key is taken): they only claim.
-    let log = Log::default();
-    let workers = [log.worker(&a), log.worker(&b), log.worker(&a)];
-    assert!(wait_until(Duration::from_secs(5), || log.len() >= N).await, "{} of {N}", log.len());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(1, Ordering::Relaxed);
-    for t in tickers {
-        t.await.unwrap();
-    }
-    for w in workers {
-        w.shutdown().await;
-    }
-    let seen = log.all();
-    assert_eq!(seen.len(), N, "some task was handed out twice");
-    for s in &seen {
-        assert!(s.at + SLACK >= dues[&s.key], "{} early", s.key);
-        assert_eq!(s.attempt, 1);
-    }
-    // A stale token is refused.
-    assert!(!a.tick_with_token("stale:0").await.unwrap());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_back_off_then_dead_letter_and_requeue() {
     let Some(server) = RedisServer::start() else { return };
     let backoff = Duration::from_millis(150);
@@ -713,7 +554,7 @@ async fn failures_back_off_then_dead_letter_and_requeue() {
     let worker = timers.run({
         let (log, healed) = (log.clone(), healed.clone());
         move |task: Task| {
-            log.push(&task);
+            log.record(&task, 0);
             let healed = healed.load(Ordering::Relaxed) == 1;
             async move {
                 match task.key() {
@@ -737,6 +578,7 @@ async fn failures_back_off_then_dead_letter_and_requeue() {
     }
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!((dead[0].key(), dead[0].attempts(), dead[0].last_error()), ("fails", 3, "attempt 3 failed"));
+    assert_eq!(dead[0].payload(), b"f", "a dead letter keeps its payload");
     let tries = log.of("fails");
     assert_eq!(tries.iter().map(|s| s.attempt).collect::<Vec<_>>(), vec![1, 2, 3]);
     for (n, pair) in tries.windows(2).enumerate() {
@@ -753,6 +595,8 @@ async fn failures_back_off_then_dead_letter_and_requeue() {
     assert_eq!((stats.dead, stats.dead_lettered), (1, 1), "{stats:?}");
     assert!(stats.retried >= 3, "{stats:?}");
     assert!(!timers.contains("fails").await.unwrap(), "a dead task's key is free");
+    assert!(wait_until(Duration::from_secs(2), || log.of("panics").len() == 2).await);
+    assert_eq!(timers.len().await.unwrap(), 0, "a dead task is not pending");
 
     healed.store(1, Ordering::Relaxed);
     assert!(timers.requeue_dead("fails").await.unwrap());
@@ -769,6 +613,9 @@ async fn failures_back_off_then_dead_letter_and_requeue() {
         stats = timers.stats().await.unwrap();
     }
     assert_eq!((stats.dead, stats.pending), (0, 0), "{stats:?}");
+    assert!(timers.dead_letters(10).await.unwrap().is_empty());
+    tokio::time::sleep(TICK * 4).await;
+    assert_eq!(log.of("fails").len(), 4, "the requeued task was handed out again after its ack");
     worker.shutdown().await;
 }
 

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use support::durable::{keys, leader_value, wait_until, Handled, Log};
 use support::redis_server::{Persistence, RedisServer, Reply};
 use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task};
 use tokio_timewheel::Error;
@@ -55,74 +56,6 @@ fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
         .backoff(Duration::from_millis(100))
         .response_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_secs(5))
-}
-
-/// One delivery of a task to a handler.
-#[derive(Clone, Debug)]
-struct Handled {
-    key: String,
-    attempt: u32,
-    due: SystemTime,
-    /// When the handler started, on this machine's clock (which is also Redis's: same host).
-    at: SystemTime,
-    payload_len: usize,
-    node: usize,
-}
-
-/// Every delivery any handler saw, in order.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<Handled>>>);
-
-impl Log {
-    fn record(&self, task: &Task, node: usize) {
-        let handled = Handled {
-            key: task.key().to_owned(),
-            attempt: task.attempt(),
-            due: task.due(),
-            at: SystemTime::now(),
-            payload_len: task.payload().len(),
-            node,
-        };
-        self.0.lock().unwrap().push(handled);
-    }
-
-    /// A handler that records the delivery and acknowledges it.
-    fn handler(
-        &self,
-        node: usize,
-    ) -> impl Fn(Task) -> std::future::Ready<Result<(), std::io::Error>> + Send + Sync + 'static {
-        let log = self.clone();
-        move |task: Task| {
-            log.record(&task, node);
-            std::future::ready(Ok(()))
-        }
-    }
-
-    fn all(&self) -> Vec<Handled> {
-        self.0.lock().unwrap().clone()
-    }
-
-    fn of(&self, key: &str) -> Vec<Handled> {
-        self.0.lock().unwrap().iter().filter(|h| h.key == key).cloned().collect()
-    }
-
-    fn distinct_keys(&self) -> HashSet<String> {
-        self.0.lock().unwrap().iter().map(|h| h.key.clone()).collect()
-    }
-}
-
-/// Polls `done` every 20 ms until it holds or `timeout` passes; returns whether it held.
-async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// What a run must show: every key in `expected` handled at least once, none before its bound,
@@ -187,7 +120,7 @@ fn assert_once(log: &Log) {
     assert!(twice.is_empty(), "tasks handled more than once (key, attempts): {twice:?}");
 }
 
-/// The scenario behind test 1: schedule tasks at a steady rate, SIGKILL Redis about halfway,
+/// The scenario behind the test: schedule tasks at a steady rate, SIGKILL Redis about halfway,
 /// restart it on the same directory 700 ms later, keep scheduling, then wait for the tasks.
 async fn kill_redis_mid_run(server: &mut RedisServer, name: &str) -> (Expectations, Vec<Handled>) {
     let timers = builder(server, name).connect().await.expect("connect");
@@ -243,7 +176,7 @@ async fn kill_redis_mid_run(server: &mut RedisServer, name: &str) -> (Expectatio
     (want, log.all())
 }
 
-/// (1) Redis killed with SIGKILL mid-run and restarted on the same directory (AOF `everysec`):
+/// Redis killed with SIGKILL mid-run and restarted on the same directory (AOF `everysec`):
 /// every task whose `schedule` returned `Ok` fires, none early.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_redis_loses_no_acknowledged_task() {
@@ -257,7 +190,7 @@ async fn sigkill_of_redis_loses_no_acknowledged_task() {
     }
 }
 
-/// (1b) The negative control: the same run with AOF off must be caught losing tasks, which shows
+/// The negative control: the same run with AOF off must be caught losing tasks, which shows
 /// that the check above can fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_without_aof_is_caught_losing_tasks() {
@@ -273,7 +206,7 @@ async fn sigkill_without_aof_is_caught_losing_tasks() {
     }
 }
 
-/// (2) A worker that does its side effect and then dies before the ack (its runtime is shut down
+/// A worker that does its side effect and then dies before the ack (its runtime is shut down
 /// under it): the task comes back after the lease with `attempt == 2`, to another worker, once.
 #[test]
 fn worker_dying_before_ack_gets_the_task_redelivered_after_the_lease() {
@@ -329,7 +262,7 @@ fn worker_dying_before_ack_gets_the_task_redelivered_after_the_lease() {
     });
 }
 
-/// (2b) A handler that outlives its lease: the task goes to another delivery (attempt 2) while the
+/// A handler that outlives its lease: the task goes to another delivery (attempt 2) while the
 /// first still runs, and the first one's late ack must not complete the second's: when the second
 /// fails, the task is retried (attempt 3). If the stale ack deleted the task, attempt 3 never comes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,15 +303,7 @@ async fn a_stale_ack_cannot_complete_the_redelivery() {
     worker.shutdown().await;
 }
 
-/// Finds the wheel's leader key through raw commands (its exact name is the crate's business; it
-/// carries the wheel's hash tag and the word `leader`).
-fn leader_value(server: &RedisServer, name: &str) -> Option<String> {
-    let keys = server.command(&["KEYS", &format!("*{{{name}}}*leader*")]);
-    let key = keys.as_array().first()?.as_str()?.to_owned();
-    server.command(&["GET", &key]).as_str().map(str::to_owned)
-}
-
-/// (3) A stale leader: node 1 leads, then its runtime thread is frozen for 2.5 leases (as a GC
+/// A stale leader: node 1 leads, then its runtime thread is frozen for 2.5 leases (as a GC
 /// pause or a stopped VM would). Node 2 takes the lead within the lease; when node 1 wakes, its
 /// cursor moves are refused (the leadership stays with node 2) and nothing is handed out twice
 /// within a lease; every task is handled.
@@ -476,55 +401,7 @@ fn a_paused_leader_is_replaced_and_fenced_off() {
     node1_thread.join().expect("node 1");
 }
 
-/// (3b) The fencing itself, driven by hand through `tick_with_token`: a leader whose lease ran out
-/// and was taken by another is refused, and its refused call moves neither the cursor nor any
-/// task; the new leader's call does; every task is then handed out once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_token_moves_neither_cursor_nor_tasks() {
-    let _guard = shared();
-    let Some(server) = RedisServer::start() else { return };
-    let name = "fenced";
-    let key = |k: &str| format!("tw:{{{name}}}:{k}");
-    let timers = builder(&server, name).connect().await.expect("connect");
-    let int = |reply: Reply| reply.as_int().unwrap_or(0);
-
-    server.command(&["SET", &key("leader"), "old:1", "PX", "300"]);
-    for i in 0..20 {
-        timers.schedule(format!("a{i}"), Duration::from_millis(100), vec![]).await.unwrap();
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(timers.tick_with_token("old:1").await.unwrap(), "the live leader was refused");
-    let cursor = int(server.command(&["GET", &key("cursor")]));
-    assert_eq!(int(server.command(&["ZCARD", &key("ready")])), 20, "the leader's tick moved the due tasks");
-
-    // The old leader's lease (renewed by its tick) runs out; a new leader takes over.
-    tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
-    assert_eq!(server.command(&["SET", &key("leader"), "new:2", "PX", "10000", "NX"]).as_str(), Some("OK"));
-    for i in 0..10 {
-        timers.schedule(format!("b{i}"), Duration::from_millis(50), vec![]).await.unwrap();
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-
-    assert!(!timers.tick_with_token("old:1").await.unwrap(), "the stale leader's tick was accepted");
-    assert_eq!(int(server.command(&["GET", &key("cursor")])), cursor, "a refused tick moved the cursor");
-    assert_eq!(int(server.command(&["ZCARD", &key("ready")])), 20, "a refused tick moved tasks");
-
-    assert!(timers.tick_with_token("new:2").await.unwrap(), "the new leader was refused");
-    assert!(int(server.command(&["GET", &key("cursor")])) > cursor, "the new leader's tick did not move the cursor");
-    assert_eq!(int(server.command(&["ZCARD", &key("ready")])), 30);
-    assert!(timers.tick_with_token("new:2").await.unwrap());
-    assert_eq!(int(server.command(&["ZCARD", &key("ready")])), 30, "a repeated tick moved tasks again");
-
-    // A worker (whose own leader loop cannot win while new:2 holds the lease) hands each out once.
-    let log = Log::default();
-    let worker = timers.run(log.handler(0));
-    assert!(wait_until(Duration::from_secs(3), || log.distinct_keys().len() == 30).await);
-    tokio::time::sleep(TICK * 4).await;
-    worker.shutdown().await;
-    assert_once(&log);
-}
-
-/// (4) Every node down for more than a revolution (32 slots x 50 ms = 1.6 s; down 2.5 s) while
+/// Every node down for more than a revolution (32 slots x 50 ms = 1.6 s; down 2.5 s) while
 /// clients keep scheduling, near and far: when a worker comes back, every task fires once, none
 /// early, and the overdue ones fire promptly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -582,7 +459,7 @@ async fn every_node_down_for_more_than_a_revolution() {
     assert_eq!(timers.len().await.unwrap(), 0);
 }
 
-/// (5a) Ambiguous replies to `schedule`: Redis sleeps (`DEBUG SLEEP`) longer than the client's
+/// Ambiguous replies to `schedule`: Redis sleeps (`DEBUG SLEEP`) longer than the client's
 /// response timeout, so the first attempt times out at the client but runs at the server. The
 /// call must still answer `Ok` to its own caller (not `DuplicateKey`) and leave one task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -619,7 +496,7 @@ async fn ambiguous_schedule_is_neither_duplicated_nor_refused() {
     assert_once(&log);
 }
 
-/// (5b) Ambiguous replies to the tick, claim and ack scripts: the server stalls for longer than the
+/// Ambiguous replies to the tick, claim and ack scripts: the server stalls for longer than the
 /// response timeout again and again while tasks come due. Each task is handled exactly once, on
 /// its first attempt (a claim whose reply was lost is retried and gets its tasks back), none
 /// early.
@@ -663,7 +540,7 @@ async fn ambiguous_tick_claim_and_ack_hand_each_task_out_once() {
     assert!(late.is_empty(), "delivered again after a lost claim reply: {late:?}");
 }
 
-/// (5c) Ambiguous replies to `cancel`, as in (5a): the first attempt times out at the client but
+/// Ambiguous replies to `cancel`,: the first attempt times out at the client but
 /// runs at the server, and the retry finds the task gone. The call must still answer true (it did
 /// cancel the task), and the task must not fire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -696,7 +573,7 @@ async fn ambiguous_cancel_still_cancels() {
     assert_eq!(timers.len().await.unwrap(), 0);
 }
 
-/// (6) 100,000 tasks due on one tick: every one fires once, and `SLOWLOG` (threshold 10 ms) holds
+/// 100,000 tasks due on one tick: every one fires once, and `SLOWLOG` (threshold 10 ms) holds
 /// no call of the crate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_thousand_tasks_on_one_tick() {
@@ -804,73 +681,8 @@ fn slow_calls(server: &RedisServer) -> (Vec<String>, Vec<String>) {
     (slow, stalled)
 }
 
-/// (8a) Retry with exponential backoff, then the dead letters; the key is free while the task is
-/// dead; a requeued dead task comes back with its attempts reset.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retries_back_off_then_dead_letter_and_requeue() {
-    let _guard = shared();
-    let Some(server) = RedisServer::start() else { return };
-    let backoff = Duration::from_millis(200);
-    let timers = builder(&server, "dead").max_attempts(3).backoff(backoff).connect().await.expect("connect");
-    let log = Log::default();
-    let healed = Arc::new(AtomicBool::new(false));
-    let worker = timers.run({
-        let log = log.clone();
-        let healed = healed.clone();
-        move |task: Task| {
-            log.record(&task, 0);
-            let result = if healed.load(Ordering::Relaxed) {
-                Ok(())
-            } else {
-                Err(format!("boom on attempt {}", task.attempt()))
-            };
-            std::future::ready(result)
-        }
-    });
-    timers.schedule("d", Duration::from_millis(100), b"dead payload".to_vec()).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.of("d").len() == 3).await, "deliveries: {:?}", log.of("d"));
-    tokio::time::sleep(backoff * 4 + TICK * 4).await;
-    let deliveries = log.of("d");
-    assert_eq!(deliveries.iter().map(|h| h.attempt).collect::<Vec<_>>(), [1, 2, 3], "{deliveries:?}");
-    for (n, pair) in deliveries.windows(2).enumerate() {
-        let gap = pair[1].at.duration_since(pair[0].at).unwrap();
-        let wait = backoff * 2u32.pow(n as u32);
-        assert!(
-            gap + CLOCK_SLACK >= wait,
-            "attempt {} came {gap:?} after the failure, before its backoff {wait:?}",
-            n + 2
-        );
-        assert!(gap < wait + TICK * 2 + Duration::from_millis(300), "attempt {} came {gap:?} late", n + 2);
-    }
-
-    let stats = timers.stats().await.unwrap();
-    assert_eq!(stats.dead, 1, "{stats:?}");
-    assert!(stats.retried >= 2 && stats.dead_lettered >= 1, "{stats:?}");
-    assert_eq!(timers.len().await.unwrap(), 0, "a dead task is not pending");
-    assert!(!timers.contains("d").await.unwrap());
-    let dead = timers.dead_letters(10).await.unwrap();
-    assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].key(), "d");
-    assert_eq!(dead[0].payload(), b"dead payload");
-    assert_eq!(dead[0].attempts(), 3);
-    assert!(dead[0].last_error().contains("boom on attempt 3"), "{:?}", dead[0].last_error());
-
-    // Requeue: back to ready, first attempt again.
-    healed.store(true, Ordering::Relaxed);
-    assert!(timers.requeue_dead("d").await.unwrap());
-    assert!(!timers.requeue_dead("d").await.unwrap(), "requeued twice");
-    assert!(wait_until(Duration::from_secs(3), || log.of("d").len() == 4).await);
-    assert_eq!(log.of("d")[3].attempt, 1, "requeued task keeps its old attempt count");
-    assert_eq!(log.of("d")[3].payload_len, b"dead payload".len());
-    tokio::time::sleep(LEASE + TICK * 4).await;
-    assert_eq!(log.of("d").len(), 4);
-    assert!(timers.dead_letters(10).await.unwrap().is_empty());
-    assert_eq!(timers.stats().await.unwrap().dead, 0);
-    worker.shutdown().await;
-}
-
-/// (8a') Dead letters over several pages list each once, oldest first; a `requeue_dead` whose
-/// reply was lost (`DEBUG SLEEP` past the response timeout, as in (5a)) still answers true, and
+/// Dead letters over several pages list each once, oldest first; a `requeue_dead` whose
+/// reply was lost (`DEBUG SLEEP` past the response timeout,) still answers true, and
 /// the task comes back once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_page_and_an_ambiguous_requeue_still_answers_true() {
@@ -957,7 +769,7 @@ async fn dead_letters_page_and_an_ambiguous_requeue_still_answers_true() {
 
 type DeadTaskSummary = (String, u32, String);
 
-/// (8b) A handler that panics is retried like one that fails: after the backoff (100 ms), not
+/// A handler that panics is retried like one that fails: after the backoff (100 ms), not
 /// after the lease (1 s). Both a panic while the handler's future runs and one in the handler's
 /// call itself, before it returns a future.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -995,30 +807,7 @@ async fn a_panicking_handler_is_retried_after_the_backoff() {
     }
 }
 
-/// (8e) A late retry of a `schedule` (same request id) whose first attempt landed, and whose task
-/// then fired and was acknowledged before the retry arrived, answers `Ok` and creates no second
-/// task; a new request for the same key (another id) does schedule again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_retry_of_a_fired_schedule_creates_nothing() {
-    let _guard = shared();
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "late-retry").connect().await.expect("connect");
-    let log = Log::default();
-    let worker = timers.run(log.handler(0));
-    timers.schedule_with_request_id("k", Duration::from_millis(50), "x", "req-1").await.unwrap();
-    assert!(wait_until(Duration::from_secs(2), || log.of("k").len() == 1).await);
-    tokio::time::sleep(TICK * 4).await; // the ack lands
-    assert!(!timers.contains("k").await.unwrap());
-    assert_eq!(timers.schedule_with_request_id("k", Duration::from_millis(50), "x", "req-1").await, Ok(()));
-    tokio::time::sleep(TICK * 6).await;
-    assert_eq!(log.of("k").len(), 1, "the late retry scheduled the task a second time");
-    assert_eq!(timers.len().await.unwrap(), 0);
-    timers.schedule_with_request_id("k", Duration::from_millis(50), "x", "req-2").await.unwrap();
-    assert!(wait_until(Duration::from_secs(2), || log.of("k").len() == 2).await, "a new request was swallowed");
-    worker.shutdown().await;
-}
-
-/// (8f) Redis away for longer than a call's retry window: the call fails with a retryable error
+/// Redis away for longer than a call's retry window: the call fails with a retryable error
 /// within that window (never hangs); the worker keeps going and resumes when Redis returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_away_longer_than_the_retry_window() {
@@ -1048,7 +837,7 @@ async fn redis_away_longer_than_the_retry_window() {
     assert!(log.of("during").is_empty(), "a schedule that failed fired");
 }
 
-/// (8c) Cancel and reschedule racing the tick that makes the tasks due, while handlers (30 ms
+/// Cancel and reschedule racing the tick that makes the tasks due, while handlers (30 ms
 /// each) are in flight. Whatever each call answered:
 /// - cancel `true`: no delivery starts after the answer (one in flight may have started before);
 /// - cancel `false`: it had been handed out already, so it fired exactly once;
@@ -1146,7 +935,7 @@ struct Op {
     not_before: SystemTime,
 }
 
-/// (8g) Random schedules, cancels and reschedules, in the ring and the far tier (delays up to 2.5
+/// Random schedules, cancels and reschedules, in the ring and the far tier (delays up to 2.5
 /// revolutions), while a worker runs. Per key, against what each call answered:
 /// - after a cancel that took, nothing starts;
 /// - after a schedule or reschedule that took, exactly one delivery starts after the answer (one
@@ -1255,9 +1044,9 @@ async fn random_operations_against_their_answers() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 
     assert_eq!(timers.len().await.unwrap(), 0, "{:?}", timers.stats().await);
-    let ring = server.command(&["GET", &format!("tw:{{{name}}}:ring")]).as_int().unwrap_or(0);
+    let ring = server.command(&["GET", &keys(name).ring()]).as_int().unwrap_or(0);
     let held: i64 =
-        (0..SLOTS).map(|i| server.command(&["ZCARD", &format!("tw:{{{name}}}:slot:{i}")]).as_int().unwrap_or(0)).sum();
+        (0..SLOTS).map(|i| server.command(&["ZCARD", &keys(name).slot(i as u64)]).as_int().unwrap_or(0)).sum();
     assert_eq!((ring, held), (0, 0), "the ring counter and what the slots hold, at the end");
     let kinds = |kind: &str, took: bool| ops.values().flatten().filter(|op| op.kind == kind && op.took == took).count();
     eprintln!(
@@ -1271,7 +1060,7 @@ async fn random_operations_against_their_answers() {
     );
 }
 
-/// (8h) `wait_for_replicas`: with no replica connected a schedule fails with a retryable error
+/// `wait_for_replicas`: with no replica connected a schedule fails with a retryable error
 /// (the write did not reach a replica in time); with one, it succeeds and the replica already
 /// holds the task when `schedule` returns, so a failover to it would keep the task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1307,7 +1096,7 @@ async fn schedules_wait_for_a_replica_when_asked() {
     for i in 0..20 {
         let key = format!("copied-{i}");
         timers.schedule(&key, Duration::from_millis(200), "x").await.expect("schedule with a replica");
-        let on_replica = replica.command(&["EXISTS", &format!("tw:{{replicated}}:t:{key}")]).as_int();
+        let on_replica = replica.command(&["EXISTS", &keys("replicated").task(&key)]).as_int();
         assert_eq!(on_replica, Some(1), "{key} was not on the replica when schedule returned");
     }
     let log = Log::default();
@@ -1350,7 +1139,7 @@ async fn count_commands(server: &RedisServer, window: Duration, tick: Duration) 
     }
 }
 
-/// (8i) An idle wheel (1,000 tasks an hour away, three workers) costs a few Redis commands per
+/// An idle wheel (1,000 tasks an hour away, three workers) costs a few Redis commands per
 /// tick, whatever it holds; and every key the wheel writes carries its hash tag, so one wheel
 /// lives on one cluster slot.
 ///
@@ -1388,47 +1177,15 @@ async fn an_idle_wheel_costs_a_few_commands_per_tick_under_one_hash_tag() {
     }
     assert!(log.all().is_empty());
 
-    let keys = server.command(&["KEYS", "*"]);
+    let all = server.command(&["KEYS", "*"]);
+    let prefix = keys("idle").prefix().to_string();
     let untagged: Vec<&str> =
-        keys.as_array().iter().filter_map(Reply::as_str).filter(|k| !k.starts_with("tw:{idle}:")).collect();
+        all.as_array().iter().filter_map(Reply::as_str).filter(|k| !k.starts_with(&prefix)).collect();
     assert!(untagged.is_empty(), "keys outside the wheel's hash tag: {untagged:?}");
-    assert!(keys.as_array().len() > 1000, "the tasks are not where expected");
+    assert!(all.as_array().len() > 1000, "the tasks are not where expected");
 }
 
-/// D5 of the benchmark, as a test: 100,000 tasks an hour away, four idle workers, a 100 ms tick
-/// and the default lease, counted over 20 s. Slow (a minute), so it runs on demand:
-/// `cargo test --features redis --test durable_failures -- --ignored d5 --nocapture`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a minute long: the benchmark's D5, run on demand"]
-async fn d5_an_idle_wheel_of_100_000_tasks_and_4_workers() {
-    let _guard = exclusive();
-    let Some(server) = RedisServer::start() else { return };
-    let tick = Duration::from_millis(100);
-    let timers = DurableScheduler::builder(server.url(), "d5").tick(tick).connect().await.expect("connect");
-    for chunk in 0..100 {
-        let items = (0..1000).map(|i| (format!("later-{chunk}-{i}"), Duration::from_secs(3600), vec![1u8; 32]));
-        assert!(timers.schedule_many(items).await.expect("schedule_many").iter().all(Result::is_ok));
-    }
-    let log = Log::default();
-    let workers: Vec<_> = (0..4).map(|n| timers.run(log.handler(n))).collect();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let c = count_commands(&server, Duration::from_secs(20), tick).await;
-    let listed: Vec<String> = c.per_command.iter().map(|(n, k)| format!("{n}={k}")).collect();
-    eprintln!(
-        "D5 (100,000 tasks, 4 workers, 100 ms tick, 20 s): {:.2} calls ({:.2} BLPOP) and {:.1} commands per tick ({})",
-        c.sent,
-        c.blpop,
-        c.run,
-        listed.join(" ")
-    );
-    assert!(c.sent <= 2.0, "D5 costs {:.2} calls per tick: {listed:?}", c.sent);
-    for worker in workers {
-        worker.shutdown().await;
-    }
-    assert!(log.all().is_empty());
-}
-
-/// (8j) A clean shutdown hands the lead over at once (not after the lease), waits for the
+/// A clean shutdown hands the lead over at once (not after the lease), waits for the
 /// handlers in flight, and their acks land: nothing is handed out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
@@ -1473,7 +1230,7 @@ async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
     assert_once(&log);
 }
 
-/// (8d) Payloads: empty, every byte value, exactly the maximum arrive intact; one byte more is
+/// Payloads: empty, every byte value, exactly the maximum arrive intact; one byte more is
 /// `Invalid`, and so is an empty key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payloads_up_to_the_maximum() {
@@ -1513,24 +1270,5 @@ async fn payloads_up_to_the_maximum() {
     let received = received.lock().unwrap();
     for (key, payload) in &cases {
         assert!(received[*key] == *payload, "payload {key} ({} bytes) changed on the way", payload.len());
-    }
-}
-
-/// The harness itself: a write that AOF flushed survives SIGKILL and restart on the same
-/// directory; without AOF it does not.
-#[test]
-fn harness_restart_keeps_aof_and_loses_without() {
-    let _guard = shared();
-    for (persistence, survives) in [(Persistence::Aof, true), (Persistence::None, false)] {
-        let Some(mut server) = RedisServer::start_with(persistence, &[]) else { return };
-        assert_eq!(server.command(&["SET", "k", "v"]).as_str(), Some("OK"));
-        std::thread::sleep(Duration::from_millis(1100)); // appendfsync everysec
-        let port = server.port();
-        server.kill();
-        assert!(server.command_timeout(&["PING"], Duration::from_millis(200)).is_err(), "killed server answers");
-        server.restart();
-        assert_eq!(server.port(), port);
-        let got = server.command(&["GET", "k"]);
-        assert_eq!(got.as_str().is_some(), survives, "{persistence:?}: GET k after restart = {got:?}");
     }
 }

@@ -129,9 +129,7 @@ impl Drop for Node {
 }
 
 fn leader_value(server: &RedisServer) -> Option<String> {
-    let keys = server.command(&["KEYS", &format!("*{{{NAME}}}*leader*")]);
-    let key = keys.as_array().first()?.as_str()?.to_owned();
-    server.command(&["GET", &key]).as_str().map(str::to_owned)
+    support::durable::leader_value(server, NAME)
 }
 
 /// One line of the `handled` list.
@@ -159,7 +157,7 @@ fn handled(server: &RedisServer) -> Vec<Handled> {
     server.command(&["LRANGE", HANDLED, "0", "-1"]).as_array().iter().filter_map(|r| r.as_str()).map(parse).collect()
 }
 
-/// (7) Three node processes share one wheel; the leader's process gets SIGKILL halfway through
+/// Three node processes share one wheel; the leader's process gets SIGKILL halfway through
 /// a stream of schedules.
 #[test]
 fn three_nodes_survive_the_leaders_sigkill() {

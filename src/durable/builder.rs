@@ -1,32 +1,24 @@
-//! `DurableBuilder`: the settings of a durable wheel, their defaults and their validation.
+//! `DurableBuilder`: gathers the settings of a durable wheel (`config` holds their defaults and
+//! checks them) and connects. Imported by nothing: it is the top of the durable module.
 
 use std::time::Duration;
 
+use super::config::Settings;
+#[cfg(doc)]
+use super::config::{
+    DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_SLOTS,
+};
 use super::DurableScheduler;
 use crate::Error;
 
-/// The default tick of a durable wheel: 1 s.
-pub const DEFAULT_TICK: Duration = Duration::from_secs(1);
-/// The default number of slots in the ring: 3,600, one revolution an hour at the default tick.
-pub const DEFAULT_SLOTS: usize = 3600;
-/// The most slots a ring may have: 2^20.
-pub const MAX_SLOTS: usize = 1 << 20;
-/// The default lease: a claimed task not acknowledged within 30 s goes to another worker.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-/// The default number of deliveries before a failing task goes to the dead letters: 5.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
-/// The default largest payload: 1 MiB.
-pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
-/// The default time Redis has to answer one command: 2 s.
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// The default time `connect` waits for Redis before it gives up: 5 s.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default base of the retry backoff of a failed task: 1 s (then 2 s, 4 s, ...).
-pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
-/// The longest retry backoff of a failed task: 1 hour.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
-/// The default number of handlers one [`Worker`](super::Worker) runs at once: 16.
-pub const DEFAULT_CONCURRENCY: usize = 16;
+impl DurableScheduler {
+    /// A [`DurableBuilder`] for the wheel `name` on the Redis at `url` (`redis://host:port/db`,
+    /// `rediss://` for TLS is not enabled), with the defaults.
+    pub fn builder(url: impl AsRef<str>, name: impl AsRef<str>) -> DurableBuilder {
+        DurableBuilder { url: url.as_ref().to_string(), settings: Settings::new(name.as_ref()) }
+    }
+}
 
 /// Configures a durable wheel and connects to it. Made by [`DurableScheduler::builder`].
 ///
@@ -52,49 +44,22 @@ pub const DEFAULT_CONCURRENCY: usize = 16;
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct DurableBuilder {
-    pub(crate) url: String,
-    pub(crate) name: String,
-    pub(crate) tick: Duration,
-    pub(crate) slots: usize,
-    pub(crate) lease: Duration,
-    pub(crate) max_attempts: u32,
-    pub(crate) max_payload: usize,
-    pub(crate) response_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) backoff: Duration,
-    pub(crate) concurrency: usize,
-    pub(crate) replicas: Option<(usize, Duration)>,
+    url: String,
+    settings: Settings,
 }
 
 impl DurableBuilder {
-    pub(crate) fn new(url: &str, name: &str) -> Self {
-        DurableBuilder {
-            url: url.to_string(),
-            name: name.to_string(),
-            tick: DEFAULT_TICK,
-            slots: DEFAULT_SLOTS,
-            lease: DEFAULT_LEASE,
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
-            max_payload: DEFAULT_MAX_PAYLOAD,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            backoff: DEFAULT_BACKOFF,
-            concurrency: DEFAULT_CONCURRENCY,
-            replicas: None,
-        }
-    }
-
     /// How far the cursor moves at a time: tasks fire on the first tick at or after their due
     /// time. A whole number of milliseconds, at least 1 ms. Default [`DEFAULT_TICK`].
     pub fn tick(mut self, tick: Duration) -> Self {
-        self.tick = tick;
+        self.settings.tick = tick;
         self
     }
 
     /// How many slots the ring has: tasks due within `slots * tick` wait in the ring, later ones
     /// in the far tier until the cursor comes near. 1 to [`MAX_SLOTS`]. Default [`DEFAULT_SLOTS`].
     pub fn slots(mut self, slots: usize) -> Self {
-        self.slots = slots;
+        self.settings.slots = slots;
         self
     }
 
@@ -104,28 +69,28 @@ impl DurableBuilder {
     /// within 10 s when the lease is longer (so a long lease for slow handlers does not leave the
     /// wheel unticked that long). 1 ms to 365 days. Default [`DEFAULT_LEASE`].
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+        self.settings.lease = lease;
         self
     }
 
     /// How many deliveries a task gets before a failing one goes to the dead letters. At least 1.
     /// Default [`DEFAULT_MAX_ATTEMPTS`].
     pub fn max_attempts(mut self, max_attempts: u32) -> Self {
-        self.max_attempts = max_attempts;
+        self.settings.max_attempts = max_attempts;
         self
     }
 
     /// The largest payload `schedule` accepts, in bytes; a larger one is [`Error::Invalid`].
     /// At most 512 MiB (Redis's own limit). Default [`DEFAULT_MAX_PAYLOAD`].
     pub fn max_payload(mut self, bytes: usize) -> Self {
-        self.max_payload = bytes;
+        self.settings.max_payload = bytes;
         self
     }
 
     /// How long Redis has to answer one command before the call fails with a retryable
     /// [`Error::Redis`]. Default [`DEFAULT_RESPONSE_TIMEOUT`].
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.settings.response_timeout = timeout;
         self
     }
 
@@ -133,21 +98,21 @@ impl DurableBuilder {
     /// call keeps retrying a transient failure before it returns it. Default
     /// [`DEFAULT_CONNECT_TIMEOUT`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.settings.connect_timeout = timeout;
         self
     }
 
     /// The base of the exponential backoff of a failed task: it is retried `backoff * 2^(n-1)`
     /// after its `n`th failed delivery, at most [`MAX_BACKOFF`]. Default [`DEFAULT_BACKOFF`].
     pub fn backoff(mut self, backoff: Duration) -> Self {
-        self.backoff = backoff;
+        self.settings.backoff = backoff;
         self
     }
 
     /// How many handlers one [`Worker`](super::Worker) runs at once. At least 1. Default
     /// [`DEFAULT_CONCURRENCY`].
     pub fn concurrency(mut self, handlers: usize) -> Self {
-        self.concurrency = handlers;
+        self.settings.concurrency = handlers;
         self
     }
 
@@ -160,7 +125,7 @@ impl DurableBuilder {
     /// `WAIT` holds up the shared connection while it waits, so keep `timeout` short; it must
     /// be shorter than the response timeout.
     pub fn wait_for_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
-        self.replicas = (replicas > 0).then_some((replicas, timeout));
+        self.settings.replicas = (replicas > 0).then_some((replicas, timeout));
         self
     }
 
@@ -184,6 +149,6 @@ impl DurableBuilder {
     /// Dropping the future drops the connection; nothing is left behind but the wheel's
     /// settings in Redis, which the next `connect` reuses.
     pub async fn connect(self) -> Result<DurableScheduler, Error> {
-        DurableScheduler::connect(self).await
+        super::connect::connect(&self.url, &self.settings).await
     }
 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
-use super::conn::Inner;
-use super::scripts::SCRIPTS;
+use super::scripts::{self, Bid, TickReply};
+use super::wheel::Wheel;
 use crate::Error;
 
 /// The most tasks one tick script call moves.
@@ -21,14 +21,6 @@ const PAST_BOUNDARY: Duration = Duration::from_millis(1);
 /// but one a script call per tick on an idle wheel.
 const BID_EVERY: u32 = 4;
 
-/// What one bid for the lead got.
-enum Bid {
-    /// The lead, under this fencing token.
-    Won(String),
-    /// Another node leads; its lease has this long left (`None`: it does not expire).
-    Lost(Option<Duration>),
-}
-
 /// What one round of ticking found.
 enum Round {
     /// The cursor is at Redis's tick; the next boundary is this far away.
@@ -41,9 +33,9 @@ enum Round {
 ///
 /// `bid_now` is notified when a worker of this node learns that the leader gave up the lead: a
 /// node that does not lead then bids at once.
-pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<bool>, bid_now: &Notify) {
-    let renew = (inner.cfg.leader_lease() / 3).max(Duration::from_millis(1));
-    let bid = (inner.cfg.leader_lease() / BID_EVERY).max(Duration::from_millis(1));
+pub(crate) async fn run(wheel: &Wheel, node: String, mut stop: watch::Receiver<bool>, bid_now: &Notify) {
+    let renew = (wheel.cfg.leader_lease() / 3).max(Duration::from_millis(1));
+    let bid = (wheel.cfg.leader_lease() / BID_EVERY).max(Duration::from_millis(1));
     let mut token: Option<String> = None;
     let mut failures = 0u32;
     loop {
@@ -51,9 +43,9 @@ pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<b
             break;
         }
         let wait = match &token {
-            None => match acquire(inner, &node).await {
+            None => match scripts::acquire(wheel, &node, wheel.cfg.leader_lease_ms()).await {
                 Ok(Bid::Won(t)) => {
-                    tracing::info!(wheel = %inner.name, token = %t, "took the leadership");
+                    tracing::info!(wheel = %wheel.name(), token = %t, "took the leadership");
                     token = Some(t);
                     failures = 0;
                     Duration::ZERO
@@ -65,19 +57,19 @@ pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<b
                     // without a call per tick.
                     left.map_or(bid, |left| (left + PAST_BOUNDARY).min(bid))
                 }
-                Err(e) => backoff(inner, &mut failures, &e),
+                Err(e) => backoff(wheel, &mut failures, &e),
             },
-            Some(t) => match tick(inner, t).await {
+            Some(t) => match tick(wheel, t).await {
                 Ok(Round::CaughtUp(next)) => {
                     failures = 0;
                     next.min(renew)
                 }
                 Ok(Round::Refused) => {
-                    tracing::warn!(wheel = %inner.name, token = %t, "lost the leadership: another node ticks");
+                    tracing::warn!(wheel = %wheel.name(), token = %t, "lost the leadership: another node ticks");
                     token = None;
                     Duration::ZERO
                 }
-                Err(e) => backoff(inner, &mut failures, &e),
+                Err(e) => backoff(wheel, &mut failures, &e),
             },
         };
         if !wait.is_zero() {
@@ -90,57 +82,39 @@ pub(crate) async fn run(inner: &Inner, node: String, mut stop: watch::Receiver<b
         }
     }
     if let Some(t) = token {
-        let mut inv = inner.script(&SCRIPTS.release);
-        inv.arg(&t);
-        if let Err(e) = inner.run::<i64>(&inv).await {
-            tracing::warn!(wheel = %inner.name, error = %e, "could not give up the leadership; it lapses after the lease");
+        if let Err(e) = scripts::release(wheel, &t).await {
+            tracing::warn!(wheel = %wheel.name(), error = %e, "could not give up the leadership; it lapses after the lease");
         }
     }
 }
 
-fn backoff(inner: &Inner, failures: &mut u32, e: &Error) -> Duration {
+fn backoff(wheel: &Wheel, failures: &mut u32, e: &Error) -> Duration {
     *failures += 1;
     if *failures == 1 {
-        tracing::warn!(wheel = %inner.name, error = %e, "ticking failed; retrying with a backoff");
+        tracing::warn!(wheel = %wheel.name(), error = %e, "ticking failed; retrying with a backoff");
     }
     let base = Duration::from_millis(50) * 2u32.saturating_pow((*failures - 1).min(6));
-    base.min(Duration::from_secs(2)).min(inner.cfg.leader_lease() / 3)
-}
-
-async fn acquire(inner: &Inner, node: &str) -> Result<Bid, Error> {
-    let mut inv = inner.script(&SCRIPTS.acquire);
-    inv.arg(node).arg(inner.cfg.leader_lease_ms());
-    let (token, left): (String, i64) = inner.call(&inv, inner.cfg.response_timeout).await?;
-    Ok(if token.is_empty() { Bid::Lost(u64::try_from(left).ok().map(Duration::from_millis)) } else { Bid::Won(token) })
-}
-
-/// Calls the tick script until it has caught up; false if refused.
-pub(crate) async fn tick_once(inner: &Inner, token: &str) -> Result<bool, Error> {
-    Ok(matches!(tick(inner, token).await?, Round::CaughtUp(_)))
+    base.min(Duration::from_secs(2)).min(wheel.cfg.leader_lease() / 3)
 }
 
 /// Calls the tick script until it has caught up (each call is bounded; "more" means call again).
-async fn tick(inner: &Inner, token: &str) -> Result<Round, Error> {
-    let mut inv = inner.script(&SCRIPTS.tick);
-    inv.arg(token)
-        .arg(inner.cfg.tick_ms)
-        .arg(inner.cfg.slots)
-        .arg(inner.cfg.leader_lease_ms())
-        .arg(TICK_BUDGET)
-        .arg(TICK_MAX_STEPS)
-        .arg(inner.cfg.max_attempts)
-        .arg(inner.cfg.done_ttl_ms);
+async fn tick(wheel: &Wheel, token: &str) -> Result<Round, Error> {
     loop {
-        let reply: Vec<String> = inner.call(&inv, inner.cfg.response_timeout).await?;
-        match reply.first().map(String::as_str) {
-            Some("more") => continue,
-            Some("done") => {
-                let now_ms: u64 = reply.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
-                let tick = inner.cfg.tick_ms;
+        match scripts::tick(wheel, token, TICK_BUDGET, TICK_MAX_STEPS).await? {
+            TickReply::More => continue,
+            TickReply::Done { now_ms, .. } => {
+                let tick = wheel.cfg.tick_ms;
                 let next = tick - now_ms % tick;
                 return Ok(Round::CaughtUp(Duration::from_millis(next) + PAST_BOUNDARY));
             }
-            _ => return Ok(Round::Refused),
+            TickReply::Refused => return Ok(Round::Refused),
         }
     }
+}
+
+/// Ticks once under `token` as a leader would, until caught up; false if refused. For the tests
+/// of fencing and concurrent tickers.
+#[cfg(test)]
+pub(crate) async fn tick_once(wheel: &Wheel, token: &str) -> Result<bool, Error> {
+    Ok(matches!(tick(wheel, token).await?, Round::CaughtUp(_)))
 }

@@ -131,20 +131,30 @@
 //! remove a task from its slot, the far tier, the ready set or (when its lease ran out) the leased set with `ZREM`: O(log n),
 //! never a scan. Moving a tick's tasks on is one `ZPOPMIN` and one `ZADD` for the lot.
 
+// From the bottom up; a file imports only from those above it in this list.
 mod builder;
+mod config;
 mod conn;
-mod failure;
+mod connect;
+mod ids;
+mod keys;
 mod leader;
 mod scheduler;
 mod scripts;
 mod task;
+#[cfg(test)]
+mod tests;
+mod time;
+mod wheel;
 mod worker;
 
-pub use builder::{
-    DurableBuilder, DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS,
+pub use crate::error::RedisFailure;
+pub use builder::DurableBuilder;
+pub use config::{
+    DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_SLOTS,
 };
-pub use failure::RedisFailure;
+pub use keys::WheelKeys;
 pub use scheduler::DurableScheduler;
 pub use task::{DeadTask, DurableStats, Task};
 pub use worker::Worker;

@@ -3,14 +3,15 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::task::{JoinError, JoinSet};
 
-use super::conn::{ceil_ms, unix_ms, Config, Ids, Inner, MAX_DUE_MS};
-use super::scripts::SCRIPTS;
-use super::{DeadTask, DurableBuilder, DurableStats, RedisFailure, Task, Worker};
+use super::scripts::{self, Cancelled, Moved, NewTask, Requeued, Scheduled};
+use super::time::When;
+use super::wheel::Wheel;
+use super::{DeadTask, DurableStats, Task, Worker};
+use crate::error::RedisFailure;
 use crate::Error;
 
 /// How many tasks one `schedule_many` script call carries at most: keeps each call well under a
@@ -24,40 +25,6 @@ const SCHEDULE_BATCH_BYTES: usize = 1 << 20;
 const CANCEL_BATCH: usize = 128;
 /// How many dead letters one `dead_letters` script call reads at most (payloads included).
 const DEAD_LETTERS_PAGE: usize = 128;
-/// The oldest Redis the scripts run on (`ZRANGE ... WITHSCORES` forms, `SPOP` with a count, ...).
-const MIN_REDIS: (u32, u32) = (6, 2);
-
-/// When a task is due: after a delay from Redis's now, or at a time on Redis's clock.
-#[derive(Debug, Clone, Copy)]
-enum When {
-    Delay(u64),
-    At(u64),
-}
-
-impl When {
-    fn delay(d: Duration) -> Result<Self, Error> {
-        let ms = ceil_ms(d);
-        if ms >= MAX_DUE_MS {
-            return Err(Error::invalid(format!("the delay {d:?} is too long: the latest due time is the year 2286")));
-        }
-        Ok(When::Delay(ms))
-    }
-
-    fn at(at: SystemTime) -> Result<Self, Error> {
-        let ms = unix_ms(at);
-        if ms >= MAX_DUE_MS {
-            return Err(Error::invalid("the due time is too far: the latest is the year 2286"));
-        }
-        Ok(When::At(ms))
-    }
-
-    fn args(self) -> (&'static str, u64) {
-        match self {
-            When::Delay(ms) => ("d", ms),
-            When::At(ms) => ("a", ms),
-        }
-    }
-}
 
 /// A handle to a durable timing wheel kept in Redis, shared by every node that connects to it.
 ///
@@ -78,62 +45,16 @@ impl When {
 /// ```
 #[derive(Clone)]
 pub struct DurableScheduler {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) wheel: Arc<Wheel>,
 }
 
 impl fmt::Debug for DurableScheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DurableScheduler").field("name", &self.inner.name).finish_non_exhaustive()
+        f.debug_struct("DurableScheduler").field("name", &self.wheel.name()).finish_non_exhaustive()
     }
 }
 
 impl DurableScheduler {
-    /// A [`DurableBuilder`] for the wheel `name` on the Redis at `url` (`redis://host:port/db`,
-    /// `rediss://` for TLS is not enabled), with the defaults.
-    pub fn builder(url: impl AsRef<str>, name: impl AsRef<str>) -> DurableBuilder {
-        DurableBuilder::new(url.as_ref(), name.as_ref())
-    }
-
-    pub(crate) async fn connect(builder: DurableBuilder) -> Result<Self, Error> {
-        let cfg = Config::new(&builder)?;
-        let client = redis::Client::open(builder.url.as_str())
-            .map_err(|e| Error::invalid(format!("the Redis URL is malformed: {e}")))?;
-        let manager = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(cfg.response_timeout))
-            .set_connection_timeout(Some(cfg.connect_timeout))
-            .set_max_delay(Duration::from_secs(1));
-        let connect_timeout = cfg.connect_timeout;
-        let unreachable = move || {
-            Error::Redis(RedisFailure::new(
-                "timed out",
-                format!(
-                    "could not connect to Redis within {connect_timeout:?} (the connect timeout): is it running \
-                     and reachable?"
-                ),
-                true,
-            ))
-        };
-        // One deadline for the whole of `connect`: connecting, checking the server and opening
-        // the wheel each could otherwise take the connect timeout in turn.
-        let deadline = tokio::time::Instant::now() + cfg.connect_timeout;
-        let conn = tokio::time::timeout_at(deadline, ConnectionManager::new_with_config(client.clone(), manager))
-            .await
-            .map_err(|_| unreachable())??;
-        let name = builder.name;
-        let inner = Inner {
-            prefix: format!("tw:{{{name}}}:"),
-            meta: format!("tw:{{{name}}}:meta"),
-            name,
-            client,
-            conn,
-            cfg,
-            ids: Ids::new(),
-        };
-        tokio::time::timeout_at(deadline, check_server(&inner)).await.map_err(|_| unreachable())??;
-        tokio::time::timeout_at(deadline, inner.open()).await.map_err(|_| unreachable())??;
-        Ok(DurableScheduler { inner: Arc::new(inner) })
-    }
-
     /// Schedules a task under `key`, due `delay` after the call reaches Redis (on Redis's clock).
     ///
     /// It is handed to a worker's handler on the first tick at or after its due time, never
@@ -172,8 +93,8 @@ impl DurableScheduler {
 
     /// [`schedule`](Self::schedule) with a request id of the caller's choosing, for tests of
     /// retried requests: two calls with the same key and request id create one task.
-    #[doc(hidden)]
-    pub async fn schedule_with_request_id(
+    #[cfg(test)]
+    pub(crate) async fn schedule_with_request_id(
         &self,
         key: impl AsRef<str>,
         delay: Duration,
@@ -244,7 +165,7 @@ impl DurableScheduler {
         P: Into<Vec<u8>>,
     {
         let mut results: Vec<Result<(), Error>> = Vec::new();
-        let mut batch: Vec<Item> = Vec::new();
+        let mut batch: Vec<(usize, NewTask)> = Vec::new();
         let mut bytes = 0;
         // Batches go out a few at a time over the one connection, so round trips overlap.
         let mut in_flight = JoinSet::new();
@@ -260,23 +181,18 @@ impl DurableScheduler {
                         if in_flight.len() >= SCHEDULE_PIPELINE {
                             settle(in_flight.join_next().await, &mut results)?;
                         }
-                        in_flight.spawn(send_batch(self.inner.clone(), std::mem::take(&mut batch)));
+                        in_flight.spawn(send_batch(self.wheel.clone(), std::mem::take(&mut batch)));
                         bytes = 0;
                     }
                     bytes += payload.len();
-                    batch.push(Item {
-                        index: results.len(),
-                        key: key.to_string(),
-                        when,
-                        payload,
-                        request_id: self.inner.ids.next(),
-                    });
+                    let task = NewTask { key: key.to_string(), when, payload, request_id: self.wheel.ids.next() };
+                    batch.push((results.len(), task));
                     results.push(Ok(()));
                 }
             }
         }
         if !batch.is_empty() {
-            in_flight.spawn(send_batch(self.inner.clone(), batch));
+            in_flight.spawn(send_batch(self.wheel.clone(), batch));
         }
         while let Some(done) = in_flight.join_next().await {
             settle(Some(done), &mut results)?;
@@ -353,13 +269,8 @@ impl DurableScheduler {
         for chunk in keys.chunks(CANCEL_BATCH) {
             // One id per call, kept by its retries: a retry whose first attempt landed still
             // answers true (see `lua/cancel.lua`).
-            let mut inv = self.inner.script(&SCRIPTS.cancel);
-            inv.arg(self.inner.cfg.slots).arg(self.inner.cfg.done_ttl_ms).arg(self.inner.ids.next());
-            for key in chunk {
-                inv.arg(key);
-            }
-            let reply: Vec<i64> = self.inner.run(&inv).await?;
-            out.extend(reply.into_iter().map(|r| r == 1));
+            let answers = scripts::cancel(&self.wheel, &self.wheel.ids.next(), chunk).await?;
+            out.extend(answers.into_iter().map(|a| a == Cancelled::Yes));
         }
         Ok(out)
     }
@@ -438,8 +349,8 @@ impl DurableScheduler {
     /// Cancel safe: it only reads.
     pub async fn contains(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let mut exists = redis::cmd("EXISTS");
-        exists.arg(self.inner.key(&format!("t:{}", key.as_ref())));
-        self.inner.command(&exists).await
+        exists.arg(self.wheel.keys.task(key.as_ref()));
+        self.wheel.conn.command(&exists).await
     }
 
     /// How many tasks are pending: scheduled and not yet acknowledged, cancelled or dead.
@@ -500,24 +411,7 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn stats(&self) -> Result<DurableStats, Error> {
-        let mut inv = self.inner.script(&SCRIPTS.stats);
-        inv.arg(self.inner.cfg.tick_ms);
-        let r: Vec<i64> = self.inner.run(&inv).await?;
-        let at = |i: usize| r.get(i).copied().unwrap_or(0).max(0) as u64;
-        let (ring, far, ready, leased) = (at(0) as usize, at(1) as usize, at(2) as usize, at(3) as usize);
-        Ok(DurableStats {
-            pending: ring + far + ready + leased,
-            waiting: ring + far,
-            ready,
-            in_flight: leased,
-            dead: at(4) as usize,
-            cursor_lag_ticks: at(5),
-            scheduled: at(6),
-            handed_out: at(7),
-            acked: at(8),
-            retried: at(9),
-            dead_lettered: at(10),
-        })
+        scripts::stats(&self.wheel).await
     }
 
     /// Up to `limit` dead letters, oldest first (read a page of 128 per call, so a large
@@ -540,24 +434,14 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadTask>, Error> {
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        let number = |b: &[u8]| text(b).parse::<u64>().unwrap_or(0);
         let mut out = Vec::new();
         // A page per call, so a large `limit` never holds Redis up for long.
         while out.len() < limit {
             let page = (limit - out.len()).min(DEAD_LETTERS_PAGE);
-            let mut inv = self.inner.script(&SCRIPTS.dead_letters);
-            inv.arg(page).arg(out.len());
-            let flat: Vec<Vec<u8>> = self.inner.run(&inv).await?;
-            let got = flat.len() / 5;
-            out.extend(flat.chunks_exact(5).map(|d| DeadTask {
-                key: text(&d[0]),
-                payload: d[1].clone(),
-                attempts: u32::try_from(number(&d[2])).unwrap_or(u32::MAX),
-                last_error: text(&d[3]),
-                died: UNIX_EPOCH + Duration::from_millis(number(&d[4])),
-            }));
-            if got < page {
+            let got = scripts::dead_letters(&self.wheel, page, out.len()).await?;
+            let full = got.len() == page;
+            out.extend(got);
+            if !full {
                 break;
             }
         }
@@ -587,12 +471,10 @@ impl DurableScheduler {
     /// Dropping the future after the request was sent may still requeue the task.
     pub async fn requeue_dead(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let key = key.as_ref();
-        let mut inv = self.inner.script(&SCRIPTS.requeue_dead);
-        inv.arg(key).arg(self.inner.ids.next()).arg(self.inner.cfg.tick_ms);
-        match self.inner.run::<i64>(&inv).await? {
-            1 => self.inner.replicate().await.map(|()| true),
-            -1 => Err(Error::DuplicateKey(key.to_string())),
-            _ => Ok(false),
+        match scripts::requeue_dead(&self.wheel, key, &self.wheel.ids.next()).await? {
+            Requeued::Yes => self.wheel.conn.replicate().await.map(|()| true),
+            Requeued::KeyPending => Err(Error::DuplicateKey(key.to_string())),
+            Requeued::NotDead => Ok(false),
         }
     }
 
@@ -627,16 +509,16 @@ impl DurableScheduler {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: fmt::Display,
     {
-        super::worker::start(self.inner.clone(), handler)
+        super::worker::start(self.wheel.clone(), handler)
     }
 }
 
 impl DurableScheduler {
-    /// Runs the tick script once with `token` as the fencing token, as a leader would; returns
-    /// false when the token is not the leader's. For tests of concurrent tickers.
-    #[doc(hidden)]
-    pub async fn tick_with_token(&self, token: &str) -> Result<bool, Error> {
-        super::leader::tick_once(&self.inner, token).await
+    /// Runs the tick script with `token` as the fencing token, as a leader would, until caught
+    /// up; false when the token is not the leader's. For tests of fencing and concurrent tickers.
+    #[cfg(test)]
+    pub(crate) async fn tick_with_token(&self, token: &str) -> Result<bool, Error> {
+        super::leader::tick_once(&self.wheel, token).await
     }
 
     /// Checks a key and payload before they go to Redis.
@@ -644,13 +526,13 @@ impl DurableScheduler {
         if key.is_empty() {
             return Err(Error::invalid("the key must not be empty"));
         }
-        if payload.len() > self.inner.cfg.max_payload {
+        if payload.len() > self.wheel.cfg.max_payload {
             return Err(Error::invalid(format!(
                 "the payload of {:?} is {} bytes, over the maximum of {}: store large data elsewhere and schedule \
                  a reference to it, or raise DurableBuilder::max_payload",
                 key,
                 payload.len(),
-                self.inner.cfg.max_payload
+                self.wheel.cfg.max_payload
             )));
         }
         Ok(())
@@ -664,56 +546,40 @@ impl DurableScheduler {
         request_id: Option<&str>,
     ) -> Result<(), Error> {
         self.check(key, &payload)?;
-        let request_id = request_id.map_or_else(|| self.inner.ids.next(), str::to_string);
-        let item = Item { index: 0, key: key.to_string(), when, payload, request_id };
-        match send_batch(self.inner.clone(), vec![item]).await?.pop() {
+        let request_id = request_id.map_or_else(|| self.wheel.ids.next(), str::to_string);
+        let task = NewTask { key: key.to_string(), when, payload, request_id };
+        match send_batch(self.wheel.clone(), vec![(0, task)]).await?.pop() {
             Some((_, key)) => Err(Error::DuplicateKey(key)),
             None => Ok(()),
         }
     }
 
     async fn move_task(&self, key: &str, when: When) -> Result<(), Error> {
-        let (mode, ms) = when.args();
-        let mut inv = self.inner.script(&SCRIPTS.reschedule);
-        inv.arg(self.inner.cfg.tick_ms).arg(self.inner.cfg.slots).arg(key).arg(mode).arg(ms);
-        match self.inner.run::<i64>(&inv).await? {
-            1 => self.inner.replicate().await,
-            _ => Err(Error::NotFound),
+        match scripts::reschedule(&self.wheel, key, when).await? {
+            Moved::Yes => self.wheel.conn.replicate().await,
+            Moved::NotPending | Moved::Running => Err(Error::NotFound),
         }
     }
 }
 
-/// One task on its way to `schedule.lua`.
-struct Item {
-    /// Where its outcome goes in the caller's results.
-    index: usize,
-    key: String,
-    when: When,
-    payload: Vec<u8>,
-    request_id: String,
-}
-
-/// The index and key of each item of a batch that found its key pending.
+/// The index (in the caller's results) and key of each task of a batch that found its key
+/// pending.
 type Duplicates = Vec<(usize, String)>;
 
-/// Sends one `schedule.lua` call for `batch`.
-async fn send_batch(inner: Arc<Inner>, batch: Vec<Item>) -> Result<Duplicates, Error> {
-    let mut inv = inner.script(&SCRIPTS.schedule);
-    inv.arg(inner.cfg.tick_ms).arg(inner.cfg.slots);
-    for item in &batch {
-        let (mode, ms) = item.when.args();
-        inv.arg(&item.key).arg(item.payload.as_slice()).arg(mode).arg(ms).arg(&item.request_id);
-    }
-    let reply: Vec<i64> = inner.run(&inv).await?;
-    if reply.iter().any(|&outcome| outcome != 0) {
+/// Sends one `schedule.lua` call for `batch` (each task with its index in the caller's results).
+async fn send_batch(wheel: Arc<Wheel>, batch: Vec<(usize, NewTask)>) -> Result<Duplicates, Error> {
+    let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = batch.into_iter().unzip();
+    let outcomes = scripts::schedule(&wheel, &tasks).await?;
+    if outcomes.iter().any(|&o| o != Scheduled::Duplicate) {
         // Something was written (or was, by this request's first attempt): replicate it.
-        inner.replicate().await?;
+        wheel.conn.replicate().await?;
     }
-    Ok(batch
+    Ok(indexes
         .into_iter()
-        .zip(reply)
-        .filter(|(_, outcome)| *outcome == 0)
-        .map(|(item, _)| (item.index, item.key))
+        .zip(tasks)
+        .zip(outcomes)
+        .filter(|(_, outcome)| *outcome == Scheduled::Duplicate)
+        .map(|((index, task), _)| (index, task.key))
         .collect())
 }
 
@@ -726,36 +592,6 @@ fn settle(
     let duplicates = done.map_err(|e| Error::Redis(RedisFailure::new("internal", e.to_string(), false)))??;
     for (index, key) in duplicates {
         results[index] = Err(Error::DuplicateKey(key));
-    }
-    Ok(())
-}
-
-/// Checks the server's version and warns about settings that can lose tasks.
-async fn check_server(inner: &Inner) -> Result<(), Error> {
-    let mut conn = inner.conn.clone();
-    let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await?;
-    let version =
-        info.lines().find_map(|l| l.strip_prefix("redis_version:")).map(|v| v.trim().to_string()).unwrap_or_default();
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    if (major, minor) < MIN_REDIS {
-        return Err(Error::invalid(format!(
-            "the durable wheel needs Redis {}.{} or later, and this server runs {version:?}: upgrade it",
-            MIN_REDIS.0, MIN_REDIS.1
-        )));
-    }
-    for (setting, safe) in [("maxmemory-policy", "noeviction"), ("appendonly", "yes")] {
-        let reply: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg(setting).query_async(&mut conn).await;
-        match reply {
-            Ok(pair) => match pair.get(1) {
-                Some(value) if value != safe => tracing::warn!(
-                    wheel = %inner.name,
-                    "Redis runs with {setting} {value}: it can lose scheduled tasks; set {setting} {safe}"
-                ),
-                _ => {}
-            },
-            Err(e) => tracing::debug!(wheel = %inner.name, error = %e, "could not read {setting} with CONFIG GET"),
-        }
     }
     Ok(())
 }

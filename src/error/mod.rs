@@ -2,6 +2,11 @@
 
 use std::fmt;
 
+#[cfg(feature = "redis")]
+mod redis_failure;
+#[cfg(feature = "redis")]
+pub use redis_failure::RedisFailure;
+
 /// Everything that can go wrong when scheduling, cancelling or configuring timers.
 ///
 /// Each variant says what happened and its [`Display`](fmt::Display) text says what to do next.
@@ -26,7 +31,7 @@ pub enum Error {
     /// call is worth making again after a short wait.
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    Redis(crate::durable::RedisFailure),
+    Redis(RedisFailure),
 }
 
 impl Error {

@@ -1,0 +1,200 @@
+//! The settings of a durable wheel: their defaults and limits, and their validation into the
+//! units the scripts use. The builder only gathers them ([`Settings`]); [`Config::new`] checks
+//! them once, before anything touches Redis.
+
+use std::time::Duration;
+
+use super::time::{ceil_ms, whole_ms};
+use crate::Error;
+
+/// The default tick of a durable wheel: 1 s.
+pub const DEFAULT_TICK: Duration = Duration::from_secs(1);
+/// The default number of slots in the ring: 3,600, one revolution an hour at the default tick.
+pub const DEFAULT_SLOTS: usize = 3600;
+/// The most slots a ring may have: 2^20.
+pub const MAX_SLOTS: usize = 1 << 20;
+/// The default lease: a claimed task not acknowledged within 30 s goes to another worker.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// The default number of deliveries before a failing task goes to the dead letters: 5.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// The default largest payload: 1 MiB.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+/// The default time Redis has to answer one command: 2 s.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The default time `connect` waits for Redis before it gives up: 5 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default base of the retry backoff of a failed task: 1 s (then 2 s, 4 s, ...).
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest retry backoff of a failed task: 1 hour.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// The default number of handlers one [`Worker`](super::Worker) runs at once: 16.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// The largest payload Redis stores in one value.
+const REDIS_MAX_VALUE: usize = 512 << 20;
+/// The longest leadership lease: a leader that dies is replaced within this even when tasks have
+/// a long lease (for slow handlers), which would otherwise leave the wheel unticked that long.
+pub(crate) const MAX_LEADER_LEASE: Duration = Duration::from_secs(10);
+/// The longest lease: whole milliseconds Redis accepts as an expiry (`PX`) added to its clock.
+const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+/// How long a finished task's request id is remembered, at least: a `schedule` retried later than
+/// this after its first attempt landed and its task finished would create the task again.
+const MIN_DONE_TTL: Duration = Duration::from_secs(60);
+
+/// The settings as the builder gathered them, not yet checked.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) name: String,
+    pub(crate) tick: Duration,
+    pub(crate) slots: usize,
+    pub(crate) lease: Duration,
+    pub(crate) max_attempts: u32,
+    pub(crate) max_payload: usize,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) backoff: Duration,
+    pub(crate) concurrency: usize,
+    pub(crate) replicas: Option<(usize, Duration)>,
+}
+
+impl Settings {
+    /// The defaults, for the wheel `name`.
+    pub(crate) fn new(name: &str) -> Self {
+        Settings {
+            name: name.to_string(),
+            tick: DEFAULT_TICK,
+            slots: DEFAULT_SLOTS,
+            lease: DEFAULT_LEASE,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            backoff: DEFAULT_BACKOFF,
+            concurrency: DEFAULT_CONCURRENCY,
+            replicas: None,
+        }
+    }
+}
+
+/// The validated settings, in the units the scripts use.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) name: String,
+    pub(crate) tick_ms: u64,
+    pub(crate) slots: u64,
+    pub(crate) lease_ms: u64,
+    pub(crate) max_attempts: u32,
+    pub(crate) max_payload: usize,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) backoff_ms: u64,
+    pub(crate) concurrency: usize,
+    /// How many replicas must confirm a change, and for how long to wait for them.
+    pub(crate) replicas: Option<(usize, Duration)>,
+    /// How long a finished task's request id is kept (`done:<key>`), in ms.
+    pub(crate) done_ttl_ms: u64,
+}
+
+impl Config {
+    pub(crate) fn new(b: &Settings) -> Result<Self, Error> {
+        validate_name(&b.name)?;
+        let tick_ms = whole_ms(b.tick, "tick")?;
+        if b.slots == 0 || b.slots > MAX_SLOTS {
+            return Err(Error::invalid(format!("slots must be between 1 and {} (got {})", MAX_SLOTS, b.slots)));
+        }
+        let lease_ms = ceil_ms(b.lease);
+        if lease_ms == 0 || b.lease > MAX_LEASE {
+            return Err(Error::invalid(format!("the lease must be between 1 ms and 365 days (got {:?})", b.lease)));
+        }
+        if b.max_attempts == 0 {
+            return Err(Error::invalid("max_attempts must be at least 1"));
+        }
+        if b.concurrency == 0 {
+            return Err(Error::invalid("concurrency must be at least 1"));
+        }
+        if b.max_payload > REDIS_MAX_VALUE {
+            return Err(Error::invalid("max_payload must be at most 512 MiB, the largest value Redis stores"));
+        }
+        if b.response_timeout.is_zero() || b.connect_timeout.is_zero() {
+            return Err(Error::invalid("the response and connect timeouts must not be zero"));
+        }
+        if let Some((_, timeout)) = b.replicas {
+            if timeout >= b.response_timeout {
+                return Err(Error::invalid(format!(
+                    "the replica wait ({timeout:?}) must be shorter than the response timeout ({:?})",
+                    b.response_timeout
+                )));
+            }
+        }
+        let retry_window = b.connect_timeout + b.response_timeout;
+        Ok(Config {
+            name: b.name.clone(),
+            tick_ms,
+            slots: b.slots as u64,
+            lease_ms,
+            max_attempts: b.max_attempts,
+            max_payload: b.max_payload,
+            response_timeout: b.response_timeout,
+            connect_timeout: b.connect_timeout,
+            backoff_ms: ceil_ms(b.backoff.min(MAX_BACKOFF)),
+            concurrency: b.concurrency,
+            replicas: b.replicas,
+            done_ttl_ms: ceil_ms((retry_window * 4).max(MIN_DONE_TTL)),
+        })
+    }
+
+    pub(crate) fn tick(&self) -> Duration {
+        Duration::from_millis(self.tick_ms)
+    }
+
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    /// The leadership's lease: the task lease, at most [`MAX_LEADER_LEASE`].
+    pub(crate) fn leader_lease(&self) -> Duration {
+        self.lease().min(MAX_LEADER_LEASE)
+    }
+
+    pub(crate) fn leader_lease_ms(&self) -> u64 {
+        ceil_ms(self.leader_lease())
+    }
+
+    /// How long one call keeps retrying transient failures before it returns one.
+    pub(crate) fn retry_window(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// [`MAX_BACKOFF`] in ms.
+    pub(crate) fn max_backoff_ms(&self) -> u64 {
+        ceil_ms(MAX_BACKOFF)
+    }
+}
+
+fn validate_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::invalid("the wheel's name must not be empty"));
+    }
+    if let Some(c) = name.chars().find(|&c| matches!(c, '{' | '}' | ':') || c.is_whitespace() || c.is_control()) {
+        return Err(Error::invalid(format!(
+            "the wheel's name {name:?} holds {c:?}: names may not hold braces, colons, whitespace or control \
+             characters, which would break its Redis keys"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_would_break_the_keys_are_refused() {
+        for ok in ["orders", "orders-eu_1", "Bestellungen", "注文"] {
+            assert!(validate_name(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["", "a{b", "a}b", "a:b", "a b", "a\tb", "a\u{0}b"] {
+            assert!(matches!(validate_name(bad), Err(Error::Invalid(_))), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The Redis keys of a wheel: the one place their names are written. The Lua scripts get them
+//! from here too (the loader generates their `keys` include from these constants), and so do the
+//! tests.
+
+/// The names of the Redis keys of one durable wheel, for operators and tools that look at a
+/// wheel with `redis-cli` or a monitor.
+///
+/// Every key of the wheel `orders` starts with `tw:{orders}:`; the braces are a hash tag, so a
+/// Redis Cluster keeps them all on one slot. The [module docs](super#redis-layout) describe what
+/// each key holds.
+///
+/// # Examples
+/// ```
+/// use tokio_timewheel::durable::WheelKeys;
+///
+/// let keys = WheelKeys::new("orders");
+/// assert_eq!(keys.prefix(), "tw:{orders}:");
+/// assert_eq!(keys.task("order-42:review"), "tw:{orders}:t:order-42:review");
+/// assert_eq!(keys.ready(), "tw:{orders}:ready");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WheelKeys {
+    prefix: String,
+}
+
+/// The suffixes of the wheel's keys after its prefix: `(Lua name, suffix)`. The fixed keys are
+/// Lua locals of the same name in upper case; the per-item ones are functions `<name>_key(id)`.
+pub(crate) const FIXED: &[(&str, &str)] = &[
+    ("meta", "meta"),
+    ("cursor", "cursor"),
+    ("ring", "ring"),
+    ("far", "far"),
+    ("ready", "ready"),
+    ("leased", "leased"),
+    ("dead", "dead"),
+    ("leader", "leader"),
+    ("epoch", "epoch"),
+    ("seq", "seq"),
+    ("wake", "wake"),
+    ("lead", "lead"),
+];
+
+/// The keys made per item: `(Lua function stem, suffix)`, the item's id following the suffix.
+pub(crate) const PER_ITEM: &[(&str, &str)] =
+    &[("slot", SLOT), ("task", TASK), ("done", DONE), ("dead_task", DEAD_TASK), ("claim", CLAIM)];
+
+const SLOT: &str = "slot:";
+const TASK: &str = "t:";
+const DONE: &str = "done:";
+const DEAD_TASK: &str = "d:";
+const CLAIM: &str = "claim:";
+
+impl WheelKeys {
+    /// The keys of the wheel `name` (a name the builder accepts: no braces, colons or spaces).
+    pub fn new(name: &str) -> Self {
+        WheelKeys { prefix: format!("tw:{{{name}}}:") }
+    }
+
+    /// `tw:{<name>}:`, the start of every key of the wheel.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn fixed(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.prefix)
+    }
+
+    /// The hash of the wheel's settings (`tick_ms`, `slots`) and counters.
+    pub fn meta(&self) -> String {
+        self.fixed("meta")
+    }
+
+    /// The last tick the leader processed.
+    pub fn cursor(&self) -> String {
+        self.fixed("cursor")
+    }
+
+    /// How many tasks the ring's slots hold together.
+    pub fn ring(&self) -> String {
+        self.fixed("ring")
+    }
+
+    /// The sorted set of slot `i`: tasks due at a tick `t` with `t % slots == i`, by due ms.
+    pub fn slot(&self, i: u64) -> String {
+        format!("{}{SLOT}{i}", self.prefix)
+    }
+
+    /// The sorted set of the tasks due past the ring's revolution, by due ms.
+    pub fn far(&self) -> String {
+        self.fixed("far")
+    }
+
+    /// The sorted set of the due tasks waiting for a worker, by due ms.
+    pub fn ready(&self) -> String {
+        self.fixed("ready")
+    }
+
+    /// The sorted set of the claimed (running) tasks, by lease expiry in ms.
+    pub fn leased(&self) -> String {
+        self.fixed("leased")
+    }
+
+    /// The hash of the pending task `key`: payload, due time, deliveries, claim token, ...
+    pub fn task(&self, key: &str) -> String {
+        format!("{}{TASK}{key}", self.prefix)
+    }
+
+    /// The request id of the task just finished under `key`, kept a while for retried calls.
+    pub fn done(&self, key: &str) -> String {
+        format!("{}{DONE}{key}", self.prefix)
+    }
+
+    /// The sorted set of the dead letters' keys, by when they died.
+    pub fn dead(&self) -> String {
+        self.fixed("dead")
+    }
+
+    /// The hash of the dead letter `key`: payload, deliveries, last error.
+    pub fn dead_task(&self, key: &str) -> String {
+        format!("{}{DEAD_TASK}{key}", self.prefix)
+    }
+
+    /// The fencing token of the node that leads, expiring with its lease.
+    pub fn leader(&self) -> String {
+        self.fixed("leader")
+    }
+
+    /// How many leaderships there have been: the fencing tokens' counter.
+    pub fn epoch(&self) -> String {
+        self.fixed("epoch")
+    }
+
+    /// How many claim tokens have been handed out.
+    pub fn seq(&self) -> String {
+        self.fixed("seq")
+    }
+
+    /// The list of what claim `id` took, kept for its retries.
+    pub fn claim(&self, id: &str) -> String {
+        format!("{}{CLAIM}{id}", self.prefix)
+    }
+
+    /// The list of wake-up tokens idle workers wait on.
+    pub fn wake(&self) -> String {
+        self.fixed("wake")
+    }
+
+    /// The list a leader that gives up the lead pushes a token on.
+    pub fn lead(&self) -> String {
+        self.fixed("lead")
+    }
+}
+
+/// The Lua that binds the key names for a script, on one line: `local P = ARGV[1]`, one local
+/// per fixed key (`READY`, ...), one function per per-item key (`task_key(k)`, ...).
+pub(crate) fn lua_bindings() -> String {
+    let mut lua = String::from("local P = ARGV[1]");
+    for (name, suffix) in FIXED {
+        lua.push_str(&format!(" local {} = P .. '{suffix}'", name.to_uppercase()));
+    }
+    for (name, suffix) in PER_ITEM {
+        lua.push_str(&format!(" local function {name}_key(id) return P .. '{suffix}' .. id end"));
+    }
+    lua
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fixed_key_has_its_method() {
+        let keys = WheelKeys::new("w");
+        let methods = [
+            keys.meta(),
+            keys.cursor(),
+            keys.ring(),
+            keys.far(),
+            keys.ready(),
+            keys.leased(),
+            keys.dead(),
+            keys.leader(),
+            keys.epoch(),
+            keys.seq(),
+            keys.wake(),
+            keys.lead(),
+        ];
+        let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
+        assert_eq!(methods.to_vec(), table);
+        assert_eq!(
+            [keys.slot(3), keys.task("k"), keys.done("k"), keys.dead_task("k"), keys.claim("c")],
+            ["tw:{w}:slot:3", "tw:{w}:t:k", "tw:{w}:done:k", "tw:{w}:d:k", "tw:{w}:claim:c"]
+        );
+    }
+
+    #[test]
+    fn the_lua_bindings_are_one_line() {
+        let lua = lua_bindings();
+        assert!(!lua.contains('\n'));
+        assert!(lua.contains("local READY = P .. 'ready'"), "{lua}");
+        assert!(lua.contains("local function task_key(id) return P .. 't:' .. id end"), "{lua}");
+    }
+}

@@ -1,0 +1,47 @@
+//! The scripts that read the wheel: `stats.lua`, `dead_letters.lua`.
+
+use super::{invoke, number, text, SCRIPTS};
+use crate::durable::conn::Window;
+use crate::durable::time::from_unix_ms;
+use crate::durable::wheel::Wheel;
+use crate::durable::{DeadTask, DurableStats};
+use crate::Error;
+
+/// The wheel's gauges and counters, read at one moment.
+pub(crate) async fn stats(wheel: &Wheel) -> Result<DurableStats, Error> {
+    let mut inv = invoke(wheel, &SCRIPTS.stats);
+    inv.arg(wheel.cfg.tick_ms);
+    let r: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
+    let at = |i: usize| r.get(i).copied().unwrap_or(0).max(0) as u64;
+    let (ring, far, ready, leased) = (at(0) as usize, at(1) as usize, at(2) as usize, at(3) as usize);
+    Ok(DurableStats {
+        pending: ring + far + ready + leased,
+        waiting: ring + far,
+        ready,
+        in_flight: leased,
+        dead: at(4) as usize,
+        cursor_lag_ticks: at(5),
+        scheduled: at(6),
+        handed_out: at(7),
+        acked: at(8),
+        retried: at(9),
+        dead_lettered: at(10),
+    })
+}
+
+/// Up to `limit` dead letters from rank `offset` on, oldest first.
+pub(crate) async fn dead_letters(wheel: &Wheel, limit: usize, offset: usize) -> Result<Vec<DeadTask>, Error> {
+    let mut inv = invoke(wheel, &SCRIPTS.dead_letters);
+    inv.arg(limit).arg(offset);
+    let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
+    Ok(flat
+        .chunks_exact(5)
+        .map(|d| DeadTask {
+            key: text(&d[0]),
+            payload: d[1].clone(),
+            attempts: u32::try_from(number(&d[2])).unwrap_or(u32::MAX),
+            last_error: text(&d[3]),
+            died: from_unix_ms(number(&d[4])),
+        })
+        .collect())
+}

@@ -1,0 +1,88 @@
+//! The scripts of the wheel's leadership and cursor: `open.lua`, `acquire.lua`, `release.lua`,
+//! `tick.lua`.
+
+use std::time::Duration;
+
+use super::{invoke, SCRIPTS};
+use crate::durable::conn::Window;
+use crate::durable::wheel::Wheel;
+use crate::Error;
+
+/// What `open.lua` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Opened {
+    Yes,
+    /// The wheel is recorded with another tick (ms) and slot count.
+    Mismatch {
+        tick_ms: String,
+        slots: String,
+    },
+}
+
+/// Opens the wheel: records its tick and slots on first use, checks them afterwards.
+pub(crate) async fn open(wheel: &Wheel) -> Result<Opened, Error> {
+    let mut inv = invoke(wheel, &SCRIPTS.open);
+    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots);
+    let reply: Vec<String> = wheel.conn.call(&inv, Window::Default).await?;
+    if reply.first().map(String::as_str) == Some("1") {
+        return Ok(Opened::Yes);
+    }
+    let at = |i: usize| reply.get(i).cloned().unwrap_or_default();
+    Ok(Opened::Mismatch { tick_ms: at(1), slots: at(2) })
+}
+
+/// What one bid for the lead got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Bid {
+    /// The lead, under this fencing token.
+    Won(String),
+    /// Another node leads; its lease has this long left (`None`: it does not expire).
+    Lost(Option<Duration>),
+}
+
+/// Bids for the lead as `node`, for a lease of `lease_ms`.
+pub(crate) async fn acquire(wheel: &Wheel, node: &str, lease_ms: u64) -> Result<Bid, Error> {
+    let mut inv = invoke(wheel, &SCRIPTS.acquire);
+    inv.arg(node).arg(lease_ms);
+    let (token, left): (String, i64) = wheel.conn.call(&inv, Window::Response).await?;
+    Ok(if token.is_empty() { Bid::Lost(u64::try_from(left).ok().map(Duration::from_millis)) } else { Bid::Won(token) })
+}
+
+/// Gives up the lead held under `token`; false if it was not the leader's.
+pub(crate) async fn release(wheel: &Wheel, token: &str) -> Result<bool, Error> {
+    let mut inv = invoke(wheel, &SCRIPTS.release);
+    inv.arg(token);
+    Ok(wheel.conn.call::<i64>(&inv, Window::Default).await? == 1)
+}
+
+/// What one call of `tick.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TickReply {
+    /// The token is not the leader's.
+    Refused,
+    /// Did its budget; call again at once.
+    More,
+    /// The cursor is at Redis's tick, read at `now_ms`.
+    Done { cursor: u64, now_ms: u64, made_ready: u64 },
+}
+
+/// One bounded call of the tick script under `token`: at most `budget` tasks and `max_steps`
+/// ticks.
+pub(crate) async fn tick(wheel: &Wheel, token: &str, budget: usize, max_steps: usize) -> Result<TickReply, Error> {
+    let mut inv = invoke(wheel, &SCRIPTS.tick);
+    inv.arg(token)
+        .arg(wheel.cfg.tick_ms)
+        .arg(wheel.cfg.slots)
+        .arg(wheel.cfg.leader_lease_ms())
+        .arg(budget)
+        .arg(max_steps)
+        .arg(wheel.cfg.max_attempts)
+        .arg(wheel.cfg.done_ttl_ms);
+    let reply: Vec<String> = wheel.conn.call(&inv, Window::Response).await?;
+    let number = |i: usize| reply.get(i).and_then(|n| n.parse().ok()).unwrap_or(0);
+    Ok(match reply.first().map(String::as_str) {
+        Some("more") => TickReply::More,
+        Some("done") => TickReply::Done { cursor: number(1), now_ms: number(2), made_ready: number(3) },
+        _ => TickReply::Refused,
+    })
+}

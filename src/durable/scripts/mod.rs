@@ -1,0 +1,237 @@
+//! The Lua scripts of the wheel and the one Rust function that calls each: its arguments named
+//! and in their order, its reply read into a type. Nothing else in the crate builds a script's
+//! arguments or parses its reply.
+//!
+//! Each script in `lua/` opens with a header naming its `KEYS`, `ARGV`, output and the keys it
+//! touches, then the shared helpers it uses as `-- @include <name>` lines. [`assemble`] puts
+//! each helper (`lua/includes/<name>.lua`, and the helpers it includes in turn, each once) on
+//! that one line, its comments dropped, so a Redis error's line number is the script file's own.
+//! Two includes are made here from Rust: `keys`, the key names of [`WheelKeys`](super::WheelKeys)
+//! bound as Lua locals, and `constants`, the numbers the Lua and the Rust code share.
+
+mod inspect;
+mod leader;
+mod tasks;
+mod worker;
+
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use redis::{Script, ScriptInvocation};
+
+use super::keys;
+use super::wheel::Wheel;
+
+pub(crate) use inspect::{dead_letters, stats};
+pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
+pub(crate) use tasks::{cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Requeued, Scheduled};
+#[cfg(test)]
+pub(crate) use worker::Failed;
+pub(crate) use worker::{ack, claim, fail, Claimed};
+
+/// How many wake-up tokens wait on `wake` at most: a burst leaves only a few wake-ups with nothing
+/// to claim behind it.
+pub(crate) const WAKE_TOKENS: usize = 8;
+
+/// The shared helpers, by include name.
+const INCLUDES: &[(&str, &str)] = &[
+    ("now_ms", include_str!("../lua/includes/now_ms.lua")),
+    ("now_up", include_str!("../lua/includes/now_up.lua")),
+    ("due_tick", include_str!("../lua/includes/due_tick.lua")),
+    ("cursor_of", include_str!("../lua/includes/cursor_of.lua")),
+    ("place", include_str!("../lua/includes/place.lua")),
+    ("unplace", include_str!("../lua/includes/unplace.lua")),
+    ("zadd_all", include_str!("../lua/includes/zadd_all.lua")),
+    ("wake", include_str!("../lua/includes/wake.lua")),
+    ("finish", include_str!("../lua/includes/finish.lua")),
+    ("finished_by", include_str!("../lua/includes/finished_by.lua")),
+    ("bury", include_str!("../lua/includes/bury.lua")),
+];
+
+/// The Lua of the include `name`: a helper file, or one of the two made from Rust.
+fn include(name: &str) -> String {
+    match name {
+        "keys" => keys::lua_bindings(),
+        "constants" => format!("local WAKE_TOKENS = {WAKE_TOKENS}"),
+        _ => match INCLUDES.iter().find(|(n, _)| *n == name) {
+            Some((_, lua)) => lua.to_string(),
+            None => panic!("a durable script includes {name:?}, which lua/includes/ does not have"),
+        },
+    }
+}
+
+/// `source` with each `-- @include <name>` line replaced by that helper on one line.
+pub(crate) fn assemble(source: &str) -> String {
+    let mut seen = HashSet::new();
+    source
+        .lines()
+        .map(|line| match include_name(line) {
+            Some(name) => expand(name, &mut seen),
+            None => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn include_name(line: &str) -> Option<&str> {
+    line.strip_prefix("-- @include ").map(str::trim)
+}
+
+/// The helper `name` and the helpers it includes, those not `seen` yet, as one line of Lua.
+fn expand(name: &str, seen: &mut HashSet<String>) -> String {
+    if !seen.insert(name.to_string()) {
+        return String::new();
+    }
+    let mut parts = Vec::new();
+    for line in include(name).lines() {
+        if let Some(inner) = include_name(line) {
+            parts.push(expand(inner, seen));
+        } else {
+            let code = strip_comment(line).trim();
+            if !code.is_empty() {
+                parts.push(code.to_string());
+            }
+        }
+    }
+    parts.retain(|p| !p.is_empty());
+    parts.join(" ")
+}
+
+/// `line` without a trailing `-- comment` (a `--` inside a quoted string is kept).
+fn strip_comment(line: &str) -> &str {
+    let mut quote = None;
+    let bytes = line.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match quote {
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None if b == b'\'' || b == b'"' => quote = Some(b),
+            None if b == b'-' && bytes.get(i + 1) == Some(&b'-') => return &line[..i],
+            None => {}
+        }
+    }
+    line
+}
+
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(&assemble(include_str!(concat!("../lua/", $file))))
+    };
+}
+
+/// Every script of the wheel, assembled and hashed once per process; `redis::Script` loads a
+/// script again after `NOSCRIPT`.
+struct Scripts {
+    open: Script,
+    schedule: Script,
+    cancel: Script,
+    reschedule: Script,
+    tick: Script,
+    claim: Script,
+    ack: Script,
+    fail: Script,
+    acquire: Script,
+    release: Script,
+    stats: Script,
+    dead_letters: Script,
+    requeue_dead: Script,
+}
+
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    open: script!("open.lua"),
+    schedule: script!("schedule.lua"),
+    cancel: script!("cancel.lua"),
+    reschedule: script!("reschedule.lua"),
+    tick: script!("tick.lua"),
+    claim: script!("claim.lua"),
+    ack: script!("ack.lua"),
+    fail: script!("fail.lua"),
+    acquire: script!("acquire.lua"),
+    release: script!("release.lua"),
+    stats: script!("stats.lua"),
+    dead_letters: script!("dead_letters.lua"),
+    requeue_dead: script!("requeue_dead.lua"),
+});
+
+/// A call of `script` with the wheel's `KEYS[1]` (its meta key) and `ARGV[1]` (its key prefix)
+/// in place.
+fn invoke<'a>(wheel: &Wheel, script: &'a Script) -> ScriptInvocation<'a> {
+    let mut inv = script.prepare_invoke();
+    inv.key(wheel.keys.meta()).arg(wheel.keys.prefix());
+    inv
+}
+
+/// Bytes from Redis as text (lossy: keys and errors were text when they went in).
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Bytes from Redis as a whole number (0 if it is none).
+fn number(b: &[u8]) -> u64 {
+    std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every script, by file name.
+    const SOURCES: &[(&str, &str)] = &[
+        ("open.lua", include_str!("../lua/open.lua")),
+        ("schedule.lua", include_str!("../lua/schedule.lua")),
+        ("cancel.lua", include_str!("../lua/cancel.lua")),
+        ("reschedule.lua", include_str!("../lua/reschedule.lua")),
+        ("tick.lua", include_str!("../lua/tick.lua")),
+        ("claim.lua", include_str!("../lua/claim.lua")),
+        ("ack.lua", include_str!("../lua/ack.lua")),
+        ("fail.lua", include_str!("../lua/fail.lua")),
+        ("acquire.lua", include_str!("../lua/acquire.lua")),
+        ("release.lua", include_str!("../lua/release.lua")),
+        ("stats.lua", include_str!("../lua/stats.lua")),
+        ("dead_letters.lua", include_str!("../lua/dead_letters.lua")),
+        ("requeue_dead.lua", include_str!("../lua/requeue_dead.lua")),
+    ];
+
+    /// A Redis error names a line of the assembled script: it must be the same line of the file.
+    #[test]
+    fn assembling_keeps_every_line_where_it_is() {
+        for (file, source) in SOURCES {
+            let assembled = assemble(source);
+            let (a, s): (Vec<&str>, Vec<&str>) = (assembled.lines().collect(), source.lines().collect());
+            assert_eq!(a.len(), s.len(), "{file}");
+            for (i, (a, s)) in a.iter().zip(&s).enumerate() {
+                if include_name(s).is_none() {
+                    assert_eq!(a, s, "{file}:{}", i + 1);
+                }
+            }
+        }
+    }
+
+    /// Each helper comes once, before the code that uses it, whatever order the includes name
+    /// them in; the keys come before the helpers that use them.
+    #[test]
+    fn includes_come_once_with_what_they_include() {
+        let script = assemble("-- @include bury\n-- @include finish\n-- @include keys\nreturn 1");
+        let lines: Vec<&str> = script.lines().collect();
+        assert_eq!(lines.len(), 4);
+        let first = lines[0];
+        assert_eq!(first.matches("local function finish(").count(), 1);
+        assert!(first.find("local P = ARGV[1]").unwrap() < first.find("local function finish(").unwrap());
+        assert!(first.find("local function finish(").unwrap() < first.find("local function bury(").unwrap());
+        assert_eq!((lines[1], lines[2], lines[3]), ("", "", "return 1"));
+        assert!(!first.contains("--"), "comments stay out of a one-line include: {first}");
+    }
+
+    #[test]
+    fn comments_are_cut_outside_strings_only() {
+        assert_eq!(strip_comment("local a = 1 -- one"), "local a = 1 ");
+        assert_eq!(strip_comment("local s = '--' -- dashes"), "local s = '--' ");
+        assert_eq!(strip_comment("-- all of it"), "");
+    }
+
+    #[test]
+    #[should_panic(expected = "lua/includes/ does not have")]
+    fn an_unknown_include_is_refused() {
+        assemble("-- @include nothing_by_this_name");
+    }
+}

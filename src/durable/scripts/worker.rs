@@ -1,0 +1,90 @@
+//! The scripts a worker calls for the tasks it runs: `claim.lua`, `ack.lua`, `fail.lua`.
+
+use super::{invoke, number, text, SCRIPTS};
+use crate::durable::conn::Window;
+use crate::durable::time::from_unix_ms;
+use crate::durable::wheel::Wheel;
+use crate::durable::Task;
+use crate::Error;
+
+/// One task a claim took, and the claim token its outcome must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claimed {
+    pub(crate) task: Task,
+    pub(crate) token: String,
+}
+
+/// Claims up to `n` ready tasks under `claim_id`, leased for the wheel's lease. With
+/// `replay_only` it takes nothing new and only gets back what an earlier attempt under this id
+/// took; `previous` is the id of this worker's last answered claim, whose record can go.
+pub(crate) async fn claim(
+    wheel: &Wheel,
+    n: usize,
+    claim_id: &str,
+    replay_only: bool,
+    previous: &str,
+) -> Result<Vec<Claimed>, Error> {
+    let mut inv = invoke(wheel, &SCRIPTS.claim);
+    inv.arg(n)
+        .arg(wheel.cfg.lease_ms)
+        .arg(claim_id)
+        .arg(if replay_only { "1" } else { "0" })
+        .arg(wheel.cfg.done_ttl_ms)
+        .arg(previous);
+    let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Response).await?;
+    Ok(flat
+        .chunks_exact(5)
+        .map(|t| Claimed {
+            task: Task {
+                key: text(&t[0]),
+                payload: t[1].clone(),
+                attempt: u32::try_from(number(&t[2])).unwrap_or(u32::MAX),
+                due: from_unix_ms(number(&t[3])),
+            },
+            token: text(&t[4]),
+        })
+        .collect())
+}
+
+/// Acknowledges `deliveries` (key, claim token) in one call; true for each one acknowledged,
+/// false for one refused (its token is no longer the task's).
+pub(crate) async fn ack(wheel: &Wheel, deliveries: &[(&str, &str)], window: Window) -> Result<Vec<bool>, Error> {
+    let mut inv = invoke(wheel, &SCRIPTS.ack);
+    inv.arg(wheel.cfg.done_ttl_ms);
+    for (key, token) in deliveries {
+        inv.arg(*key).arg(*token);
+    }
+    let reply: Vec<i64> = wheel.conn.call(&inv, window).await?;
+    Ok(reply.into_iter().map(|r| r == 1).collect())
+}
+
+/// What `fail.lua` did with a failed delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failed {
+    /// It will be delivered again after its backoff.
+    Retried,
+    /// That was its last attempt: it went to the dead letters.
+    Dead,
+    /// The claim token is no longer the task's: nothing changed.
+    Refused,
+}
+
+/// Reports that the delivery of `key` under `token` failed with `why`.
+pub(crate) async fn fail(wheel: &Wheel, key: &str, token: &str, why: &str, window: Window) -> Result<Failed, Error> {
+    let cfg = &wheel.cfg;
+    let mut inv = invoke(wheel, &SCRIPTS.fail);
+    inv.arg(key)
+        .arg(token)
+        .arg(why)
+        .arg(cfg.max_attempts)
+        .arg(cfg.backoff_ms)
+        .arg(cfg.max_backoff_ms())
+        .arg(cfg.tick_ms)
+        .arg(cfg.slots)
+        .arg(cfg.done_ttl_ms);
+    Ok(match wheel.conn.call::<i64>(&inv, window).await? {
+        1 => Failed::Retried,
+        2 => Failed::Dead,
+        _ => Failed::Refused,
+    })
+}

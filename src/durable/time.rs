@@ -1,0 +1,90 @@
+//! Conversions between Rust's time types and the whole milliseconds the scripts use, each with
+//! its rounding direction: a due time or lease rounds up, so nothing is ever early.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::Error;
+
+/// The latest due time a task may have, in ms since the Unix epoch (the year 2286): keeps every
+/// number in the scripts exact in Lua's doubles and printable as an integer.
+pub(crate) const MAX_DUE_MS: u64 = 10_000_000_000_000;
+
+/// `d` in whole milliseconds, rounded up (a deadline is never early).
+pub(crate) fn ceil_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// `at` in ms since the Unix epoch, rounded up; a time before the epoch is 0 (due at once).
+pub(crate) fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map(ceil_ms).unwrap_or(0)
+}
+
+/// The instant `ms` milliseconds after the Unix epoch (a time read back from Redis).
+pub(crate) fn from_unix_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// `d` as a whole, non-zero number of milliseconds, or [`Error::Invalid`] naming `what`.
+pub(crate) fn whole_ms(d: Duration, what: &str) -> Result<u64, Error> {
+    if d.is_zero() || !d.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(Error::invalid(format!("the {what} must be a whole, non-zero number of milliseconds (got {d:?})")));
+    }
+    u64::try_from(d.as_millis()).map_err(|_| Error::invalid(format!("the {what} is too long")))
+}
+
+/// When a task is due: after a delay from Redis's now, or at a time on Redis's clock (both in
+/// whole ms, checked against [`MAX_DUE_MS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum When {
+    Delay(u64),
+    At(u64),
+}
+
+impl When {
+    pub(crate) fn delay(d: Duration) -> Result<Self, Error> {
+        let ms = ceil_ms(d);
+        if ms >= MAX_DUE_MS {
+            return Err(Error::invalid(format!("the delay {d:?} is too long: the latest due time is the year 2286")));
+        }
+        Ok(When::Delay(ms))
+    }
+
+    pub(crate) fn at(at: SystemTime) -> Result<Self, Error> {
+        let ms = unix_ms(at);
+        if ms >= MAX_DUE_MS {
+            return Err(Error::invalid("the due time is too far: the latest is the year 2286"));
+        }
+        Ok(When::At(ms))
+    }
+
+    /// The two script arguments: `'d'` or `'a'`, and the milliseconds.
+    pub(crate) fn args(self) -> (&'static str, u64) {
+        match self {
+            When::Delay(ms) => ("d", ms),
+            When::At(ms) => ("a", ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_round_up_to_whole_milliseconds() {
+        assert_eq!(ceil_ms(Duration::ZERO), 0);
+        assert_eq!(ceil_ms(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_ms(Duration::from_millis(5)), 5);
+        assert_eq!(ceil_ms(Duration::from_micros(5001)), 6);
+        assert_eq!(ceil_ms(Duration::MAX), u64::MAX);
+        assert_eq!(unix_ms(UNIX_EPOCH + Duration::from_micros(1500)), 2);
+        assert_eq!(unix_ms(UNIX_EPOCH - Duration::from_secs(1)), 0, "before the epoch is due at once");
+    }
+
+    #[test]
+    fn ticks_are_whole_milliseconds() {
+        assert_eq!(whole_ms(Duration::from_secs(1), "tick").unwrap(), 1000);
+        assert!(whole_ms(Duration::ZERO, "tick").is_err());
+        assert!(whole_ms(Duration::from_micros(1500), "tick").is_err());
+    }
+}

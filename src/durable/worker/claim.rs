@@ -1,0 +1,127 @@
+//! The claim loop: gathers free handlers, claims that many ready tasks in one call (retried under
+//! the same claim id until a reply comes), starts their handlers, and waits for a wake-up when
+//! nothing is ready. On stop, it gets back what an unanswered claim took and lets every handler
+//! finish and its outcome be recorded.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+
+use super::handler::{start_handlers, Handler};
+use super::outcome::{lost, record_outcomes};
+use super::stop::{pause, stopped, stopping};
+use super::wake::{pass_on_wake, wait_for_wake, Waker};
+use crate::durable::scripts;
+use crate::durable::wheel::Wheel;
+
+/// The most tasks one claim takes.
+const CLAIM_BATCH: usize = 64;
+/// How long the claim loop waits to gather free handlers while tasks are waiting.
+const GATHER: Duration = Duration::from_millis(2);
+
+pub(super) async fn claim_loop(
+    wheel: &Arc<Wheel>,
+    handler: Handler,
+    mut stop: watch::Receiver<bool>,
+    bid_now: &Notify,
+) {
+    let concurrency = wheel.cfg.concurrency;
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let mut waker: Option<Waker> = None;
+    let mut failures = 0u32;
+    let mut backlog = false;
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let recorder = tokio::spawn(record_outcomes(wheel.clone(), done_rx));
+    // A claim that failed, perhaps after it landed (its reply lost): it is made again with the
+    // same id and the same handlers, so that it gets back the tasks its first attempt took.
+    let mut unanswered: Option<(String, Vec<OwnedSemaphorePermit>)> = None;
+    // The last claim answered: its record of what it took is no longer needed.
+    let mut answered = String::new();
+    while !stopping(&stop) {
+        let (claim_id, held) = match unanswered.take() {
+            Some(retry) => retry,
+            None => {
+                let first = tokio::select! {
+                    p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+                    () = stopped(&mut stop) => break,
+                };
+                let mut held = vec![first];
+                let batch = CLAIM_BATCH.min(concurrency);
+                take_free(&permits, &mut held, batch);
+                if backlog && held.len() < batch.div_ceil(4) {
+                    // Tasks are waiting and handlers are finishing: gather a few more free
+                    // handlers rather than claiming one task per round trip.
+                    let until = tokio::time::Instant::now() + GATHER;
+                    while held.len() < batch.div_ceil(4) {
+                        match tokio::time::timeout_at(until, permits.clone().acquire_owned()).await {
+                            Ok(Ok(p)) => held.push(p),
+                            _ => break,
+                        }
+                    }
+                    take_free(&permits, &mut held, batch);
+                }
+                (wheel.ids.next(), held)
+            }
+        };
+        let wanted = held.len();
+        let tasks = match scripts::claim(wheel, wanted, &claim_id, false, &answered).await {
+            Ok(tasks) => {
+                answered = claim_id;
+                tasks
+            }
+            Err(e) => {
+                unanswered = Some((claim_id, held));
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(wheel = %wheel.name(), error = %e, "claiming failed; retrying with a backoff");
+                }
+                // Soon enough that the retry finds the claimed tasks still leased to it.
+                pause(&mut stop, retry_delay(failures).min(wheel.cfg.lease() / 4)).await;
+                continue;
+            }
+        };
+        if failures > 0 {
+            tracing::info!(wheel = %wheel.name(), "claiming works again");
+            failures = 0;
+        }
+        let got = tasks.len();
+        backlog = got == wanted;
+        start_handlers(&handler, &done_tx, tasks, held);
+        if got == wanted {
+            // Perhaps more are ready: let another idle worker know, and claim again.
+            if got > 0 {
+                pass_on_wake(wheel).await;
+            }
+            continue;
+        }
+        wait_for_wake(wheel, &mut waker, &mut stop, bid_now).await;
+    }
+    // A claim left unanswered at the stop may have taken tasks: one last try gets them back
+    // (taking nothing new) and runs them like the others in flight, rather than leaving them to
+    // come back after the lease as another attempt.
+    if let Some((claim_id, held)) = unanswered.take() {
+        match scripts::claim(wheel, held.len(), &claim_id, true, "").await {
+            Ok(tasks) => start_handlers(&handler, &done_tx, tasks, held),
+            Err(e) => lost(wheel, "(an unanswered claim)", &e),
+        }
+    }
+    // Wait for every handler in flight (each holds a permit until its ack or retry is recorded).
+    drop(done_tx);
+    let _ = permits.acquire_many(u32::try_from(concurrency).unwrap_or(u32::MAX)).await;
+    let _ = recorder.await;
+}
+
+/// Moves free permits into `held`, up to `batch` in all.
+fn take_free(permits: &Arc<Semaphore>, held: &mut Vec<OwnedSemaphorePermit>, batch: usize) {
+    while held.len() < batch {
+        match permits.clone().try_acquire_owned() {
+            Ok(p) => held.push(p),
+            Err(_) => break,
+        }
+    }
+}
+
+fn retry_delay(failures: u32) -> Duration {
+    (Duration::from_millis(50) * 2u32.saturating_pow(failures.saturating_sub(1).min(6))).min(Duration::from_secs(2))
+}

@@ -1,0 +1,75 @@
+//! Running the user's handler on one claimed task: a panic is a failure like an `Err`, and the
+//! outcome goes to the recorder with the handler's permit.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+
+use super::outcome::Outcome;
+use crate::durable::scripts::Claimed;
+use crate::durable::Task;
+
+pub(super) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+/// The user's handler, its error turned into text.
+pub(super) type Handler = Arc<dyn Fn(Task) -> HandlerFuture + Send + Sync>;
+
+/// Runs the handler on each claimed task, one permit each (released once its outcome is
+/// recorded); permits left over are released at once.
+pub(super) fn start_handlers(
+    handler: &Handler,
+    done_tx: &mpsc::UnboundedSender<Outcome>,
+    tasks: Vec<Claimed>,
+    mut held: Vec<OwnedSemaphorePermit>,
+) {
+    for (Claimed { task, token }, permit) in tasks.into_iter().zip(held.drain(..)) {
+        let (handler, done) = (handler.clone(), done_tx.clone());
+        tokio::spawn(async move {
+            let key = task.key.clone();
+            let outcome = run_handler(&handler, task).await;
+            // The permit goes with the outcome and is released once it is recorded.
+            let _ = done.send(Outcome { key, token, outcome, _permit: permit });
+        });
+    }
+}
+
+/// Runs the handler on one task; a panic counts as a failure, whether the handler panics when
+/// called or its future panics when polled (the call happens inside the first poll).
+async fn run_handler(handler: &Handler, task: Task) -> Result<(), String> {
+    let handler = handler.clone();
+    let run: HandlerFuture = Box::pin(async move { handler(task).await });
+    match CatchUnwind(run).await {
+        Ok(result) => result,
+        Err(panic) => Err(format!("the handler panicked: {}", panic_message(&*panic))),
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(not a string)".to_string()
+    }
+}
+
+/// A future that turns a panic while it is polled into an `Err` with the panic's payload.
+struct CatchUnwind(HandlerFuture);
+
+impl Future for CatchUnwind {
+    type Output = Result<Result<(), String>, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(result)) => Poll::Ready(Ok(result)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! `Worker`: ticks the wheel when it holds the leadership (`leader`), claims due tasks (`claim`),
+//! runs the handler on each (`handler`), records what it came to (`outcome`), and waits for a
+//! wake-up when nothing is ready (`wake`). In loop order: [`start`] spawns `supervise`, which
+//! runs the leader loop beside the claim loop and, on stop, lets the handlers finish before the
+//! leadership is given up.
+
+mod claim;
+mod handler;
+mod outcome;
+mod stop;
+mod wake;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+use super::wheel::Wheel;
+use super::Task;
+use handler::Handler;
+
+/// A running worker, made by [`DurableScheduler::run`](super::DurableScheduler::run).
+///
+/// Call [`shutdown`](Self::shutdown) to stop it cleanly. Dropping it stops it too, without
+/// waiting: handlers in flight run to their end, and a leadership it held is given up once they
+/// have.
+#[must_use = "dropping the Worker stops it: keep it, and call shutdown when the node stops"]
+pub struct Worker {
+    stop: watch::Sender<bool>,
+    done: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker").field("stopping", &*self.stop.borrow()).finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Stops claiming tasks, waits for the handlers in flight to finish and their outcomes to be
+    /// recorded (acknowledged or retried; while Redis is away that is retried for up to the
+    /// lease, after which the task is handed out again anyway), and gives up the leadership if
+    /// this worker held it, so another node takes over at once.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::durable::{DurableScheduler, Task};
+    /// # async fn run(timers: DurableScheduler) {
+    /// let worker = timers.run(|_task: Task| async { Ok::<(), std::io::Error>(()) });
+    /// // ... when the node is told to stop:
+    /// worker.shutdown().await; // every handler has finished and its outcome is recorded
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the worker stopping in the background, as dropping the
+    /// `Worker` does.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(done) = self.done.take() {
+            let _ = done.await;
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+pub(crate) fn start<F, Fut, E>(wheel: Arc<Wheel>, handler: F) -> Worker
+where
+    F: Fn(Task) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: fmt::Display,
+{
+    let handler: Handler = Arc::new(move |task| {
+        let fut = handler(task);
+        Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let done = tokio::spawn(supervise(wheel, handler, stop_rx));
+    Worker { stop, done: Some(done) }
+}
+
+/// Runs the leader loop and the claim loop; on stop, lets the handlers finish before the
+/// leadership is given up.
+async fn supervise(wheel: Arc<Wheel>, handler: Handler, stop: watch::Receiver<bool>) {
+    let node = wheel.ids.next();
+    let (leader_stop, leader_stop_rx) = watch::channel(false);
+    let bid_now = Arc::new(Notify::new());
+    let leader = {
+        let (wheel, bid_now) = (wheel.clone(), bid_now.clone());
+        tokio::spawn(async move { super::leader::run(&wheel, node, leader_stop_rx, &bid_now).await })
+    };
+    claim::claim_loop(&wheel, handler, stop, &bid_now).await;
+    let _ = leader_stop.send(true);
+    let _ = leader.await;
+}
