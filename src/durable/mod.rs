@@ -72,8 +72,8 @@
 //!   the holder's runs out, and at once when an idle worker of its node hears that the holder
 //!   gave it up; not every tick; and each idle worker blocks for a wake-up on
 //!   a connection of its own, pushed whenever tasks become ready, and claims when one arrives or,
-//!   as a safety net, after a third of the leadership lease without one. With 4 workers, a
-//!   100 ms tick and the default lease that is about 1.3 calls per tick.
+//!   as a safety net, after a third of the leadership lease without one (BENCHMARKS.md counts
+//!   the calls of an idle wheel).
 //!
 //! # Errors and retries
 //! Redis failures are [`Error::Redis`](crate::Error::Redis). Every call retries transient ones
@@ -104,7 +104,7 @@
 //!   cluster slot and many wheels spread over a cluster.
 //!
 //! # Redis layout
-//! For the wheel `orders` every key starts with `tw:{orders}:`:
+//! For the wheel `orders` every key starts with `tw:{orders}:`; [`WheelKeys`] names them:
 //!
 //! | key            | type   | holds |
 //! |----------------|--------|-------|

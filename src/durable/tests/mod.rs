@@ -89,3 +89,59 @@ fn meta(server: &RedisServer, keys: &WheelKeys, field: &str) -> i64 {
 fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
+
+/// The files of `src/durable/`, from the bottom up (the order of `mod.rs`), with their source.
+const LAYERS: &[(&str, &str)] = &[
+    ("time", include_str!("../time.rs")),
+    ("config", include_str!("../config.rs")),
+    ("keys", include_str!("../keys.rs")),
+    ("ids", include_str!("../ids.rs")),
+    ("task", include_str!("../task.rs")),
+    ("conn", include_str!("../conn.rs")),
+    ("wheel", include_str!("../wheel.rs")),
+    ("scripts", include_str!("../scripts/mod.rs")),
+    ("scripts", include_str!("../scripts/tasks.rs")),
+    ("scripts", include_str!("../scripts/leader.rs")),
+    ("scripts", include_str!("../scripts/worker.rs")),
+    ("scripts", include_str!("../scripts/inspect.rs")),
+    ("leader", include_str!("../leader.rs")),
+    ("worker", include_str!("../worker/mod.rs")),
+    ("worker", include_str!("../worker/claim.rs")),
+    ("worker", include_str!("../worker/wake.rs")),
+    ("worker", include_str!("../worker/outcome.rs")),
+    ("worker", include_str!("../worker/handler.rs")),
+    ("worker", include_str!("../worker/stop.rs")),
+    ("scheduler", include_str!("../scheduler.rs")),
+    ("connect", include_str!("../connect.rs")),
+    ("builder", include_str!("../builder.rs")),
+];
+
+/// No file of the durable module uses one above it (tests and doc links aside), and the error
+/// module uses nothing of the durable one.
+#[test]
+fn no_import_runs_back_up() {
+    let names: Vec<&str> = LAYERS.iter().map(|(n, _)| *n).collect();
+    let level = |name: &str| names.iter().position(|n| *n == name);
+    let mut upward = Vec::new();
+    for (file, source) in LAYERS {
+        let own = level(file).unwrap();
+        let code = source.split("#[cfg(test)]\nmod tests").next().unwrap();
+        for line in code.lines().map(str::trim).filter(|l| !l.starts_with("//")) {
+            for prefix in ["crate::durable::", "super::"] {
+                for (i, _) in line.match_indices(prefix) {
+                    let rest = &line[i + prefix.len()..];
+                    let used: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    if let Some(used_level) = level(&used) {
+                        if used_level > own {
+                            upward.push(format!("{file} uses {used}: {line}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(upward.is_empty(), "{upward:#?}");
+    for error_file in [include_str!("../../error/mod.rs"), include_str!("../../error/redis_failure.rs")] {
+        assert!(!error_file.contains("durable::"), "the error module imports from durable");
+    }
+}
