@@ -3,20 +3,74 @@
 
 use std::time::Duration;
 
-use super::config::Settings;
+use super::config::{Settings, Topology};
 #[cfg(doc)]
 use super::config::{
     DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_SLOTS,
+    DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_PARTITIONS, MAX_SLOTS,
 };
 use super::DurableScheduler;
 use crate::Error;
 
 impl DurableScheduler {
-    /// A [`DurableBuilder`] for the wheel `name` on the Redis at `url` (`redis://host:port/db`,
-    /// `rediss://` for TLS is not enabled), with the defaults.
+    /// A [`DurableBuilder`] for the wheel `name` on the one Redis at `url`, with the defaults:
+    /// `redis://host:port/db`, or `rediss://` for TLS (verified against the system's roots, or
+    /// the CA given to [`tls_root_ca`](DurableBuilder::tls_root_ca); never skipped). A username
+    /// and password go in the URL (`redis://user:password@host:port/`).
+    ///
+    /// For a primary with replicas behind Redis Sentinel use [`sentinel`](Self::sentinel), for
+    /// a Redis Cluster [`cluster`](Self::cluster): a node whose address can change under the
+    /// wheel (a failover) needs them.
     pub fn builder(url: impl AsRef<str>, name: impl AsRef<str>) -> DurableBuilder {
-        DurableBuilder { url: url.as_ref().to_string(), settings: Settings::new(name.as_ref()) }
+        DurableBuilder { settings: Settings::new(name.as_ref(), Topology::Node(url.as_ref().to_string())) }
+    }
+
+    /// A [`DurableBuilder`] for the wheel `name` on the primary that the given sentinels call
+    /// `master`. The wheel follows every failover: after a dropped connection, a timeout or a
+    /// `READONLY` reply it asks the sentinels again, and it checks `ROLE` before it trusts a
+    /// node, so a revived old primary is never written to. `rediss://` sentinel URLs mean TLS
+    /// for the sentinels and the data nodes alike; credentials in the first URL are used for
+    /// both.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tokio_timewheel::durable::DurableScheduler;
+    ///
+    /// # async fn run() -> Result<(), tokio_timewheel::Error> {
+    /// let sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"];
+    /// let timers = DurableScheduler::sentinel(sentinels, "mymaster", "orders").connect().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel(
+        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
+        master: impl AsRef<str>,
+        name: impl AsRef<str>,
+    ) -> DurableBuilder {
+        let topology = Topology::Sentinel {
+            sentinels: sentinels.into_iter().map(|s| s.as_ref().to_string()).collect(),
+            master: master.as_ref().to_string(),
+        };
+        DurableBuilder { settings: Settings::new(name.as_ref(), topology) }
+    }
+
+    /// A [`DurableBuilder`] for the wheel `name` on the Redis Cluster that any of `seeds`
+    /// belongs to. The client follows `MOVED` and `ASK`, resharding and failover by itself;
+    /// every key of a partition shares one hash tag, so each partition lives on one slot. Split
+    /// a busy wheel with [`partitions`](DurableBuilder::partitions) to spread it over the
+    /// cluster's primaries.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tokio_timewheel::durable::DurableScheduler;
+    ///
+    /// # async fn run() -> Result<(), tokio_timewheel::Error> {
+    /// let seeds = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"];
+    /// let timers = DurableScheduler::cluster(seeds, "orders").partitions(8).connect().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster(seeds: impl IntoIterator<Item = impl AsRef<str>>, name: impl AsRef<str>) -> DurableBuilder {
+        let topology = Topology::Cluster(seeds.into_iter().map(|s| s.as_ref().to_string()).collect());
+        DurableBuilder { settings: Settings::new(name.as_ref(), topology) }
     }
 }
 
@@ -44,7 +98,6 @@ impl DurableScheduler {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct DurableBuilder {
-    url: String,
     settings: Settings,
 }
 
@@ -129,6 +182,37 @@ impl DurableBuilder {
         self
     }
 
+    /// Trusts the certificate authority `pem` (one or more PEM certificates) for TLS, instead
+    /// of the system's roots: for a server whose certificate a private CA signed. Needs
+    /// `rediss://` URLs.
+    pub fn tls_root_ca(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.settings.tls.root_ca = Some(pem.as_ref().to_vec());
+        self
+    }
+
+    /// Presents the client certificate `cert_pem` with its private key `key_pem` (both PEM),
+    /// for servers that ask for one (`tls-auth-clients yes`: mutual TLS). Needs `rediss://` URLs.
+    pub fn tls_client_auth(mut self, cert_pem: impl AsRef<[u8]>, key_pem: impl AsRef<[u8]>) -> Self {
+        self.settings.tls.client_auth = Some((cert_pem.as_ref().to_vec(), key_pem.as_ref().to_vec()));
+        self
+    }
+
+    /// Splits the wheel into `n` partitions, each a wheel of its own under its own hash tag
+    /// (`{<name>:<i>}`), so that a cluster spreads them over its primaries and one busy wheel is
+    /// not bound to one Redis core. A task's partition is the FNV-1a 64-bit hash of its key's
+    /// UTF-8 bytes modulo `n`, the same on every node and in every version. Each partition has
+    /// its own leadership (different nodes may tick different partitions); workers claim from
+    /// all of them; keys stay unique across the whole wheel; `len`, `stats` and `dead_letters`
+    /// cover every partition.
+    ///
+    /// Every node of a wheel must use the same count: the first to connect records it, and a
+    /// node with another (the default 1 included) is refused with [`Error::Invalid`]. 1 to
+    /// [`MAX_PARTITIONS`]; default 1, one hash tag `{<name>}`.
+    pub fn partitions(mut self, n: usize) -> Self {
+        self.settings.partitions = n;
+        self
+    }
+
     /// Checks the settings, connects to Redis and opens the wheel (recording `tick` and `slots`
     /// on first use, checking them afterwards).
     ///
@@ -149,6 +233,6 @@ impl DurableBuilder {
     /// Dropping the future drops the connection; nothing is left behind but the wheel's
     /// settings in Redis, which the next `connect` reuses.
     pub async fn connect(self) -> Result<DurableScheduler, Error> {
-        super::connect::connect(&self.url, &self.settings).await
+        super::connect::connect(&self.settings).await
     }
 }

@@ -27,9 +27,15 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 /// The longest retry backoff of a failed task: 1 hour.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// The most partitions a wheel may have: 1,024 (each partition is a wheel of its own, with its
+/// own leadership to bid for and wake-up list to wait on).
+pub const MAX_PARTITIONS: usize = 1024;
 /// The default number of handlers one [`Worker`](super::Worker) runs at once: 16.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 
+/// The shortest wait for a wake-up (with a very short tick and lease, waiting less would be
+/// polling).
+pub(crate) const MIN_WAIT: Duration = Duration::from_millis(10);
 /// The largest payload Redis stores in one value.
 const REDIS_MAX_VALUE: usize = 512 << 20;
 /// The longest leadership lease: a leader that dies is replaced within this even when tasks have
@@ -41,10 +47,59 @@ const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// this after its first attempt landed and its task finished would create the task again.
 const MIN_DONE_TTL: Duration = Duration::from_secs(60);
 
+/// Where the wheel's Redis is, as the builder was told.
+#[derive(Debug, Clone)]
+pub(crate) enum Topology {
+    /// One node (or a proxy in front of several), by URL.
+    Node(String),
+    /// The primary that these sentinels name `master`.
+    Sentinel { sentinels: Vec<String>, master: String },
+    /// A Redis Cluster reached through any of these seed nodes.
+    Cluster(Vec<String>),
+}
+
+impl Topology {
+    /// The URLs given, for the TLS check.
+    pub(crate) fn urls(&self) -> Vec<&str> {
+        match self {
+            Topology::Node(url) => vec![url.as_str()],
+            Topology::Sentinel { sentinels, .. } => sentinels.iter().map(String::as_str).collect(),
+            Topology::Cluster(seeds) => seeds.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// The TLS settings beyond the URL's `rediss://`: a private CA, a client certificate.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsSettings {
+    pub(crate) root_ca: Option<Vec<u8>>,
+    /// `(certificate, key)`, both PEM.
+    pub(crate) client_auth: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsSettings {
+    pub(crate) fn is_set(&self) -> bool {
+        self.root_ca.is_some() || self.client_auth.is_some()
+    }
+
+    pub(crate) fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client_auth
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig { client_cert: cert.clone(), client_key: key.clone() }),
+            root_cert: self.root_ca.clone(),
+        }
+    }
+}
+
 /// The settings as the builder gathered them, not yet checked.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) name: String,
+    pub(crate) topology: Topology,
+    pub(crate) tls: TlsSettings,
+    pub(crate) partitions: usize,
     pub(crate) tick: Duration,
     pub(crate) slots: usize,
     pub(crate) lease: Duration,
@@ -58,10 +113,13 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// The defaults, for the wheel `name`.
-    pub(crate) fn new(name: &str) -> Self {
+    /// The defaults, for the wheel `name` on `topology`.
+    pub(crate) fn new(name: &str, topology: Topology) -> Self {
         Settings {
             name: name.to_string(),
+            topology,
+            tls: TlsSettings::default(),
+            partitions: 1,
             tick: DEFAULT_TICK,
             slots: DEFAULT_SLOTS,
             lease: DEFAULT_LEASE,
@@ -80,6 +138,7 @@ impl Settings {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) name: String,
+    pub(crate) partitions: usize,
     pub(crate) tick_ms: u64,
     pub(crate) slots: u64,
     pub(crate) lease_ms: u64,
@@ -127,8 +186,15 @@ impl Config {
             }
         }
         let retry_window = b.connect_timeout + b.response_timeout;
+        if b.partitions == 0 || b.partitions > MAX_PARTITIONS {
+            return Err(Error::invalid(format!(
+                "partitions must be between 1 and {MAX_PARTITIONS} (got {})",
+                b.partitions
+            )));
+        }
         Ok(Config {
             name: b.name.clone(),
+            partitions: b.partitions,
             tick_ms,
             slots: b.slots as u64,
             lease_ms,
@@ -163,6 +229,13 @@ impl Config {
     /// How long one call keeps retrying transient failures before it returns one.
     pub(crate) fn retry_window(&self) -> Duration {
         self.connect_timeout
+    }
+
+    /// How long an idle worker waits for a wake-up before it claims anyway: a third of the
+    /// leadership's lease (at most 10 s / 3), or a tick if that is longer, and at least
+    /// [`MIN_WAIT`]. A safety net only: every script that makes tasks ready pushes a wake-up.
+    pub(crate) fn idle_wait(&self) -> Duration {
+        (self.leader_lease() / 3).max(self.tick()).max(MIN_WAIT)
     }
 
     /// [`MAX_BACKOFF`] in ms.

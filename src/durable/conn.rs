@@ -1,108 +1,147 @@
-//! The connection to Redis that every handle and worker of one `connect` shares, and the one way
-//! commands are sent on it: with retries of transient failures inside a bounded window. It knows
-//! no script; `scripts` builds the calls and reads their replies.
+//! The connection that every handle and worker of one `connect` shares, whatever the deployment
+//! (`link`), and the one way commands are sent on it: with retries of transient failures inside
+//! a bounded window, and a failover followed where the deployment allows. It knows no script;
+//! `scripts` builds the calls and reads their replies.
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, ScriptInvocation};
 use tokio::time::Instant;
 
-use super::config::Config;
+use super::config::{Config, TlsSettings, Topology};
+use super::link::{Link, Source};
 use super::time::ceil_ms;
 use crate::error::RedisFailure;
 use crate::Error;
 
-/// A multiplexed, reconnecting connection, and the settings of its retries.
+/// The shared connection, and the settings of its retries.
 pub(crate) struct Conn {
     /// The wheel's name, for logs.
     name: String,
-    client: redis::Client,
-    manager: ConnectionManager,
-    /// How long one call keeps retrying transient failures.
+    source: Source,
+    /// The one link every call goes through, for a node or a cluster (which reconnect by
+    /// themselves); `None` for Sentinel, whose link the source finds again after a failover.
+    fixed: Option<Link>,
+    cfg: ConnSettings,
+}
+
+/// What of the settings the connection uses.
+struct ConnSettings {
     retry_window: Duration,
     response_timeout: Duration,
     connect_timeout: Duration,
+    /// The response timeout of the dedicated connections of blocking waits: longer than the
+    /// longest wait.
+    long_response: Duration,
     /// How many replicas must confirm a change, and for how long to wait for them.
     replicas: Option<(usize, Duration)>,
 }
 
 impl Conn {
-    /// Connects to `url` within `deadline`.
-    pub(crate) async fn connect(url: &str, cfg: &Config, deadline: Instant) -> Result<Self, Error> {
-        let client =
-            redis::Client::open(url).map_err(|e| Error::invalid(format!("the Redis URL is malformed: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(cfg.response_timeout))
-            .set_connection_timeout(Some(cfg.connect_timeout))
-            .set_max_delay(Duration::from_secs(1));
-        let manager = tokio::time::timeout_at(deadline, ConnectionManager::new_with_config(client.clone(), config))
-            .await
-            .map_err(|_| unreachable(cfg.connect_timeout))??;
-        Ok(Conn {
-            name: cfg.name.clone(),
-            client,
-            manager,
+    /// Connects to `topology` within `deadline`. `long_response` is the response timeout of
+    /// the dedicated connections of blocking waits.
+    pub(crate) async fn connect(
+        topology: &Topology,
+        tls: &TlsSettings,
+        cfg: &Config,
+        long_response: Duration,
+        deadline: Instant,
+    ) -> Result<Self, Error> {
+        let source = Source::new(topology, tls, cfg, long_response)?;
+        let settings = ConnSettings {
             retry_window: cfg.retry_window(),
             response_timeout: cfg.response_timeout,
             connect_timeout: cfg.connect_timeout,
+            long_response,
             replicas: cfg.replicas,
-        })
+        };
+        let mut conn = Conn { name: cfg.name.clone(), source, fixed: None, cfg: settings };
+        // Connecting retries transient failures (a cluster still electing, a sentinel naming a
+        // primary that is not one yet) until the deadline, as every call does.
+        let window = deadline.saturating_duration_since(Instant::now());
+        let link = conn.retrying(window, |link| async move { Ok(link) }).await.map_err(|e| match e {
+            Error::Redis(f) if f.category() == "timed out" => unreachable(cfg.connect_timeout),
+            e => e,
+        })?;
+        if !conn.source.follows_failover() {
+            conn.fixed = Some(link);
+        }
+        Ok(conn)
     }
 
     /// A connection of its own (for a blocking wait that would hold up the shared one), whose
-    /// replies may take up to `response_timeout`.
-    pub(crate) async fn dedicated(&self, response_timeout: Duration) -> Option<ConnectionManager> {
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(response_timeout))
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_max_delay(Duration::from_secs(1));
-        let connect = ConnectionManager::new_with_config(self.client.clone(), config);
-        tokio::time::timeout(self.connect_timeout, connect).await.ok()?.ok()
+    /// replies may take the long response timeout given to `connect`.
+    pub(crate) async fn dedicated(&self, cfg: &Config) -> Option<Link> {
+        let connect = self.source.dedicated(cfg, self.cfg.long_response);
+        tokio::time::timeout(self.cfg.connect_timeout, connect).await.ok()?.ok()
     }
 
-    /// The shared connection itself, for a call sent once with no retry.
-    pub(crate) fn shared(&self) -> ConnectionManager {
-        self.manager.clone()
+    /// The shared connection itself, for a call sent once with no retry (`None` while Sentinel
+    /// is being asked for the primary).
+    pub(crate) async fn shared(&self) -> Option<Link> {
+        match &self.fixed {
+            Some(link) => Some(link.clone()),
+            None => tokio::time::timeout(self.cfg.connect_timeout, self.link()).await.ok()?.ok(),
+        }
+    }
+
+    async fn link(&self) -> redis::RedisResult<Link> {
+        match &self.fixed {
+            Some(link) => Ok(link.clone()),
+            None => self.source.connect_shared(self.cfg.response_timeout, self.cfg.connect_timeout).await,
+        }
     }
 
     /// Runs `inv`, retrying transient failures with a short backoff for up to `window`. Every
     /// script is safe to run twice, so a retry after an ambiguous failure (a timeout whose
     /// request did reach Redis) does no harm.
     pub(crate) async fn call<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>, window: Window) -> Result<T, Error> {
-        self.retrying(self.window(window), |mut conn| async move { inv.invoke_async::<T>(&mut conn).await }).await
+        self.retrying(self.window(window), |mut link| async move { inv.invoke_async::<T>(&mut link).await }).await
     }
 
-    /// Runs one plain command the same way, in the default window.
+    /// Runs one command that names a key the same way, in the default window.
     pub(crate) async fn command<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
-        self.retrying(self.retry_window, |mut conn| async move { cmd.query_async::<T>(&mut conn).await }).await
+        self.retrying(self.cfg.retry_window, |mut link| async move { cmd.query_async::<T>(&mut link).await }).await
+    }
+
+    /// Runs one command that names no key (`INFO`, `CONFIG GET`, `WAIT`) on the node that holds
+    /// `key` (the primary of its slot, in a cluster), in the default window.
+    pub(crate) async fn command_beside<T: FromRedisValue>(&self, cmd: &redis::Cmd, key: &str) -> Result<T, Error> {
+        self.retrying(self.cfg.retry_window, |mut link| async move { link.beside::<T>(cmd, key).await }).await
     }
 
     fn window(&self, window: Window) -> Duration {
         match window {
-            Window::Default => self.retry_window,
-            Window::Response => self.response_timeout,
+            Window::Default => self.cfg.retry_window,
+            Window::Response => self.cfg.response_timeout,
             Window::Within(d) => d,
         }
     }
 
     async fn retrying<T, F, Fut>(&self, window: Duration, mut attempt: F) -> Result<T, Error>
     where
-        F: FnMut(ConnectionManager) -> Fut,
+        F: FnMut(Link) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let deadline = Instant::now() + window;
         let mut wait = Duration::from_millis(10);
         loop {
-            let attempt = tokio::time::timeout_at(deadline, attempt(self.manager.clone())).await;
-            let failure = match attempt {
-                Ok(Ok(value)) => return Ok(value),
-                Ok(Err(err)) => RedisFailure::from(err),
-                Err(_) => RedisFailure::new(
-                    "timed out",
-                    format!("no answer from Redis within {window:?} (the connect timeout)"),
-                    true,
-                ),
+            let failure = match tokio::time::timeout_at(deadline, self.link()).await {
+                Err(_) => timed_out(window),
+                Ok(Err(err)) => self.failure(err),
+                Ok(Ok(link)) => match tokio::time::timeout_at(deadline, attempt(link.clone())).await {
+                    Ok(Ok(value)) => return Ok(value),
+                    Ok(Err(err)) => {
+                        if may_be_failover(&err) {
+                            self.source.suspect(&link);
+                        }
+                        self.failure(err)
+                    }
+                    Err(_) => {
+                        self.source.suspect(&link);
+                        timed_out(window)
+                    }
+                },
             };
             if !failure.is_retryable() || Instant::now() + wait >= deadline {
                 return Err(Error::Redis(failure));
@@ -113,14 +152,45 @@ impl Conn {
         }
     }
 
-    /// Waits for the configured replicas to hold this connection's writes so far, if any are
-    /// configured.
-    pub(crate) async fn replicate(&self) -> Result<(), Error> {
-        let Some((replicas, timeout)) = self.replicas else { return Ok(()) };
+    /// What `err` means here: replies that depend on the deployment say what to do.
+    fn failure(&self, err: redis::RedisError) -> RedisFailure {
+        match err.code() {
+            Some("MOVED" | "ASK") if !self.source.is_cluster() => RedisFailure::new(
+                "key moved",
+                format!(
+                    "Redis answered {err}: the server is a Redis Cluster node; connect with DurableScheduler::cluster"
+                ),
+                false,
+            ),
+            Some("READONLY") if self.source.follows_failover() => {
+                RedisFailure::new("failover", format!("{err}: the primary is changing; retrying on the new one"), true)
+            }
+            Some("READONLY") => RedisFailure::new(
+                "read only",
+                format!(
+                    "Redis answered {err}: the URL names a replica; connect to the primary, or name the sentinels \
+                     with DurableScheduler::sentinel"
+                ),
+                false,
+            ),
+            _ => RedisFailure::from(err),
+        }
+    }
+
+    /// Waits for the configured replicas of the node that holds `key` to hold this
+    /// connection's writes so far, if any are configured.
+    pub(crate) async fn replicate(&self, key: &str) -> Result<(), Error> {
+        let Some((replicas, timeout)) = self.cfg.replicas else { return Ok(()) };
         let mut wait = redis::cmd("WAIT");
         wait.arg(replicas).arg(ceil_ms(timeout).max(1));
-        let confirmed: usize = self.command(&wait).await?;
+        let confirmed: usize = self.command_beside(&wait, key).await?;
         if confirmed < replicas {
+            // With Sentinel, too few replicas may mean this primary was cut off and replaced.
+            if let Some(link) = &self.fixed {
+                self.source.suspect(link);
+            } else if let Ok(link) = self.link().await {
+                self.source.suspect(&link);
+            }
             return Err(Error::Redis(RedisFailure::new(
                 "replication",
                 format!(
@@ -132,6 +202,16 @@ impl Conn {
         }
         Ok(())
     }
+}
+
+/// Whether `err` may mean that the node is no longer the primary: the connection failed or
+/// timed out, or the node turned read-only.
+fn may_be_failover(err: &redis::RedisError) -> bool {
+    err.is_io_error() || err.is_timeout() || err.is_connection_dropped() || err.code() == Some("READONLY")
+}
+
+fn timed_out(window: Duration) -> RedisFailure {
+    RedisFailure::new("timed out", format!("no answer from Redis within {window:?} (the connect timeout)"), true)
 }
 
 /// How long a call keeps retrying transient failures.

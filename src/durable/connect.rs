@@ -1,5 +1,5 @@
-//! Connecting: checks the settings, connects, checks the server and opens the wheel, all within
-//! one connect timeout.
+//! Connecting: checks the settings, connects to the deployment, checks the server and opens the
+//! wheel (each of its partitions), all within one connect timeout.
 
 use std::sync::Arc;
 
@@ -15,33 +15,59 @@ use crate::Error;
 /// The oldest Redis the scripts run on (`ZRANGE ... WITHSCORES` forms, `SPOP` with a count, ...).
 const MIN_REDIS: (u32, u32) = (6, 2);
 
-/// Connects to the wheel `settings.name` on the Redis at `url`.
-pub(crate) async fn connect(url: &str, settings: &Settings) -> Result<DurableScheduler, Error> {
+/// Connects to the wheel `settings.name` where `settings.topology` says.
+pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Error> {
     let cfg = Config::new(settings)?;
     // One deadline for the whole of `connect`: connecting, checking the server and opening the
     // wheel each could otherwise take the connect timeout in turn.
     let deadline = tokio::time::Instant::now() + cfg.connect_timeout;
-    let conn = Conn::connect(url, &cfg, deadline).await?;
-    let wheel = Wheel { keys: WheelKeys::new(&cfg.name), cfg, conn, ids: Ids::new() };
+    let long_response = cfg.idle_wait() + cfg.response_timeout;
+    let conn = Conn::connect(&settings.topology, &settings.tls, &cfg, long_response, deadline).await?;
+    let wheel = Wheel {
+        base: WheelKeys::new(&cfg.name),
+        partitions: Wheel::partitions(&cfg.name, cfg.partitions),
+        cfg,
+        conn,
+        ids: Ids::new(),
+    };
     let timeout = wheel.cfg.connect_timeout;
     tokio::time::timeout_at(deadline, check_server(&wheel)).await.map_err(|_| unreachable(timeout))??;
-    let opened = tokio::time::timeout_at(deadline, scripts::open(&wheel)).await.map_err(|_| unreachable(timeout))??;
-    if let Opened::Mismatch { tick_ms, slots } = opened {
-        return Err(Error::invalid(format!(
-            "the wheel {:?} in Redis runs with a {tick_ms} ms tick and {slots} slots, not {} ms and {}: connect \
-             with the same settings as the other nodes, or use another name",
-            wheel.name(),
-            wheel.cfg.tick_ms,
-            wheel.cfg.slots
-        )));
-    }
+    tokio::time::timeout_at(deadline, open(&wheel)).await.map_err(|_| unreachable(timeout))??;
     Ok(DurableScheduler { wheel: Arc::new(wheel) })
 }
 
-/// Checks the server's version and warns about settings that can lose tasks.
+/// Opens the wheel: its record first (which refuses another tick, slot or partition count),
+/// then each partition.
+async fn open(wheel: &Wheel) -> Result<(), Error> {
+    let count = wheel.partitions.len();
+    let single = count == 1;
+    let mut keys = vec![(&wheel.base, single)];
+    if !single {
+        keys.extend(wheel.partitions.iter().map(|p| (&p.keys, true)));
+    }
+    for (keys, start_cursor) in keys {
+        if let Opened::Mismatch { tick_ms, slots, partitions } = scripts::open(wheel, keys, count, start_cursor).await?
+        {
+            return Err(Error::invalid(format!(
+                "the wheel {:?} in Redis runs with a {tick_ms} ms tick, {slots} slots and {partitions} partition(s), \
+                 not {} ms, {} and {count}: connect with the same settings as the other nodes (tick, slots and \
+                 partitions), or use another name",
+                wheel.name(),
+                wheel.cfg.tick_ms,
+                wheel.cfg.slots
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the server's version and warns about settings that can lose tasks (on the node that
+/// holds the wheel's record, in a cluster).
 async fn check_server(wheel: &Wheel) -> Result<(), Error> {
-    let mut conn = wheel.conn.shared();
-    let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await?;
+    let beside = wheel.base.meta();
+    let mut info = redis::cmd("INFO");
+    info.arg("server");
+    let info: String = wheel.conn.command_beside(&info, &beside).await?;
     let version =
         info.lines().find_map(|l| l.strip_prefix("redis_version:")).map(|v| v.trim().to_string()).unwrap_or_default();
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
@@ -53,8 +79,9 @@ async fn check_server(wheel: &Wheel) -> Result<(), Error> {
         )));
     }
     for (setting, safe) in [("maxmemory-policy", "noeviction"), ("appendonly", "yes")] {
-        let reply: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg(setting).query_async(&mut conn).await;
-        match reply {
+        let mut get = redis::cmd("CONFIG");
+        get.arg("GET").arg(setting);
+        match wheel.conn.command_beside::<Vec<String>>(&get, &beside).await {
             Ok(pair) => match pair.get(1) {
                 Some(value) if value != safe => tracing::warn!(
                     wheel = %wheel.name(),

@@ -56,6 +56,16 @@ impl WheelKeys {
         WheelKeys { prefix: format!("tw:{{{name}}}:") }
     }
 
+    /// The keys of partition `index` of the wheel `name` split into `count` partitions: under
+    /// the hash tag `{<name>:<index>}` (a name holds no colon, so no other wheel's tag is the
+    /// same), or the wheel's own keys when it has one partition.
+    pub fn for_partition(name: &str, index: usize, count: usize) -> Self {
+        if count <= 1 {
+            return Self::new(name);
+        }
+        WheelKeys { prefix: format!("tw:{{{name}:{index}}}:") }
+    }
+
     /// `tw:{<name>}:`, the start of every key of the wheel.
     pub fn prefix(&self) -> &str {
         &self.prefix

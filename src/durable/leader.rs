@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 
 use super::scripts::{self, Bid, TickReply};
-use super::wheel::Wheel;
+use super::wheel::{Partition, Wheel};
 use crate::Error;
 
 /// The most tasks one tick script call moves.
@@ -33,7 +33,13 @@ enum Round {
 ///
 /// `bid_now` is notified when a worker of this node learns that the leader gave up the lead: a
 /// node that does not lead then bids at once.
-pub(crate) async fn run(wheel: &Wheel, node: String, mut stop: watch::Receiver<bool>, bid_now: &Notify) {
+pub(crate) async fn run(
+    wheel: &Wheel,
+    part: &Partition,
+    node: String,
+    mut stop: watch::Receiver<bool>,
+    bid_now: &Notify,
+) {
     let renew = (wheel.cfg.leader_lease() / 3).max(Duration::from_millis(1));
     let bid = (wheel.cfg.leader_lease() / BID_EVERY).max(Duration::from_millis(1));
     let mut token: Option<String> = None;
@@ -43,9 +49,9 @@ pub(crate) async fn run(wheel: &Wheel, node: String, mut stop: watch::Receiver<b
             break;
         }
         let wait = match &token {
-            None => match scripts::acquire(wheel, &node, wheel.cfg.leader_lease_ms()).await {
+            None => match scripts::acquire(wheel, &part.keys, &node, wheel.cfg.leader_lease_ms()).await {
                 Ok(Bid::Won(t)) => {
-                    tracing::info!(wheel = %wheel.name(), token = %t, "took the leadership");
+                    tracing::info!(wheel = %wheel.name(), partition = part.index, token = %t, "took the leadership");
                     token = Some(t);
                     failures = 0;
                     Duration::ZERO
@@ -59,7 +65,7 @@ pub(crate) async fn run(wheel: &Wheel, node: String, mut stop: watch::Receiver<b
                 }
                 Err(e) => backoff(wheel, &mut failures, &e),
             },
-            Some(t) => match tick(wheel, t).await {
+            Some(t) => match tick(wheel, part, t).await {
                 Ok(Round::CaughtUp(next)) => {
                     failures = 0;
                     next.min(renew)
@@ -82,7 +88,7 @@ pub(crate) async fn run(wheel: &Wheel, node: String, mut stop: watch::Receiver<b
         }
     }
     if let Some(t) = token {
-        if let Err(e) = scripts::release(wheel, &t).await {
+        if let Err(e) = scripts::release(wheel, &part.keys, &t).await {
             tracing::warn!(wheel = %wheel.name(), error = %e, "could not give up the leadership; it lapses after the lease");
         }
     }
@@ -98,9 +104,9 @@ fn backoff(wheel: &Wheel, failures: &mut u32, e: &Error) -> Duration {
 }
 
 /// Calls the tick script until it has caught up (each call is bounded; "more" means call again).
-async fn tick(wheel: &Wheel, token: &str) -> Result<Round, Error> {
+async fn tick(wheel: &Wheel, part: &Partition, token: &str) -> Result<Round, Error> {
     loop {
-        match scripts::tick(wheel, token, TICK_BUDGET, TICK_MAX_STEPS).await? {
+        match scripts::tick(wheel, &part.keys, token, TICK_BUDGET, TICK_MAX_STEPS).await? {
             TickReply::More => continue,
             TickReply::Done { now_ms, .. } => {
                 let tick = wheel.cfg.tick_ms;
@@ -115,6 +121,6 @@ async fn tick(wheel: &Wheel, token: &str) -> Result<Round, Error> {
 /// Ticks once under `token` as a leader would, until caught up; false if refused. For the tests
 /// of fencing and concurrent tickers.
 #[cfg(test)]
-pub(crate) async fn tick_once(wheel: &Wheel, token: &str) -> Result<bool, Error> {
-    Ok(matches!(tick(wheel, token).await?, Round::CaughtUp(_)))
+pub(crate) async fn tick_once(wheel: &Wheel, part: &Partition, token: &str) -> Result<bool, Error> {
+    Ok(matches!(tick(wheel, part, token).await?, Round::CaughtUp(_)))
 }

@@ -131,7 +131,9 @@
 //! remove a task from its slot, the far tier, the ready set or (when its lease ran out) the leased set with `ZREM`: O(log n),
 //! never a scan. Moving a tick's tasks on is one `ZPOPMIN` and one `ZADD` for the lot.
 
-// From the bottom up; a file imports only from those above it in this list.
+// Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
+// time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, scheduler, connect,
+// builder), which `tests::no_import_runs_back_up` checks.
 mod builder;
 mod config;
 mod conn;
@@ -139,6 +141,7 @@ mod connect;
 mod ids;
 mod keys;
 mod leader;
+mod link;
 mod scheduler;
 mod scripts;
 mod task;
@@ -152,7 +155,7 @@ pub use crate::error::RedisFailure;
 pub use builder::DurableBuilder;
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_SLOTS,
+    DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_PARTITIONS, MAX_SLOTS,
 };
 pub use keys::WheelKeys;
 pub use scheduler::DurableScheduler;

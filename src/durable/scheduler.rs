@@ -165,8 +165,9 @@ impl DurableScheduler {
         P: Into<Vec<u8>>,
     {
         let mut results: Vec<Result<(), Error>> = Vec::new();
-        let mut batch: Vec<(usize, NewTask)> = Vec::new();
-        let mut bytes = 0;
+        // One batch a partition, each sent as it fills (a partition's calls go to its own node).
+        let mut batches: Vec<(Vec<(usize, NewTask)>, usize)> =
+            self.wheel.partitions.iter().map(|_| (Vec::new(), 0)).collect();
         // Batches go out a few at a time over the one connection, so round trips overlap.
         let mut in_flight = JoinSet::new();
         for (key, delay, payload) in items {
@@ -175,24 +176,28 @@ impl DurableScheduler {
             match checked {
                 Err(e) => results.push(Err(e)),
                 Ok(when) => {
+                    let part = self.wheel.partition_of(key).index;
+                    let (batch, bytes) = &mut batches[part];
                     if batch.len() == SCHEDULE_BATCH
-                        || (bytes + payload.len() > SCHEDULE_BATCH_BYTES && !batch.is_empty())
+                        || (*bytes + payload.len() > SCHEDULE_BATCH_BYTES && !batch.is_empty())
                     {
                         if in_flight.len() >= SCHEDULE_PIPELINE {
                             settle(in_flight.join_next().await, &mut results)?;
                         }
-                        in_flight.spawn(send_batch(self.wheel.clone(), std::mem::take(&mut batch)));
-                        bytes = 0;
+                        in_flight.spawn(send_batch(self.wheel.clone(), part, std::mem::take(batch)));
+                        *bytes = 0;
                     }
-                    bytes += payload.len();
+                    *bytes += payload.len();
                     let task = NewTask { key: key.to_string(), when, payload, request_id: self.wheel.ids.next() };
                     batch.push((results.len(), task));
                     results.push(Ok(()));
                 }
             }
         }
-        if !batch.is_empty() {
-            in_flight.spawn(send_batch(self.wheel.clone(), batch));
+        for (part, (batch, _)) in batches.into_iter().enumerate() {
+            if !batch.is_empty() {
+                in_flight.spawn(send_batch(self.wheel.clone(), part, batch));
+            }
         }
         while let Some(done) = in_flight.join_next().await {
             settle(Some(done), &mut results)?;
@@ -265,12 +270,22 @@ impl DurableScheduler {
     /// As [`cancel`](Self::cancel).
     pub async fn cancel_many<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<bool>, Error> {
         let keys: Vec<String> = keys.into_iter().map(|k| k.as_ref().to_string()).collect();
-        let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(CANCEL_BATCH) {
-            // One id per call, kept by its retries: a retry whose first attempt landed still
-            // answers true (see `lua/cancel.lua`).
-            let answers = scripts::cancel(&self.wheel, &self.wheel.ids.next(), chunk).await?;
-            out.extend(answers.into_iter().map(|a| a == Cancelled::Yes));
+        let mut out = vec![false; keys.len()];
+        // Each partition's keys, with their places in the answer.
+        let mut by_partition: Vec<Vec<usize>> = vec![Vec::new(); self.wheel.partitions.len()];
+        for (i, key) in keys.iter().enumerate() {
+            by_partition[self.wheel.partition_of(key).index].push(i);
+        }
+        for (part, places) in self.wheel.partitions.iter().zip(by_partition) {
+            for chunk in places.chunks(CANCEL_BATCH) {
+                let chunk_keys: Vec<&str> = chunk.iter().map(|&i| keys[i].as_str()).collect();
+                // One id per call, kept by its retries: a retry whose first attempt landed
+                // still answers true (see `lua/cancel.lua`).
+                let answers = scripts::cancel(&self.wheel, &part.keys, &self.wheel.ids.next(), &chunk_keys).await?;
+                for (&i, answer) in chunk.iter().zip(answers) {
+                    out[i] = answer == Cancelled::Yes;
+                }
+            }
         }
         Ok(out)
     }
@@ -349,7 +364,8 @@ impl DurableScheduler {
     /// Cancel safe: it only reads.
     pub async fn contains(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let mut exists = redis::cmd("EXISTS");
-        exists.arg(self.wheel.keys.task(key.as_ref()));
+        let key = key.as_ref();
+        exists.arg(self.wheel.partition_of(key).keys.task(key));
         self.wheel.conn.command(&exists).await
     }
 
@@ -411,7 +427,11 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn stats(&self) -> Result<DurableStats, Error> {
-        scripts::stats(&self.wheel).await
+        let mut total = DurableStats::default();
+        for part in &self.wheel.partitions {
+            total.add(&scripts::stats(&self.wheel, &part.keys).await?);
+        }
+        Ok(total)
     }
 
     /// Up to `limit` dead letters, oldest first (read a page of 128 per call, so a large
@@ -435,16 +455,23 @@ impl DurableScheduler {
     /// Cancel safe: it only reads.
     pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadTask>, Error> {
         let mut out = Vec::new();
-        // A page per call, so a large `limit` never holds Redis up for long.
-        while out.len() < limit {
-            let page = (limit - out.len()).min(DEAD_LETTERS_PAGE);
-            let got = scripts::dead_letters(&self.wheel, page, out.len()).await?;
-            let full = got.len() == page;
-            out.extend(got);
-            if !full {
-                break;
+        // Each partition's oldest `limit`, a page per call (so a large `limit` never holds Redis
+        // up for long), then the oldest `limit` of them all.
+        for part in &self.wheel.partitions {
+            let mut read = 0;
+            while read < limit {
+                let page = (limit - read).min(DEAD_LETTERS_PAGE);
+                let got = scripts::dead_letters(&self.wheel, &part.keys, page, read).await?;
+                let full = got.len() == page;
+                read += got.len();
+                out.extend(got);
+                if !full {
+                    break;
+                }
             }
         }
+        out.sort_by(|a, b| a.died.cmp(&b.died).then_with(|| a.key.cmp(&b.key)));
+        out.truncate(limit);
         Ok(out)
     }
 
@@ -471,8 +498,9 @@ impl DurableScheduler {
     /// Dropping the future after the request was sent may still requeue the task.
     pub async fn requeue_dead(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let key = key.as_ref();
-        match scripts::requeue_dead(&self.wheel, key, &self.wheel.ids.next()).await? {
-            Requeued::Yes => self.wheel.conn.replicate().await.map(|()| true),
+        let keys = &self.wheel.partition_of(key).keys;
+        match scripts::requeue_dead(&self.wheel, keys, key, &self.wheel.ids.next()).await? {
+            Requeued::Yes => self.wheel.conn.replicate(&keys.meta()).await.map(|()| true),
             Requeued::KeyPending => Err(Error::DuplicateKey(key.to_string())),
             Requeued::NotDead => Ok(false),
         }
@@ -518,7 +546,7 @@ impl DurableScheduler {
     /// up; false when the token is not the leader's. For tests of fencing and concurrent tickers.
     #[cfg(test)]
     pub(crate) async fn tick_with_token(&self, token: &str) -> Result<bool, Error> {
-        super::leader::tick_once(&self.wheel, token).await
+        super::leader::tick_once(&self.wheel, &self.wheel.partitions[0], token).await
     }
 
     /// Checks a key and payload before they go to Redis.
@@ -548,15 +576,17 @@ impl DurableScheduler {
         self.check(key, &payload)?;
         let request_id = request_id.map_or_else(|| self.wheel.ids.next(), str::to_string);
         let task = NewTask { key: key.to_string(), when, payload, request_id };
-        match send_batch(self.wheel.clone(), vec![(0, task)]).await?.pop() {
+        let part = self.wheel.partition_of(key).index;
+        match send_batch(self.wheel.clone(), part, vec![(0, task)]).await?.pop() {
             Some((_, key)) => Err(Error::DuplicateKey(key)),
             None => Ok(()),
         }
     }
 
     async fn move_task(&self, key: &str, when: When) -> Result<(), Error> {
-        match scripts::reschedule(&self.wheel, key, when).await? {
-            Moved::Yes => self.wheel.conn.replicate().await,
+        let keys = &self.wheel.partition_of(key).keys;
+        match scripts::reschedule(&self.wheel, keys, key, when).await? {
+            Moved::Yes => self.wheel.conn.replicate(&keys.meta()).await,
             Moved::NotPending | Moved::Running => Err(Error::NotFound),
         }
     }
@@ -566,13 +596,15 @@ impl DurableScheduler {
 /// pending.
 type Duplicates = Vec<(usize, String)>;
 
-/// Sends one `schedule.lua` call for `batch` (each task with its index in the caller's results).
-async fn send_batch(wheel: Arc<Wheel>, batch: Vec<(usize, NewTask)>) -> Result<Duplicates, Error> {
+/// Sends one `schedule.lua` call for `batch`, all of partition `part` (each task with its index
+/// in the caller's results).
+async fn send_batch(wheel: Arc<Wheel>, part: usize, batch: Vec<(usize, NewTask)>) -> Result<Duplicates, Error> {
     let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = batch.into_iter().unzip();
-    let outcomes = scripts::schedule(&wheel, &tasks).await?;
+    let keys = &wheel.partitions[part].keys;
+    let outcomes = scripts::schedule(&wheel, keys, &tasks).await?;
     if outcomes.iter().any(|&o| o != Scheduled::Duplicate) {
         // Something was written (or was, by this request's first attempt): replicate it.
-        wheel.conn.replicate().await?;
+        wheel.conn.replicate(&keys.meta()).await?;
     }
     Ok(indexes
         .into_iter()

@@ -83,7 +83,7 @@ impl DeadTask {
     }
 }
 
-/// A snapshot of a durable wheel, read from Redis in one call.
+/// A snapshot of a durable wheel, read from Redis in one call per partition.
 ///
 /// The gauges (`pending` to `cursor_lag_ticks`) are exact at the moment of the call; the
 /// counters (`scheduled` to `dead_lettered`) count since the wheel was first used and are kept
@@ -114,4 +114,21 @@ pub struct DurableStats {
     pub retried: u64,
     /// Tasks moved to the dead letters.
     pub dead_lettered: u64,
+}
+
+impl DurableStats {
+    /// Adds a partition's figures: sums, and the largest cursor lag.
+    pub(crate) fn add(&mut self, part: &DurableStats) {
+        self.pending += part.pending;
+        self.waiting += part.waiting;
+        self.ready += part.ready;
+        self.in_flight += part.in_flight;
+        self.dead += part.dead;
+        self.cursor_lag_ticks = self.cursor_lag_ticks.max(part.cursor_lag_ticks);
+        self.scheduled += part.scheduled;
+        self.handed_out += part.handed_out;
+        self.acked += part.acked;
+        self.retried += part.retried;
+        self.dead_lettered += part.dead_lettered;
+    }
 }

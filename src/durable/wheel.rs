@@ -1,22 +1,78 @@
-//! [`Wheel`]: a durable wheel as this process sees it, shared by its handles and workers.
+//! [`Wheel`]: a durable wheel as this process sees it, shared by its handles and workers, and
+//! its partitions.
 
 use super::config::Config;
 use super::conn::Conn;
 use super::ids::Ids;
 use super::keys::WheelKeys;
 
-/// What every handle and worker of one `connect` shares: the checked settings, the wheel's key
-/// names, the connection and the id source.
+/// What every handle and worker of one `connect` shares: the checked settings, the connection,
+/// the id source, and the wheel's partitions.
 pub(crate) struct Wheel {
     pub(crate) cfg: Config,
-    pub(crate) keys: WheelKeys,
     pub(crate) conn: Conn,
     pub(crate) ids: Ids,
+    /// The keys that record the wheel's settings and partition count: the only partition's,
+    /// when there is one.
+    pub(crate) base: WheelKeys,
+    /// Never empty; one unless `partitions(n)` was set.
+    pub(crate) partitions: Vec<Partition>,
+}
+
+/// One partition of a wheel: a whole wheel of its own under its own hash tag (its own cursor,
+/// ring, ready queue and leadership), holding the tasks whose keys hash to it.
+pub(crate) struct Partition {
+    pub(crate) index: usize,
+    pub(crate) keys: WheelKeys,
 }
 
 impl Wheel {
+    /// The partitions of the wheel `name`: `count` of them.
+    pub(crate) fn partitions(name: &str, count: usize) -> Vec<Partition> {
+        (0..count).map(|index| Partition { index, keys: WheelKeys::for_partition(name, index, count) }).collect()
+    }
+
     /// The wheel's name, for logs and errors.
     pub(crate) fn name(&self) -> &str {
         &self.cfg.name
+    }
+
+    /// The partition that holds the task `key`.
+    pub(crate) fn partition_of(&self, key: &str) -> &Partition {
+        &self.partitions[partition_index(key, self.partitions.len())]
+    }
+}
+
+/// The partition of the task `key` in a wheel of `count` partitions: the 64-bit FNV-1a hash of
+/// the key's UTF-8 bytes, modulo `count`. Written down and fixed (every node and every version
+/// must agree): offset basis `0xcbf29ce484222325`, prime `0x100000001b3`.
+pub(crate) fn partition_index(key: &str, count: usize) -> usize {
+    if count <= 1 {
+        return 0;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % count as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hash is FNV-1a 64 as published: these are its reference values, so a change of the
+    /// function (which would move every task of a partitioned wheel) fails here.
+    #[test]
+    fn the_partition_hash_is_fnv1a_64() {
+        let fnv = |key: &str| partition_index(key, usize::MAX);
+        assert_eq!(fnv(""), (0xcbf2_9ce4_8422_2325u64 % usize::MAX as u64) as usize);
+        assert_eq!(fnv("a"), (0xaf63_dc4c_8601_ec8cu64 % usize::MAX as u64) as usize);
+        assert_eq!(fnv("foobar"), (0x8594_4171_f739_67e8u64 % usize::MAX as u64) as usize);
+        assert_eq!(partition_index("order-42", 1), 0);
+        let spread: Vec<usize> =
+            (0..8).map(|p| (0..8000).filter(|i| partition_index(&format!("k{i}"), 8) == p).count()).collect();
+        assert!(spread.iter().all(|&n| (900..1100).contains(&n)), "{spread:?}");
     }
 }

@@ -4,12 +4,13 @@ use super::{invoke, number, text, SCRIPTS};
 use crate::durable::conn::Window;
 use crate::durable::time::from_unix_ms;
 use crate::durable::wheel::Wheel;
+use crate::durable::WheelKeys;
 use crate::durable::{DeadTask, DurableStats};
 use crate::Error;
 
 /// The wheel's gauges and counters, read at one moment.
-pub(crate) async fn stats(wheel: &Wheel) -> Result<DurableStats, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.stats);
+pub(crate) async fn stats(wheel: &Wheel, keys: &WheelKeys) -> Result<DurableStats, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.stats);
     inv.arg(wheel.cfg.tick_ms);
     let r: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
     let at = |i: usize| r.get(i).copied().unwrap_or(0).max(0) as u64;
@@ -30,8 +31,13 @@ pub(crate) async fn stats(wheel: &Wheel) -> Result<DurableStats, Error> {
 }
 
 /// Up to `limit` dead letters from rank `offset` on, oldest first.
-pub(crate) async fn dead_letters(wheel: &Wheel, limit: usize, offset: usize) -> Result<Vec<DeadTask>, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.dead_letters);
+pub(crate) async fn dead_letters(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    limit: usize,
+    offset: usize,
+) -> Result<Vec<DeadTask>, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.dead_letters);
     inv.arg(limit).arg(offset);
     let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
     Ok(flat

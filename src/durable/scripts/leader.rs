@@ -6,29 +6,38 @@ use std::time::Duration;
 use super::{invoke, SCRIPTS};
 use crate::durable::conn::Window;
 use crate::durable::wheel::Wheel;
+use crate::durable::WheelKeys;
 use crate::Error;
 
 /// What `open.lua` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Opened {
     Yes,
-    /// The wheel is recorded with another tick (ms) and slot count.
+    /// The wheel is recorded with another tick (ms), slot count or partition count.
     Mismatch {
         tick_ms: String,
         slots: String,
+        partitions: String,
     },
 }
 
-/// Opens the wheel: records its tick and slots on first use, checks them afterwards.
-pub(crate) async fn open(wheel: &Wheel) -> Result<Opened, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.open);
-    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots);
+/// Opens the wheel (or one partition of it) under `keys`: records its tick, slots and
+/// partition count on first use, checks them afterwards; with `start_cursor`, starts its cursor
+/// at the current tick if it has none (a partition; not the record of a partitioned wheel).
+pub(crate) async fn open(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    partitions: usize,
+    start_cursor: bool,
+) -> Result<Opened, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.open);
+    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(partitions).arg(if start_cursor { "1" } else { "0" });
     let reply: Vec<String> = wheel.conn.call(&inv, Window::Default).await?;
     if reply.first().map(String::as_str) == Some("1") {
         return Ok(Opened::Yes);
     }
     let at = |i: usize| reply.get(i).cloned().unwrap_or_default();
-    Ok(Opened::Mismatch { tick_ms: at(1), slots: at(2) })
+    Ok(Opened::Mismatch { tick_ms: at(1), slots: at(2), partitions: at(3) })
 }
 
 /// What one bid for the lead got.
@@ -41,16 +50,16 @@ pub(crate) enum Bid {
 }
 
 /// Bids for the lead as `node`, for a lease of `lease_ms`.
-pub(crate) async fn acquire(wheel: &Wheel, node: &str, lease_ms: u64) -> Result<Bid, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.acquire);
+pub(crate) async fn acquire(wheel: &Wheel, keys: &WheelKeys, node: &str, lease_ms: u64) -> Result<Bid, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.acquire);
     inv.arg(node).arg(lease_ms);
     let (token, left): (String, i64) = wheel.conn.call(&inv, Window::Response).await?;
     Ok(if token.is_empty() { Bid::Lost(u64::try_from(left).ok().map(Duration::from_millis)) } else { Bid::Won(token) })
 }
 
 /// Gives up the lead held under `token`; false if it was not the leader's.
-pub(crate) async fn release(wheel: &Wheel, token: &str) -> Result<bool, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.release);
+pub(crate) async fn release(wheel: &Wheel, keys: &WheelKeys, token: &str) -> Result<bool, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.release);
     inv.arg(token);
     Ok(wheel.conn.call::<i64>(&inv, Window::Default).await? == 1)
 }
@@ -68,8 +77,14 @@ pub(crate) enum TickReply {
 
 /// One bounded call of the tick script under `token`: at most `budget` tasks and `max_steps`
 /// ticks.
-pub(crate) async fn tick(wheel: &Wheel, token: &str, budget: usize, max_steps: usize) -> Result<TickReply, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.tick);
+pub(crate) async fn tick(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    token: &str,
+    budget: usize,
+    max_steps: usize,
+) -> Result<TickReply, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.tick);
     inv.arg(token)
         .arg(wheel.cfg.tick_ms)
         .arg(wheel.cfg.slots)

@@ -19,8 +19,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, ScriptInvocation};
 
-use super::keys;
-use super::wheel::Wheel;
+use super::keys::{self, WheelKeys};
 
 pub(crate) use inspect::{dead_letters, stats};
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
@@ -153,11 +152,11 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     requeue_dead: script!("requeue_dead.lua"),
 });
 
-/// A call of `script` with the wheel's `KEYS[1]` (its meta key) and `ARGV[1]` (its key prefix)
-/// in place.
-fn invoke<'a>(wheel: &Wheel, script: &'a Script) -> ScriptInvocation<'a> {
+/// A call of `script` on the (partition of the) wheel whose keys are `keys`, with its `KEYS[1]`
+/// (its meta key) and `ARGV[1]` (its key prefix) in place.
+fn invoke<'a>(keys: &WheelKeys, script: &'a Script) -> ScriptInvocation<'a> {
     let mut inv = script.prepare_invoke();
-    inv.key(wheel.keys.meta()).arg(wheel.keys.prefix());
+    inv.key(keys.meta()).arg(keys.prefix());
     inv
 }
 

@@ -5,6 +5,7 @@ use super::{invoke, SCRIPTS};
 use crate::durable::conn::Window;
 use crate::durable::time::When;
 use crate::durable::wheel::Wheel;
+use crate::durable::WheelKeys;
 use crate::Error;
 
 /// One task on its way to `schedule.lua`.
@@ -29,8 +30,8 @@ pub(crate) enum Scheduled {
 }
 
 /// Schedules `tasks` in one call.
-pub(crate) async fn schedule(wheel: &Wheel, tasks: &[NewTask]) -> Result<Vec<Scheduled>, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.schedule);
+pub(crate) async fn schedule(wheel: &Wheel, keys: &WheelKeys, tasks: &[NewTask]) -> Result<Vec<Scheduled>, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.schedule);
     inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots);
     for task in tasks {
         let (mode, ms) = task.when.args();
@@ -58,12 +59,17 @@ pub(crate) enum Cancelled {
     Running,
 }
 
-/// Cancels the tasks under `keys` in one call, as cancel `cancel_id` (the same for every retry
+/// Cancels the tasks under `task_keys` in one call, as cancel `cancel_id` (the same for every retry
 /// of one call).
-pub(crate) async fn cancel(wheel: &Wheel, cancel_id: &str, keys: &[impl AsRef<str>]) -> Result<Vec<Cancelled>, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.cancel);
+pub(crate) async fn cancel(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    cancel_id: &str,
+    task_keys: &[impl AsRef<str>],
+) -> Result<Vec<Cancelled>, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.cancel);
     inv.arg(wheel.cfg.slots).arg(wheel.cfg.done_ttl_ms).arg(cancel_id);
-    for key in keys {
+    for key in task_keys {
         inv.arg(key.as_ref());
     }
     let reply: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
@@ -87,9 +93,9 @@ pub(crate) enum Moved {
 }
 
 /// Moves the task under `key` to `when`.
-pub(crate) async fn reschedule(wheel: &Wheel, key: &str, when: When) -> Result<Moved, Error> {
+pub(crate) async fn reschedule(wheel: &Wheel, keys: &WheelKeys, key: &str, when: When) -> Result<Moved, Error> {
     let (mode, ms) = when.args();
-    let mut inv = invoke(wheel, &SCRIPTS.reschedule);
+    let mut inv = invoke(keys, &SCRIPTS.reschedule);
     inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(key).arg(mode).arg(ms);
     Ok(match wheel.conn.call::<i64>(&inv, Window::Default).await? {
         1 => Moved::Yes,
@@ -108,8 +114,13 @@ pub(crate) enum Requeued {
 }
 
 /// Puts the dead letter `key` back, due at once, under request `request_id`.
-pub(crate) async fn requeue_dead(wheel: &Wheel, key: &str, request_id: &str) -> Result<Requeued, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.requeue_dead);
+pub(crate) async fn requeue_dead(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    key: &str,
+    request_id: &str,
+) -> Result<Requeued, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.requeue_dead);
     inv.arg(key).arg(request_id).arg(wheel.cfg.tick_ms);
     Ok(match wheel.conn.call::<i64>(&inv, Window::Default).await? {
         1 => Requeued::Yes,

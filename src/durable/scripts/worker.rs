@@ -5,6 +5,7 @@ use crate::durable::conn::Window;
 use crate::durable::time::from_unix_ms;
 use crate::durable::wheel::Wheel;
 use crate::durable::Task;
+use crate::durable::WheelKeys;
 use crate::Error;
 
 /// One task a claim took, and the claim token its outcome must carry.
@@ -19,12 +20,13 @@ pub(crate) struct Claimed {
 /// took; `previous` is the id of this worker's last answered claim, whose record can go.
 pub(crate) async fn claim(
     wheel: &Wheel,
+    keys: &WheelKeys,
     n: usize,
     claim_id: &str,
     replay_only: bool,
     previous: &str,
 ) -> Result<Vec<Claimed>, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.claim);
+    let mut inv = invoke(keys, &SCRIPTS.claim);
     inv.arg(n)
         .arg(wheel.cfg.lease_ms)
         .arg(claim_id)
@@ -48,8 +50,13 @@ pub(crate) async fn claim(
 
 /// Acknowledges `deliveries` (key, claim token) in one call; true for each one acknowledged,
 /// false for one refused (its token is no longer the task's).
-pub(crate) async fn ack(wheel: &Wheel, deliveries: &[(&str, &str)], window: Window) -> Result<Vec<bool>, Error> {
-    let mut inv = invoke(wheel, &SCRIPTS.ack);
+pub(crate) async fn ack(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    deliveries: &[(&str, &str)],
+    window: Window,
+) -> Result<Vec<bool>, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.ack);
     inv.arg(wheel.cfg.done_ttl_ms);
     for (key, token) in deliveries {
         inv.arg(*key).arg(*token);
@@ -70,9 +77,16 @@ pub(crate) enum Failed {
 }
 
 /// Reports that the delivery of `key` under `token` failed with `why`.
-pub(crate) async fn fail(wheel: &Wheel, key: &str, token: &str, why: &str, window: Window) -> Result<Failed, Error> {
+pub(crate) async fn fail(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    key: &str,
+    token: &str,
+    why: &str,
+    window: Window,
+) -> Result<Failed, Error> {
     let cfg = &wheel.cfg;
-    let mut inv = invoke(wheel, &SCRIPTS.fail);
+    let mut inv = invoke(keys, &SCRIPTS.fail);
     inv.arg(key)
         .arg(token)
         .arg(why)

@@ -97,6 +97,7 @@ const LAYERS: &[(&str, &str)] = &[
     ("keys", include_str!("../keys.rs")),
     ("ids", include_str!("../ids.rs")),
     ("task", include_str!("../task.rs")),
+    ("link", include_str!("../link.rs")),
     ("conn", include_str!("../conn.rs")),
     ("wheel", include_str!("../wheel.rs")),
     ("scripts", include_str!("../scripts/mod.rs")),

@@ -38,12 +38,12 @@ fn new_task(key: &str, due_ms: u64, rid: &str) -> NewTask {
 #[tokio::test]
 async fn schedule_writes_the_task_its_slot_and_the_ring_and_recognises_its_retry() {
     let Some((server, timers)) = wheel("s-schedule").await else { return };
-    let (w, keys) = (&timers.wheel, &timers.wheel.keys);
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let c = cursor(&server, keys);
     let tick = c + 3;
     let due = tick * TICK_MS;
     let far_due = (c + SLOTS + 5) * TICK_MS;
-    let got = scripts::schedule(w, &[new_task("a", due, "r1"), new_task("b", far_due, "r2")]).await.unwrap();
+    let got = scripts::schedule(w, keys, &[new_task("a", due, "r1"), new_task("b", far_due, "r2")]).await.unwrap();
     assert_eq!(got, [Scheduled::Created, Scheduled::Created]);
     let slot = format!("slot:{}", tick % SLOTS);
     let task = |due: u64, tick: u64, rid: &str| format!("a=0 due={due} p=x rid={rid} tick={tick}");
@@ -60,7 +60,7 @@ async fn schedule_writes_the_task_its_slot_and_the_ring_and_recognises_its_retry
 
     // The same request again is recognised; another request for the key is a duplicate. Neither
     // writes anything.
-    let got = scripts::schedule(w, &[new_task("a", due, "r1"), new_task("a", due, "r9")]).await.unwrap();
+    let got = scripts::schedule(w, keys, &[new_task("a", due, "r1"), new_task("a", due, "r9")]).await.unwrap();
     assert_eq!(got, [Scheduled::AlreadyByThisRequest, Scheduled::Duplicate]);
     assert_eq!(dump(&server, keys), want);
     assert_eq!(meta(&server, keys, "scheduled"), 2);
@@ -68,7 +68,7 @@ async fn schedule_writes_the_task_its_slot_and_the_ring_and_recognises_its_retry
     // After the task finished, its `done:` record still recognises the retry.
     server.command(&["DEL", &keys.task("a"), &keys.slot(tick % SLOTS), &keys.ring()]);
     server.command(&["SET", &keys.done("a"), "r1"]);
-    let got = scripts::schedule(w, &[new_task("a", due, "r1")]).await.unwrap();
+    let got = scripts::schedule(w, keys, &[new_task("a", due, "r1")]).await.unwrap();
     assert_eq!(got, [Scheduled::AlreadyByThisRequest]);
     assert!(!dump(&server, keys).contains_key("t:a"), "the retry created the task again");
 }
@@ -77,7 +77,7 @@ async fn schedule_writes_the_task_its_slot_and_the_ring_and_recognises_its_retry
 #[tokio::test]
 async fn cancel_takes_waiting_ready_and_expired_tasks_and_leaves_running_ones() {
     let Some((server, timers)) = wheel("s-cancel").await else { return };
-    let (w, keys) = (&timers.wheel, &timers.wheel.keys);
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let c = cursor(&server, keys);
     let now = redis_now_ms(&server);
     seed_waiting(&server, keys, "waiting", c + 2);
@@ -90,7 +90,7 @@ async fn cancel_takes_waiting_ready_and_expired_tasks_and_leaves_running_ones() 
     let before = dump(&server, keys);
 
     let names = ["waiting", "far", "ready", "running", "expired", "missing", "waiting"];
-    let got = scripts::cancel(w, "c1", &names).await.unwrap();
+    let got = scripts::cancel(w, keys, "c1", &names).await.unwrap();
     use Cancelled::{NotPending, Running, Yes};
     assert_eq!(got, [Yes, Yes, Yes, Running, Yes, NotPending, NotPending], "{names:?}");
 
@@ -109,7 +109,7 @@ async fn cancel_takes_waiting_ready_and_expired_tasks_and_leaves_running_ones() 
     // A retry of the same call (its reply was lost) answers as the first did for what it took,
     // and takes nothing scheduled under the key since.
     seed_waiting(&server, keys, "waiting", c + 2);
-    let got = scripts::cancel(w, "c1", &["waiting", "running"]).await.unwrap();
+    let got = scripts::cancel(w, keys, "c1", &["waiting", "running"]).await.unwrap();
     assert_eq!(got, [Yes, Running]);
     assert!(dump(&server, keys).contains_key("t:waiting"), "the retry cancelled a task scheduled since");
 }
@@ -117,19 +117,19 @@ async fn cancel_takes_waiting_ready_and_expired_tasks_and_leaves_running_ones() 
 #[tokio::test]
 async fn reschedule_moves_a_waiting_task_and_leaves_a_running_one() {
     let Some((server, timers)) = wheel("s-move").await else { return };
-    let (w, keys) = (&timers.wheel, &timers.wheel.keys);
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let c = cursor(&server, keys);
     let now = redis_now_ms(&server);
     seed_waiting(&server, keys, "a", c + 2);
     seed_running(&server, keys, "run", 5, now + 60_000);
     let before_running = dump(&server, keys);
 
-    assert_eq!(scripts::reschedule(w, "run", When::Delay(0)).await.unwrap(), Moved::Running);
+    assert_eq!(scripts::reschedule(w, keys, "run", When::Delay(0)).await.unwrap(), Moved::Running);
     assert_eq!(dump(&server, keys), before_running, "a running task was touched");
-    assert_eq!(scripts::reschedule(w, "nope", When::Delay(0)).await.unwrap(), Moved::NotPending);
+    assert_eq!(scripts::reschedule(w, keys, "nope", When::Delay(0)).await.unwrap(), Moved::NotPending);
 
     let to = (c + 5) * TICK_MS;
-    assert_eq!(scripts::reschedule(w, "a", When::At(to)).await.unwrap(), Moved::Yes);
+    assert_eq!(scripts::reschedule(w, keys, "a", When::At(to)).await.unwrap(), Moved::Yes);
     let d = dump(&server, keys);
     assert_eq!(d.get(&format!("slot:{}", (c + 5) % SLOTS)).map(String::as_str), Some(format!("a@{to}").as_str()));
     assert!(!d.contains_key(&format!("slot:{}", (c + 2) % SLOTS)), "{d:?}");
@@ -142,13 +142,13 @@ async fn reschedule_moves_a_waiting_task_and_leaves_a_running_one() {
 #[tokio::test]
 async fn claim_leases_ready_tasks_and_its_retry_gets_them_back() {
     let Some((server, timers)) = wheel("s-claim").await else { return };
-    let (w, keys) = (&timers.wheel, &timers.wheel.keys);
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
     for (k, due) in [("b", "20"), ("a", "10"), ("c", "30")] {
         server.command(&["HSET", &keys.task(k), "p", k, "due", due, "tick", "0", "a", "0", "rid", "r"]);
         server.command(&["ZADD", &keys.ready(), due, k]);
     }
     let before = redis_now_ms(&server);
-    let got = scripts::claim(w, 2, "k1", false, "").await.unwrap();
+    let got = scripts::claim(w, keys, 2, "k1", false, "").await.unwrap();
     let after = redis_now_ms(&server);
     let summary: Vec<(String, u32, String)> =
         got.iter().map(|c| (c.task.key.clone(), c.task.attempt, c.token.clone())).collect();
@@ -167,14 +167,14 @@ async fn claim_leases_ready_tasks_and_its_retry_gets_them_back() {
     assert_eq!(meta(&server, keys, "handed_out"), 2);
 
     // Its retry: the same tasks, tokens and attempts; nothing else changes.
-    let again = scripts::claim(w, 2, "k1", false, "").await.unwrap();
+    let again = scripts::claim(w, keys, 2, "k1", false, "").await.unwrap();
     assert_eq!(again, got);
     assert_eq!(dump(&server, keys), d);
     // A stopping worker's replay under an id that took nothing takes nothing.
-    assert!(scripts::claim(w, 2, "k2", true, "").await.unwrap().is_empty());
+    assert!(scripts::claim(w, keys, 2, "k2", true, "").await.unwrap().is_empty());
     assert_eq!(dump(&server, keys), d);
     // The next claim drops the answered one's record.
-    let next = scripts::claim(w, 2, "k3", false, "k1").await.unwrap();
+    let next = scripts::claim(w, keys, 2, "k3", false, "k1").await.unwrap();
     assert_eq!(next.len(), 1);
     let d = dump(&server, keys);
     assert!(!d.contains_key("claim:k1") && d.contains_key("claim:k3"), "{d:?}");
@@ -183,11 +183,11 @@ async fn claim_leases_ready_tasks_and_its_retry_gets_them_back() {
 #[tokio::test]
 async fn ack_finishes_a_task_under_its_token_only() {
     let Some((server, timers)) = wheel("s-ack").await else { return };
-    let (w, keys) = (&timers.wheel, &timers.wheel.keys);
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let now = redis_now_ms(&server);
     seed_running(&server, keys, "a", 5, now + 60_000);
     seed_running(&server, keys, "b", 5, now + 60_000);
-    let got = scripts::ack(w, &[("a", "7"), ("b", "6"), ("gone", "1")], Window::Default).await.unwrap();
+    let got = scripts::ack(w, keys, &[("a", "7"), ("b", "6"), ("gone", "1")], Window::Default).await.unwrap();
     assert_eq!(got, [true, false, false]);
     let d = dump(&server, keys);
     assert!(!d.contains_key("t:a"));
@@ -196,19 +196,19 @@ async fn ack_finishes_a_task_under_its_token_only() {
     assert_eq!(d["t:b"], "a=1 due=5 p=x rid=r1 tick=5 tok=7");
     assert_eq!(meta(&server, keys, "acked"), 1);
     // Repeated: refused, nothing changes.
-    assert_eq!(scripts::ack(w, &[("a", "7")], Window::Default).await.unwrap(), [false]);
+    assert_eq!(scripts::ack(w, keys, &[("a", "7")], Window::Default).await.unwrap(), [false]);
     assert_eq!(dump(&server, keys), d);
 }
 
 #[tokio::test]
 async fn fail_retries_after_the_backoff_then_buries_on_the_last_attempt() {
     let Some((server, timers)) = wheel("s-fail").await else { return };
-    let (w, keys) = (&timers.wheel, &timers.wheel.keys);
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let now = redis_now_ms(&server);
     seed_running(&server, keys, "a", 5, now + 60_000);
-    assert_eq!(scripts::fail(w, "a", "6", "boom", Window::Default).await.unwrap(), Failed::Refused);
+    assert_eq!(scripts::fail(w, keys, "a", "6", "boom", Window::Default).await.unwrap(), Failed::Refused);
     let before = redis_now_ms(&server);
-    assert_eq!(scripts::fail(w, "a", "7", "boom", Window::Default).await.unwrap(), Failed::Retried);
+    assert_eq!(scripts::fail(w, keys, "a", "7", "boom", Window::Default).await.unwrap(), Failed::Retried);
     let after = redis_now_ms(&server);
     let task = server.command(&["HGET", &keys.task("a"), "due"]).as_int().unwrap() as u64;
     // Attempt 1 failed: due a backoff (1 s) later, in the far tier or the ring, not leased.
@@ -221,7 +221,7 @@ async fn fail_retries_after_the_backoff_then_buries_on_the_last_attempt() {
     // Its third (last) delivery fails: a dead letter.
     server.command(&["HSET", &keys.task("a"), "a", "3", "tok", "9"]);
     server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), "a"]);
-    assert_eq!(scripts::fail(w, "a", "9", "boom again", Window::Default).await.unwrap(), Failed::Dead);
+    assert_eq!(scripts::fail(w, keys, "a", "9", "boom again", Window::Default).await.unwrap(), Failed::Dead);
     let d = dump(&server, keys);
     assert!(!d.contains_key("t:a") && !d.contains_key("leased"), "{d:?}");
     assert_eq!(d["d:a"], "a=3 err=boom again p=x");
@@ -236,8 +236,8 @@ async fn fail_retries_after_the_backoff_then_buries_on_the_last_attempt() {
 #[tokio::test]
 async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     let Some((server, timers)) = wheel("s-tick").await else { return };
-    let (w, keys) = (&timers.wheel, &timers.wheel.keys);
-    assert_eq!(scripts::tick(w, "nobody:1", 128, 64).await.unwrap(), TickReply::Refused);
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    assert_eq!(scripts::tick(w, keys, "nobody:1", 128, 64).await.unwrap(), TickReply::Refused);
     server.command(&["SET", &keys.leader(), "me:1"]);
 
     let now = redis_now_ms(&server);
@@ -250,7 +250,7 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     server.command(&["HSET", &keys.task("later"), "p", "x", "due", &later.to_string(), "tick", "0", "a", "0"]);
     server.command(&["ZADD", &keys.far(), &later.to_string(), "later"]);
 
-    let reply = scripts::tick(w, "me:1", 128, 64).await.unwrap();
+    let reply = scripts::tick(w, keys, "me:1", 128, 64).await.unwrap();
     let TickReply::Done { cursor, made_ready, .. } = reply else { panic!("{reply:?}") };
     assert!(cursor >= now_tick, "{reply:?}");
     assert_eq!(made_ready, 2);
@@ -270,7 +270,7 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     let soon = (now_tick + 20) * TICK_MS;
     server.command(&["HSET", &keys.task("soon"), "p", "x", "due", &soon.to_string(), "tick", "0", "a", "0"]);
     server.command(&["ZADD", &keys.far(), &soon.to_string(), "soon"]);
-    scripts::tick(w, "me:1", 128, 64).await.unwrap();
+    scripts::tick(w, keys, "me:1", 128, 64).await.unwrap();
     let d = dump(&server, keys);
     assert!(!d.contains_key("ready"), "made ready {:?} early", d.get("ready"));
     assert!(d["far"].contains("soon@"), "{d:?}");
@@ -279,44 +279,44 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
 #[tokio::test]
 async fn acquire_and_release_fence_the_leadership() {
     let Some((server, timers)) = wheel("s-lead").await else { return };
-    let (w, keys) = (&timers.wheel, &timers.wheel.keys);
-    let Bid::Won(token) = scripts::acquire(w, "n1", 5_000).await.unwrap() else { panic!("no leader yet") };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let Bid::Won(token) = scripts::acquire(w, keys, "n1", 5_000).await.unwrap() else { panic!("no leader yet") };
     assert_eq!(token, "n1:1");
     // The holder's retry gets its token back; another node loses, told how long the lease has left.
-    assert_eq!(scripts::acquire(w, "n1", 5_000).await.unwrap(), Bid::Won("n1:1".into()));
-    let Bid::Lost(Some(left)) = scripts::acquire(w, "n2", 5_000).await.unwrap() else { panic!("n2 won") };
+    assert_eq!(scripts::acquire(w, keys, "n1", 5_000).await.unwrap(), Bid::Won("n1:1".into()));
+    let Bid::Lost(Some(left)) = scripts::acquire(w, keys, "n2", 5_000).await.unwrap() else { panic!("n2 won") };
     assert!(left.as_millis() > 4_000 && left.as_millis() <= 5_000, "{left:?}");
-    assert!(!scripts::release(w, "n2:1").await.unwrap(), "a stranger released the lead");
-    assert!(scripts::release(w, &token).await.unwrap());
+    assert!(!scripts::release(w, keys, "n2:1").await.unwrap(), "a stranger released the lead");
+    assert!(scripts::release(w, keys, &token).await.unwrap());
     let d = dump(&server, keys);
     assert!(!d.contains_key("leader"), "{d:?}");
     assert_eq!(d["lead"], "1", "a released lead leaves a token for a bid at once");
-    assert_eq!(scripts::acquire(w, "n2", 5_000).await.unwrap(), Bid::Won("n2:2".into()), "a new epoch");
+    assert_eq!(scripts::acquire(w, keys, "n2", 5_000).await.unwrap(), Bid::Won("n2:2".into()), "a new epoch");
 }
 
 #[tokio::test]
 async fn requeue_dead_puts_a_dead_letter_back_and_recognises_its_retry() {
     let Some((server, timers)) = wheel("s-requeue").await else { return };
-    let (w, keys) = (&timers.wheel, &timers.wheel.keys);
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
     server.command(&["HSET", &keys.dead_task("a"), "p", "x", "a", "3", "err", "boom"]);
     server.command(&["ZADD", &keys.dead(), "7", "a"]);
-    assert_eq!(scripts::requeue_dead(w, "nope", "q1").await.unwrap(), Requeued::NotDead);
-    assert_eq!(scripts::requeue_dead(w, "a", "q1").await.unwrap(), Requeued::Yes);
+    assert_eq!(scripts::requeue_dead(w, keys, "nope", "q1").await.unwrap(), Requeued::NotDead);
+    assert_eq!(scripts::requeue_dead(w, keys, "a", "q1").await.unwrap(), Requeued::Yes);
     let d = dump(&server, keys);
     assert!(!d.contains_key("d:a") && !d.contains_key("dead"), "{d:?}");
     assert!(d["ready"].starts_with("a@") && d["t:a"].contains("a=0") && d["t:a"].contains("rid=q1"), "{d:?}");
     // Its retry (the reply was lost) still answers Yes and changes nothing.
-    assert_eq!(scripts::requeue_dead(w, "a", "q1").await.unwrap(), Requeued::Yes);
+    assert_eq!(scripts::requeue_dead(w, keys, "a", "q1").await.unwrap(), Requeued::Yes);
     assert_eq!(dump(&server, keys), d);
     // A new dead letter under a key that is pending again stays.
     server.command(&["HSET", &keys.dead_task("a"), "p", "y", "a", "3", "err", "boom"]);
-    assert_eq!(scripts::requeue_dead(w, "a", "q2").await.unwrap(), Requeued::KeyPending);
+    assert_eq!(scripts::requeue_dead(w, keys, "a", "q2").await.unwrap(), Requeued::KeyPending);
 }
 
 #[tokio::test]
 async fn stats_and_dead_letters_read_what_the_keys_hold() {
     let Some((server, timers)) = wheel("s-read").await else { return };
-    let (w, keys) = (&timers.wheel, &timers.wheel.keys);
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let c = cursor(&server, keys);
     seed_waiting(&server, keys, "w", c + 1);
     server.command(&["ZADD", &keys.ready(), "1", "r"]);
@@ -325,9 +325,9 @@ async fn stats_and_dead_letters_read_what_the_keys_hold() {
         server.command(&["HSET", &keys.dead_task(&format!("d{i}")), "p", "x", "a", "3", "err", &format!("e{i}")]);
         server.command(&["ZADD", &keys.dead(), &i.to_string(), &format!("d{i}")]);
     }
-    let stats = scripts::stats(w).await.unwrap();
+    let stats = scripts::stats(w, keys).await.unwrap();
     assert_eq!((stats.pending, stats.waiting, stats.ready, stats.in_flight, stats.dead), (3, 1, 1, 1, 5));
-    let page = scripts::dead_letters(w, 2, 3).await.unwrap();
+    let page = scripts::dead_letters(w, keys, 2, 3).await.unwrap();
     let seen: Vec<(&str, &str)> = page.iter().map(|d| (d.key.as_str(), d.last_error.as_str())).collect();
     assert_eq!(seen, [("d3", "e3"), ("d4", "e4")]);
     assert_eq!(page[0].attempts, 3);

@@ -20,19 +20,24 @@ const CLAIM_BATCH: usize = 64;
 /// How long the claim loop waits to gather free handlers while tasks are waiting.
 const GATHER: Duration = Duration::from_millis(2);
 
+/// Claims from partition `part` for handlers that hold one of `permits` each (the worker's
+/// concurrency, shared by the claim loops of every partition: the semaphore hands freed permits
+/// to the waiting loops in turn, so partitions with work share the handlers fairly).
 pub(super) async fn claim_loop(
     wheel: &Arc<Wheel>,
+    part: usize,
+    permits: Arc<Semaphore>,
     handler: Handler,
     mut stop: watch::Receiver<bool>,
     bid_now: &Notify,
 ) {
     let concurrency = wheel.cfg.concurrency;
-    let permits = Arc::new(Semaphore::new(concurrency));
+    let keys = &wheel.partitions[part].keys;
     let mut waker: Option<Waker> = None;
     let mut failures = 0u32;
     let mut backlog = false;
     let (done_tx, done_rx) = mpsc::unbounded_channel();
-    let recorder = tokio::spawn(record_outcomes(wheel.clone(), done_rx));
+    let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, done_rx));
     // A claim that failed, perhaps after it landed (its reply lost): it is made again with the
     // same id and the same handlers, so that it gets back the tasks its first attempt took.
     let mut unanswered: Option<(String, Vec<OwnedSemaphorePermit>)> = None;
@@ -65,7 +70,7 @@ pub(super) async fn claim_loop(
             }
         };
         let wanted = held.len();
-        let tasks = match scripts::claim(wheel, wanted, &claim_id, false, &answered).await {
+        let tasks = match scripts::claim(wheel, keys, wanted, &claim_id, false, &answered).await {
             Ok(tasks) => {
                 answered = claim_id;
                 tasks
@@ -74,7 +79,7 @@ pub(super) async fn claim_loop(
                 unanswered = Some((claim_id, held));
                 failures += 1;
                 if failures == 1 {
-                    tracing::warn!(wheel = %wheel.name(), error = %e, "claiming failed; retrying with a backoff");
+                    tracing::warn!(wheel = %wheel.name(), partition = part, error = %e, "claiming failed; retrying with a backoff");
                 }
                 // Soon enough that the retry finds the claimed tasks still leased to it.
                 pause(&mut stop, retry_delay(failures).min(wheel.cfg.lease() / 4)).await;
@@ -91,17 +96,17 @@ pub(super) async fn claim_loop(
         if got == wanted {
             // Perhaps more are ready: let another idle worker know, and claim again.
             if got > 0 {
-                pass_on_wake(wheel).await;
+                pass_on_wake(wheel, keys).await;
             }
             continue;
         }
-        wait_for_wake(wheel, &mut waker, &mut stop, bid_now).await;
+        wait_for_wake(wheel, keys, &mut waker, &mut stop, bid_now).await;
     }
     // A claim left unanswered at the stop may have taken tasks: one last try gets them back
     // (taking nothing new) and runs them like the others in flight, rather than leaving them to
     // come back after the lease as another attempt.
     if let Some((claim_id, held)) = unanswered.take() {
-        match scripts::claim(wheel, held.len(), &claim_id, true, "").await {
+        match scripts::claim(wheel, keys, held.len(), &claim_id, true, "").await {
             Ok(tasks) => start_handlers(&handler, &done_tx, tasks, held),
             Err(e) => lost(wheel, "(an unanswered claim)", &e),
         }

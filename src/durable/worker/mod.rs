@@ -14,8 +14,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::{watch, Notify};
-use tokio::task::JoinHandle;
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::wheel::Wheel;
 use super::Task;
@@ -86,17 +86,23 @@ where
     Worker { stop, done: Some(done) }
 }
 
-/// Runs the leader loop and the claim loop; on stop, lets the handlers finish before the
-/// leadership is given up.
+/// Runs a leader loop and a claim loop for each partition; on stop, lets the handlers finish
+/// before the leaderships are given up.
 async fn supervise(wheel: Arc<Wheel>, handler: Handler, stop: watch::Receiver<bool>) {
     let node = wheel.ids.next();
     let (leader_stop, leader_stop_rx) = watch::channel(false);
-    let bid_now = Arc::new(Notify::new());
-    let leader = {
-        let (wheel, bid_now) = (wheel.clone(), bid_now.clone());
-        tokio::spawn(async move { super::leader::run(&wheel, node, leader_stop_rx, &bid_now).await })
-    };
-    claim::claim_loop(&wheel, handler, stop, &bid_now).await;
+    let permits = Arc::new(Semaphore::new(wheel.cfg.concurrency));
+    let mut leaders = JoinSet::new();
+    let mut claimers = JoinSet::new();
+    for part in 0..wheel.partitions.len() {
+        // Told by the partition's idle workers that its leader gave up the lead: bid at once.
+        let bid_now = Arc::new(Notify::new());
+        let (w, n, s, b) = (wheel.clone(), node.clone(), leader_stop_rx.clone(), bid_now.clone());
+        leaders.spawn(async move { super::leader::run(&w, &w.partitions[part], n, s, &b).await });
+        let (w, p, h, s) = (wheel.clone(), permits.clone(), handler.clone(), stop.clone());
+        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, s, &bid_now).await });
+    }
+    while claimers.join_next().await.is_some() {}
     let _ = leader_stop.send(true);
-    let _ = leader.await;
+    while leaders.join_next().await.is_some() {}
 }

@@ -24,7 +24,9 @@ pub(super) struct Outcome {
 
 /// Records outcomes as they come: the acks of everything waiting in one call, each failure on
 /// its own. Ends when every sender is gone and the channel is drained.
-pub(super) async fn record_outcomes(wheel: Arc<Wheel>, mut done: mpsc::UnboundedReceiver<Outcome>) {
+/// Records the outcomes of partition `part`'s deliveries.
+pub(super) async fn record_outcomes(wheel: Arc<Wheel>, part: usize, mut done: mpsc::UnboundedReceiver<Outcome>) {
+    let keys = &wheel.partitions[part].keys;
     // Keep trying while the lease lasts: after it the task is handed out again anyway.
     let window = Window::Within(wheel.cfg.lease().max(wheel.cfg.retry_window()));
     let mut batch = Vec::with_capacity(ACK_BATCH);
@@ -35,14 +37,14 @@ pub(super) async fn record_outcomes(wheel: Arc<Wheel>, mut done: mpsc::Unbounded
                 Ok(()) => acks.push((o.key.as_str(), o.token.as_str())),
                 Err(why) => {
                     tracing::debug!(wheel = %wheel.name(), key = %o.key, error = %why, "a handler failed");
-                    if let Err(e) = scripts::fail(&wheel, &o.key, &o.token, why, window).await {
+                    if let Err(e) = scripts::fail(&wheel, keys, &o.key, &o.token, why, window).await {
                         lost(&wheel, &o.key, &e);
                     }
                 }
             }
         }
         if !acks.is_empty() {
-            if let Err(e) = scripts::ack(&wheel, &acks, window).await {
+            if let Err(e) = scripts::ack(&wheel, keys, &acks, window).await {
                 lost(&wheel, "(a batch)", &e);
             }
         }

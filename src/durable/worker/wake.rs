@@ -3,62 +3,51 @@
 //! that claims a full batch passes a token on; a worker stopped while it waits unblocks its
 //! `BLPOP` with `CLIENT UNBLOCK` and puts back a token it took.
 
-use std::time::Duration;
-
-use redis::aio::ConnectionManager;
 use tokio::sync::{watch, Notify};
 
 use super::stop::{pause, stopped};
+use crate::durable::config::MIN_WAIT;
+use crate::durable::link::Link;
 use crate::durable::scripts::WAKE_TOKENS;
 use crate::durable::wheel::Wheel;
+use crate::durable::WheelKeys;
 
-/// The shortest wait for a wake-up (with a very short tick and lease, waiting less would be
-/// polling).
-pub(super) const MIN_WAIT: Duration = Duration::from_millis(10);
-
-pub(super) async fn pass_on_wake(wheel: &Wheel) {
+/// Lets one more idle worker of the partition whose keys are `keys` know that tasks are ready.
+pub(super) async fn pass_on_wake(wheel: &Wheel, keys: &WheelKeys) {
     // As `wake()` in the scripts: at most WAKE_TOKENS tokens wait.
-    push_token(wheel, &wheel.keys.wake(), WAKE_TOKENS - 1).await;
+    push_token(wheel, &keys.wake(), WAKE_TOKENS - 1).await;
 }
 
 /// Pushes a token on the list `key`, keeping at most `keep + 1`.
 async fn push_token(wheel: &Wheel, key: &str, keep: usize) {
-    let mut conn = wheel.conn.shared();
+    let Some(mut conn) = wheel.conn.shared().await else { return };
     let _: Result<(), _> =
         redis::pipe().lpush(key, 1).ignore().ltrim(key, 0, keep as isize).ignore().query_async(&mut conn).await;
 }
 
 /// The connection an idle worker blocks on, and its client id on the server (to unblock it).
 pub(super) struct Waker {
-    conn: ConnectionManager,
+    conn: Link,
     /// Read again after any error: the connection may have been made anew since.
     id: Option<i64>,
 }
 
-/// How long an idle worker waits for a wake-up before it claims anyway. Every script that makes
-/// tasks ready (the tick moving them on or requeueing expired leases, a failure's retry due at
-/// once, `schedule` or `reschedule` of a task already due, `requeue_dead`) pushes one, and a
-/// worker that claims a full batch passes it on, so this is only a safety net (for a wake-up
-/// lost with a connection, say): a third of the leadership's lease (at most 10 s / 3), or a tick
-/// if that is longer. An idle worker costs one wait and one claim per this, not per tick.
-fn idle_wait(wheel: &Wheel) -> Duration {
-    (wheel.cfg.leader_lease() / 3).max(wheel.cfg.tick()).max(MIN_WAIT)
-}
-
-/// Waits for a wake-up token (pushed when tasks become ready) for up to [`idle_wait`], on a
+/// Waits for a wake-up token (pushed when tasks become ready) for up to the idle wait (a safety
+/// net: see `Config::idle_wait`), on a
 /// connection of its own: a blocking `BLPOP` would hold up every other call on the shared one.
 /// When the wait fails (the token may have been taken and its reply lost), it pauses a tick and
 /// returns, so the worker claims.
 pub(super) async fn wait_for_wake(
     wheel: &Wheel,
+    keys: &WheelKeys,
     waker: &mut Option<Waker>,
     stop: &mut watch::Receiver<bool>,
     bid_now: &Notify,
 ) {
-    let wait = idle_wait(wheel);
+    let wait = wheel.cfg.idle_wait();
     let on_error = wheel.cfg.tick().max(MIN_WAIT);
     if waker.is_none() {
-        match wheel.conn.dedicated(wait + wheel.cfg.response_timeout).await {
+        match wheel.conn.dedicated(&wheel.cfg).await {
             Some(conn) => *waker = Some(Waker { conn, id: None }),
             None => {
                 pause(stop, on_error).await;
@@ -69,7 +58,8 @@ pub(super) async fn wait_for_wake(
     let Some(w) = waker.as_mut() else { return };
     let id = match w.id {
         Some(id) => Some(id),
-        None => match redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut w.conn).await {
+        // On the node that holds the partition's lists, which the `BLPOP` below goes to.
+        None => match w.conn.beside::<i64>(redis::cmd("CLIENT").arg("ID"), &keys.wake()).await {
             Ok(id) => Some(*w.id.insert(id)),
             // A server that refuses `CLIENT ID` (renamed away, say): wait without it.
             Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => None,
@@ -80,7 +70,7 @@ pub(super) async fn wait_for_wake(
         },
     };
     // Also on `lead`, where a leader giving up the lead leaves a token: this node then bids.
-    let (wake, lead) = (wheel.keys.wake(), wheel.keys.lead());
+    let (wake, lead) = (keys.wake(), keys.lead());
     let mut cmd = redis::cmd("BLPOP");
     cmd.arg(&wake).arg(&lead).arg(wait.as_secs_f64());
     let mut blpop = std::pin::pin!(cmd.query_async::<Option<(String, redis::Value)>>(&mut w.conn));
@@ -92,14 +82,15 @@ pub(super) async fn wait_for_wake(
             // connection's response timeout), and put back a token it took.
             let Some(id) = id else {
                 // No id to unblock it with: a spare token makes up for one it may take.
-                pass_on_wake(wheel).await;
+                pass_on_wake(wheel, keys).await;
                 return;
             };
             let r = loop {
                 let mut unblock = redis::cmd("CLIENT");
                 unblock.arg("UNBLOCK").arg(id);
-                let mut conn = wheel.conn.shared();
-                let _: Result<i64, _> = unblock.query_async(&mut conn).await;
+                if let Some(mut conn) = wheel.conn.shared().await {
+                    let _: Result<i64, _> = conn.beside(&unblock, &wake).await;
+                }
                 if let Ok(r) = tokio::time::timeout(MIN_WAIT, &mut blpop).await {
                     break r;
                 }
@@ -108,7 +99,7 @@ pub(super) async fn wait_for_wake(
                 Ok(Some((key, _))) => push_token(wheel, &key, if key == lead { 0 } else { WAKE_TOKENS - 1 }).await,
                 Ok(None) => {}
                 // Perhaps it took one, its reply lost: one spare token costs an empty claim.
-                Err(_) => pass_on_wake(wheel).await,
+                Err(_) => pass_on_wake(wheel, keys).await,
             }
             return;
         }

@@ -1,0 +1,275 @@
+//! The connections of the three deployments the durable mode runs on: one Redis node (plain or
+//! TLS), a primary found through Redis Sentinel, and a Redis Cluster. [`Source`] makes and
+//! remakes them; [`Link`] is a handle on any of them that scripts and commands go through.
+
+use std::sync::RwLock;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value,
+};
+
+use super::config::{Config, TlsSettings, Topology};
+use crate::Error;
+
+/// A handle on a connection of any deployment: cheap to clone, every clone on the same
+/// connection(s).
+#[derive(Clone)]
+pub(crate) enum Link {
+    /// One node: reconnects to the same address by itself.
+    Node(ConnectionManager),
+    /// Sentinel's primary: never reconnects by itself, so that a revived old primary is never
+    /// written to; [`Source`] finds the primary again instead. The number tells one found
+    /// primary from the next.
+    Primary(u64, MultiplexedConnection),
+    /// A cluster: follows `MOVED`/`ASK`, resharding and failover by itself.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Link::Node(c) => c.req_packed_command(cmd),
+            Link::Primary(_, c) => c.req_packed_command(cmd),
+            Link::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Primary(_, c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Node(c) => c.get_db(),
+            Link::Primary(_, c) => c.get_db(),
+            Link::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl Link {
+    /// Runs `cmd`, which names no key (`INFO`, `WAIT`, `CLIENT ...`), on the node that holds
+    /// `key`: the primary of its hash slot, in a cluster; the one node otherwise.
+    pub(crate) async fn beside<T: redis::FromRedisValue>(&mut self, cmd: &Cmd, key: &str) -> RedisResult<T> {
+        match self {
+            Link::Cluster(c) => {
+                let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let value = c.route_command(cmd.clone(), route).await?;
+                redis::from_redis_value(value).map_err(Into::into)
+            }
+            _ => cmd.query_async(self).await,
+        }
+    }
+}
+
+/// Makes the connections of one deployment, and makes them again after a failover. Made once
+/// per `connect`, so the sizes of its variants do not matter.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Source {
+    Node {
+        client: Client,
+    },
+    Sentinel {
+        sentinel: tokio::sync::Mutex<SentinelClient>,
+        /// The primary's connection while it is trusted, with its number; `None` once a failure
+        /// made it suspect.
+        current: RwLock<Option<(u64, MultiplexedConnection)>>,
+        /// How many primaries were found so far.
+        found: std::sync::atomic::AtomicU64,
+    },
+    Cluster {
+        client: ClusterClient,
+        long_client: ClusterClient,
+    },
+}
+
+impl Source {
+    /// The source for `topology`, checked (URLs, TLS settings) but not connected yet.
+    pub(crate) fn new(
+        topology: &Topology,
+        tls: &TlsSettings,
+        cfg: &Config,
+        long_response: Duration,
+    ) -> Result<Self, Error> {
+        let urls = topology.urls();
+        if urls.is_empty() {
+            return Err(Error::invalid("no Redis URL was given: name at least one node (or sentinel)"));
+        }
+        let secure = urls.iter().any(|u| u.starts_with("rediss://"));
+        if secure && !urls.iter().all(|u| u.starts_with("rediss://")) {
+            return Err(Error::invalid("the URLs mix redis:// and rediss://: use TLS for all of them or none"));
+        }
+        if tls.is_set() && !secure {
+            return Err(Error::invalid(
+                "tls_root_ca or tls_client_auth was given, but the URL is redis://: use rediss:// for TLS",
+            ));
+        }
+        let malformed = |e: redis::RedisError| Error::invalid(format!("a Redis URL is malformed: {e}"));
+        Ok(match topology {
+            Topology::Node(url) => {
+                let client = if tls.is_set() {
+                    Client::build_with_tls(url.as_str(), tls.certificates())
+                } else {
+                    Client::open(url.as_str())
+                };
+                Source::Node { client: client.map_err(malformed)? }
+            }
+            Topology::Sentinel { sentinels, master } => {
+                let infos = sentinels
+                    .iter()
+                    .map(|u| u.as_str().into_connection_info())
+                    .collect::<RedisResult<Vec<_>>>()
+                    .map_err(malformed)?;
+                let first = infos[0].redis_settings().clone();
+                let addrs: Vec<ConnectionAddr> = infos.iter().map(|i| i.addr().clone()).collect();
+                let mut b = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master).map_err(malformed)?;
+                if let Some(user) = first.username() {
+                    b = b.set_client_to_sentinel_username(user).set_client_to_redis_username(user);
+                }
+                if let Some(password) = first.password() {
+                    b = b.set_client_to_sentinel_password(password).set_client_to_redis_password(password);
+                }
+                if secure {
+                    b = b
+                        .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure)
+                        .set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+                    if tls.is_set() {
+                        b = b
+                            .set_client_to_sentinel_certificates(tls.certificates())
+                            .set_client_to_redis_certificates(tls.certificates());
+                    }
+                }
+                Source::Sentinel {
+                    sentinel: tokio::sync::Mutex::new(b.build().map_err(malformed)?),
+                    current: RwLock::new(None),
+                    found: std::sync::atomic::AtomicU64::new(0),
+                }
+            }
+            Topology::Cluster(seeds) => {
+                let build = |response: Duration| {
+                    let mut b = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                        .connection_timeout(cfg.connect_timeout)
+                        .response_timeout(response)
+                        .retries(3);
+                    if secure {
+                        b = b.tls(redis::TlsMode::Secure);
+                        if tls.is_set() {
+                            b = b.certs(tls.certificates());
+                        }
+                    }
+                    b.build().map_err(malformed)
+                };
+                Source::Cluster { client: build(cfg.response_timeout)?, long_client: build(long_response)? }
+            }
+        })
+    }
+
+    /// A connection for the calls of every handle, with these timeouts: made anew for a node or
+    /// a cluster, the one trusted now (or a new one) for Sentinel.
+    pub(crate) async fn connect_shared(
+        &self,
+        response_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> RedisResult<Link> {
+        match self {
+            Source::Node { client } => {
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(response_timeout))
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_max_delay(Duration::from_secs(1));
+                Ok(Link::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
+            }
+            Source::Sentinel { current, found, .. } => {
+                if let Some((n, conn)) = current.read().unwrap_or_else(|p| p.into_inner()).clone() {
+                    return Ok(Link::Primary(n, conn));
+                }
+                let conn = self.primary(response_timeout, connect_timeout).await?;
+                let n = found.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                *current.write().unwrap_or_else(|p| p.into_inner()) = Some((n, conn.clone()));
+                Ok(Link::Primary(n, conn))
+            }
+            Source::Cluster { client, .. } => Ok(Link::Cluster(client.get_async_connection().await?)),
+        }
+    }
+
+    /// A connection of its own, whose replies may take `response_timeout` (for a blocking wait
+    /// that would hold up the shared one).
+    pub(crate) async fn dedicated(&self, cfg: &Config, response_timeout: Duration) -> RedisResult<Link> {
+        match self {
+            Source::Node { client } => {
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(response_timeout))
+                    .set_connection_timeout(Some(cfg.connect_timeout))
+                    .set_max_delay(Duration::from_secs(1));
+                Ok(Link::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
+            }
+            Source::Sentinel { .. } => Ok(Link::Primary(0, self.primary(response_timeout, cfg.connect_timeout).await?)),
+            Source::Cluster { long_client, .. } => Ok(Link::Cluster(long_client.get_async_connection().await?)),
+        }
+    }
+
+    /// Forgets the primary's connection after a failure that may mean a failover (Sentinel
+    /// only): the next call asks the sentinels again.
+    pub(crate) fn suspect(&self, failed: &Link) {
+        if let (Source::Sentinel { current, .. }, Link::Primary(failed, _)) = (self, failed) {
+            let mut current = current.write().unwrap_or_else(|p| p.into_inner());
+            // Only if it is still the one that failed: another call may have found a new one.
+            if current.as_ref().is_some_and(|(n, _)| n == failed) {
+                *current = None;
+            }
+        }
+    }
+
+    /// Whether this source re-resolves its node after a failure (Sentinel).
+    pub(crate) fn follows_failover(&self) -> bool {
+        matches!(self, Source::Sentinel { .. })
+    }
+
+    /// Whether this is a cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Source::Cluster { .. })
+    }
+
+    /// The primary the sentinels name now, connected and checked with `ROLE`: a node that does
+    /// not call itself master (an old primary that came back and is not yet demoted, say) is
+    /// never used.
+    async fn primary(
+        &self,
+        response_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> RedisResult<MultiplexedConnection> {
+        let Source::Sentinel { sentinel, .. } = self else { unreachable!("only Sentinel has a primary to find") };
+        let client = sentinel.lock().await.async_get_client().await?;
+        let config = AsyncConnectionConfig::new()
+            .set_response_timeout(Some(response_timeout))
+            .set_connection_timeout(Some(connect_timeout));
+        let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+        let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
+        let is_master = matches!(role.first(), Some(Value::BulkString(b)) if b == b"master")
+            || matches!(role.first(), Some(Value::SimpleString(s)) if s == "master");
+        if !is_master {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "the node Sentinel named is not (or no longer) a primary",
+                "its ROLE is not master: a failover is under way".to_string(),
+            )));
+        }
+        Ok(conn)
+    }
+}
