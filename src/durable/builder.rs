@@ -169,11 +169,21 @@ impl DurableBuilder {
         self
     }
 
-    /// Makes `schedule` and its kin, `reschedule` and `requeue_dead` wait until `replicas`
-    /// replicas hold the change (Redis's `WAIT`, for up to `timeout`), so that it survives a
-    /// failover. Off by default. When fewer replicas confirm in time the call returns a
-    /// retryable [`Error::Redis`]: the change is on the primary, and a repeated `schedule` then
-    /// reports [`Error::DuplicateKey`].
+    /// Makes `schedule` and its kin, `reschedule`, `requeue_dead` and a `cancel` that took wait
+    /// until `replicas` replicas hold the change (Redis's `WAIT` on the primary of the task's
+    /// partition, for up to `timeout`), so that it survives a failover: a task whose `schedule`
+    /// returned `Ok` is never lost, and a cancel that answered true never comes undone. Off by
+    /// default. When fewer replicas confirm in time the call returns a retryable
+    /// [`Error::Redis`]: the change is on the primary, and a repeated `schedule` then reports
+    /// [`Error::DuplicateKey`] (with Sentinel, the wheel also asks the sentinels again: the
+    /// primary may have been cut off).
+    ///
+    /// Claims and acknowledgements do not wait: losing one in a failover only repeats a
+    /// delivery (a lost claim hands the task out again at once, a lost acknowledgement after its
+    /// lease), so a failover can repeat the deliveries of about the last lease before it, which
+    /// at-least-once handlers absorb. On the primary set `min-replicas-to-write 1` (and
+    /// `min-replicas-max-lag 10`): a primary cut off from its replicas then refuses writes
+    /// (`NOREPLICAS`, retried here) instead of taking ones that its demotion would discard.
     ///
     /// `WAIT` holds up the shared connection while it waits, so keep `timeout` short; it must
     /// be shorter than the response timeout.

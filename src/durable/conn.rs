@@ -162,6 +162,9 @@ impl Conn {
                 ),
                 false,
             ),
+            // The cluster client follows these itself; one that still surfaces (a slot moving
+            // twice in a row, say) is worth the same call again.
+            Some("MOVED" | "ASK") => RedisFailure::new("key moved", format!("{err}: the slot is moving"), true),
             Some("READONLY") if self.source.follows_failover() => {
                 RedisFailure::new("failover", format!("{err}: the primary is changing; retrying on the new one"), true)
             }

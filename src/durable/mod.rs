@@ -99,9 +99,28 @@
 //!   tasks with an error instead.
 //! - **Replicas:** a failover can lose writes not yet replicated. To make a `schedule` survive a
 //!   failover, have it `WAIT` for the replicas with [`DurableBuilder::wait_for_replicas`]
-//!   (`WAIT` counts the writes of the connection it runs on, so it has to be the wheel's own).
-//! - **Cluster:** every key of a wheel carries the hash tag `{name}`, so one wheel lives on one
-//!   cluster slot and many wheels spread over a cluster.
+//!   (`WAIT` counts the writes of the connection it runs on, so it has to be the wheel's own),
+//!   and set `min-replicas-to-write 1` on the primary so that an old primary cut off from its
+//!   replicas refuses writes.
+//!
+//! # Deployments
+//! Every setting and every method works the same on each of these, and over TLS:
+//! - **One node** ([`DurableScheduler::builder`]): `redis://host:port/db`, or `rediss://` for TLS,
+//!   verified against the system's roots or [`DurableBuilder::tls_root_ca`], with
+//!   [`DurableBuilder::tls_client_auth`] for mutual TLS. A URL that names a replica is refused
+//!   (`READONLY`), and one that names a cluster node says to use `cluster`.
+//! - **Redis Sentinel** ([`DurableScheduler::sentinel`]): the sentinels' URLs and the master's
+//!   name. The wheel follows every failover: after a dropped connection, a timeout or
+//!   `READONLY` it asks the sentinels again and checks `ROLE` before it writes to a node, so a
+//!   revived old primary is never written to; the workers' wake-up connections follow too.
+//! - **Redis Cluster** ([`DurableScheduler::cluster`]): any seed nodes. `MOVED` and `ASK` are
+//!   followed, never returned; commands with no key go to the primary of the wheel's slot.
+//!   Every key a partition uses shares one hash tag, so one partition lives on one slot.
+//! - **Partitions** ([`DurableBuilder::partitions`]): one busy wheel split into `n` wheels under
+//!   their own hash tags, so a cluster spreads it over its primaries.
+//!
+//! During a failover or a slot migration every error a call returns is retryable
+//! ([`Error::is_retryable`](crate::Error::is_retryable)). Tested on Redis 7.0 (Debian's).
 //!
 //! # Redis layout
 //! For the wheel `orders` every key starts with `tw:{orders}:`; [`WheelKeys`] names them:

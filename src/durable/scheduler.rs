@@ -282,6 +282,10 @@ impl DurableScheduler {
                 // One id per call, kept by its retries: a retry whose first attempt landed
                 // still answers true (see `lua/cancel.lua`).
                 let answers = scripts::cancel(&self.wheel, &part.keys, &self.wheel.ids.next(), &chunk_keys).await?;
+                if answers.contains(&Cancelled::Yes) {
+                    // A cancel lost in a failover would let the task fire after all.
+                    self.wheel.conn.replicate(&part.keys.meta()).await?;
+                }
                 for (&i, answer) in chunk.iter().zip(answers) {
                     out[i] = answer == Cancelled::Yes;
                 }

@@ -66,7 +66,7 @@ fn is_transient(err: &redis::RedisError) -> bool {
             | ServerErrorKind::ReadOnly,
         ) => true,
         ErrorKind::ClusterConnectionNotFound => true,
-        _ => matches!(err.code(), Some("BUSY" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")),
+        _ => matches!(err.code(), Some("BUSY" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "NOREPLICAS")),
     }
 }
 
