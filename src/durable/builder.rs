@@ -37,7 +37,7 @@ impl DurableScheduler {
     /// use tokio_timewheel::durable::DurableScheduler;
     ///
     /// # async fn run() -> Result<(), tokio_timewheel::Error> {
-    /// let sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"];
+    /// let sentinels = ["redis://sentinel-a:26379", "redis://sentinel-b:26379", "redis://sentinel-c:26379"];
     /// let timers = DurableScheduler::sentinel(sentinels, "mymaster", "orders").connect().await?;
     /// # Ok(()) }
     /// ```
@@ -64,7 +64,7 @@ impl DurableScheduler {
     /// use tokio_timewheel::durable::DurableScheduler;
     ///
     /// # async fn run() -> Result<(), tokio_timewheel::Error> {
-    /// let seeds = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"];
+    /// let seeds = ["redis://redis-a:7000", "redis://redis-b:7000"];
     /// let timers = DurableScheduler::cluster(seeds, "orders").partitions(8).connect().await?;
     /// # Ok(()) }
     /// ```

@@ -176,6 +176,15 @@ impl Conn {
                 ),
                 false,
             ),
+            _ if is_tls_refusal(&err) => RedisFailure::new(
+                "TLS",
+                format!(
+                    "the TLS handshake with Redis failed: {err}; if a private CA signed the server's certificate, \
+                     give it with tls_root_ca, and a client certificate with tls_client_auth if the server asks \
+                     for one"
+                ),
+                false,
+            ),
             _ => RedisFailure::from(err),
         }
     }
@@ -205,6 +214,14 @@ impl Conn {
         }
         Ok(())
     }
+}
+
+/// Whether `err` is a TLS handshake refused for a certificate (the server's not trusted, or
+/// the client's missing or refused), which no retry mends. rustls reports it through an I/O
+/// error whose text names the certificate or the alert.
+fn is_tls_refusal(err: &redis::RedisError) -> bool {
+    let text = err.to_string().to_lowercase();
+    text.contains("certificate") || text.contains("fatal alert") || text.contains("handshake")
 }
 
 /// Whether `err` may mean that the node is no longer the primary: the connection failed or

@@ -192,7 +192,9 @@ impl Source {
                 let config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(response_timeout))
                     .set_connection_timeout(Some(connect_timeout))
-                    .set_max_delay(Duration::from_secs(1));
+                    .set_max_delay(Duration::from_secs(1))
+                    // Our own calls retry within their window; a refusal (TLS, say) surfaces at once.
+                    .set_number_of_retries(2);
                 Ok(Link::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
             }
             Source::Sentinel { current, found, .. } => {
@@ -216,7 +218,9 @@ impl Source {
                 let config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(response_timeout))
                     .set_connection_timeout(Some(cfg.connect_timeout))
-                    .set_max_delay(Duration::from_secs(1));
+                    .set_max_delay(Duration::from_secs(1))
+                    // Our own calls retry within their window; a refusal (TLS, say) surfaces at once.
+                    .set_number_of_retries(2);
                 Ok(Link::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
             }
             Source::Sentinel { .. } => Ok(Link::Primary(0, self.primary(response_timeout, cfg.connect_timeout).await?)),
