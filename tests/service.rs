@@ -625,3 +625,30 @@ async fn cancelled_jobs_are_dropped_while_the_actor_sleeps() {
     assert_eq!(Arc::strong_count(&token), 1, "every cancelled job dropped once the actor has run");
     assert_eq!(timer.stats().cancelled, N as u64);
 }
+
+/// A runtime that goes away before the service's task first runs still ends the timers it had
+/// accepted: they resolve `Err(Stopped)`, nothing stays pending, and later calls, batches
+/// included, are refused. (The actor's shutdown path used to exist only once its task had run,
+/// so these timers never ended, `len` stayed 1 and `schedule_many` kept accepting timers.)
+#[test]
+fn a_runtime_dropped_before_the_service_ran_ends_its_timers() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (timer, done) = rt.block_on(async {
+        let timer = Scheduler::builder().start().unwrap();
+        let done = timer.schedule("a", Duration::from_millis(10), |_| async {}).await.unwrap();
+        (timer, done)
+    });
+    drop(rt);
+    let other = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    other.block_on(async {
+        let outcome = tokio::time::timeout(Duration::from_secs(1), done).await;
+        assert_eq!(outcome, Ok(Err(Error::Stopped)), "the accepted timer ended as stopped");
+        assert_eq!(timer.len(), 0);
+        assert!(!timer.contains("a"));
+        assert_eq!(timer.stats().stopped, 1);
+        let refused = timer.schedule_many([("b", Duration::from_millis(10), |_: String| async {})]).await;
+        assert_eq!(refused, [Err(Error::Stopped)]);
+        assert_eq!(timer.schedule("c", Duration::from_millis(10), |_| async {}).await.unwrap_err(), Error::Stopped);
+        assert_eq!(timer.stop().await, 0);
+    });
+}
