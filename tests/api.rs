@@ -347,3 +347,19 @@ async fn a_period_under_a_millisecond_is_refused() {
     }
     timer.schedule_repeating("ok", MS, Repeat::Times(3), |_| async {}).await.unwrap().await.unwrap();
 }
+
+/// The stream ends as soon as every queue handle is gone and every timer they scheduled has
+/// ended, a cancelled one included: a cancel releases what the timer held (here the queue's
+/// sender) at once. (It used to hold it until the cancelled entry was swept, when the service
+/// next ran: here an hour later.)
+#[tokio::test(start_paused = true)]
+async fn the_stream_ends_when_its_last_timer_is_cancelled() {
+    let timer = Scheduler::builder().start().unwrap();
+    let (timeouts, mut expired) = timer.queue::<u32>();
+    timeouts.schedule("conn-1", Duration::from_secs(3600), 1).await.unwrap();
+    timer.flush().await;
+    assert!(timer.cancel("conn-1").await);
+    drop(timeouts);
+    let ended = tokio::time::timeout(Duration::from_secs(1), expired.recv()).await;
+    assert_eq!(ended, Ok(None), "the stream ended at the cancel, not when the service next ran");
+}

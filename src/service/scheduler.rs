@@ -456,9 +456,8 @@ impl Scheduler {
     /// runs already started go on, and a run the service was firing at the very moment of the
     /// cancel may still start its job just after `cancel` returns; no later run does. Returns
     /// `false` if no timer had the key. [`cancel_now`](Self::cancel_now) does the same without
-    /// `async`, for `Drop` impls. The cancelled timer's job is dropped when its shard is next
-    /// swept: by the service whenever it runs (a [`flush`](Self::flush) makes it), or by the cancel
-    /// that leaves 64 waiting in one shard.
+    /// `async`, for `Drop` impls. The cancelled timer's job (and what it captured) is dropped
+    /// before the call returns, on the caller's thread with no lock held.
     ///
     /// # Cancel safety
     /// The cancel takes effect the first time the future is polled, entirely; dropping the future

@@ -22,6 +22,10 @@ pub(crate) struct Timer {
 /// The bit of [`Timer::serial`] set while a `Scheduled` future watches the timer.
 pub(crate) const ARMED: u64 = 1 << 63;
 
+/// The serial number of a cancelled timer's emptied entry while it waits to be swept, which no
+/// timer has: a `Ticket` that points at the entry then does not take it for its pending timer.
+pub(crate) const CANCELLED: u64 = u64::MAX;
+
 /// What a timer does when it fires.
 pub(crate) enum Run {
     /// A one-shot timer's job; [`Wake`](super::job::Wake) for a keyed sleep, which only wakes
@@ -46,6 +50,12 @@ impl Timer {
     /// A timer not yet claimed (its serial number comes with its key's claim).
     pub fn new(key: Key, run: Run) -> Self {
         Timer { key, run, serial: 0 }
+    }
+
+    /// What a cancelled timer's entry holds until it is swept: no key, a job that holds nothing
+    /// (a unit struct, so boxing it allocates nothing), and the [`CANCELLED`] serial number.
+    pub fn emptied() -> Self {
+        Timer { key: Key::from(""), run: Run::Once(Box::new(super::job::Wake)), serial: CANCELLED }
     }
 
     /// The serial number, without the [`ARMED`] bit.

@@ -329,24 +329,28 @@ impl Shared {
     /// Cancels the timer holding `key` (only if it has the serial number `serial`, when given).
     /// Returns whether this call ended it.
     pub fn cancel(&self, key: &[u8], serial: Option<u64>) -> bool {
+        self.take(key, serial).is_some()
+    }
+
+    /// Cancels the timer holding `key` (only if it has the serial number `serial`, when given),
+    /// as [`cancel`](Self::cancel) does, and gives back what it held, taken out under the lock.
+    pub fn take(&self, key: &[u8], serial: Option<u64>) -> Option<Timer> {
         let (shard, hash) = self.locate(key);
         let mut swept = Vec::new();
-        let waker = {
+        let (waker, held) = {
             let mut s = self.lock(shard);
-            let Some(waker) = s.cancel(hash, key, serial) else {
-                return false;
-            };
+            let ended = s.cancel(hash, key, serial)?;
             if s.cancelled.len() >= SWEEP_AT {
                 s.sweep(&mut swept);
             }
-            waker
+            ended
         };
         self.release(1);
         if let Some(waker) = waker {
             waker.wake();
         }
         drop(swept);
-        true
+        Some(held)
     }
 
     /// The batch form of [`cancel`](Self::cancel), one lock per shard (see
@@ -354,6 +358,7 @@ impl Shared {
     pub fn cancel_many(&self, keys: &[&[u8]]) -> Vec<bool> {
         let mut ended = vec![false; keys.len()];
         let mut swept = Vec::new();
+        let mut held = Vec::new();
         let mut wake = Vec::new();
         for (shard, batch) in self.by_shard(keys.iter().copied()) {
             let mut s = self.lock(shard);
@@ -362,9 +367,10 @@ impl Shared {
                 s.keys.touch(hash);
             }
             for (i, hash) in batch {
-                if let Some(waker) = s.cancel(hash, keys[i], None) {
+                if let Some((waker, timer)) = s.cancel(hash, keys[i], None) {
                     ended[i] = true;
                     wake.extend(waker);
+                    held.push(timer);
                 }
             }
             if s.cancelled.len() >= SWEEP_AT {
@@ -373,7 +379,7 @@ impl Shared {
         }
         self.release(ended.iter().filter(|&&e| e).count());
         wake.into_iter().for_each(Waker::wake);
-        drop(swept);
+        drop((swept, held));
         ended
     }
 

@@ -31,10 +31,6 @@ pub(super) const SWEEP_AT: usize = 64;
 /// not worth a pass over the shard.
 const ROOM_KEPT: usize = 4096;
 
-/// The serial number a cancelled timer's entry gets while it waits to be swept, which no timer
-/// has: a `Ticket` that points at the entry then does not take it for its pending timer.
-const CANCELLED: u64 = u64::MAX;
-
 pub(super) struct Shard {
     /// Which wheel entry holds each claimed key (see [`KeyIndex`]).
     pub keys: KeyIndex,
@@ -125,19 +121,29 @@ impl Shard {
     }
 
     /// Cancels the timer holding `key` if it has the serial number `serial` (when given):
-    /// releases the key, leaves its wheel entry to the next sweep, tells its watcher and counts
-    /// it. Returns whether it ended a timer, with the watcher's waker to call once unlocked.
-    pub fn cancel(&mut self, hash: u64, key: &[u8], serial: Option<u64>) -> Option<Option<Waker>> {
+    /// releases the key, tells its watcher and counts it. Returns, if it ended a timer, the
+    /// watcher's waker and what the timer held (its key and job), both for the caller to use or
+    /// drop once unlocked: what a cancelled timer holds (a queue's sender and value, a job's
+    /// captures) is released at the cancel, not when its entry is swept. The emptied wheel entry
+    /// waits for the next sweep.
+    pub fn cancel(&mut self, hash: u64, key: &[u8], serial: Option<u64>) -> Option<(Option<Waker>, Timer)> {
         let pos = self.find(hash, key, serial)?;
         let index = self.keys.index_at(pos);
+        Some(self.cancel_at(pos, index))
+    }
+
+    /// Cancels the pending timer in key-map slot `pos`, whose entry is in slab slot `index`
+    /// (see [`cancel`](Self::cancel)).
+    pub fn cancel_at(&mut self, pos: usize, index: u32) -> (Option<Waker>, Timer) {
+        debug_assert_eq!(self.keys.index_at(pos), index, "key-map slot {pos} names entry {index}");
         let (id, _) = self.wheel.at(index);
-        let serial = std::mem::replace(&mut self.wheel.at_mut(index).serial, CANCELLED);
+        let held = std::mem::replace(self.wheel.at_mut(index), Timer::emptied());
         self.keys.remove(pos);
         self.cancelled.push(id);
         self.counts.cancelled += 1;
-        let waker = self.finish(serial, &Err(Error::Cancelled));
+        let waker = self.finish(held.serial, &Err(Error::Cancelled));
         self.check();
-        Some(waker)
+        (waker, held)
     }
 
     /// Takes the cancelled timers' entries out of the wheel, into `timers` to be dropped once
