@@ -60,7 +60,12 @@ struct Actor {
 /// shutdown path (its `Drop`) is there from the start: a runtime that goes away before the task
 /// first runs drops the task's future, and with it the actor, which ends the accepted timers as
 /// stopped and closes every shard to new ones.
-pub(crate) fn spawn(runtime: &tokio::runtime::Handle, rx: mpsc::Receiver<Command>, shared: Arc<Shared>, config: Config) {
+pub(crate) fn spawn(
+    runtime: &tokio::runtime::Handle,
+    rx: mpsc::Receiver<Command>,
+    shared: Arc<Shared>,
+    config: Config,
+) {
     let actor = Actor {
         shared,
         clock: config.clock,

@@ -10,10 +10,11 @@ use tokio::time::Instant;
 
 use super::actor::Command;
 use super::clock::{Clock, Due};
+use super::handle::TimerHandle;
 use super::job::{Once, Wake};
 use super::key::Key;
 use super::lateness::Lateness;
-use super::scheduled::Scheduled;
+use super::scheduled::{CancelOnDrop, Scheduled};
 use super::shards::Shared;
 use super::stats::Stats;
 use super::timer::{Repeating, Run, Timer};
@@ -86,9 +87,10 @@ impl Scheduler {
 
     /// Runs `job` with the timer's key once `delay` has passed.
     ///
-    /// The deadline is fixed when this method is called, as with `tokio::time::sleep`: a future
-    /// first awaited 100 ms later still fires `delay` after the call. The key is claimed when the
-    /// future is first polled.
+    /// The deadline is fixed and the key claimed when this method is called, as with
+    /// `tokio::time::sleep`: a future first awaited 100 ms later still fires `delay` after the
+    /// call, and from the call on the key is pending ([`contains`](Self::contains) is true, and
+    /// the timer can be cancelled or moved by key). The future only reports the outcome.
     ///
     /// The job is called once, on the service's task, and the future it returns is polled first
     /// on a task shared with the jobs due at the same tick and, if it has to wait, goes on as a
@@ -115,8 +117,9 @@ impl Scheduler {
     /// - [`Error::Stopped`] once the service has stopped.
     ///
     /// # Cancel safety
-    /// If this future is dropped before it completes, the timer is not scheduled and the key is
-    /// free again.
+    /// If this future is dropped before it completes, the timer it scheduled at the call is
+    /// cancelled (it ends as cancelled, counted in [`stats`](Self::stats)) and the key is free
+    /// again; once it has completed, dropping the [`Scheduled`] does not cancel the timer.
     ///
     /// # Examples
     /// ```
@@ -238,14 +241,15 @@ impl Scheduler {
     /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
     /// [`cancel`](Self::cancel)`(key)` is called from anywhere first. As with
     /// `tokio::time::sleep`, the deadline is fixed when this method is called, not when the
-    /// future is first polled; the key is claimed at the first poll.
+    /// future is first polled, and so is the key claimed: from the call on, the sleep can be
+    /// cancelled or moved by key, even before the future is first polled.
     ///
     /// # Errors
     /// As [`schedule`](Self::schedule), plus [`Error::Cancelled`] as above.
     ///
     /// # Cancel safety
-    /// Dropping the future cancels the keyed sleep (like dropping `tokio::time::sleep`), so the
-    /// key is free again.
+    /// Dropping the future, polled or not, cancels the keyed sleep (like dropping
+    /// `tokio::time::sleep`), so the key is free again.
     ///
     /// # Examples
     /// ```
@@ -267,13 +271,17 @@ impl Scheduler {
         delay: Duration,
     ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         let prepared = Prepared::new(key.as_ref(), self.clock.after(delay), Run::Once(Box::new(Wake)));
-        async move { self.submit(prepared).await?.cancel_on_drop().await }
+        let claimed = self.claim_watched(prepared);
+        async move { claimed?.await }
     }
 
     /// Schedules many timers in one pass, taking each shard's lock once: the way to create a
     /// million timers in a short time. Returns one result per item, in order; an item that fails
     /// (a duplicate key, also within the batch, an empty key, a delay out of range, `Full`) fails
-    /// alone. Every deadline is fixed when this method is called (the items are read then).
+    /// alone. Every deadline is fixed when this method is called (the items are read then); the
+    /// keys are claimed when the future is first polled, after it has given the service its turn
+    /// (the one call that claims its keys later than the call, so that a task sending batch
+    /// after batch cannot hold a current-thread runtime: the service runs before each batch).
     /// Timers scheduled this way have no [`Scheduled`] future: they end as any other (fired,
     /// cancelled, stopped) and are counted in [`stats`](Self::stats).
     ///
@@ -334,7 +342,7 @@ impl Scheduler {
             }
             let mut claimed = self.shared.add_many(timers, set_at).into_iter();
             for result in results.iter_mut().filter(|r| r.is_ok()) {
-                *result = claimed.next().expect("one outcome per claim");
+                *result = claimed.next().expect("one outcome per claim").map(drop);
             }
             results
         }
@@ -368,23 +376,42 @@ impl Scheduler {
         ended
     }
 
-    /// Claims the key of a checked request for a watched timer.
-    async fn submit(&self, prepared: Result<Prepared, Error>) -> Result<Scheduled, Error> {
-        // A schedule waits for nothing while there is room, so without this a task scheduling
-        // in a loop would hold its thread, and on a current-thread runtime the service too.
-        tokio::task::coop::consume_budget().await;
+    /// Claims the key of a checked request for a watched timer, at the call; the future reports
+    /// the outcome, and cancels the timer if it is dropped before it completes.
+    fn submit(&self, prepared: Result<Prepared, Error>) -> impl Future<Output = Result<Scheduled, Error>> + Send + '_ {
+        let claimed = self.claim_watched(prepared);
+        async move {
+            // A schedule waits for nothing while there is room, so without this a task scheduling
+            // in a loop would hold its thread, and on a current-thread runtime the service too.
+            tokio::task::coop::consume_budget().await;
+            claimed.map(CancelOnDrop::disarm)
+        }
+    }
+
+    /// Claims the key of a checked request for a watched timer, now, behind a guard that cancels
+    /// it when dropped.
+    fn claim_watched(&self, prepared: Result<Prepared, Error>) -> Result<CancelOnDrop, Error> {
         let Prepared { key, due, run } = prepared?;
         self.check_running()?;
         let ticket = self.shared.add(Timer::new(key.clone(), run), due, true)?;
-        Ok(Scheduled::new(self.shared.clone(), key, ticket))
+        Ok(Scheduled::new(self.shared.clone(), self.clock, key, ticket).cancel_on_drop())
     }
 
-    /// Claims the key of a checked timer nobody watches.
-    pub(crate) async fn submit_unwatched(&self, prepared: Result<Prepared, Error>) -> Result<(), Error> {
-        tokio::task::coop::consume_budget().await;
-        let Prepared { key, due, run } = prepared?;
-        self.check_running()?;
-        self.shared.add(Timer::new(key, run), due, false).map(drop)
+    /// Claims the key of a checked timer nobody watches, at the call; the future reports the
+    /// outcome, and cancels the timer if it is dropped before it completes.
+    pub(crate) fn submit_unwatched(
+        &self,
+        prepared: Result<Prepared, Error>,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        let claimed = prepared.and_then(|Prepared { key, due, run }| {
+            self.check_running()?;
+            let ticket = self.shared.add(Timer::new(key.clone(), run), due, false)?;
+            Ok(Batch { shared: &self.shared, claimed: vec![(key, ticket.serial)] })
+        });
+        async move {
+            tokio::task::coop::consume_budget().await;
+            claimed.map(|mut claimed| claimed.claimed.clear())
+        }
     }
 
     /// Moves the pending timer with this key, or schedules `job` under it if none is pending,
@@ -393,13 +420,17 @@ impl Scheduler {
     /// first one arms it. Returns `Ok(true)` if a new timer was scheduled (as `HashSet::insert`
     /// does), `Ok(false)` if the pending one was moved, in which case `job` is dropped unused
     /// and the pending timer keeps its own job (a repeating timer continues at its period from
-    /// the new deadline). The deadline is fixed when this method is called.
+    /// the new deadline). The deadline is fixed, and the timer armed or moved, when this method
+    /// is called; the future reports which. [`schedule_or_reset_handle`](Self::schedule_or_reset_handle)
+    /// does the same and hands back a [`TimerHandle`], which moves the timer with no key lookup
+    /// and can cancel it on drop.
     ///
     /// # Errors
     /// As [`schedule`](Self::schedule), except that a pending key is not an error.
     ///
     /// # Cancel safety
-    /// If the future is dropped before it completes, nothing has changed.
+    /// The timer was armed or moved when the method was called; dropping the future does not
+    /// undo it (only the answer is lost).
     ///
     /// # Examples
     /// ```
@@ -426,18 +457,68 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let now = Instant::now();
-        let at = Clock::instant_after(now, delay);
-        let prepared = Prepared::new(key.as_ref(), self.clock.after_from(now, delay), Run::Once(Box::new(Once(job))));
-        self.upsert(prepared.and_then(|prepared| Ok((prepared, at?))))
+        let upserted = self.upsert(key.as_ref(), delay, Run::Once(Box::new(Once(job))));
+        Self::report(upserted.map(|(claimed, _)| claimed))
     }
 
-    /// Moves the pending timer with the prepared key to its deadline (`at`), or claims the key.
-    pub(crate) async fn upsert(&self, prepared: Result<(Prepared, Instant), Error>) -> Result<bool, Error> {
-        tokio::task::coop::consume_budget().await;
-        let (Prepared { key, due, run }, at) = prepared?;
+    /// Moves the pending timer with this key, or schedules `job` under it if none is pending, as
+    /// [`schedule_or_reset`](Self::schedule_or_reset) does, and returns a [`TimerHandle`] to the
+    /// pending timer, new or moved: the keep-alive's call. The handle pushes the deadline back
+    /// on each message with no key lookup ([`TimerHandle::reschedule`]), and
+    /// [`TimerHandle::cancel_on_drop`] makes it cancel the timer when the connection goes.
+    ///
+    /// # Errors
+    /// As [`schedule_or_reset`](Self::schedule_or_reset).
+    ///
+    /// # Cancel safety
+    /// As [`schedule_or_reset`](Self::schedule_or_reset): the timer was armed or moved at the
+    /// call; dropping the future loses only the handle.
+    ///
+    /// # Examples
+    /// See [`TimerHandle`].
+    pub fn schedule_or_reset_handle<K, F, Fut>(
+        &self,
+        key: K,
+        delay: Duration,
+        job: F,
+    ) -> impl Future<Output = Result<TimerHandle, Error>> + Send + '_
+    where
+        K: AsRef<str>,
+        F: FnOnce(String) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let upserted = self.upsert(key.as_ref(), delay, Run::Once(Box::new(Once(job))));
+        Self::report(upserted.map(|(_, handle)| handle))
+    }
+
+    /// Moves the pending timer with `key` to `delay` from now, or claims the key for a timer
+    /// running `run`, at the call. Returns whether `run` was claimed, and a handle to the timer.
+    pub(crate) fn upsert(&self, key: &str, delay: Duration, run: Run) -> Result<(bool, TimerHandle), Error> {
+        self.upsert_stored(key, |key: &str| Key::from(key), delay, run)
+    }
+
+    /// As [`upsert`](Self::upsert), the key stored as `store` makes it.
+    pub(crate) fn upsert_stored(
+        &self,
+        key: &str,
+        store: impl FnOnce(&str) -> Key,
+        delay: Duration,
+        run: Run,
+    ) -> Result<(bool, TimerHandle), Error> {
+        let now = Instant::now();
+        let at = Clock::instant_after(now, delay);
+        let Prepared { key, due, run } = Prepared::stored(key, store, self.clock.after_from(now, delay), run)?;
+        let at = at?;
         self.check_running()?;
-        self.shared.upsert(Timer::new(key, run), due, at)
+        let (claimed, ticket) = self.shared.upsert(Timer::new(key.clone(), run), due, at, false)?;
+        Ok((claimed, TimerHandle::new(self.shared.clone(), self.clock, key, ticket)))
+    }
+
+    /// A future that reports an outcome reached at the call, after giving way now and then, as
+    /// `schedule` does.
+    pub(crate) async fn report<T: Send>(outcome: Result<T, Error>) -> Result<T, Error> {
+        tokio::task::coop::consume_budget().await;
+        outcome
     }
 
     pub(crate) fn clock(&self) -> &Clock {
@@ -530,7 +611,7 @@ impl Scheduler {
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
         let now = Instant::now();
         let moved = self.clock.after_from(now, delay).and_then(|due| Ok((due, Clock::instant_after(now, delay)?)));
-        self.move_timer(key, moved)
+        self.move_timer(key.as_bytes(), moved)
     }
 
     /// Moves the pending timer with this key to the absolute `deadline`; a repeating timer
@@ -561,15 +642,20 @@ impl Scheduler {
         key: &'a str,
         deadline: Instant,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
-        self.move_timer(key, self.clock.at(deadline).map(|due| (due, deadline)))
+        self.move_timer(key.as_bytes(), self.clock.at(deadline).map(|due| (due, deadline)))
     }
 
-    async fn move_timer(&self, key: &str, moved: Result<(Due, Instant), Error>) -> Result<(), Error> {
+    /// Moves the pending timer with the stored key `key` to `moved` (its due ticks and instant).
+    pub(crate) async fn move_timer(&self, key: &[u8], moved: Result<(Due, Instant), Error>) -> Result<(), Error> {
         // Give way now and then, as `schedule` does, before anything has moved.
         tokio::task::coop::consume_budget().await;
         let (Due { deadline, set_at }, at) = moved?;
         self.check_running()?;
         self.shared.move_timer(key, at, deadline, set_at)
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// When the pending timer with this key is next due, or `None` if none is pending. The
@@ -593,7 +679,7 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub fn deadline(&self, key: &str) -> Option<Instant> {
-        match self.shared.deadline(key)? {
+        match self.shared.deadline(key.as_bytes())? {
             (_, Some(exact)) => Some(exact),
             (tick, None) => self.clock.instant(tick),
         }
@@ -602,7 +688,7 @@ impl Scheduler {
     /// Whether a timer with this key is pending. Answers from the shared key map, without a
     /// round trip to the service.
     pub fn contains(&self, key: &str) -> bool {
-        self.shared.contains(key)
+        self.shared.contains(key.as_bytes())
     }
 
     /// The number of pending timers.
@@ -717,7 +803,23 @@ impl std::fmt::Debug for Scheduler {
     }
 }
 
-/// A timer checked when a method is called, before its future claims the key.
+/// Timers claimed at a call whose future has not completed: dropped, it cancels them (each by
+/// its serial number, so never a later timer that took the key). Emptied once the future
+/// completes.
+struct Batch<'a> {
+    shared: &'a Shared,
+    claimed: Vec<(Key, u64)>,
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        for (key, serial) in self.claimed.drain(..) {
+            self.shared.cancel(key.as_bytes(), Some(serial));
+        }
+    }
+}
+
+/// A timer checked when a method is called, before it claims the key.
 pub(crate) struct Prepared {
     key: Key,
     due: Due,
@@ -726,8 +828,19 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     pub(crate) fn new(key: &str, due: Result<Due, Error>, run: Run) -> Result<Self, Error> {
+        Self::stored(key, |key: &str| Key::from(key), due, run)
+    }
+
+    /// As [`new`](Self::new), the key stored as `store` makes it (a queue's key in its own key
+    /// space).
+    pub(crate) fn stored(
+        key: &str,
+        store: impl FnOnce(&str) -> Key,
+        due: Result<Due, Error>,
+        run: Run,
+    ) -> Result<Self, Error> {
         check_key(key)?;
-        Ok(Prepared { key: Key::from(key), due: due?, run })
+        Ok(Prepared { key: store(key), due: due?, run })
     }
 }
 

@@ -19,6 +19,7 @@ use super::super::stats::Stats;
 use super::super::timer::{Run, Timer, ARMED};
 use super::watch::{Outcome, Watchers};
 use super::wheel::ShardWheel;
+use super::Ticket;
 use crate::wheel::EntryId;
 use crate::Error;
 
@@ -108,16 +109,29 @@ impl Shard {
         Ok((serial, entry.index()))
     }
 
-    /// Moves the pending timer in key-map slot `pos` to tick `deadline`, due at the instant `at`:
-    /// a repeating timer goes on at its period from there.
-    pub fn move_to(&mut self, pos: usize, deadline: u64, at: Instant) {
-        let (id, _) = self.wheel.at(self.keys.index_at(pos));
-        let mut timer = self.wheel.remove(id).expect("a pending timer is in its shard's wheel");
-        if let Run::Repeat(repeat) = &mut timer.run {
-            repeat.due = at;
+    /// Moves the pending timer in slab slot `index` to tick `deadline`, due at the instant `at`:
+    /// a repeating timer goes on at its period from there. The timer keeps its entry, so the key
+    /// map and the tickets that name the entry stay as they are; a later deadline is one write
+    /// (see `Wheel::reschedule`).
+    pub fn move_to(&mut self, index: u32, deadline: u64, at: Instant) {
+        let (id, timer) = self.wheel.at(index);
+        if let Run::Repeat(_) = timer.run {
+            if let Run::Repeat(repeat) = &mut self.wheel.at_mut(index).run {
+                repeat.due = at;
+            }
         }
-        let entry = self.wheel.insert(deadline, timer);
-        self.keys.set_index(pos, entry.index());
+        self.wheel.reschedule(id, deadline);
+    }
+
+    /// The slab slot of the pending timer of `ticket`, which holds `key` (whose hash `hash`
+    /// gives lazily, only if needed): the ticket's own entry while the timer is still there,
+    /// which costs no hash and no key compare; else (the shard was compacted, or a repeating
+    /// timer moved to a new entry for its next run) the timer is looked up by key and serial.
+    pub fn find_ticket(&self, ticket: Ticket, key: &[u8], hash: impl FnOnce() -> u64) -> Option<u32> {
+        match self.wheel.try_at(ticket.entry) {
+            Some((_, timer)) if timer.serial() == ticket.serial => Some(ticket.entry),
+            _ => self.find(hash(), key, Some(ticket.serial)).map(|pos| self.keys.index_at(pos)),
+        }
     }
 
     /// Cancels the timer holding `key` if it has the serial number `serial` (when given):
