@@ -12,7 +12,7 @@ pub mod wheel;
 
 pub use error::Error;
 pub use service::{
-    Advance, Builder, CancelOnDrop, Expirations, Lateness, Repeat, Scheduled, Scheduler, Stats, TimerGuard,
+    Advance, Builder, CancelOnDrop, Expirations, Lateness, MissedRuns, Repeat, Scheduled, Scheduler, Stats, TimerGuard,
     TimerHandle, TimerQueue, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_SLOTS, DEFAULT_TICK,
     LATENESS_WINDOW,
 };

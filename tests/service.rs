@@ -652,3 +652,32 @@ fn a_runtime_dropped_before_the_service_ran_ends_its_timers() {
         assert_eq!(timer.stop().await, 0);
     });
 }
+
+/// A repeating timer's missed runs, as tokio's `MissedTickBehavior` handles missed ticks: a
+/// 10 ms timer moved a second into the past makes up its hundred runs at once with `Burst` (as
+/// `schedule_repeating` always did), runs once and then every 10 ms from that run with `Delay`,
+/// and runs once and then on its original 10 ms schedule with `Skip`.
+#[tokio::test(start_paused = true)]
+async fn missed_runs_burst_delay_or_skip() {
+    use tokio_timewheel::MissedRuns;
+    let ms = Duration::from_millis;
+    for missed in [MissedRuns::Burst, MissedRuns::Delay, MissedRuns::Skip] {
+        let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, ms(1));
+        let log = Log::default();
+        let start = Instant::now();
+        timer.schedule_repeating_with("poll", ms(10), Repeat::Forever, missed, log.job()).await.unwrap();
+        timer.reschedule_at("poll", start - ms(1_000)).await.unwrap();
+        tokio::time::sleep(ms(25)).await;
+        let runs: Vec<Duration> = log.runs().into_iter().map(|(_, at)| at - start).collect();
+        let first = runs[0];
+        assert!(first <= ms(1), "{missed:?}: the missed run ran at once, not {first:?}");
+        match missed {
+            MissedRuns::Burst => {
+                assert!(runs.len() >= 100, "{missed:?}: {} runs, the missed ones made up", runs.len());
+                assert!(runs[..100].iter().all(|&at| at <= ms(2)), "{missed:?}: made up at once");
+            }
+            MissedRuns::Delay => assert_eq!(runs, [first, first + ms(10), first + ms(20)], "{missed:?}"),
+            MissedRuns::Skip => assert_eq!(runs, [first, ms(10), ms(20)], "{missed:?}"),
+        }
+    }
+}

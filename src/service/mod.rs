@@ -45,5 +45,5 @@ pub use handle::{TimerGuard, TimerHandle};
 pub use lateness::{Lateness, LATENESS_WINDOW};
 pub use queue::{Expirations, TimerQueue};
 pub use scheduled::{CancelOnDrop, Scheduled};
-pub use scheduler::{Repeat, Scheduler};
+pub use scheduler::{MissedRuns, Repeat, Scheduler};
 pub use stats::Stats;

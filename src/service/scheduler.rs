@@ -32,6 +32,41 @@ pub enum Repeat {
     Forever,
 }
 
+/// What a repeating timer does about runs it missed, like tokio's `MissedTickBehavior`: runs
+/// whose time had come and gone when the run before them fired (the service or its runtime was
+/// held up, or the timer was moved into the past). A run is missed when it is already due as
+/// the run before it fires; a run merely late, by less than a period, misses nothing, and the
+/// timer keeps its fixed rate under every policy. Given per timer to
+/// [`Scheduler::schedule_repeating_with`]; [`schedule_repeating`](Scheduler::schedule_repeating)
+/// uses [`Burst`](MissedRuns::Burst).
+///
+/// Runs counted by [`Repeat::Times`] are runs made: a run skipped is not counted.
+///
+/// # Examples
+/// ```
+/// # use std::time::Duration;
+/// # use tokio_timewheel::{Error, MissedRuns, Repeat, Scheduler};
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Error> {
+/// let timer = Scheduler::builder().start()?;
+/// // A status report every 10 s: after a stall, one report now, the next 10 s later.
+/// timer.schedule_repeating_with("report", Duration::from_secs(10), Repeat::Forever, MissedRuns::Delay, |_| async {}).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum MissedRuns {
+    /// Makes up every missed run at once, one after the other, then goes on at the fixed rate
+    /// (runs stay due at `start + n * period`). The default, as for tokio's `Interval`.
+    #[default]
+    Burst,
+    /// Runs once for the missed runs, then a period after that run fired: the schedule shifts
+    /// by the delay.
+    Delay,
+    /// Runs once for the missed runs, then at the next run of the original schedule
+    /// (`start + n * period`) after that one fired: the missed runs are skipped.
+    Skip,
+}
+
 /// A handle to a running timer service.
 ///
 /// `Clone + Send + Sync + 'static`; a clone is two reference-count increments. Every clone
@@ -218,6 +253,49 @@ impl Scheduler {
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        self.schedule_repeating_with(key, period, repeat, MissedRuns::Burst, job)
+    }
+
+    /// Like [`schedule_repeating`](Self::schedule_repeating), with a policy for the runs the
+    /// timer misses (see [`MissedRuns`]): a run is missed when its time has passed by the
+    /// moment the run before it fires, as when the runtime was held up or the timer was moved
+    /// into the past with [`reschedule_at`](Self::reschedule_at).
+    ///
+    /// # Errors
+    /// As [`schedule_repeating`](Self::schedule_repeating).
+    ///
+    /// # Cancel safety
+    /// As [`schedule`](Self::schedule).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio::time::Instant;
+    /// # use tokio_timewheel::{Error, MissedRuns, Repeat, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let ms = Duration::from_millis;
+    /// timer.schedule_repeating_with("poll", ms(10), Repeat::Forever, MissedRuns::Skip, |_| async {}).await?;
+    /// // Moved a second into the past: one run now, not a hundred to catch up.
+    /// timer.reschedule_at("poll", Instant::now() - ms(1_000)).await?;
+    /// tokio::time::sleep(ms(25)).await;
+    /// assert!(timer.stats().fired <= 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn schedule_repeating_with<K, F, Fut>(
+        &self,
+        key: K,
+        period: Duration,
+        repeat: Repeat,
+        missed: MissedRuns,
+        job: F,
+    ) -> impl Future<Output = Result<Scheduled, Error>> + Send + '_
+    where
+        K: AsRef<str>,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let prepared = (|| {
             if period < MIN_PERIOD {
                 return Err(Error::invalid(format!(
@@ -232,7 +310,7 @@ impl Scheduler {
             };
             let now = Instant::now();
             let due = Clock::instant_after(now, period)?;
-            let repeat = Repeating { period, due, runs_left, job: Arc::new(job) };
+            let repeat = Repeating { period, missed, due, runs_left, job: Arc::new(job) };
             Prepared::new(key.as_ref(), self.clock.after_from(now, period), Run::Repeat(Box::new(repeat)))
         })();
         self.submit(prepared)

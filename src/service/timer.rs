@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use super::clock::Clock;
 use super::job::{Job, JobRef, OnceJob};
 use super::key::Key;
+use super::scheduler::MissedRuns;
 
 /// A timer: the value a shard's wheel holds for it. 40 bytes, so that a wheel entry holding one
 /// is 64 bytes, one cache line.
@@ -37,6 +38,8 @@ pub(crate) enum Run {
 
 pub(crate) struct Repeating {
     pub period: std::time::Duration,
+    /// What a run does to the runs it finds already due.
+    pub missed: MissedRuns,
     /// When the run the timer is waiting for is due; the next one is due a period later.
     pub due: Instant,
     /// Runs left including the one waited for; `None` repeats until cancelled.
@@ -64,15 +67,29 @@ impl Timer {
     }
 
     /// When a repeating timer's next run is due (instant and tick), or `None` if this run is
-    /// its last. Fixed rate: a period after this run was due, not after now.
-    pub fn next_run(&self, clock: &Clock) -> Option<(Instant, u64)> {
+    /// its last, for a run fired at `now`. Fixed rate: a period after this run was due, not
+    /// after now, unless that is already past (the next run is missed) and the timer's
+    /// [`MissedRuns`] says otherwise.
+    pub fn next_run(&self, clock: &Clock, now: Instant) -> Option<(Instant, u64)> {
         let Run::Repeat(repeat) = &self.run else {
             return None;
         };
         if repeat.runs_left == Some(1) {
             return None;
         }
-        let due = repeat.due.checked_add(repeat.period)?;
+        let mut due = repeat.due.checked_add(repeat.period)?;
+        if due <= now {
+            due = match repeat.missed {
+                MissedRuns::Burst => due,
+                MissedRuns::Delay => now.checked_add(repeat.period)?,
+                MissedRuns::Skip => {
+                    // The first run of the schedule after now.
+                    let behind = now.duration_since(repeat.due).as_nanos() / repeat.period.as_nanos();
+                    let runs = u32::try_from(behind + 1).ok()?;
+                    repeat.due.checked_add(repeat.period.checked_mul(runs)?)?
+                }
+            };
+        }
         Some((due, clock.deadline(due).ok()?))
     }
 

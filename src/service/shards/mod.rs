@@ -458,8 +458,8 @@ impl Shared {
     /// For the actor: advances `shard`'s wheel to `now` (see `fired.rs`). Returns the
     /// wheel's next deadline.
     pub fn fire(&self, shard: usize, now: Instant, clock: &Clock, fired: &mut Fired) -> Option<u64> {
-        let now = clock.read_nanos(now);
-        let (ended, next) = fired::advance(&mut self.lock(shard), &self.hasher, now, clock, fired);
+        let read = (now, clock.read_nanos(now));
+        let (ended, next) = fired::advance(&mut self.lock(shard), &self.hasher, read, clock, fired);
         self.release(ended);
         next
     }

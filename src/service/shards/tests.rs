@@ -161,6 +161,7 @@ mod model {
                     let rep = repeat.map(|(p, runs)| {
                         Box::new(Repeating {
                             period: std::time::Duration::from_millis(p as u64),
+                            missed: crate::MissedRuns::Burst,
                             due: clock.instant(deadline).unwrap(),
                             runs_left: runs.map(u64::from),
                             job: job.clone(),
