@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench compare -- <impl> <w12|w3|w4|w4base> [N] [--rt=none|current|multi] [--w4-window=SECS]
 //! cargo bench --bench compare -- suite [--quick]
-//! cargo bench --bench compare -- w4r [N] [--reps=R]
+//! cargo bench --bench compare -- w4r [N] [--reps=R] [--only=NAME]
 //! ```
 //!
 //! A single measurement prints BENCH.md's JSON lines on stdout. `suite` runs every implementation, each
@@ -173,7 +173,7 @@ impl Workload {
 
 const USAGE: &str = "usage: compare <impl> <w12|w3|w4|w4base> [N] [--rt=none|current|multi] [--w4-window=SECS]
        compare suite [--quick]
-       compare w4r [N] [--reps=R]
+       compare w4r [N] [--reps=R] [--only=NAME]
 impls: tokio-timewheel-hierarchical tokio-timewheel-rounds tokio-timewheel-service tokio-timewheel-service-batch
        tokio-timewheel-service-interval (w4 only) tokio-task tokio-delayqueue";
 
@@ -183,6 +183,7 @@ fn main() {
     let mut window_s = 5.0;
     let mut quick = false;
     let mut reps = 5;
+    let mut only = None;
     for arg in std::env::args().skip(1) {
         if let Some(v) = arg.strip_prefix("--rt=") {
             rt = Some(Rt::parse(v).unwrap_or_else(|| fail(&format!("unknown runtime {v:?}"))));
@@ -190,6 +191,8 @@ fn main() {
             window_s = v.parse().unwrap_or_else(|_| fail(&format!("bad --w4-window {v:?}")));
         } else if let Some(v) = arg.strip_prefix("--reps=") {
             reps = v.parse().unwrap_or_else(|_| fail(&format!("bad --reps {v:?}")));
+        } else if let Some(v) = arg.strip_prefix("--only=") {
+            only = Some(v.to_owned());
         } else if arg == "--quick" {
             quick = true;
         } else if !arg.starts_with("--") {
@@ -202,7 +205,7 @@ fn main() {
         [suite] if suite == "suite" => suite::run(quick),
         [w4r, rest @ ..] if w4r == "w4r" && rest.len() <= 1 => {
             let n = rest.first().map_or(100_000, |n| n.replace('_', "").parse().unwrap_or_else(|_| fail("bad N")));
-            w4r::run(n, reps);
+            w4r::run(n, reps, only.as_deref());
         }
         [imp, workload, rest @ ..] if rest.len() <= 1 => {
             let imp = Impl::parse(imp).unwrap_or_else(|| fail(&format!("unknown implementation {imp:?}")));

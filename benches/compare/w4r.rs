@@ -9,8 +9,11 @@
 //! the ratios against the better of the two rivals a user would otherwise pick.
 //!
 //! ```text
-//! cargo bench --bench compare -- w4r [N] [--reps=R]
+//! cargo bench --bench compare -- w4r [N] [--reps=R] [--only=NAME]
 //! ```
+//!
+//! `--only=NAME[,NAME..]` runs the implementations whose name contains a NAME, alone (for a profiler:
+//! `valgrind --tool=callgrind` on one implementation's push-backs).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -267,17 +270,19 @@ fn shuffled(n: usize) -> Vec<u32> {
     order
 }
 
+/// The median, NaN for an implementation not run.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-pub fn run(n: usize, reps: usize) {
+pub fn run(n: usize, reps: usize, only: Option<&str>) {
     let order = Arc::new(shuffled(n));
     let mut figures: Vec<Vec<f64>> = vec![Vec::new(); ALL.len()];
     for rep in 0..reps {
-        let mut imps: Vec<usize> = (0..ALL.len()).collect();
-        imps.rotate_left(rep % ALL.len());
+        let mut imps: Vec<usize> = (0..ALL.len()).filter(|&i| only.is_none_or(|o| o.split(',').any(|o| ALL[i].name().contains(o)))).collect();
+        let len = imps.len().max(1);
+        imps.rotate_left(rep % len);
         for i in imps {
             let ns = ALL[i].run(n, order.clone());
             eprintln!("rep {}/{reps} {:<48} {ns:>8.1} ns/push", rep + 1, ALL[i].name());
@@ -293,7 +298,7 @@ pub fn run(n: usize, reps: usize) {
     println!("\nW4R, N = {n}, {PUSHES} push-backs each, medians of {reps}:");
     println!("| implementation | ns per push-back | ratio to the better rival ({rival:.1} ns) |");
     println!("|---|---|---|");
-    for (imp, m) in ALL.iter().zip(&medians) {
+    for (imp, m) in ALL.iter().zip(&medians).filter(|(_, m)| !m.is_nan()) {
         println!("| {} | {m:.1} | {:.2}x |", imp.name(), m / rival);
     }
     println!("(better task baseline {task:.1} ns, better DelayQueue {dq:.1} ns)");
