@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench compare -- <impl> <w12|w3|w4|w4base> [N] [--rt=none|current|multi] [--w4-window=SECS]
 //! cargo bench --bench compare -- suite [--quick]
+//! cargo bench --bench compare -- w4r [N] [--reps=R] [--only=NAME]
 //! ```
 //!
 //! A single measurement prints BENCH.md's JSON lines on stdout. `suite` runs every implementation, each
@@ -33,6 +34,8 @@ mod sink;
 mod suite;
 #[path = "compare/tokio_task.rs"]
 mod tokio_task;
+#[path = "compare/w4r.rs"]
+mod w4r;
 #[path = "compare/wheels.rs"]
 mod wheels;
 
@@ -170,6 +173,7 @@ impl Workload {
 
 const USAGE: &str = "usage: compare <impl> <w12|w3|w4|w4base> [N] [--rt=none|current|multi] [--w4-window=SECS]
        compare suite [--quick]
+       compare w4r [N] [--reps=R] [--only=NAME]
 impls: tokio-timewheel-hierarchical tokio-timewheel-rounds tokio-timewheel-service tokio-timewheel-service-batch
        tokio-timewheel-service-interval (w4 only) tokio-task tokio-delayqueue";
 
@@ -178,11 +182,17 @@ fn main() {
     let mut rt = None;
     let mut window_s = 5.0;
     let mut quick = false;
+    let mut reps = 5;
+    let mut only = None;
     for arg in std::env::args().skip(1) {
         if let Some(v) = arg.strip_prefix("--rt=") {
             rt = Some(Rt::parse(v).unwrap_or_else(|| fail(&format!("unknown runtime {v:?}"))));
         } else if let Some(v) = arg.strip_prefix("--w4-window=") {
             window_s = v.parse().unwrap_or_else(|_| fail(&format!("bad --w4-window {v:?}")));
+        } else if let Some(v) = arg.strip_prefix("--reps=") {
+            reps = v.parse().unwrap_or_else(|_| fail(&format!("bad --reps {v:?}")));
+        } else if let Some(v) = arg.strip_prefix("--only=") {
+            only = Some(v.to_owned());
         } else if arg == "--quick" {
             quick = true;
         } else if !arg.starts_with("--") {
@@ -193,6 +203,10 @@ fn main() {
 
     match positional.as_slice() {
         [suite] if suite == "suite" => suite::run(quick),
+        [w4r, rest @ ..] if w4r == "w4r" && rest.len() <= 1 => {
+            let n = rest.first().map_or(100_000, |n| n.replace('_', "").parse().unwrap_or_else(|_| fail("bad N")));
+            w4r::run(n, reps, only.as_deref());
+        }
         [imp, workload, rest @ ..] if rest.len() <= 1 => {
             let imp = Impl::parse(imp).unwrap_or_else(|| fail(&format!("unknown implementation {imp:?}")));
             let workload = Workload::ALL

@@ -17,6 +17,7 @@ extern crate self as tokio_timewheel;
 
 pub use error::Error;
 pub use service::{
-    Advance, Builder, CancelOnDrop, Expirations, Lateness, Repeat, Scheduled, Scheduler, Stats, TimerQueue, WheelKind,
-    DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_SLOTS, DEFAULT_TICK, LATENESS_WINDOW,
+    Advance, Builder, CancelOnDrop, Expirations, Lateness, MissedRuns, Repeat, Scheduled, Scheduler, Stats, TimerGuard,
+    TimerHandle, TimerQueue, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_SLOTS, DEFAULT_TICK,
+    LATENESS_WINDOW,
 };

@@ -211,8 +211,10 @@ async fn a_guard_cancels_its_own_timer_when_dropped_and_no_later_one() {
     assert_eq!(kept.await, Ok(()));
 }
 
-/// Timers that carry values come out of a stream; any clone of the scheduler cancels them by
-/// key, from another task, and a cancelled one's value never arrives.
+/// Timers that carry values come out of a stream; any clone of the queue cancels them by key,
+/// from another task, and a cancelled one's value never arrives. (A queue's keys are its own:
+/// the scheduler's `cancel` does not reach them, see
+/// `each_queue_has_a_key_space_of_its_own`.)
 #[tokio::test(start_paused = true)]
 async fn a_queue_delivers_values_and_any_handle_cancels_by_key() {
     use futures::StreamExt;
@@ -226,7 +228,7 @@ async fn a_queue_delivers_values_and_any_handle_cancels_by_key() {
     })
     .await
     .unwrap();
-    let canceller = timer.clone();
+    let canceller = timeouts.clone();
     tokio::spawn(async move {
         for id in (0..10).step_by(2) {
             assert!(canceller.cancel(&format!("conn-{id}")).await);
@@ -346,4 +348,121 @@ async fn a_period_under_a_millisecond_is_refused() {
         assert!(matches!(r, Err(Error::Invalid(_))), "{period:?}: {r:?}");
     }
     timer.schedule_repeating("ok", MS, Repeat::Times(3), |_| async {}).await.unwrap().await.unwrap();
+}
+
+/// The stream ends as soon as every queue handle is gone and every timer they scheduled has
+/// ended, a cancelled one included: a cancel releases what the timer held (here the queue's
+/// sender) at once. (It used to hold it until the cancelled entry was swept, when the service
+/// next ran: here an hour later.)
+#[tokio::test(start_paused = true)]
+async fn the_stream_ends_when_its_last_timer_is_cancelled() {
+    let timer = Scheduler::builder().start().unwrap();
+    let (timeouts, mut expired) = timer.queue::<u32>();
+    timeouts.schedule("conn-1", Duration::from_secs(3600), 1).await.unwrap();
+    timer.flush().await;
+    assert_eq!(timeouts.remove("conn-1"), Some(1), "the value comes back");
+    drop(timeouts);
+    let ended = tokio::time::timeout(Duration::from_secs(1), expired.recv()).await;
+    assert_eq!(ended, Ok(None), "the stream ended at the cancel, not when the service next ran");
+}
+
+/// Each queue has a key space of its own, apart from other queues and from the scheduler's own
+/// keys; its handle moves, looks up, counts and removes its timers, and a removed timer's value
+/// comes back.
+#[tokio::test(start_paused = true)]
+async fn each_queue_has_a_key_space_of_its_own() {
+    let timer = Scheduler::builder().start().unwrap();
+    let (a, mut a_out) = timer.queue::<u32>();
+    let (b, mut b_out) = timer.queue::<&'static str>();
+    a.schedule("conn-1", 30 * MS, 1).await.unwrap();
+    b.schedule("conn-1", 20 * MS, "b").await.unwrap();
+    timer.schedule("conn-1", 10 * MS, |_| async {}).await.unwrap();
+    assert_eq!(a.schedule("conn-1", MS, 2).await, Err(Error::DuplicateKey("conn-1".into())));
+    assert_eq!((a.len(), b.len(), timer.len()), (1, 1, 3));
+    assert!(a.contains("conn-1") && b.contains("conn-1") && timer.contains("conn-1"));
+    let at = Instant::now() + 40 * MS;
+    a.reschedule_at("conn-1", at).await.unwrap();
+    assert_eq!(a.deadline("conn-1"), Some(at));
+    assert_eq!(b.deadline("conn-1"), Some(Instant::now() + 20 * MS), "queue b's timer did not move");
+    assert_eq!(a.reschedule("conn-2", MS).await, Err(Error::NotFound));
+    assert!(timer.cancel("conn-1").await, "the scheduler's own conn-1");
+    assert!(a.contains("conn-1") && b.contains("conn-1"), "the queues' timers are not the scheduler's");
+    assert_eq!(b_out.recv().await, Some(("conn-1".to_string(), "b")));
+    assert_eq!(b.remove("conn-1"), None, "delivered already");
+    assert_eq!(a.remove("conn-1"), Some(1));
+    assert!(a.is_empty() && !a.contains("conn-1"));
+    drop(a);
+    assert_eq!(a_out.recv().await, None);
+}
+
+/// A keyed sleep's key is claimed when `sleep_keyed` returns, as its deadline is fixed then:
+/// before the future is first polled, the key is pending and can be moved or cancelled by key,
+/// and the sleep follows. (It used to be claimed at the first poll: before it, `contains` was
+/// false, `reschedule` was `NotFound` and `cancel` false, and the sleep still fired.) The
+/// same holds for the other `schedule*` calls but `schedule_many`.
+#[tokio::test(start_paused = true)]
+async fn a_keyed_sleep_is_claimed_at_the_call_so_it_can_be_moved_or_cancelled_before_its_first_poll() {
+    let timer = Scheduler::builder().start().unwrap();
+    let start = Instant::now();
+    let moved = timer.sleep_keyed("idle:conn-1", 100 * MS);
+    let cancelled = timer.sleep_keyed("idle:conn-2", 100 * MS);
+    assert!(timer.contains("idle:conn-1") && timer.contains("idle:conn-2"), "claimed at the call");
+    timer.reschedule("idle:conn-1", 300 * MS).await.unwrap();
+    assert!(timer.cancel("idle:conn-2").await);
+    assert_eq!(cancelled.await, Err(Error::Cancelled));
+    assert_eq!(moved.await, Ok(()));
+    let slept = Instant::now() - start;
+    assert!((300 * MS..=302 * MS).contains(&slept), "the moved sleep ended after {slept:?}");
+
+    let scheduled = timer.schedule("job", 100 * MS, |_| async {});
+    assert_eq!(timer.schedule("job", MS, |_| async {}).await.unwrap_err(), Error::DuplicateKey("job".into()));
+    drop(scheduled);
+    assert!(!timer.contains("job"), "a schedule future dropped unpolled cancels its timer");
+    let (queue, _out) = timer.queue::<u8>();
+    let queued = queue.schedule("q", 100 * MS, 1);
+    assert!(queue.contains("q"));
+    drop(queued);
+    assert!(!queue.contains("q") && queue.is_empty());
+    // schedule_many alone claims when first polled, after giving the service its turn (see
+    // tests/batch.rs): dropped unpolled, it schedules nothing.
+    drop(timer.schedule_many([("m", 100 * MS, |_: String| async {})]));
+    assert!(!timer.contains("m"));
+    let upsert = timer.schedule_or_reset("u", 100 * MS, |_| async {});
+    drop(upsert);
+    assert!(timer.contains("u"), "schedule_or_reset's arm stands when its future is dropped");
+}
+
+/// A handle moves its own timer with no key lookup, later (lazily) and earlier, and never
+/// reaches a later timer that took the key.
+#[tokio::test(start_paused = true)]
+async fn a_handle_moves_and_cancels_its_own_timer_only() {
+    let timer = Scheduler::builder().start().unwrap();
+    let fired: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let record = {
+        let fired = fired.clone();
+        move |_: String| {
+            fired.lock().unwrap().push(Instant::now());
+            async {}
+        }
+    };
+    let start = Instant::now();
+    let handle = timer.schedule_or_reset_handle("idle", 30 * MS, record.clone()).await.unwrap();
+    for _ in 0..5 {
+        advance(20 * MS).await;
+        handle.reschedule(30 * MS).unwrap();
+    }
+    assert_eq!(handle.deadline(), Some(Instant::now() + 30 * MS));
+    assert!(fired.lock().unwrap().is_empty(), "pushed back each time before it was due");
+    handle.reschedule(5 * MS).unwrap();
+    tokio::time::sleep(10 * MS).await;
+    timer.flush().await;
+    assert_eq!(*fired.lock().unwrap(), [start + 105 * MS], "moved earlier, fired once");
+    assert!(!handle.is_pending());
+    assert_eq!(handle.reschedule(MS), Err(Error::NotFound));
+    let again = timer.schedule_or_reset_handle("idle", 30 * MS, record).await.unwrap();
+    assert!(!handle.cancel(), "the old handle does not reach the new timer");
+    assert!(again.is_pending());
+    let guard = again.cancel_on_drop();
+    drop(guard);
+    assert!(!timer.contains("idle"));
 }

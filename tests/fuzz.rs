@@ -551,7 +551,8 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
                 }
             }
             Op::QueueSchedule(k, delay) => {
-                let (key, was) = (key(k), timer.contains(key(k)));
+                // A queue's keys are its own: a duplicate is a pending timer of the queue.
+                let (key, was) = (key(k), queue.contains(key(k)));
                 let r = queue.schedule(key, delay, 7).await;
                 if key.is_empty() || !model.delay_ok(now, delay) {
                     invalid(&r, "TimerQueue::schedule");
@@ -560,7 +561,7 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
                 }
             }
             Op::QueueScheduleAt(k, w) => {
-                let (key, was, at) = (key(k), timer.contains(key(k)), w.at(now));
+                let (key, was, at) = (key(k), queue.contains(key(k)), w.at(now));
                 let r = queue.schedule_at(key, at, 8).await;
                 if key.is_empty() || !model.at_ok(at) {
                     invalid(&r, "TimerQueue::schedule_at");
@@ -592,6 +593,11 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
     while let Some(Some((k, v))) = expired.recv().now_or_never() {
         assert!(!k.is_empty() && (7..=9).contains(&v), "delivered ({}, {v})", short(&k));
     }
+    // The queue's timers are in the queue's own key space: cancel them through it.
+    for k in &pool {
+        queue.remove(k);
+    }
+    assert!(queue.is_empty(), "{} of the queue's timers left after removing every key", queue.len());
     still_works(&timer, &pool, settings.tick).await;
     if stop_at_end {
         let pending = timer.len();

@@ -70,9 +70,10 @@ enum Watch {
 enum SleepMode {
     /// Awaited to completion by a spawned task, which records its outcome and when it came.
     Spawned,
-    /// Made and dropped before its first poll: nothing happens.
+    /// Made and dropped before its first poll: the key was claimed at the call, and the drop
+    /// cancels the sleep (as any drop of a keyed sleep does).
     Unpolled,
-    /// Polled once (which claims the key) and dropped at once: the sleep is cancelled.
+    /// Polled once and dropped at once: the sleep is cancelled.
     PolledOnce,
     /// Polled once and kept, polled after every step, until a `DropHandle` drops it.
     Held,
@@ -555,7 +556,14 @@ async fn run_case(cfg: Config, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::SleepKeyed { key, delay, mode } => {
                 let delay = ms(delay);
                 match mode {
-                    SleepMode::Unpolled => drop(timer.sleep_keyed(name(key), delay)),
+                    SleepMode::Unpolled => {
+                        drop(timer.sleep_keyed(name(key), delay));
+                        // A refused call's error is in the dropped future: nothing to record.
+                        if model.admit(key).is_ok() {
+                            model.add(key, now + delay, None, false, false);
+                            prop_assert!(model.cancel(key), "the model had just added it");
+                        }
+                    }
                     SleepMode::Spawned => {
                         let id = match model.admit(key) {
                             Ok(()) => model.add(key, now + delay, None, false, true),

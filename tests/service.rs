@@ -625,3 +625,59 @@ async fn cancelled_jobs_are_dropped_while_the_actor_sleeps() {
     assert_eq!(Arc::strong_count(&token), 1, "every cancelled job dropped once the actor has run");
     assert_eq!(timer.stats().cancelled, N as u64);
 }
+
+/// A runtime that goes away before the service's task first runs still ends the timers it had
+/// accepted: they resolve `Err(Stopped)`, nothing stays pending, and later calls, batches
+/// included, are refused. (The actor's shutdown path used to exist only once its task had run,
+/// so these timers never ended, `len` stayed 1 and `schedule_many` kept accepting timers.)
+#[test]
+fn a_runtime_dropped_before_the_service_ran_ends_its_timers() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (timer, done) = rt.block_on(async {
+        let timer = Scheduler::builder().start().unwrap();
+        let done = timer.schedule("a", Duration::from_millis(10), |_| async {}).await.unwrap();
+        (timer, done)
+    });
+    drop(rt);
+    let other = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    other.block_on(async {
+        let outcome = tokio::time::timeout(Duration::from_secs(1), done).await;
+        assert_eq!(outcome, Ok(Err(Error::Stopped)), "the accepted timer ended as stopped");
+        assert_eq!(timer.len(), 0);
+        assert!(!timer.contains("a"));
+        assert_eq!(timer.stats().stopped, 1);
+        let refused = timer.schedule_many([("b", Duration::from_millis(10), |_: String| async {})]).await;
+        assert_eq!(refused, [Err(Error::Stopped)]);
+        assert_eq!(timer.schedule("c", Duration::from_millis(10), |_| async {}).await.unwrap_err(), Error::Stopped);
+        assert_eq!(timer.stop().await, 0);
+    });
+}
+
+/// A repeating timer's missed runs, as tokio's `MissedTickBehavior` handles missed ticks: a
+/// 10 ms timer moved a second into the past makes up its hundred runs at once with `Burst` (as
+/// `schedule_repeating` always did), runs once and then every 10 ms from that run with `Delay`,
+/// and runs once and then on its original 10 ms schedule with `Skip`.
+#[tokio::test(start_paused = true)]
+async fn missed_runs_burst_delay_or_skip() {
+    use tokio_timewheel::MissedRuns;
+    let ms = Duration::from_millis;
+    for missed in [MissedRuns::Burst, MissedRuns::Delay, MissedRuns::Skip] {
+        let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, ms(1));
+        let log = Log::default();
+        let start = Instant::now();
+        timer.schedule_repeating_with("poll", ms(10), Repeat::Forever, missed, log.job()).await.unwrap();
+        timer.reschedule_at("poll", start - ms(1_000)).await.unwrap();
+        tokio::time::sleep(ms(25)).await;
+        let runs: Vec<Duration> = log.runs().into_iter().map(|(_, at)| at - start).collect();
+        let first = runs[0];
+        assert!(first <= ms(1), "{missed:?}: the missed run ran at once, not {first:?}");
+        match missed {
+            MissedRuns::Burst => {
+                assert!(runs.len() >= 100, "{missed:?}: {} runs, the missed ones made up", runs.len());
+                assert!(runs[..100].iter().all(|&at| at <= ms(2)), "{missed:?}: made up at once");
+            }
+            MissedRuns::Delay => assert_eq!(runs, [first, first + ms(10), first + ms(20)], "{missed:?}"),
+            MissedRuns::Skip => assert_eq!(runs, [first, ms(10), ms(20)], "{missed:?}"),
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //!
 //! The model is the contract of [`Wheel`]: `advance(now)` moves the clock to `max(clock, now)`
 //! and yields exactly the entries due at or before it; `remove` gives a live entry back once and
+//! refuses stale ids; `reschedule` moves a live entry, earlier or later, keeping its id, and
 //! refuses stale ids; `next_deadline` is never after the earliest deadline and is `None` only
 //! when the wheel is empty.
 
@@ -18,6 +19,9 @@ enum Op {
     InsertAt { deadline: u64 },
     /// Remove the `n`-th id ever handed out (live or stale).
     Remove { n: usize },
+    /// Move the `n`-th id ever handed out (live or stale) to `clock + delay`, or back by `delay`
+    /// (into the past, when it goes below the clock).
+    Reschedule { n: usize, delay: u64, earlier: bool },
     /// Advance by `step` ticks past the clock (or go back by it, which must be harmless).
     Advance { step: u64, back: bool },
     /// Insert `count` entries at once, due `delay + i % spread` ticks from the clock: enough to
@@ -35,7 +39,7 @@ impl Op {
             Op::Burst { delay, spread, count } => {
                 (0..count as u64).map(|i| clock.saturating_add(delay + i % spread)).collect()
             }
-            Op::Remove { .. } | Op::Advance { .. } => Vec::new(),
+            Op::Remove { .. } | Op::Reschedule { .. } | Op::Advance { .. } => Vec::new(),
         }
     }
 }
@@ -54,6 +58,8 @@ fn op() -> impl Strategy<Value = Op> {
         6 => delay().prop_map(|delay| Op::Insert { delay }),
         1 => prop_oneof![0..100u64, u64::MAX - 100..=u64::MAX, any::<u64>()].prop_map(|deadline| Op::InsertAt { deadline }),
         3 => any::<usize>().prop_map(|n| Op::Remove { n }),
+        3 => (any::<usize>(), delay(), prop::bool::weighted(0.3))
+            .prop_map(|(n, delay, earlier)| Op::Reschedule { n, delay, earlier }),
         3 => (delay(), prop::bool::weighted(0.1)).prop_map(|(step, back)| Op::Advance { step, back }),
     ]
 }
@@ -90,6 +96,25 @@ fn check<W: Wheel<u32>>(mut wheel: W, ops: Vec<Op>) -> Result<(), TestCaseError>
                 prop_assert_eq!(wheel.deadline(id), model.get(&id).map(|e| e.0));
                 prop_assert_eq!(wheel.remove(id), model.remove(&id).map(|e| e.1), "remove {:?}", id);
                 prop_assert_eq!(wheel.remove(id), None, "second remove of {:?}", id);
+            }
+            Op::Reschedule { n, delay, earlier } => {
+                if ids.is_empty() {
+                    continue;
+                }
+                let id = ids[n % ids.len()];
+                let deadline = match model.get(&id) {
+                    Some(&(old, _)) if earlier => old.saturating_sub(delay),
+                    _ => clock.saturating_add(delay),
+                };
+                let moved = wheel.reschedule(id, deadline);
+                match model.get_mut(&id) {
+                    Some(entry) => {
+                        prop_assert_eq!(moved, Some(id), "a live entry keeps its id");
+                        entry.0 = deadline;
+                    }
+                    None => prop_assert_eq!(moved, None, "a stale id is refused"),
+                }
+                prop_assert_eq!(wheel.deadline(id), model.get(&id).map(|e| e.0));
             }
             Op::Advance { step, back } => {
                 let now = if back { clock.saturating_sub(step) } else { clock.saturating_add(step) };

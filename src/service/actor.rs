@@ -56,22 +56,36 @@ struct Actor {
     starts: Starts,
 }
 
-pub(crate) async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>, config: Config) {
-    let mut actor = Actor {
-        shared: shared.clone(),
+/// Spawns the actor on `runtime`. The actor is made here, before its task exists, so that its
+/// shutdown path (its `Drop`) is there from the start: a runtime that goes away before the task
+/// first runs drops the task's future, and with it the actor, which ends the accepted timers as
+/// stopped and closes every shard to new ones.
+pub(crate) fn spawn(
+    runtime: &tokio::runtime::Handle,
+    rx: mpsc::Receiver<Command>,
+    shared: Arc<Shared>,
+    config: Config,
+) {
+    let actor = Actor {
+        shared,
         clock: config.clock,
         lag_warning: config.lag_warning,
         warned_at: None,
         fired: Fired::default(),
         starts: Starts::default(),
     };
+    drop(runtime.spawn(run(rx, actor, config.advance, config.tick)));
+}
+
+async fn run(mut rx: mpsc::Receiver<Command>, mut actor: Actor, mode: Advance, tick: Duration) {
+    let shared = actor.shared.clone();
     let mut batch = Vec::with_capacity(BATCH);
-    let mut ticker = (config.advance == Advance::Interval).then(|| {
+    let mut ticker = (mode == Advance::Interval).then(|| {
         // Tokio's timer cannot wait less than its resolution: an interval of a shorter period
         // makes up the ticks it missed at once, one wake-up per tick, so a 1 ns tick would keep
         // the actor busy for ever. Each wake-up reads the clock and advances to its tick, so
         // waking once per `MIN_INTERVAL` fires the same timers.
-        let period = config.tick.max(MIN_INTERVAL);
+        let period = tick.max(MIN_INTERVAL);
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
         ticker

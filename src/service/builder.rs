@@ -214,7 +214,7 @@ impl Builder {
         let shared = Arc::new(Shared::new(self.wheel, self.slots, self.max_pending, self.capacity)?);
         let (tx, rx) = mpsc::channel(self.channel_capacity);
         let config = actor::Config { clock, advance: self.advance, tick: self.tick, lag_warning: self.lag_warning };
-        runtime.spawn(actor::run(rx, shared.clone(), config));
+        actor::spawn(&runtime, rx, shared.clone(), config);
         Ok(Scheduler::new(tx, shared, clock))
     }
 }

@@ -36,6 +36,9 @@ pub(crate) trait OnceJob: Send + 'static {
     fn only_wakes(&self) -> bool {
         false
     }
+
+    /// The job as `Any`, for a queue to take back the value of a timer it removes.
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
 }
 
 /// The job of a keyed sleep: its firing wakes the sleeper and starts nothing. A unit struct, so
@@ -49,6 +52,10 @@ impl OnceJob for Wake {
 
     fn only_wakes(&self) -> bool {
         true
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
     }
 }
 
@@ -83,6 +90,10 @@ where
 {
     fn call_once(self: Box<Self>, key: String) -> Option<JobFuture> {
         guarded(|| (self.0)(key))
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
     }
 }
 

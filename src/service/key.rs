@@ -13,30 +13,79 @@ const INLINE: usize = 14;
 #[derive(Clone)]
 pub(crate) enum Key {
     Inline { len: u8, bytes: [u8; INLINE] },
-    Shared(Arc<String>),
+    Shared(Arc<Box<[u8]>>),
+}
+
+/// The first byte of a [`TimerQueue`](crate::TimerQueue)'s key: a byte that no UTF-8 text
+/// holds, so that a queue's keys never equal the scheduler's own. It is followed by the queue's
+/// number (7 bits a byte, low bits first, the high bit set on every byte but the last) and then
+/// the key the user gave.
+const QUEUE: u8 = 0xFF;
+
+/// The stored form of `key` in the key space of queue `queue`, written into `out`.
+pub(crate) fn queue_key(queue: u64, key: &str, out: &mut Vec<u8>) {
+    out.clear();
+    out.push(QUEUE);
+    let mut n = queue;
+    while n >= 0x80 {
+        out.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+    out.extend_from_slice(key.as_bytes());
 }
 
 impl Key {
+    /// The key as the user gave it (without a queue's prefix).
     pub fn as_str(&self) -> &str {
-        // Only ever built from a whole `&str`, so the bytes are valid UTF-8.
-        std::str::from_utf8(self.as_bytes()).expect("a key is UTF-8")
+        // Only ever built from a whole `&str`, after a queue's prefix if any, so the rest is
+        // valid UTF-8.
+        std::str::from_utf8(user_part(self.as_bytes())).expect("a key is UTF-8")
+    }
+
+    /// The stored form of `key` in queue `queue`'s key space (see [`queue_key`]).
+    pub fn in_queue(queue: u64, key: &str) -> Self {
+        let mut bytes = Vec::with_capacity(key.len() + 10);
+        queue_key(queue, key, &mut bytes);
+        Key::from_bytes(&bytes)
+    }
+
+    /// A key of bytes that are UTF-8, after a queue's prefix if any.
+    fn from_bytes(key: &[u8]) -> Self {
+        match Probe::new(key) {
+            Probe::Inline { len, bytes } => Key::Inline { len, bytes },
+            // A long key keeps its bytes as they are; `as_str` checks them.
+            Probe::Long(_) => Key::Shared(Arc::new(boxed(key))),
+        }
     }
 
     /// The key's bytes: what the key map hashes and compares, so lookups skip UTF-8 checks.
     pub fn as_bytes(&self) -> &[u8] {
         match self {
             Key::Inline { len, bytes } => &bytes[..*len as usize],
-            Key::Shared(s) => s.as_bytes(),
+            Key::Shared(s) => s,
         }
     }
 }
 
+/// The part of a stored key that the user gave: all of it, or what follows a queue's prefix.
+fn user_part(bytes: &[u8]) -> &[u8] {
+    if bytes.first() != Some(&QUEUE) {
+        return bytes;
+    }
+    let prefix = 1 + bytes[1..].iter().position(|&b| b < 0x80).expect("a queue's number ends") + 1;
+    &bytes[prefix..]
+}
+
+/// The bytes of a long key, for its shared allocation. A queue's key is not UTF-8 as a whole
+/// (its prefix is not), so keys are kept as bytes rather than as a `String`.
+fn boxed(key: &[u8]) -> Box<[u8]> {
+    key.into()
+}
+
 impl From<&str> for Key {
     fn from(key: &str) -> Self {
-        match Probe::new(key.as_bytes()) {
-            Probe::Inline { len, bytes } => Key::Inline { len, bytes },
-            Probe::Long(_) => Key::Shared(Arc::new(key.to_owned())),
-        }
+        Key::from_bytes(key.as_bytes())
     }
 }
 
@@ -65,7 +114,7 @@ impl Key {
     pub fn matches(&self, probe: &Probe<'_>) -> bool {
         match (self, probe) {
             (Key::Inline { len, bytes }, Probe::Inline { len: l, bytes: b }) => len == l && bytes == b,
-            (Key::Shared(key), Probe::Long(b)) => key.as_bytes() == *b,
+            (Key::Shared(key), Probe::Long(b)) => ***key == **b,
             _ => false,
         }
     }
@@ -75,7 +124,7 @@ impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
         other.matches(&match self {
             Key::Inline { len, bytes } => Probe::Inline { len: *len, bytes: *bytes },
-            Key::Shared(key) => Probe::Long(key.as_bytes()),
+            Key::Shared(key) => Probe::Long(key),
         })
     }
 }

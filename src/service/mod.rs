@@ -26,6 +26,7 @@ mod actor;
 mod builder;
 mod clock;
 mod config;
+mod handle;
 mod index;
 mod job;
 mod key;
@@ -40,8 +41,9 @@ mod timer;
 
 pub use builder::Builder;
 pub use config::{Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_SLOTS, DEFAULT_TICK};
+pub use handle::{TimerGuard, TimerHandle};
 pub use lateness::{Lateness, LATENESS_WINDOW};
 pub use queue::{Expirations, TimerQueue};
 pub use scheduled::{CancelOnDrop, Scheduled};
-pub use scheduler::{Repeat, Scheduler};
+pub use scheduler::{MissedRuns, Repeat, Scheduler};
 pub use stats::Stats;

@@ -5,6 +5,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use super::clock::Clock;
+use super::handle::TimerHandle;
 use super::key::Key;
 use super::shards::{Shared, Ticket};
 use crate::Error;
@@ -31,6 +33,7 @@ use crate::Error;
 /// ```
 pub struct Scheduled {
     shared: Arc<Shared>,
+    clock: Clock,
     key: Key,
     /// Where the timer is: its shard, its serial number there, and the entry it was placed in.
     ticket: Ticket,
@@ -48,13 +51,34 @@ enum State {
 }
 
 impl Scheduled {
-    pub(crate) fn new(shared: Arc<Shared>, key: Key, ticket: Ticket) -> Self {
-        Scheduled { shared, key, ticket, state: State::Armed }
+    pub(crate) fn new(shared: Arc<Shared>, clock: Clock, key: Key, ticket: Ticket) -> Self {
+        Scheduled { shared, clock, key, ticket, state: State::Armed }
     }
 
     /// The key of the timer this future watches.
     pub fn key(&self) -> &str {
         self.key.as_str()
+    }
+
+    /// A [`TimerHandle`] to this future's timer, which moves, cancels and reads it without
+    /// hashing its key, from any task (this future can go on watching it meanwhile).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let done = timer.schedule("heartbeat:node-3", Duration::from_secs(10), |_| async {}).await?;
+    /// let handle = done.handle();
+    /// handle.reschedule(Duration::from_secs(10))?; // a heartbeat arrived
+    /// assert!(handle.cancel());
+    /// assert_eq!(done.await, Err(Error::Cancelled));
+    /// # Ok(()) }
+    /// ```
+    pub fn handle(&self) -> TimerHandle {
+        TimerHandle::new(self.shared.clone(), self.clock, self.key.clone(), self.ticket)
     }
 
     /// Turns this future into one that also cancels its timer when dropped before the timer
@@ -92,6 +116,26 @@ impl CancelOnDrop {
     /// The key of the timer this guard watches.
     pub fn key(&self) -> &str {
         self.scheduled.as_ref().map_or("", Scheduled::key)
+    }
+
+    /// A [`TimerHandle`] to this guard's timer (see [`Scheduled::handle`]).
+    ///
+    /// # Panics
+    /// If the guard has already completed, as [`disarm`](Self::disarm).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let guard = timer.schedule("req-9", Duration::from_secs(5), |_| async {}).await?.cancel_on_drop();
+    /// guard.handle().reschedule(Duration::from_secs(10))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn handle(&self) -> TimerHandle {
+        self.scheduled.as_ref().expect("a guard holds its future until it is disarmed or finished").handle()
     }
 
     /// Gives the [`Scheduled`] back without cancelling the timer.

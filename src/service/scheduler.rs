@@ -10,10 +10,11 @@ use tokio::time::Instant;
 
 use super::actor::Command;
 use super::clock::{Clock, Due};
+use super::handle::TimerHandle;
 use super::job::{Once, Wake};
 use super::key::Key;
 use super::lateness::Lateness;
-use super::scheduled::Scheduled;
+use super::scheduled::{CancelOnDrop, Scheduled};
 use super::shards::Shared;
 use super::stats::Stats;
 use super::timer::{Repeating, Run, Timer};
@@ -29,6 +30,41 @@ pub enum Repeat {
     Times(u64),
     /// Until cancelled or the service stops.
     Forever,
+}
+
+/// What a repeating timer does about runs it missed, like tokio's `MissedTickBehavior`: runs
+/// whose time had come and gone when the run before them fired (the service or its runtime was
+/// held up, or the timer was moved into the past). A run is missed when it is already due as
+/// the run before it fires; a run merely late, by less than a period, misses nothing, and the
+/// timer keeps its fixed rate under every policy. Given per timer to
+/// [`Scheduler::schedule_repeating_with`]; [`schedule_repeating`](Scheduler::schedule_repeating)
+/// uses [`Burst`](MissedRuns::Burst).
+///
+/// Runs counted by [`Repeat::Times`] are runs made: a run skipped is not counted.
+///
+/// # Examples
+/// ```
+/// # use std::time::Duration;
+/// # use tokio_timewheel::{Error, MissedRuns, Repeat, Scheduler};
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Error> {
+/// let timer = Scheduler::builder().start()?;
+/// // A status report every 10 s: after a stall, one report now, the next 10 s later.
+/// timer.schedule_repeating_with("report", Duration::from_secs(10), Repeat::Forever, MissedRuns::Delay, |_| async {}).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum MissedRuns {
+    /// Makes up every missed run at once, one after the other, then goes on at the fixed rate
+    /// (runs stay due at `start + n * period`). The default, as for tokio's `Interval`.
+    #[default]
+    Burst,
+    /// Runs once for the missed runs, then a period after that run fired: the schedule shifts
+    /// by the delay.
+    Delay,
+    /// Runs once for the missed runs, then at the next run of the original schedule
+    /// (`start + n * period`) after that one fired: the missed runs are skipped.
+    Skip,
 }
 
 /// A handle to a running timer service.
@@ -86,9 +122,10 @@ impl Scheduler {
 
     /// Runs `job` with the timer's key once `delay` has passed.
     ///
-    /// The deadline is fixed when this method is called, as with `tokio::time::sleep`: a future
-    /// first awaited 100 ms later still fires `delay` after the call. The key is claimed when the
-    /// future is first polled.
+    /// The deadline is fixed and the key claimed when this method is called, as with
+    /// `tokio::time::sleep`: a future first awaited 100 ms later still fires `delay` after the
+    /// call, and from the call on the key is pending ([`contains`](Self::contains) is true, and
+    /// the timer can be cancelled or moved by key). The future only reports the outcome.
     ///
     /// The job is called once, on the service's task, and the future it returns is polled first
     /// on a task shared with the jobs due at the same tick and, if it has to wait, goes on as a
@@ -115,8 +152,9 @@ impl Scheduler {
     /// - [`Error::Stopped`] once the service has stopped.
     ///
     /// # Cancel safety
-    /// If this future is dropped before it completes, the timer is not scheduled and the key is
-    /// free again.
+    /// If this future is dropped before it completes, the timer it scheduled at the call is
+    /// cancelled (it ends as cancelled, counted in [`stats`](Self::stats)) and the key is free
+    /// again; once it has completed, dropping the [`Scheduled`] does not cancel the timer.
     ///
     /// # Examples
     /// ```
@@ -215,6 +253,49 @@ impl Scheduler {
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        self.schedule_repeating_with(key, period, repeat, MissedRuns::Burst, job)
+    }
+
+    /// Like [`schedule_repeating`](Self::schedule_repeating), with a policy for the runs the
+    /// timer misses (see [`MissedRuns`]): a run is missed when its time has passed by the
+    /// moment the run before it fires, as when the runtime was held up or the timer was moved
+    /// into the past with [`reschedule_at`](Self::reschedule_at).
+    ///
+    /// # Errors
+    /// As [`schedule_repeating`](Self::schedule_repeating).
+    ///
+    /// # Cancel safety
+    /// As [`schedule`](Self::schedule).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio::time::Instant;
+    /// # use tokio_timewheel::{Error, MissedRuns, Repeat, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let ms = Duration::from_millis;
+    /// timer.schedule_repeating_with("poll", ms(10), Repeat::Forever, MissedRuns::Skip, |_| async {}).await?;
+    /// // Moved a second into the past: one run now, not a hundred to catch up.
+    /// timer.reschedule_at("poll", Instant::now() - ms(1_000)).await?;
+    /// tokio::time::sleep(ms(25)).await;
+    /// assert!(timer.stats().fired <= 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn schedule_repeating_with<K, F, Fut>(
+        &self,
+        key: K,
+        period: Duration,
+        repeat: Repeat,
+        missed: MissedRuns,
+        job: F,
+    ) -> impl Future<Output = Result<Scheduled, Error>> + Send + '_
+    where
+        K: AsRef<str>,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let prepared = (|| {
             if period < MIN_PERIOD {
                 return Err(Error::invalid(format!(
@@ -229,7 +310,7 @@ impl Scheduler {
             };
             let now = Instant::now();
             let due = Clock::instant_after(now, period)?;
-            let repeat = Repeating { period, due, runs_left, job: Arc::new(job) };
+            let repeat = Repeating { period, missed, due, runs_left, job: Arc::new(job) };
             Prepared::new(key.as_ref(), self.clock.after_from(now, period), Run::Repeat(Box::new(repeat)))
         })();
         self.submit(prepared)
@@ -238,14 +319,15 @@ impl Scheduler {
     /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
     /// [`cancel`](Self::cancel)`(key)` is called from anywhere first. As with
     /// `tokio::time::sleep`, the deadline is fixed when this method is called, not when the
-    /// future is first polled; the key is claimed at the first poll.
+    /// future is first polled, and so is the key claimed: from the call on, the sleep can be
+    /// cancelled or moved by key, even before the future is first polled.
     ///
     /// # Errors
     /// As [`schedule`](Self::schedule), plus [`Error::Cancelled`] as above.
     ///
     /// # Cancel safety
-    /// Dropping the future cancels the keyed sleep (like dropping `tokio::time::sleep`), so the
-    /// key is free again.
+    /// Dropping the future, polled or not, cancels the keyed sleep (like dropping
+    /// `tokio::time::sleep`), so the key is free again.
     ///
     /// # Examples
     /// ```
@@ -267,13 +349,17 @@ impl Scheduler {
         delay: Duration,
     ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         let prepared = Prepared::new(key.as_ref(), self.clock.after(delay), Run::Once(Box::new(Wake)));
-        async move { self.submit(prepared).await?.cancel_on_drop().await }
+        let claimed = self.claim_watched(prepared);
+        async move { claimed?.await }
     }
 
     /// Schedules many timers in one pass, taking each shard's lock once: the way to create a
     /// million timers in a short time. Returns one result per item, in order; an item that fails
     /// (a duplicate key, also within the batch, an empty key, a delay out of range, `Full`) fails
-    /// alone. Every deadline is fixed when this method is called (the items are read then).
+    /// alone. Every deadline is fixed when this method is called (the items are read then); the
+    /// keys are claimed when the future is first polled, after it has given the service its turn
+    /// (the one call that claims its keys later than the call, so that a task sending batch
+    /// after batch cannot hold a current-thread runtime: the service runs before each batch).
     /// Timers scheduled this way have no [`Scheduled`] future: they end as any other (fired,
     /// cancelled, stopped) and are counted in [`stats`](Self::stats).
     ///
@@ -334,7 +420,7 @@ impl Scheduler {
             }
             let mut claimed = self.shared.add_many(timers, set_at).into_iter();
             for result in results.iter_mut().filter(|r| r.is_ok()) {
-                *result = claimed.next().expect("one outcome per claim");
+                *result = claimed.next().expect("one outcome per claim").map(drop);
             }
             results
         }
@@ -368,23 +454,42 @@ impl Scheduler {
         ended
     }
 
-    /// Claims the key of a checked request for a watched timer.
-    async fn submit(&self, prepared: Result<Prepared, Error>) -> Result<Scheduled, Error> {
-        // A schedule waits for nothing while there is room, so without this a task scheduling
-        // in a loop would hold its thread, and on a current-thread runtime the service too.
-        tokio::task::coop::consume_budget().await;
+    /// Claims the key of a checked request for a watched timer, at the call; the future reports
+    /// the outcome, and cancels the timer if it is dropped before it completes.
+    fn submit(&self, prepared: Result<Prepared, Error>) -> impl Future<Output = Result<Scheduled, Error>> + Send + '_ {
+        let claimed = self.claim_watched(prepared);
+        async move {
+            // A schedule waits for nothing while there is room, so without this a task scheduling
+            // in a loop would hold its thread, and on a current-thread runtime the service too.
+            tokio::task::coop::consume_budget().await;
+            claimed.map(CancelOnDrop::disarm)
+        }
+    }
+
+    /// Claims the key of a checked request for a watched timer, now, behind a guard that cancels
+    /// it when dropped.
+    fn claim_watched(&self, prepared: Result<Prepared, Error>) -> Result<CancelOnDrop, Error> {
         let Prepared { key, due, run } = prepared?;
         self.check_running()?;
         let ticket = self.shared.add(Timer::new(key.clone(), run), due, true)?;
-        Ok(Scheduled::new(self.shared.clone(), key, ticket))
+        Ok(Scheduled::new(self.shared.clone(), self.clock, key, ticket).cancel_on_drop())
     }
 
-    /// Claims the key of a checked timer nobody watches.
-    pub(crate) async fn submit_unwatched(&self, prepared: Result<Prepared, Error>) -> Result<(), Error> {
-        tokio::task::coop::consume_budget().await;
-        let Prepared { key, due, run } = prepared?;
-        self.check_running()?;
-        self.shared.add(Timer::new(key, run), due, false).map(drop)
+    /// Claims the key of a checked timer nobody watches, at the call; the future reports the
+    /// outcome, and cancels the timer if it is dropped before it completes.
+    pub(crate) fn submit_unwatched(
+        &self,
+        prepared: Result<Prepared, Error>,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        let claimed = prepared.and_then(|Prepared { key, due, run }| {
+            self.check_running()?;
+            let ticket = self.shared.add(Timer::new(key.clone(), run), due, false)?;
+            Ok(Batch { shared: &self.shared, claimed: vec![(key, ticket.serial)] })
+        });
+        async move {
+            tokio::task::coop::consume_budget().await;
+            claimed.map(|mut claimed| claimed.claimed.clear())
+        }
     }
 
     /// Moves the pending timer with this key, or schedules `job` under it if none is pending,
@@ -393,13 +498,17 @@ impl Scheduler {
     /// first one arms it. Returns `Ok(true)` if a new timer was scheduled (as `HashSet::insert`
     /// does), `Ok(false)` if the pending one was moved, in which case `job` is dropped unused
     /// and the pending timer keeps its own job (a repeating timer continues at its period from
-    /// the new deadline). The deadline is fixed when this method is called.
+    /// the new deadline). The deadline is fixed, and the timer armed or moved, when this method
+    /// is called; the future reports which. [`schedule_or_reset_handle`](Self::schedule_or_reset_handle)
+    /// does the same and hands back a [`TimerHandle`], which moves the timer with no key lookup
+    /// and can cancel it on drop.
     ///
     /// # Errors
     /// As [`schedule`](Self::schedule), except that a pending key is not an error.
     ///
     /// # Cancel safety
-    /// If the future is dropped before it completes, nothing has changed.
+    /// The timer was armed or moved when the method was called; dropping the future does not
+    /// undo it (only the answer is lost).
     ///
     /// # Examples
     /// ```
@@ -426,18 +535,68 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let now = Instant::now();
-        let at = Clock::instant_after(now, delay);
-        let prepared = Prepared::new(key.as_ref(), self.clock.after_from(now, delay), Run::Once(Box::new(Once(job))));
-        self.upsert(prepared.and_then(|prepared| Ok((prepared, at?))))
+        let upserted = self.upsert(key.as_ref(), delay, Run::Once(Box::new(Once(job))));
+        Self::report(upserted.map(|(claimed, _)| claimed))
     }
 
-    /// Moves the pending timer with the prepared key to its deadline (`at`), or claims the key.
-    pub(crate) async fn upsert(&self, prepared: Result<(Prepared, Instant), Error>) -> Result<bool, Error> {
-        tokio::task::coop::consume_budget().await;
-        let (Prepared { key, due, run }, at) = prepared?;
+    /// Moves the pending timer with this key, or schedules `job` under it if none is pending, as
+    /// [`schedule_or_reset`](Self::schedule_or_reset) does, and returns a [`TimerHandle`] to the
+    /// pending timer, new or moved: the keep-alive's call. The handle pushes the deadline back
+    /// on each message with no key lookup ([`TimerHandle::reschedule`]), and
+    /// [`TimerHandle::cancel_on_drop`] makes it cancel the timer when the connection goes.
+    ///
+    /// # Errors
+    /// As [`schedule_or_reset`](Self::schedule_or_reset).
+    ///
+    /// # Cancel safety
+    /// As [`schedule_or_reset`](Self::schedule_or_reset): the timer was armed or moved at the
+    /// call; dropping the future loses only the handle.
+    ///
+    /// # Examples
+    /// See [`TimerHandle`].
+    pub fn schedule_or_reset_handle<K, F, Fut>(
+        &self,
+        key: K,
+        delay: Duration,
+        job: F,
+    ) -> impl Future<Output = Result<TimerHandle, Error>> + Send + '_
+    where
+        K: AsRef<str>,
+        F: FnOnce(String) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let upserted = self.upsert(key.as_ref(), delay, Run::Once(Box::new(Once(job))));
+        Self::report(upserted.map(|(_, handle)| handle))
+    }
+
+    /// Moves the pending timer with `key` to `delay` from now, or claims the key for a timer
+    /// running `run`, at the call. Returns whether `run` was claimed, and a handle to the timer.
+    pub(crate) fn upsert(&self, key: &str, delay: Duration, run: Run) -> Result<(bool, TimerHandle), Error> {
+        self.upsert_stored(key, |key: &str| Key::from(key), delay, run)
+    }
+
+    /// As [`upsert`](Self::upsert), the key stored as `store` makes it.
+    pub(crate) fn upsert_stored(
+        &self,
+        key: &str,
+        store: impl FnOnce(&str) -> Key,
+        delay: Duration,
+        run: Run,
+    ) -> Result<(bool, TimerHandle), Error> {
+        let now = Instant::now();
+        let at = Clock::instant_after(now, delay);
+        let Prepared { key, due, run } = Prepared::stored(key, store, self.clock.after_from(now, delay), run)?;
+        let at = at?;
         self.check_running()?;
-        self.shared.upsert(Timer::new(key, run), due, at)
+        let (claimed, ticket) = self.shared.upsert(Timer::new(key.clone(), run), due, at, false)?;
+        Ok((claimed, TimerHandle::new(self.shared.clone(), self.clock, key, ticket)))
+    }
+
+    /// A future that reports an outcome reached at the call, after giving way now and then, as
+    /// `schedule` does.
+    pub(crate) async fn report<T: Send>(outcome: Result<T, Error>) -> Result<T, Error> {
+        tokio::task::coop::consume_budget().await;
+        outcome
     }
 
     pub(crate) fn clock(&self) -> &Clock {
@@ -456,9 +615,8 @@ impl Scheduler {
     /// runs already started go on, and a run the service was firing at the very moment of the
     /// cancel may still start its job just after `cancel` returns; no later run does. Returns
     /// `false` if no timer had the key. [`cancel_now`](Self::cancel_now) does the same without
-    /// `async`, for `Drop` impls. The cancelled timer's job is dropped when its shard is next
-    /// swept: by the service whenever it runs (a [`flush`](Self::flush) makes it), or by the cancel
-    /// that leaves 64 waiting in one shard.
+    /// `async`, for `Drop` impls. The cancelled timer's job (and what it captured) is dropped
+    /// before the call returns, on the caller's thread with no lock held.
     ///
     /// # Cancel safety
     /// The cancel takes effect the first time the future is polled, entirely; dropping the future
@@ -531,7 +689,7 @@ impl Scheduler {
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
         let now = Instant::now();
         let moved = self.clock.after_from(now, delay).and_then(|due| Ok((due, Clock::instant_after(now, delay)?)));
-        self.move_timer(key, moved)
+        self.move_timer(key.as_bytes(), moved)
     }
 
     /// Moves the pending timer with this key to the absolute `deadline`; a repeating timer
@@ -562,15 +720,20 @@ impl Scheduler {
         key: &'a str,
         deadline: Instant,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
-        self.move_timer(key, self.clock.at(deadline).map(|due| (due, deadline)))
+        self.move_timer(key.as_bytes(), self.clock.at(deadline).map(|due| (due, deadline)))
     }
 
-    async fn move_timer(&self, key: &str, moved: Result<(Due, Instant), Error>) -> Result<(), Error> {
+    /// Moves the pending timer with the stored key `key` to `moved` (its due ticks and instant).
+    pub(crate) async fn move_timer(&self, key: &[u8], moved: Result<(Due, Instant), Error>) -> Result<(), Error> {
         // Give way now and then, as `schedule` does, before anything has moved.
         tokio::task::coop::consume_budget().await;
         let (Due { deadline, set_at }, at) = moved?;
         self.check_running()?;
         self.shared.move_timer(key, at, deadline, set_at)
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// When the pending timer with this key is next due, or `None` if none is pending. The
@@ -594,7 +757,7 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub fn deadline(&self, key: &str) -> Option<Instant> {
-        match self.shared.deadline(key)? {
+        match self.shared.deadline(key.as_bytes())? {
             (_, Some(exact)) => Some(exact),
             (tick, None) => self.clock.instant(tick),
         }
@@ -603,7 +766,7 @@ impl Scheduler {
     /// Whether a timer with this key is pending. Answers from the shared key map, without a
     /// round trip to the service.
     pub fn contains(&self, key: &str) -> bool {
-        self.shared.contains(key)
+        self.shared.contains(key.as_bytes())
     }
 
     /// The number of pending timers.
@@ -718,7 +881,23 @@ impl std::fmt::Debug for Scheduler {
     }
 }
 
-/// A timer checked when a method is called, before its future claims the key.
+/// Timers claimed at a call whose future has not completed: dropped, it cancels them (each by
+/// its serial number, so never a later timer that took the key). Emptied once the future
+/// completes.
+struct Batch<'a> {
+    shared: &'a Shared,
+    claimed: Vec<(Key, u64)>,
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        for (key, serial) in self.claimed.drain(..) {
+            self.shared.cancel(key.as_bytes(), Some(serial));
+        }
+    }
+}
+
+/// A timer checked when a method is called, before it claims the key.
 pub(crate) struct Prepared {
     key: Key,
     due: Due,
@@ -727,8 +906,19 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     pub(crate) fn new(key: &str, due: Result<Due, Error>, run: Run) -> Result<Self, Error> {
+        Self::stored(key, |key: &str| Key::from(key), due, run)
+    }
+
+    /// As [`new`](Self::new), the key stored as `store` makes it (a queue's key in its own key
+    /// space).
+    pub(crate) fn stored(
+        key: &str,
+        store: impl FnOnce(&str) -> Key,
+        due: Result<Due, Error>,
+        run: Run,
+    ) -> Result<Self, Error> {
         check_key(key)?;
-        Ok(Prepared { key: Key::from(key), due: due?, run })
+        Ok(Prepared { key: store(key), due: due?, run })
     }
 }
 

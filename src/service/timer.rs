@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use super::clock::Clock;
 use super::job::{Job, JobRef, OnceJob};
 use super::key::Key;
+use super::scheduler::MissedRuns;
 
 /// A timer: the value a shard's wheel holds for it. 40 bytes, so that a wheel entry holding one
 /// is 64 bytes, one cache line.
@@ -22,6 +23,10 @@ pub(crate) struct Timer {
 /// The bit of [`Timer::serial`] set while a `Scheduled` future watches the timer.
 pub(crate) const ARMED: u64 = 1 << 63;
 
+/// The serial number of a cancelled timer's emptied entry while it waits to be swept, which no
+/// timer has: a `Ticket` that points at the entry then does not take it for its pending timer.
+pub(crate) const CANCELLED: u64 = u64::MAX;
+
 /// What a timer does when it fires.
 pub(crate) enum Run {
     /// A one-shot timer's job; [`Wake`](super::job::Wake) for a keyed sleep, which only wakes
@@ -33,6 +38,8 @@ pub(crate) enum Run {
 
 pub(crate) struct Repeating {
     pub period: std::time::Duration,
+    /// What a run does to the runs it finds already due.
+    pub missed: MissedRuns,
     /// When the run the timer is waiting for is due; the next one is due a period later.
     pub due: Instant,
     /// Runs left including the one waited for; `None` repeats until cancelled.
@@ -48,21 +55,41 @@ impl Timer {
         Timer { key, run, serial: 0 }
     }
 
+    /// What a cancelled timer's entry holds until it is swept: no key, a job that holds nothing
+    /// (a unit struct, so boxing it allocates nothing), and the [`CANCELLED`] serial number.
+    pub fn emptied() -> Self {
+        Timer { key: Key::from(""), run: Run::Once(Box::new(super::job::Wake)), serial: CANCELLED }
+    }
+
     /// The serial number, without the [`ARMED`] bit.
     pub fn serial(&self) -> u64 {
         self.serial & !ARMED
     }
 
     /// When a repeating timer's next run is due (instant and tick), or `None` if this run is
-    /// its last. Fixed rate: a period after this run was due, not after now.
-    pub fn next_run(&self, clock: &Clock) -> Option<(Instant, u64)> {
+    /// its last, for a run fired at `now`. Fixed rate: a period after this run was due, not
+    /// after now, unless that is already past (the next run is missed) and the timer's
+    /// [`MissedRuns`] says otherwise.
+    pub fn next_run(&self, clock: &Clock, now: Instant) -> Option<(Instant, u64)> {
         let Run::Repeat(repeat) = &self.run else {
             return None;
         };
         if repeat.runs_left == Some(1) {
             return None;
         }
-        let due = repeat.due.checked_add(repeat.period)?;
+        let mut due = repeat.due.checked_add(repeat.period)?;
+        if due <= now {
+            due = match repeat.missed {
+                MissedRuns::Burst => due,
+                MissedRuns::Delay => now.checked_add(repeat.period)?,
+                MissedRuns::Skip => {
+                    // The first run of the schedule after now.
+                    let behind = now.duration_since(repeat.due).as_nanos() / repeat.period.as_nanos();
+                    let runs = u32::try_from(behind + 1).ok()?;
+                    repeat.due.checked_add(repeat.period.checked_mul(runs)?)?
+                }
+            };
+        }
         Some((due, clock.deadline(due).ok()?))
     }
 

@@ -315,7 +315,12 @@ impl<T> HierarchicalWheel<T> {
             for _ in 0..share {
                 let index = self.buckets[bucket].pop().expect("the bucket holds `share` entries");
                 self.place(index);
-                debug_assert!(self.level_and_slot(self.slab.get(index).aux as usize).0 < level, "drained lower");
+                // Lower, unless `reschedule` pushed the entry back past this bucket.
+                debug_assert!(
+                    self.level_and_slot(self.slab.get(index).aux as usize).0 < level
+                        || self.slab.get(index).deadline() >= start + self.levels[level].tick,
+                    "drained lower"
+                );
             }
             if self.buckets[bucket].is_empty() {
                 let (level, slot) = self.level_and_slot(bucket);
@@ -343,6 +348,28 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
         Some(self.slab.free(index))
     }
 
+    /// A later deadline is written into the entry, which stays in its bucket (lazily filed: see
+    /// [`Wheel::reschedule`]); an earlier one unlinks the entry and files it again. Either way
+    /// the entry keeps its slab slot and its id.
+    fn reschedule(&mut self, id: EntryId, deadline: u64) -> Option<EntryId> {
+        let index = self.slab.index_of(id)?;
+        let entry = self.slab.get_mut(index);
+        if deadline >= entry.deadline() {
+            // Its bucket starts at or before the old deadline, so it comes due no later than
+            // the new one, and filing it then puts it where the new deadline belongs.
+            entry.set_deadline(deadline);
+            return Some(id);
+        }
+        let bucket = entry.aux as usize;
+        if self.slab.unlink(&mut self.buckets, bucket, index) {
+            let (level, slot) = self.level_and_slot(bucket);
+            self.levels[level].occupied.clear(slot);
+        }
+        self.slab.get_mut(index).set_deadline(deadline);
+        self.place(index);
+        Some(id)
+    }
+
     fn advance(&mut self, now: u64, mut expired: impl FnMut(Expired<T>)) {
         let from = self.now;
         let target = now.max(self.now);
@@ -355,14 +382,14 @@ impl<T> Wheel<T> for HierarchicalWheel<T> {
             self.levels[level].occupied.clear(slot);
             let bucket = self.levels[level].first + slot;
             let mut taken = Slab::<T>::take_bucket(&mut self.buckets, bucket);
-            // Each entry lands in a lower level or expires, never back in this bucket.
+            // Each entry expires or lands elsewhere, never back in this bucket: in a lower level,
+            // or (pushed back past this bucket by `reschedule`) wherever its deadline belongs.
             for (_, index) in taken.entries() {
                 let deadline = self.slab.get(index).deadline();
                 if deadline <= target {
                     let id = self.slab.id_of(index);
                     expired(Expired { id, deadline, value: self.slab.free(index) });
                 } else {
-                    debug_assert!(level > 0, "level-0 bucket at {start} holds deadline {deadline} > {target}");
                     self.place(index);
                 }
             }

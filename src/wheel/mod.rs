@@ -128,6 +128,22 @@ pub trait Wheel<T> {
     /// again after inserting.
     fn next_deadline(&self) -> Option<u64>;
 
+    /// Moves the pending entry `id` to tick `deadline` and returns its id afterwards, or `None`
+    /// if `id` is stale. The wheels of this crate keep the entry in its slab slot, so the id
+    /// stays the same and stays valid; the default implementation removes and inserts, which
+    /// gives a new id.
+    ///
+    /// A later deadline costs [`HierarchicalWheel`] one write, as `tokio::time::Sleep::reset`
+    /// does: the entry stays in its bucket and is filed again when that bucket comes due, as
+    /// any entry of an upper level is. So pushing a deadline back again and again costs no
+    /// bucket work until the old deadline comes, and [`next_deadline`](Wheel::next_deadline)
+    /// may report that tick, with nothing due. An earlier deadline files the entry again at
+    /// once.
+    fn reschedule(&mut self, id: EntryId, deadline: u64) -> Option<EntryId> {
+        let value = self.remove(id)?;
+        Some(self.insert(deadline, value))
+    }
+
     /// The number of pending entries.
     fn len(&self) -> usize;
 

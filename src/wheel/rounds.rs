@@ -178,6 +178,19 @@ impl<T> Wheel<T> for RoundsWheel<T> {
         Some(self.slab.free(index))
     }
 
+    /// Unlinks the entry and files it again at `deadline`, in the same slab slot, so its id
+    /// stays the same.
+    fn reschedule(&mut self, id: EntryId, deadline: u64) -> Option<EntryId> {
+        let index = self.slab.index_of(id)?;
+        let bucket = self.bucket_of(index);
+        if self.slab.unlink(&mut self.buckets, bucket, index) && bucket != self.overdue() {
+            self.occupied.clear(bucket);
+        }
+        self.slab.get_mut(index).set_deadline(deadline);
+        self.place(index, self.now);
+        Some(id)
+    }
+
     fn advance(&mut self, now: u64, mut expired: impl FnMut(Expired<T>)) {
         let overdue = self.overdue();
         let mut taken = Slab::<T>::take_bucket(&mut self.buckets, overdue);

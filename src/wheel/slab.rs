@@ -171,6 +171,11 @@ impl<T> Entry<T> {
     pub fn deadline(&self) -> u64 {
         u64::from(self.deadline[1]) << 32 | u64::from(self.deadline[0])
     }
+
+    /// Sets the tick at which the entry is due; the wheel files it accordingly.
+    pub fn set_deadline(&mut self, deadline: u64) {
+        self.deadline = [deadline as u32, (deadline >> 32) as u32];
+    }
 }
 
 pub(crate) struct Slab<T> {

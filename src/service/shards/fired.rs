@@ -3,6 +3,8 @@
 use std::hash::BuildHasher;
 use std::task::Waker;
 
+use tokio::time::Instant;
+
 use super::super::clock::Clock;
 use super::super::job::JobRef;
 use super::super::key::Key;
@@ -97,7 +99,7 @@ impl Fired {
 pub(super) fn advance(
     shard: &mut Shard,
     hasher: &impl BuildHasher,
-    (now_nanos, now): (u64, u64),
+    (now_instant, (now_nanos, now)): (Instant, (u64, u64)),
     clock: &Clock,
     fired: &mut Fired,
 ) -> (usize, Option<u64>) {
@@ -128,7 +130,7 @@ pub(super) fn advance(
         shard.counts.fired += 1;
         fired.late.record(clock.late_by(now_nanos, deadline));
         fired.lag = fired.lag.max(now.saturating_sub(deadline));
-        match timer.next_run(clock) {
+        match timer.next_run(clock, now_instant) {
             None => {
                 fired.wakers.extend(shard.finish(timer.serial, &Ok(())));
                 ended += 1;

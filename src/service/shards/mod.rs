@@ -79,6 +79,8 @@ pub(crate) struct Shared {
     wake: Wake,
     /// How late timers fired recently: the actor adds each advance's figures.
     pub lateness: Mutex<Recent>,
+    /// The number of the next `TimerQueue`, which names its key space.
+    pub next_queue: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -124,6 +126,7 @@ impl Shared {
             limited_pending: AtomicUsize::new(0),
             wake: Wake::new(),
             lateness: Mutex::default(),
+            next_queue: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -180,19 +183,24 @@ impl Shared {
     /// keys: a locked instruction waits for earlier stores to reach the cache, so one lock per
     /// key would pay each key's cache miss in turn, while under one lock the misses of a shard's
     /// keys overlap.
-    pub fn add_many(&self, timers: Vec<(Timer, u64)>, set_at: u64) -> Vec<Result<(), Error>> {
-        let mut results = vec![Ok(()); timers.len()];
+    /// Returns each claimed timer's serial number, for the caller to cancel it by.
+    pub fn add_many(&self, timers: Vec<(Timer, u64)>, set_at: u64) -> Vec<Result<u64, Error>> {
+        let mut results = vec![Ok(0); timers.len()];
         let mut refused = Vec::new();
         if !self.reserve(timers.len()) {
             // Too close to `max_pending` to know in advance which items fit: one by one, in order.
             for (result, (timer, deadline)) in results.iter_mut().zip(timers) {
                 let (shard, hash) = self.locate(timer.key.as_bytes());
                 let mut s = self.lock(shard);
-                if let Err((error, timer)) = self.claim(&mut s, hash, timer, deadline, false) {
-                    *result = Err(error);
-                    refused.push(timer);
-                } else {
-                    self.wake_if_urgent(&mut s, set_at, deadline);
+                match self.claim(&mut s, hash, timer, deadline, false) {
+                    Ok((serial, _)) => {
+                        *result = Ok(serial);
+                        self.wake_if_urgent(&mut s, set_at, deadline);
+                    }
+                    Err((error, timer)) => {
+                        *result = Err(error);
+                        refused.push(timer);
+                    }
                 }
             }
             return results;
@@ -211,7 +219,10 @@ impl Shared {
                 let (timer, deadline) = timers[i].take().expect("each timer is in one group");
                 // Room in `max_pending` is held already.
                 match s.claim(hash, timer, deadline, false) {
-                    Ok(_) => urgent |= self.wake.urgent(set_at, s.wheel.wake_by(deadline)),
+                    Ok((serial, _)) => {
+                        results[i] = Ok(serial);
+                        urgent |= self.wake.urgent(set_at, s.wheel.wake_by(deadline));
+                    }
                     Err((error, timer)) => {
                         results[i] = Err(error);
                         refused.push(timer);
@@ -272,22 +283,44 @@ impl Shared {
 
     /// Moves the timer holding `key` to the deadline `due` (tick `deadline`, set at tick
     /// `set_at`); a repeating timer goes on at its period from `due`.
-    pub fn move_timer(&self, key: &str, due: Instant, deadline: u64, set_at: u64) -> Result<(), Error> {
-        let (shard, hash) = self.locate(key.as_bytes());
+    pub fn move_timer(&self, key: &[u8], due: Instant, deadline: u64, set_at: u64) -> Result<(), Error> {
+        let (shard, hash) = self.locate(key);
         let mut s = self.lock(shard);
         if s.closed {
             return Err(Error::Stopped);
         }
-        let pos = s.find(hash, key.as_bytes(), None).ok_or(Error::NotFound)?;
-        s.move_to(pos, deadline, due);
+        let pos = s.find(hash, key, None).ok_or(Error::NotFound)?;
+        let index = s.keys.index_at(pos);
+        s.move_to(index, deadline, due);
+        self.wake_if_urgent(&mut s, set_at, deadline);
+        Ok(())
+    }
+
+    /// Moves the timer of `ticket` (holding `key`) as [`move_timer`](Self::move_timer) does,
+    /// found by its entry: no hash and no key compare while it is still there.
+    pub fn move_ticket(
+        &self,
+        key: &[u8],
+        ticket: Ticket,
+        due: Instant,
+        deadline: u64,
+        set_at: u64,
+    ) -> Result<(), Error> {
+        let mut s = self.lock(ticket.shard as usize);
+        if s.closed {
+            return Err(Error::Stopped);
+        }
+        let index = s.find_ticket(ticket, key, || self.hasher.hash_one(key)).ok_or(Error::NotFound)?;
+        s.move_to(index, deadline, due);
         self.wake_if_urgent(&mut s, set_at, deadline);
         Ok(())
     }
 
     /// Moves the pending timer holding `timer.key` to `due` (at the instant `at`), or claims the
-    /// key for `timer` if none is pending, under one lock. Returns whether `timer` was claimed;
-    /// if not, it is dropped once the lock is released.
-    pub fn upsert(&self, timer: Timer, due: Due, at: Instant) -> Result<bool, Error> {
+    /// key for `timer` if none is pending, under one lock. Returns whether `timer` was claimed,
+    /// and the ticket of the pending timer; if not claimed, `timer` is dropped once the lock is
+    /// released. `watched` marks a newly claimed timer as watched by a `Scheduled`.
+    pub fn upsert(&self, timer: Timer, due: Due, at: Instant, watched: bool) -> Result<(bool, Ticket), Error> {
         let (shard, hash) = self.locate(timer.key.as_bytes());
         let mut s = self.lock(shard);
         if s.closed {
@@ -295,11 +328,13 @@ impl Shared {
         }
         let (result, unused) = match s.find(hash, timer.key.as_bytes(), None) {
             Some(pos) => {
-                s.move_to(pos, due.deadline, at);
-                (Ok(false), Some(timer))
+                let index = s.keys.index_at(pos);
+                s.move_to(index, due.deadline, at);
+                let serial = s.wheel.at(index).1.serial();
+                (Ok((false, Ticket { shard: shard as u32, entry: index, serial })), Some(timer))
             }
-            None => match self.claim(&mut s, hash, timer, due.deadline, false) {
-                Ok(_) => (Ok(true), None),
+            None => match self.claim(&mut s, hash, timer, due.deadline, watched) {
+                Ok((serial, entry)) => (Ok((true, Ticket { shard: shard as u32, entry, serial })), None),
                 Err((error, timer)) => (Err(error), Some(timer)),
             },
         };
@@ -314,39 +349,59 @@ impl Shared {
 
     /// The deadline tick of the pending timer holding `key`, with the exact instant of a
     /// repeating timer's next run.
-    pub fn deadline(&self, key: &str) -> Option<(u64, Option<Instant>)> {
-        let (shard, hash) = self.locate(key.as_bytes());
+    pub fn deadline(&self, key: &[u8]) -> Option<(u64, Option<Instant>)> {
+        let (shard, hash) = self.locate(key);
         let s = self.lock(shard);
-        let pos = s.find(hash, key.as_bytes(), None)?;
-        let (id, timer) = s.wheel.at(s.keys.index_at(pos));
+        let pos = s.find(hash, key, None)?;
+        Some(Self::deadline_at(&s, s.keys.index_at(pos)))
+    }
+
+    /// As [`deadline`](Self::deadline), for the timer of `ticket` (holding `key`).
+    pub fn deadline_ticket(&self, key: &[u8], ticket: Ticket) -> Option<(u64, Option<Instant>)> {
+        let s = self.lock(ticket.shard as usize);
+        let index = s.find_ticket(ticket, key, || self.hasher.hash_one(key))?;
+        Some(Self::deadline_at(&s, index))
+    }
+
+    fn deadline_at(s: &Shard, index: u32) -> (u64, Option<Instant>) {
+        let (id, timer) = s.wheel.at(index);
         let exact = match &timer.run {
             Run::Repeat(repeat) => Some(repeat.due),
             Run::Once(_) => None,
         };
-        Some((s.wheel.deadline(id).expect("a pending timer is in its shard's wheel"), exact))
+        (s.wheel.deadline(id).expect("a pending timer is in its shard's wheel"), exact)
+    }
+
+    /// Whether the timer of `ticket` (holding `key`) is pending.
+    pub fn contains_ticket(&self, key: &[u8], ticket: Ticket) -> bool {
+        self.lock(ticket.shard as usize).find_ticket(ticket, key, || self.hasher.hash_one(key)).is_some()
     }
 
     /// Cancels the timer holding `key` (only if it has the serial number `serial`, when given).
     /// Returns whether this call ended it.
     pub fn cancel(&self, key: &[u8], serial: Option<u64>) -> bool {
+        self.take(key, serial).is_some()
+    }
+
+    /// Cancels the timer holding `key` (only if it has the serial number `serial`, when given),
+    /// as [`cancel`](Self::cancel) does, and gives back what it held, taken out under the lock.
+    pub fn take(&self, key: &[u8], serial: Option<u64>) -> Option<Timer> {
         let (shard, hash) = self.locate(key);
         let mut swept = Vec::new();
-        let waker = {
+        let (waker, held) = {
             let mut s = self.lock(shard);
-            let Some(waker) = s.cancel(hash, key, serial) else {
-                return false;
-            };
+            let ended = s.cancel(hash, key, serial)?;
             if s.cancelled.len() >= SWEEP_AT {
                 s.sweep(&mut swept);
             }
-            waker
+            ended
         };
         self.release(1);
         if let Some(waker) = waker {
             waker.wake();
         }
         drop(swept);
-        true
+        Some(held)
     }
 
     /// The batch form of [`cancel`](Self::cancel), one lock per shard (see
@@ -354,6 +409,7 @@ impl Shared {
     pub fn cancel_many(&self, keys: &[&[u8]]) -> Vec<bool> {
         let mut ended = vec![false; keys.len()];
         let mut swept = Vec::new();
+        let mut held = Vec::new();
         let mut wake = Vec::new();
         for (shard, batch) in self.by_shard(keys.iter().copied()) {
             let mut s = self.lock(shard);
@@ -362,9 +418,10 @@ impl Shared {
                 s.keys.touch(hash);
             }
             for (i, hash) in batch {
-                if let Some(waker) = s.cancel(hash, keys[i], None) {
+                if let Some((waker, timer)) = s.cancel(hash, keys[i], None) {
                     ended[i] = true;
                     wake.extend(waker);
+                    held.push(timer);
                 }
             }
             if s.cancelled.len() >= SWEEP_AT {
@@ -373,14 +430,14 @@ impl Shared {
         }
         self.release(ended.iter().filter(|&&e| e).count());
         wake.into_iter().for_each(Waker::wake);
-        drop(swept);
+        drop((swept, held));
         ended
     }
 
     /// Whether a timer with this key is pending.
-    pub fn contains(&self, key: &str) -> bool {
-        let (shard, hash) = self.locate(key.as_bytes());
-        self.lock(shard).find(hash, key.as_bytes(), None).is_some()
+    pub fn contains(&self, key: &[u8]) -> bool {
+        let (shard, hash) = self.locate(key);
+        self.lock(shard).find(hash, key, None).is_some()
     }
 
     /// The counters, summed over the shards.
@@ -401,8 +458,8 @@ impl Shared {
     /// For the actor: advances `shard`'s wheel to `now` (see `fired.rs`). Returns the
     /// wheel's next deadline.
     pub fn fire(&self, shard: usize, now: Instant, clock: &Clock, fired: &mut Fired) -> Option<u64> {
-        let now = clock.read_nanos(now);
-        let (ended, next) = fired::advance(&mut self.lock(shard), &self.hasher, now, clock, fired);
+        let read = (now, clock.read_nanos(now));
+        let (ended, next) = fired::advance(&mut self.lock(shard), &self.hasher, read, clock, fired);
         self.release(ended);
         next
     }

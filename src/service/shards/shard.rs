@@ -19,6 +19,7 @@ use super::super::stats::Stats;
 use super::super::timer::{Run, Timer, ARMED};
 use super::watch::{Outcome, Watchers};
 use super::wheel::ShardWheel;
+use super::Ticket;
 use crate::wheel::EntryId;
 use crate::Error;
 
@@ -30,10 +31,6 @@ pub(super) const SWEEP_AT: usize = 64;
 /// A shard keeps room for this many timers however few it holds: below it, giving room back is
 /// not worth a pass over the shard.
 const ROOM_KEPT: usize = 4096;
-
-/// The serial number a cancelled timer's entry gets while it waits to be swept, which no timer
-/// has: a `Ticket` that points at the entry then does not take it for its pending timer.
-const CANCELLED: u64 = u64::MAX;
 
 pub(super) struct Shard {
     /// Which wheel entry holds each claimed key (see [`KeyIndex`]).
@@ -112,32 +109,55 @@ impl Shard {
         Ok((serial, entry.index()))
     }
 
-    /// Moves the pending timer in key-map slot `pos` to tick `deadline`, due at the instant `at`:
-    /// a repeating timer goes on at its period from there.
-    pub fn move_to(&mut self, pos: usize, deadline: u64, at: Instant) {
-        let (id, _) = self.wheel.at(self.keys.index_at(pos));
-        let mut timer = self.wheel.remove(id).expect("a pending timer is in its shard's wheel");
-        if let Run::Repeat(repeat) = &mut timer.run {
-            repeat.due = at;
+    /// Moves the pending timer in slab slot `index` to tick `deadline`, due at the instant `at`:
+    /// a repeating timer goes on at its period from there. The timer keeps its entry, so the key
+    /// map and the tickets that name the entry stay as they are; a later deadline is one write
+    /// (see `Wheel::reschedule`).
+    pub fn move_to(&mut self, index: u32, deadline: u64, at: Instant) {
+        let (id, timer) = self.wheel.at(index);
+        if let Run::Repeat(_) = timer.run {
+            if let Run::Repeat(repeat) = &mut self.wheel.at_mut(index).run {
+                repeat.due = at;
+            }
         }
-        let entry = self.wheel.insert(deadline, timer);
-        self.keys.set_index(pos, entry.index());
+        self.wheel.reschedule(id, deadline);
+    }
+
+    /// The slab slot of the pending timer of `ticket`, which holds `key` (whose hash `hash`
+    /// gives lazily, only if needed): the ticket's own entry while the timer is still there,
+    /// which costs no hash and no key compare; else (the shard was compacted, or a repeating
+    /// timer moved to a new entry for its next run) the timer is looked up by key and serial.
+    pub fn find_ticket(&self, ticket: Ticket, key: &[u8], hash: impl FnOnce() -> u64) -> Option<u32> {
+        match self.wheel.try_at(ticket.entry) {
+            Some((_, timer)) if timer.serial() == ticket.serial => Some(ticket.entry),
+            _ => self.find(hash(), key, Some(ticket.serial)).map(|pos| self.keys.index_at(pos)),
+        }
     }
 
     /// Cancels the timer holding `key` if it has the serial number `serial` (when given):
-    /// releases the key, leaves its wheel entry to the next sweep, tells its watcher and counts
-    /// it. Returns whether it ended a timer, with the watcher's waker to call once unlocked.
-    pub fn cancel(&mut self, hash: u64, key: &[u8], serial: Option<u64>) -> Option<Option<Waker>> {
+    /// releases the key, tells its watcher and counts it. Returns, if it ended a timer, the
+    /// watcher's waker and what the timer held (its key and job), both for the caller to use or
+    /// drop once unlocked: what a cancelled timer holds (a queue's sender and value, a job's
+    /// captures) is released at the cancel, not when its entry is swept. The emptied wheel entry
+    /// waits for the next sweep.
+    pub fn cancel(&mut self, hash: u64, key: &[u8], serial: Option<u64>) -> Option<(Option<Waker>, Timer)> {
         let pos = self.find(hash, key, serial)?;
         let index = self.keys.index_at(pos);
+        Some(self.cancel_at(pos, index))
+    }
+
+    /// Cancels the pending timer in key-map slot `pos`, whose entry is in slab slot `index`
+    /// (see [`cancel`](Self::cancel)).
+    pub fn cancel_at(&mut self, pos: usize, index: u32) -> (Option<Waker>, Timer) {
+        debug_assert_eq!(self.keys.index_at(pos), index, "key-map slot {pos} names entry {index}");
         let (id, _) = self.wheel.at(index);
-        let serial = std::mem::replace(&mut self.wheel.at_mut(index).serial, CANCELLED);
+        let held = std::mem::replace(self.wheel.at_mut(index), Timer::emptied());
         self.keys.remove(pos);
         self.cancelled.push(id);
         self.counts.cancelled += 1;
-        let waker = self.finish(serial, &Err(Error::Cancelled));
+        let waker = self.finish(held.serial, &Err(Error::Cancelled));
         self.check();
-        Some(waker)
+        (waker, held)
     }
 
     /// Takes the cancelled timers' entries out of the wheel, into `timers` to be dropped once

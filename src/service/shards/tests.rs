@@ -24,8 +24,8 @@ fn a_request_that_makes_a_bucket_busy_enough_to_drain_wakes_the_actor() {
         assert!(!shared.wake.signalled(), "{last}: due after the actor's wake-up, and no drain yet");
         match last {
             "schedule" => shared.add(timer(), Due { deadline: 12_000, set_at: 0 }, false).map(drop),
-            "schedule_many" => shared.add_many(vec![(timer(), 12_000)], 0).remove(0),
-            _ => shared.move_timer(&far_key, Instant::now(), 12_000, 0),
+            "schedule_many" => shared.add_many(vec![(timer(), 12_000)], 0).remove(0).map(drop),
+            _ => shared.move_timer(far_key.as_bytes(), Instant::now(), 12_000, 0),
         }
         .unwrap();
         assert!(shared.wake.signalled(), "{last}: the bucket's drain starts at 4,096, before 8,192");
@@ -161,6 +161,7 @@ mod model {
                     let rep = repeat.map(|(p, runs)| {
                         Box::new(Repeating {
                             period: std::time::Duration::from_millis(p as u64),
+                            missed: crate::MissedRuns::Burst,
                             due: clock.instant(deadline).unwrap(),
                             runs_left: runs.map(u64::from),
                             job: job.clone(),
@@ -242,7 +243,7 @@ mod model {
                 }
                 Op::Move { key, delay } => {
                     let deadline = now + delay as u64;
-                    let r = shared.move_timer(&name(key), clock.instant(deadline).unwrap(), deadline, now);
+                    let r = shared.move_timer(name(key).as_bytes(), clock.instant(deadline).unwrap(), deadline, now);
                     match model.get_mut(&key) {
                         Some(m) => {
                             prop_assert!(r.is_ok());
@@ -293,7 +294,7 @@ mod model {
                 }
             }
             for k in 0..KEYS {
-                prop_assert_eq!(shared.contains(&name(k)), model.contains_key(&k), "key {}", k);
+                prop_assert_eq!(shared.contains(name(k).as_bytes()), model.contains_key(&k), "key {}", k);
             }
             let st = shared.stats();
             prop_assert_eq!(st.pending, model.len());

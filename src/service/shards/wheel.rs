@@ -63,6 +63,15 @@ impl ShardWheel {
         }
     }
 
+    /// Moves entry `id` to `deadline`, in the same slab slot (see [`Wheel::reschedule`]).
+    pub fn reschedule(&mut self, id: EntryId, deadline: u64) {
+        let kept = match self {
+            ShardWheel::Hierarchical(w) => w.reschedule(id, deadline),
+            ShardWheel::Rounds(w) => w.reschedule(id, deadline),
+        };
+        debug_assert_eq!(kept, Some(id), "a pending timer keeps its entry when it moves");
+    }
+
     pub fn advance(&mut self, now: u64, expired: impl FnMut(Expired<Timer>)) {
         match self {
             ShardWheel::Hierarchical(w) => w.advance(now, expired),
