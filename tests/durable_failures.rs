@@ -947,7 +947,8 @@ struct Op {
 /// - after a cancel that took, nothing starts;
 /// - after a schedule or reschedule that took, exactly one delivery starts after the answer (one
 ///   in flight may also have started before it and been taken back), never before its time;
-/// - a cancel or reschedule that did not take means the task had fired already;
+/// - a cancel or reschedule that did not take means the task had been handed out (claimed by a
+///   worker) already;
 /// - and at the end the wheel is empty, with its `ring` counter equal to what its slots hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_operations_against_their_answers() {
@@ -1011,10 +1012,13 @@ async fn random_operations_against_their_answers() {
         let deliveries = log.of(key);
         let last = ops.last().unwrap();
         let after = |t: SystemTime| deliveries.iter().filter(move |h| h.at > t);
+        // A call that did not take found the task handed out already: claimed by a worker
+        // (running) or finished. The claim is Redis's decision, on the clock this host shares;
+        // the handler may start a moment after the call answered.
         for op in ops.iter().filter(|op| !op.took) {
-            if !deliveries.iter().any(|h| h.at <= op.answered_at) {
+            if !deliveries.iter().any(|h| h.claimed <= op.answered_at + CLOCK_SLACK) {
                 problems.push(format!(
-                    "{key}: {} did not take, yet the task had not fired: {ops:?} {deliveries:?}",
+                    "{key}: {} did not take, yet the task had not been handed out: {ops:?} {deliveries:?}",
                     op.kind
                 ));
             }

@@ -280,7 +280,8 @@ pub fn run(n: usize, reps: usize, only: Option<&str>) {
     let order = Arc::new(shuffled(n));
     let mut figures: Vec<Vec<f64>> = vec![Vec::new(); ALL.len()];
     for rep in 0..reps {
-        let mut imps: Vec<usize> = (0..ALL.len()).filter(|&i| only.is_none_or(|o| o.split(',').any(|o| ALL[i].name().contains(o)))).collect();
+        let mut imps: Vec<usize> =
+            (0..ALL.len()).filter(|&i| only.is_none_or(|o| o.split(',').any(|o| ALL[i].name().contains(o)))).collect();
         let len = imps.len().max(1);
         imps.rotate_left(rep % len);
         for i in imps {

@@ -13,6 +13,7 @@ pub struct Task {
     pub(crate) payload: Vec<u8>,
     pub(crate) attempt: u32,
     pub(crate) due: SystemTime,
+    pub(crate) claimed_at: SystemTime,
 }
 
 impl Task {
@@ -34,6 +35,13 @@ impl Task {
     /// When the task was due, on Redis's clock (for a retry: when the retry was due).
     pub fn due(&self) -> SystemTime {
         self.due
+    }
+
+    /// When a worker claimed this delivery, on Redis's clock (whole milliseconds, rounded up):
+    /// from then on the task is running, and `cancel` leaves it to its lease. `claimed_at - due`
+    /// is how late it was handed out.
+    pub fn claimed_at(&self) -> SystemTime {
+        self.claimed_at
     }
 
     /// Takes the task apart into its key and payload.

@@ -19,6 +19,8 @@ pub struct Handled {
     pub due: SystemTime,
     /// When the handler started, on this machine's clock (which is also Redis's: same host).
     pub at: SystemTime,
+    /// When a worker claimed the delivery, on Redis's clock.
+    pub claimed: SystemTime,
     pub payload: Vec<u8>,
     /// Which node (worker) handled it, as the test numbered them.
     pub node: usize,
@@ -36,6 +38,7 @@ impl Log {
             attempt: task.attempt(),
             due: task.due(),
             at: SystemTime::now(),
+            claimed: task.claimed_at(),
             payload: task.payload().to_vec(),
             node,
         };

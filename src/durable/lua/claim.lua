@@ -14,7 +14,8 @@
     ARGV[6]  ms to remember what this claim took (at most the lease)
     ARGV[7]  the id of this worker's previous claim, answered and so no longer needed, or ''
   Output:
-    a flat array, five entries per task: key, payload, attempt, due ms, claim token.
+    {claimed ms (Redis's clock, when this claim first ran), then five entries per task: key,
+    payload, attempt, due ms, claim token}, or {} when it took nothing.
   Keys: claim:<id>, ready, seq, t:<key>, leased, meta.
 ]]
 -- @include keys
@@ -29,7 +30,8 @@ local out = {}
 
 local before = redis.call('LRANGE', ck, 0, -1)
 if #before > 0 then
-  for i = 1, #before, 2 do
+  out[1] = before[1]
+  for i = 2, #before, 2 do
     local k, tok = before[i], before[i + 1]
     local h = redis.call('HMGET', task_key(k), 'p', 'a', 'due', 'tok')
     if h[4] == tok then
@@ -50,7 +52,8 @@ if #popped == 0 then return {} end
 local now = now_up()
 local count = #popped / 2
 local last = redis.call('INCRBY', SEQ, count)
-local leases, claimed = {}, {}
+local leases, claimed = {}, {tostring(now)}
+out[1] = tostring(now)
 for i = 1, #popped, 2 do
   local k = popped[i]
   local tk = task_key(k)
@@ -71,9 +74,10 @@ for i = 1, #popped, 2 do
   end
 end
 zadd_all(LEASED, leases)
-if #claimed > 0 then
+if #claimed > 1 then
   redis.call('RPUSH', ck, unpack(claimed))
   redis.call('PEXPIRE', ck, math.min(lease, record_ms))
 end
-redis.call('HINCRBY', META, 'handed_out', #out / 5)
+redis.call('HINCRBY', META, 'handed_out', (#out - 1) / 5)
+if #out == 1 then return {} end
 return out

@@ -34,7 +34,9 @@ pub(crate) async fn claim(
         .arg(wheel.cfg.done_ttl_ms)
         .arg(previous);
     let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Response).await?;
-    Ok(flat
+    let Some((claimed, tasks)) = flat.split_first() else { return Ok(Vec::new()) };
+    let claimed_at = from_unix_ms(number(claimed));
+    Ok(tasks
         .chunks_exact(5)
         .map(|t| Claimed {
             task: Task {
@@ -42,6 +44,7 @@ pub(crate) async fn claim(
                 payload: t[1].clone(),
                 attempt: u32::try_from(number(&t[2])).unwrap_or(u32::MAX),
                 due: from_unix_ms(number(&t[3])),
+                claimed_at,
             },
             token: text(&t[4]),
         })

@@ -158,7 +158,11 @@ async fn claim_leases_ready_tasks_and_its_retry_gets_them_back() {
 
     let d = dump(&server, keys);
     assert_eq!(d["ready"], "c@30");
-    assert_eq!(d["claim:k1"], "a 1 b 2");
+    let (claimed_ms, record) = d["claim:k1"].split_once(' ').unwrap();
+    let claimed_ms: u64 = claimed_ms.parse().unwrap();
+    assert!(claimed_ms >= before && claimed_ms <= after + 1, "claimed at {claimed_ms}, Redis's now {before}..{after}");
+    assert_eq!(record, "a 1 b 2");
+    assert_eq!(got[0].task.claimed_at, crate::durable::time::from_unix_ms(claimed_ms));
     assert_eq!(d["seq"], "2");
     assert_eq!(d["t:a"], "a=1 due=10 p=a rid=r tick=0 tok=1");
     let leases: Vec<u64> = d["leased"].split(' ').map(|m| m.split('@').nth(1).unwrap().parse().unwrap()).collect();
