@@ -72,7 +72,8 @@ impl Conn {
     /// A connection of its own (for a blocking wait that would hold up the shared one), whose
     /// replies may take the long response timeout given to `connect`.
     pub(crate) async fn dedicated(&self, cfg: &Config) -> Option<Link> {
-        let connect = self.source.dedicated(cfg, self.cfg.long_response);
+        let connect: std::pin::Pin<Box<dyn std::future::Future<Output = redis::RedisResult<Link>> + Send + '_>> =
+            Box::pin(self.source.dedicated(cfg, self.cfg.long_response));
         tokio::time::timeout(self.cfg.connect_timeout, connect).await.ok()?.ok()
     }
 
@@ -88,7 +89,14 @@ impl Conn {
     async fn link(&self) -> redis::RedisResult<Link> {
         match &self.fixed {
             Some(link) => Ok(link.clone()),
-            None => self.source.connect_shared(self.cfg.response_timeout, self.cfg.connect_timeout).await,
+            // Type-erased: the connecting futures of the redis crate's Sentinel and Cluster
+            // clients are deep enough that every caller's future otherwise overflows rustc's
+            // query depth (seen compiling the doc examples that await a schedule).
+            None => {
+                let connect: std::pin::Pin<Box<dyn std::future::Future<Output = redis::RedisResult<Link>> + Send + '_>> =
+                    Box::pin(self.source.connect_shared(self.cfg.response_timeout, self.cfg.connect_timeout));
+                connect.await
+            }
         }
     }
 
