@@ -82,9 +82,9 @@ fn sentinel_promotes_the_replica_and_takes_the_old_primary_back_as_a_replica() {
 }
 
 #[test]
-fn sentinel_over_tls_names_its_primary_and_syncs_its_replica() {
+fn sentinel_over_tls_syncs_its_replica_and_fails_over() {
     let certs = TlsCerts::generate();
-    let Some(set) = SentinelSet::start_tls(&certs, true) else { return };
+    let Some(mut set) = SentinelSet::start_tls(&certs, true) else { return };
     assert!(set.sentinel_urls().iter().all(|u| u.starts_with("rediss://127.0.0.1:")), "{:?}", set.sentinel_urls());
     for sentinel in set.sentinels() {
         let plain = command_at(sentinel.addr(), &["PING"], Duration::from_secs(5));
@@ -93,6 +93,13 @@ fn sentinel_over_tls_names_its_primary_and_syncs_its_replica() {
     assert_eq!(set.primary().command(&["SET", "k", "v"]), Reply::Status("OK".into()));
     assert_eq!(set.primary().command(&["WAIT", "1", "5000"]), Reply::Int(1), "the replica acknowledged the write");
     assert_eq!(set.replica().command(&["GET", "k"]), Reply::Bulk(Some(b"v".to_vec())));
+
+    let old = set.kill_primary();
+    let promoted = set.wait_for_failover(Duration::from_secs(20)).expect("a failover over TLS within 20 s");
+    assert_ne!(promoted, old);
+    set.restart_old_primary_as_replica();
+    assert_eq!(set.master_port(), promoted);
+    assert_eq!(set.node(old).command(&["GET", "k"]), Reply::Bulk(Some(b"v".to_vec())));
 }
 
 #[test]
@@ -116,9 +123,21 @@ fn slot_of_agrees_with_cluster_keyslot_and_a_migration_moves_a_slots_keys() {
     let moved = cluster.node(target).command(&["GET", "{tag}:0"]);
     assert!(matches!(&moved, Reply::Error(e) if e.starts_with("MOVED")), "{moved:?}");
 
+    // Half-moved, the source answers ASK for a key it no longer has.
     let started = Instant::now();
-    cluster.migrate_slot(slot, target);
+    let asked = std::thread::scope(|scope| {
+        let migration = scope.spawn(|| cluster.migrate_slot_paced(slot, target, 10, Duration::from_millis(200)));
+        let mut asked = None;
+        while asked.is_none() && !migration.is_finished() {
+            asked = (0..35)
+                .map(|i| cluster.node(source).command(&["GET", &format!("{{tag}}:{i}")]))
+                .find(|reply| matches!(reply, Reply::Error(e) if e == &format!("ASK {slot} 127.0.0.1:{target}")));
+        }
+        migration.join().expect("the migration");
+        asked
+    });
     eprintln!("slot migrated in {:?}", started.elapsed());
+    assert!(asked.is_some(), "the source never answered ASK while the slot moved");
     assert_eq!(cluster.primary_for_slot(slot).port(), target);
     let count = |port: u16| cluster.node(port).command(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
     assert_eq!(count(source), Reply::Int(0));
