@@ -6,5 +6,7 @@
 #[cfg(feature = "redis")]
 pub mod durable;
 pub mod redis_server;
+#[cfg(feature = "redis")]
+pub mod topology;
 
 pub use redis_server::{RedisServer, Reply};

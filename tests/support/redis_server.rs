@@ -43,6 +43,7 @@ pub struct RedisServer {
     port: u16,
     persistence: Persistence,
     extra: Vec<String>,
+    launch: Launch,
     /// Dropped last: the server is killed before its directory goes.
     dir: tempfile::TempDir,
 }
@@ -62,6 +63,12 @@ impl RedisServer {
 
     /// A server with `persistence` and extra `--name value` arguments appended to the defaults.
     pub fn start_with(persistence: Persistence, extra: &[&str]) -> Option<Self> {
+        Self::start_launched(persistence, extra, Launch::default())
+    }
+
+    /// [`start_with`](Self::start_with), launched as `launch` says: with a config file first, or
+    /// TLS only.
+    pub fn start_launched(persistence: Persistence, extra: &[&str], launch: Launch) -> Option<Self> {
         let binary = match find_binary() {
             Some(binary) => binary,
             None if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
@@ -79,6 +86,7 @@ impl RedisServer {
             port: 0,
             persistence,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            launch,
             dir,
         };
         let mut last = String::new();
@@ -172,7 +180,10 @@ impl RedisServer {
     /// Sends one command on a fresh connection and returns the reply, with a read timeout of
     /// `timeout`. For driving the server from a test, independently of the crate under test.
     pub fn command_timeout(&self, args: &[&str], timeout: Duration) -> std::io::Result<Reply> {
-        command_at(self.addr(), args, timeout)
+        match &self.launch.tls {
+            Some(tls) => tls(self.addr(), args, timeout),
+            None => command_at(self.addr(), args, timeout),
+        }
     }
 
     /// [`command_timeout`](Self::command_timeout) with 10 s, panicking on an I/O error.
@@ -183,6 +194,7 @@ impl RedisServer {
 
     /// Sends a command without waiting for its reply (e.g. `DEBUG SLEEP 2`, which would block
     /// the caller). The connection is kept open on a background thread until the reply comes.
+    /// Plain connections only.
     pub fn command_detached(&self, args: &[&str]) {
         let mut stream = TcpStream::connect_timeout(&self.addr(), Duration::from_secs(5)).expect("connect to redis");
         stream.write_all(&encode(args)).expect("send to redis");
@@ -222,6 +234,13 @@ impl RedisServer {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if let Some(config_file) = &self.launch.config_file {
+            args.insert(0, config_file.to_str().expect("config file path is UTF-8").to_owned());
+        }
+        if self.launch.tls.is_some() {
+            // The later `--port` wins: no plain listener, TLS on the server's port.
+            args.extend(["--port", "0", "--tls-port", &port].map(String::from));
+        }
         args.extend(self.extra.iter().cloned());
         let child = Command::new(&self.binary)
             .args(&args)
@@ -276,6 +295,20 @@ impl std::fmt::Debug for RedisServer {
             .field("dir", &self.dir.path())
             .finish()
     }
+}
+
+/// Sends one command to the server at an address and returns its reply, with a timeout: how the
+/// helper speaks to a TLS-only server (see `topology.rs`).
+pub type Transport = std::sync::Arc<dyn Fn(SocketAddr, &[&str], Duration) -> std::io::Result<Reply> + Send + Sync>;
+
+/// How [`RedisServer::start_launched`] starts the process, beyond the defaults.
+#[derive(Clone, Default)]
+pub struct Launch {
+    /// A config file, given as the first argument (Sentinel needs one that it can rewrite).
+    pub config_file: Option<PathBuf>,
+    /// TLS only: `--port 0 --tls-port <port>` (the TLS files go in the extra arguments), spoken to
+    /// through this transport, by [`RedisServer::command`] and the readiness check alike.
+    pub tls: Option<Transport>,
 }
 
 /// A RESP2 reply.
@@ -340,11 +373,11 @@ fn find_binary() -> Option<PathBuf> {
 }
 
 /// A port nobody listened on a moment ago.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr()).expect("bind 127.0.0.1:0").port()
 }
 
-fn encode(args: &[&str]) -> Vec<u8> {
+pub fn encode(args: &[&str]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
     for arg in args {
         out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
@@ -354,7 +387,7 @@ fn encode(args: &[&str]) -> Vec<u8> {
     out
 }
 
-fn read_reply(reader: &mut impl BufRead) -> std::io::Result<Reply> {
+pub fn read_reply(reader: &mut impl BufRead) -> std::io::Result<Reply> {
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
         return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "redis closed the connection"));
