@@ -8,12 +8,14 @@
 
 mod support;
 
-use std::collections::HashSet;
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use support::durable::{wait_until, Log};
 use support::redis_server::{Persistence, RedisServer};
-use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, WheelKeys};
+use support::topology::{Cluster, SentinelSet, TlsCerts, TlsServer};
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, WheelKeys};
 use tokio_timewheel::Error;
 
 const TICK: Duration = Duration::from_millis(50);
@@ -97,4 +99,319 @@ async fn a_replica_named_by_mistake_is_a_clear_error() {
     let Err(e) = result else { panic!("connected to a replica") };
     assert!(!e.is_retryable(), "{e}");
     assert!(e.to_string().contains("replica") && e.to_string().contains("sentinel"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS, Sentinel and Cluster, on the harness of support/topology.rs.
+// ---------------------------------------------------------------------------------------------
+
+/// Schedule, fire and cancel over TLS with a private CA; mutual TLS; and the refusals: another
+/// CA, the system's roots (which do not know the test's CA), no client certificate where one is
+/// required. The refusals name TLS or the certificate, and are not retryable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_ca_and_mutual_tls() {
+    let certs = TlsCerts::generate();
+    let Some(server) = TlsServer::start(&certs, false) else { return };
+    let timers = tuned(DurableScheduler::builder(server.url(), "tls"))
+        .tls_root_ca(certs.ca_pem())
+        .connect()
+        .await
+        .expect("connect over TLS");
+    let log = Log::default();
+    let worker = log.worker(&timers);
+    timers.schedule("a", Duration::from_millis(100), b"over tls".to_vec()).await.unwrap();
+    timers.schedule("b", Duration::from_secs(60), vec![]).await.unwrap();
+    assert!(timers.cancel("b").await.unwrap());
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await, "a never fired over TLS");
+    assert_eq!(log.of("a")[0].payload, b"over tls");
+    worker.shutdown().await;
+
+    let refused = |result: Result<DurableScheduler, Error>, what: &str| {
+        let Err(e) = result else { panic!("{what}: connected") };
+        let text = e.to_string().to_lowercase();
+        assert!(text.contains("tls") || text.contains("certificate"), "{what}: {e}");
+        assert!(!e.is_retryable(), "{what}: a TLS refusal is not worth retrying: {e}");
+    };
+    let stranger = TlsCerts::generate();
+    refused(
+        tuned(DurableScheduler::builder(server.url(), "tls")).tls_root_ca(stranger.ca_pem()).connect().await,
+        "another CA",
+    );
+    refused(tuned(DurableScheduler::builder(server.url(), "tls")).connect().await, "the system's roots");
+    let plain = tuned(DurableScheduler::builder(server.url().replace("rediss://", "redis://"), "tls"))
+        .tls_root_ca(certs.ca_pem())
+        .connect()
+        .await;
+    assert!(matches!(plain, Err(Error::Invalid(_))), "a CA with a redis:// URL: {plain:?}");
+
+    let Some(mutual) = TlsServer::start(&certs, true) else { return };
+    let without = tuned(DurableScheduler::builder(mutual.url(), "mtls")).tls_root_ca(certs.ca_pem()).connect().await;
+    assert!(without.is_err(), "connected without the client certificate the server asks for");
+    let timers = tuned(DurableScheduler::builder(mutual.url(), "mtls"))
+        .tls_root_ca(certs.ca_pem())
+        .tls_client_auth(certs.client_cert_pem(), certs.client_key_pem())
+        .connect()
+        .await
+        .expect("connect with a client certificate");
+    timers.schedule("m", Duration::from_secs(60), vec![]).await.unwrap();
+    assert!(timers.contains("m").await.unwrap());
+}
+
+/// What a failover run found, from the schedules' answers and the handlers' log.
+#[derive(Debug, Default)]
+struct Failover {
+    /// Schedules answered `Ok` (or `DuplicateKey` on a repeat: the first attempt landed).
+    acknowledged: usize,
+    /// Acknowledged tasks that fired at least once.
+    fired: usize,
+    lost: Vec<String>,
+    early: Vec<String>,
+    /// Deliveries beyond the first of a task (reported, through `Debug`).
+    #[allow(dead_code)]
+    duplicated: usize,
+    /// The longest time without a schedule answered `Ok`, from the last before the kill on:
+    /// how long work stalled (calls retry inside it, so none need fail).
+    resumed_after: Option<Duration>,
+    /// Schedules still failing after their retries (neither acknowledged nor counted lost).
+    gave_up: usize,
+}
+
+/// Schedules `n` tasks at a steady pace (delays of 0.3 to 1.2 s) while `during` runs at about a
+/// third of the way (it kills a primary and notes when, waits for the failover, revives the old
+/// one); each schedule is repeated on a retryable error for up to 15 s, as the docs advise. A
+/// task may fire from its first attempt's time on: an attempt that failed may have landed (a
+/// write that replicas did not confirm in time is on the primary), and a repeat finds its key
+/// taken (`DuplicateKey`) or, if that task fired meanwhile, schedules it again (a repeated
+/// delivery, reported). Then waits for every acknowledged task and checks the log.
+async fn failover_run<F>(timers: &DurableScheduler, n: usize, during: F) -> Failover
+where
+    F: FnOnce(&dyn Fn()) + Send + 'static,
+{
+    let log = Log::default();
+    let workers = [timers.run(log.handler(0)), timers.run(log.handler(1))];
+    let acked: Arc<Mutex<HashMap<String, SystemTime>>> = Arc::default();
+    let oks: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let gave_up = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let scheduler = {
+        let (timers, acked, oks, gave_up) = (timers.clone(), acked.clone(), oks.clone(), gave_up.clone());
+        tokio::spawn(async move {
+            for i in 0..n {
+                let key = format!("f{i}");
+                let delay = Duration::from_millis(300 + (i as u64 % 10) * 100);
+                let give_up = Instant::now() + Duration::from_secs(15);
+                let first_before = SystemTime::now();
+                loop {
+                    let answer = timers.schedule(&key, delay, vec![]).await;
+                    let earliest = first_before + delay;
+                    match answer {
+                        Ok(()) | Err(Error::DuplicateKey(_)) => {
+                            acked.lock().unwrap().insert(key.clone(), earliest);
+                            oks.lock().unwrap().push(Instant::now());
+                            break;
+                        }
+                        Err(e) if e.is_retryable() && Instant::now() < give_up => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        Err(e) => {
+                            eprintln!("{key}: gave up: {e}");
+                            gave_up.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(4)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let killed = tokio::task::spawn_blocking({
+        let killed_at = killed_at.clone();
+        move || during(&|| *killed_at.lock().unwrap() = Some(Instant::now()))
+    });
+    scheduler.await.unwrap();
+    killed.await.unwrap();
+    let want: HashMap<String, SystemTime> = acked.lock().unwrap().clone();
+    let all_fired = wait_until(Duration::from_secs(30), || {
+        let seen = log.distinct_keys();
+        want.keys().all(|k| seen.contains(k))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await; // late duplicates show up too
+    for w in workers {
+        w.shutdown().await;
+    }
+    let seen = log.all();
+    let mut first: HashMap<&str, SystemTime> = HashMap::new();
+    for h in &seen {
+        let at = first.entry(h.key.as_str()).or_insert(h.at);
+        *at = (*at).min(h.at);
+    }
+    let killed = killed_at.lock().unwrap().expect("the failover ran");
+    let oks = oks.lock().unwrap().clone();
+    let from = oks.iter().rposition(|&t| t <= killed).unwrap_or(0);
+    let resumed_after = oks[from..].windows(2).map(|w| w[1] - w[0]).max();
+    let run = Failover {
+        acknowledged: want.len(),
+        fired: want.keys().filter(|k| first.contains_key(k.as_str())).count(),
+        lost: want.keys().filter(|k| !first.contains_key(k.as_str())).cloned().collect(),
+        early: want
+            .iter()
+            .filter(|(k, due)| first.get(k.as_str()).is_some_and(|at| *at + Duration::from_millis(1) < **due))
+            .map(|(k, due)| {
+                let ms = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis();
+                let runs: Vec<String> = seen
+                    .iter()
+                    .filter(|h| &h.key == k)
+                    .map(|h| {
+                        format!("attempt {} due {} at {} claimed {}", h.attempt, ms(h.due), ms(h.at), ms(h.claimed))
+                    })
+                    .collect();
+                format!("{k}: not before {}: {runs:?}", ms(*due))
+            })
+            .collect(),
+        duplicated: seen.len() - first.len(),
+        resumed_after,
+        gave_up: gave_up.load(std::sync::atomic::Ordering::Relaxed),
+    };
+    assert!(all_fired || !run.lost.is_empty());
+    run
+}
+
+/// Sentinel: the primary is SIGKILLed under load, a replica takes over, and the old primary
+/// comes back later (answering as a primary until Sentinel demotes it). With `wait_for_replicas`
+/// every acknowledged task fires, none early, and the same process carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_under_load_loses_no_acknowledged_task() {
+    let Some(set) = SentinelSet::start() else { return };
+    let timers = tuned(DurableScheduler::sentinel(set.sentinel_urls(), set.master_name(), "sentinel"))
+        .wait_for_replicas(1, Duration::from_millis(400))
+        .connect()
+        .await
+        .expect("connect through the sentinels");
+    let set = Arc::new(Mutex::new(set));
+    let run = failover_run(&timers, 1500, {
+        let set = set.clone();
+        move |killed: &dyn Fn()| {
+            let mut set = set.lock().unwrap();
+            set.kill_primary();
+            killed();
+            set.wait_for_failover(Duration::from_secs(30)).expect("Sentinel promoted the replica");
+            set.restart_old_primary();
+        }
+    })
+    .await;
+    eprintln!("sentinel failover: {run:?}");
+    assert!(run.lost.is_empty() && run.early.is_empty() && run.gave_up == 0, "{run:?}");
+    assert!(run.resumed_after.is_some_and(|d| d < Duration::from_secs(20)), "work did not resume: {run:?}");
+    assert_eq!(run.fired, run.acknowledged);
+    timers.schedule("after", Duration::ZERO, vec![]).await.expect("the same process carries on");
+}
+
+/// Cluster: the primary of the wheel's slot is SIGKILLed under load, its replica takes over,
+/// and the old primary rejoins as a replica. With `wait_for_replicas` every acknowledged task
+/// fires, none early, and the same process carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_under_load_loses_no_acknowledged_task() {
+    let Some(cluster) = Cluster::start(3, 1) else { return };
+    let name = "clustered";
+    let slot = Cluster::slot_of(&WheelKeys::new(name).meta());
+    let timers = tuned(DurableScheduler::cluster(cluster.seed_urls(), name))
+        .wait_for_replicas(1, Duration::from_millis(400))
+        .connect()
+        .await
+        .expect("connect to the cluster");
+    let cluster = Arc::new(Mutex::new(cluster));
+    let run = failover_run(&timers, 1500, {
+        let cluster = cluster.clone();
+        move |killed: &dyn Fn()| {
+            let mut cluster = cluster.lock().unwrap();
+            let old = cluster.kill_primary_of(slot);
+            killed();
+            cluster.wait_for_failover(slot, Duration::from_secs(30)).expect("a replica took over the slot");
+            cluster.restart(old);
+        }
+    })
+    .await;
+    eprintln!("cluster failover: {run:?}");
+    assert!(run.lost.is_empty() && run.early.is_empty() && run.gave_up == 0, "{run:?}");
+    assert!(run.resumed_after.is_some_and(|d| d < Duration::from_secs(20)), "work did not resume: {run:?}");
+    assert_eq!(run.fired, run.acknowledged);
+    timers.schedule("after", Duration::ZERO, vec![]).await.expect("the same process carries on");
+}
+
+/// A cluster wheel reached through one seed node that does not own its slot; in single-node
+/// mode the same node answers MOVED, which says to use `cluster` and is not retryable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_wheel_through_a_seed_that_does_not_own_its_slot() {
+    let Some(cluster) = Cluster::start(3, 0) else { return };
+    let name = "seeded";
+    let slot = Cluster::slot_of(&WheelKeys::new(name).meta());
+    let other = cluster.a_node_not_owning(slot).url();
+    let single = tuned(DurableScheduler::builder(&other, name)).connect().await;
+    let Err(e) = single else { panic!("single-node mode on a cluster node that does not own the slot") };
+    assert!(e.to_string().contains("DurableScheduler::cluster") && !e.is_retryable(), "{e}");
+
+    let timers = tuned(DurableScheduler::cluster([other], name)).connect().await.expect("connect through the seed");
+    let log = Log::default();
+    let worker = log.worker(&timers);
+    timers.schedule("x", Duration::from_millis(100), vec![]).await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await, "never fired");
+    worker.shutdown().await;
+}
+
+/// The wheel's slot moves to another primary, key by key, while tasks are scheduled and fire:
+/// every task fires once (a retried call may repeat a delivery within a lease), none early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migration_under_load() {
+    let Some(cluster) = Cluster::start(3, 0) else { return };
+    let name = "migrating";
+    let slot = Cluster::slot_of(&WheelKeys::new(name).meta());
+    let timers = tuned(DurableScheduler::cluster(cluster.seed_urls(), name)).connect().await.expect("connect");
+    let owner = cluster.primary_for_slot(slot).port();
+    let to = cluster.primaries().into_iter().map(|n| n.port()).find(|&p| p != owner).unwrap();
+    let cluster = Arc::new(cluster);
+    let run = failover_run(&timers, 1500, {
+        let cluster = cluster.clone();
+        move |started: &dyn Fn()| {
+            started();
+            cluster.migrate_slot_paced(slot, to, 50, Duration::from_millis(20));
+        }
+    })
+    .await;
+    eprintln!("slot migration: {run:?}");
+    assert!(run.lost.is_empty() && run.early.is_empty() && run.gave_up == 0, "{run:?}");
+    assert_eq!(cluster.primary_for_slot(slot).port(), to, "the slot did not move");
+}
+
+/// Eight partitions on a 3-primary cluster: every partition is ticked and drained (tasks of all
+/// of them fire), they spread over more than one primary, and a node that connects with another
+/// partition count is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_partitions_on_the_cluster() {
+    let Some(cluster) = Cluster::start(3, 0) else { return };
+    let name = "parted";
+    let timers =
+        tuned(DurableScheduler::cluster(cluster.seed_urls(), name)).partitions(8).connect().await.expect("connect");
+    let owners: HashSet<u16> = (0..8)
+        .map(|p| cluster.primary_for_slot(Cluster::slot_of(&WheelKeys::for_partition(name, p, 8).meta())).port())
+        .collect();
+    assert!(owners.len() > 1, "8 partitions all on one primary");
+    let items = (0..800).map(|i| (format!("p{i}"), Duration::from_millis(100 + (i % 5) * 50), Vec::<u8>::new()));
+    assert!(timers.schedule_many(items).await.unwrap().iter().all(Result::is_ok));
+    let log = Log::default();
+    let worker = timers.run({
+        let log = log.clone();
+        move |task: Task| {
+            log.record(&task, 0);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        }
+    });
+    assert!(wait_until(Duration::from_secs(10), || log.distinct_keys().len() == 800).await, "{} of 800", log.len());
+    tokio::time::sleep(TICK * 6).await;
+    worker.shutdown().await;
+    assert_eq!(log.len(), 800, "a task fired twice");
+    assert_eq!(timers.len().await.unwrap(), 0);
+    let refused = tuned(DurableScheduler::cluster(cluster.seed_urls(), name)).partitions(2).connect().await;
+    assert!(matches!(refused, Err(Error::Invalid(ref m)) if m.contains("8 partition")), "{refused:?}");
 }

@@ -93,8 +93,9 @@ impl Conn {
             // clients are deep enough that every caller's future otherwise overflows rustc's
             // query depth (seen compiling the doc examples that await a schedule).
             None => {
-                let connect: std::pin::Pin<Box<dyn std::future::Future<Output = redis::RedisResult<Link>> + Send + '_>> =
-                    Box::pin(self.source.connect_shared(self.cfg.response_timeout, self.cfg.connect_timeout));
+                let connect: std::pin::Pin<
+                    Box<dyn std::future::Future<Output = redis::RedisResult<Link>> + Send + '_>,
+                > = Box::pin(self.source.connect_shared(self.cfg.response_timeout, self.cfg.connect_timeout));
                 connect.await
             }
         }
@@ -183,6 +184,19 @@ impl Conn {
                      with DurableScheduler::sentinel"
                 ),
                 false,
+            ),
+            // During a slot migration a script whose keys are part moved (undeclared keys, which
+            // a cluster cannot redirect) is refused this way until the slot has moved; the call
+            // then goes to the new owner.
+            _ if err.to_string().contains("non local key") => {
+                RedisFailure::new("slot moving", format!("{err}: the wheel's slot is moving; retrying"), true)
+            }
+            // Sentinel names no primary in the middle of a failover (the old one is down and the
+            // new one not yet promoted).
+            _ if matches!(err.kind(), redis::ErrorKind::MasterNameNotFoundBySentinel) => RedisFailure::new(
+                "failover",
+                format!("{err}: the sentinels name no primary yet (a failover under way, or a wrong master name)"),
+                true,
             ),
             _ if is_tls_refusal(&err) => RedisFailure::new(
                 "TLS",
