@@ -415,3 +415,30 @@ async fn eight_partitions_on_the_cluster() {
     let refused = tuned(DurableScheduler::cluster(cluster.seed_urls(), name)).partitions(2).connect().await;
     assert!(matches!(refused, Err(Error::Invalid(ref m)) if m.contains("8 partition")), "{refused:?}");
 }
+
+/// TLS behind Sentinel and on a cluster, as managed services run them: sentinels and data nodes
+/// (and the cluster's bus) speak only TLS with a private CA, and the clients present a
+/// certificate; a wheel schedules, fires and cancels on each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_behind_sentinel_and_on_a_cluster() {
+    let certs = TlsCerts::generate();
+    let Some(set) = SentinelSet::start_tls(&certs, true) else { return };
+    let sentinel = tuned(DurableScheduler::sentinel(set.sentinel_urls(), set.master_name(), "tls-sentinel"))
+        .tls_root_ca(certs.ca_pem())
+        .tls_client_auth(certs.client_cert_pem(), certs.client_key_pem());
+    let Some(cluster) = Cluster::start_tls(&certs, 3, 0, true) else { return };
+    let clustered = tuned(DurableScheduler::cluster(cluster.seed_urls(), "tls-cluster"))
+        .tls_root_ca(certs.ca_pem())
+        .tls_client_auth(certs.client_cert_pem(), certs.client_key_pem());
+    for (what, builder) in [("sentinel", sentinel), ("cluster", clustered)] {
+        let timers = builder.connect().await.unwrap_or_else(|e| panic!("{what}: connect over TLS: {e}"));
+        let log = Log::default();
+        let worker = log.worker(&timers);
+        timers.schedule("a", Duration::from_millis(100), vec![]).await.unwrap();
+        timers.schedule("b", Duration::from_secs(60), vec![]).await.unwrap();
+        assert!(timers.cancel("b").await.unwrap(), "{what}");
+        assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await, "{what}: never fired");
+        worker.shutdown().await;
+        assert_eq!(timers.len().await.unwrap(), 0, "{what}");
+    }
+}
