@@ -13,7 +13,7 @@ use crate::server::RedisServer;
 use crate::Fields;
 
 pub fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/durable/bullmq")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("durable/bullmq")
 }
 
 /// Checks for `node` and installs BullMQ if needed; `Err` says why the rival is skipped.
