@@ -25,6 +25,9 @@ mod inputs;
 mod measure;
 #[path = "compare/report.rs"]
 mod report;
+#[allow(dead_code)]
+#[path = "results.rs"]
+mod results;
 #[path = "compare/service.rs"]
 mod service;
 #[path = "compare/sink.rs"]
