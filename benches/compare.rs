@@ -1,20 +1,20 @@
 //! Comparison benchmark: tokio-timewheel against the timers its users would otherwise pick, on the workloads of
-//! BENCH.md (W1 insert, W2 cancel, W3 fire, W4 idle), all in one run.
+//! BENCHMARKS.md (W1 insert, W2 cancel, W3 fire, W4 idle), all in one run.
 //!
 //! ```text
-//! cargo bench --bench compare -- <impl> <w12|w3|w4|w4base> [N] [--rt=none|current|multi] [--w4-window=SECS]
-//! cargo bench --bench compare -- suite [--quick]
-//! cargo bench --bench compare -- w4r [N] [--reps=R] [--only=NAME]
+//! cargo bench -p tokio-timewheel-benches --bench compare -- <impl> <w12|w3|w4|w4base> [N] [--rt=none|current|multi] [--w4-window=SECS]
+//! cargo bench -p tokio-timewheel-benches --bench compare -- suite [--quick]
+//! cargo bench -p tokio-timewheel-benches --bench compare -- w4r [N] [--reps=R] [--only=NAME]
 //! ```
 //!
-//! A single measurement prints BENCH.md's JSON lines on stdout. `suite` runs every implementation, each
+//! A single measurement prints its result lines on stdout (JSON, see `results`). `suite` runs every implementation, each
 //! measurement in a fresh child process (this same executable), three repetitions in rotated order, then prints
 //! the medians, their ratios against the rivals and the pass/fail of the targets, and writes
 //! `target/bench-report/{report.md,w1_insert.svg,raw.jsonl}`.
 //!
 //! Layout: `inputs` (RNG, delays, cancel order, keys), `sink` (fire sink + histogram), `measure` (CPU, RSS,
 //! output, runtimes), one module per implementation, `suite` (child processes, medians) and `report` (tables,
-//! targets, SVG).
+//! targets, SVG), on the rows, medians and tables of `results`, shared with the other benchmarks.
 
 #[path = "compare/delayqueue.rs"]
 mod delayqueue;
@@ -26,6 +26,9 @@ mod inputs;
 mod measure;
 #[path = "compare/report.rs"]
 mod report;
+#[allow(dead_code)]
+#[path = "results.rs"]
+mod results;
 #[path = "compare/service.rs"]
 mod service;
 #[path = "compare/sink.rs"]

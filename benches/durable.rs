@@ -3,8 +3,8 @@
 //! local `redis-server` that this benchmark starts itself.
 //!
 //! ```text
-//! cargo bench --features redis --bench durable                 # N = 100,000, D5 over 60 s, 3 repetitions
-//! cargo bench --features redis --bench durable -- --quick      # N = 10,000, D5 over 10 s, 1 repetition
+//! cargo bench -p tokio-timewheel-benches --bench durable               # N = 100,000, D5 over 60 s, 3 repetitions
+//! cargo bench -p tokio-timewheel-benches --bench durable -- --quick    # N = 10,000, D5 over 10 s, 1 repetition
 //! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5[,...]
 //!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
 //!          --report-from=A.jsonl[,B.jsonl] (report earlier runs together instead of measuring; pass the --n,
@@ -21,13 +21,16 @@
 //! - D4 cancel D1's tasks in a random order (the in-process benchmark's W2 order): cancels per second;
 //! - D5 N tasks an hour away and the 4 workers idle: Redis commands per second over the window
 //!   (`INFO commandstats`, which counts the commands that scripts run inside Redis too; the benchmark's own
-//!   `INFO` calls left out), and the calls clients send (round trips, counted through `MONITOR`).
+//!   `INFO` calls left out), and the calls clients send (round trips, counted through `MONITOR`); for
+//!   tokio-timewheel also per tick, and its script calls and waits (`EVALSHA`, `EVAL`, `BLPOP`) per tick, which
+//!   must stay at 2 or fewer. `--impl=tokio-timewheel --workload=D5 --d5-window=20` measures that alone.
 //!
 //! Each measurement prints one flat JSON line; the end prints medians, the ratios of tokio-timewheel against
 //! each rival, and the targets as PASS/FAIL, and writes `target/bench-report/durable.md` and `durable.jsonl`.
 //!
 //! Layout: `inputs` (keys, payload, delays; the generator is `compare/inputs.rs`'s), `server` (the throwaway
-//! redis-server and its INFO readings), `lateness` (D3's sink), one module per implementation, `report`.
+//! redis-server of the tests, `redis_server`, and its INFO readings), `lateness` (D3's sink), one module per
+//! implementation, `report` (on the rows, medians and tables of `results`, shared with the other benchmarks).
 
 #[path = "durable/apalis.rs"]
 mod apalis;
@@ -40,8 +43,14 @@ mod compare_inputs;
 mod inputs;
 #[path = "durable/lateness.rs"]
 mod lateness;
+#[allow(dead_code)]
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
 #[path = "durable/report.rs"]
 mod report;
+#[allow(dead_code)]
+#[path = "results.rs"]
+mod results;
 #[path = "durable/server.rs"]
 mod server;
 #[path = "durable/timewheel.rs"]
@@ -51,7 +60,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use inputs::Inputs;
-use report::Row;
+use results::Row;
 use server::RedisServer;
 
 /// One measurement's numbers, by field name (`tasks_per_s`, `late_p99_ms`, ...).
@@ -194,28 +203,16 @@ fn load1() -> f64 {
 
 /// Prints one result line (a flat JSON object, with the load average at its end) and keeps it for the report.
 fn emit(rows: &mut Vec<Row>, imp: &str, workload: &str, n: usize, fields: &[(&str, f64)]) {
-    let mut line = format!("{{\"impl\":\"{imp}\",\"workload\":\"{workload}\",\"n\":{n}");
     let fields: Vec<(&str, f64)> = fields.iter().copied().chain([("load1", load1())]).collect();
-    for (name, value) in &fields {
-        let value = if value.is_finite() { *value } else { -1.0 };
-        line.push_str(&format!(",\"{name}\":{}", (value * 1000.0).round() / 1000.0));
-    }
-    line.push('}');
-    println!("{line}");
-    rows.push(Row::new(imp, workload, n, &fields));
+    let row = Row::new(imp, workload, n, &fields);
+    println!("{}", row.line(&[]));
+    rows.push(row);
 }
 
-/// Parses a flat JSON object of numbers (what `bench.mjs` prints); names are leaked, which a benchmark can afford.
+/// The numbers of a flat JSON object (what `bench.mjs` prints); names are leaked, which a benchmark can afford.
 pub fn parse_fields(line: &str) -> Option<Fields> {
-    let body = line.trim().strip_prefix('{')?.strip_suffix('}')?;
-    body.split(',')
-        .map(|pair| {
-            let (key, value) = pair.split_once(':')?;
-            let key = key.trim().strip_prefix('"')?.strip_suffix('"')?;
-            let name: &'static str = Box::leak(key.to_string().into_boxed_str());
-            Some((name, value.trim().parse().ok()?))
-        })
-        .collect()
+    let leak = |name: String| -> &'static str { Box::leak(name.into_boxed_str()) };
+    Some(results::figures(line)?.into_iter().map(|(name, value)| (leak(name), value)).collect())
 }
 
 /// Runs `f` on a fresh two-worker runtime (one per core of the benchmark machine) against a fresh server, and
@@ -226,7 +223,7 @@ where
     Fut: Future<Output = T>,
 {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let out = rt.block_on(async move { f(RedisServer::start().await).await });
+    let out = rt.block_on(f(server::start()));
     rt.shutdown_timeout(Duration::from_secs(5));
     out
 }
@@ -236,18 +233,20 @@ async fn idle_commands<G>(server: &RedisServer, options: &Options, setup: impl F
     let guard = setup.await;
     tokio::time::sleep(options.d5_settle).await;
     let monitor = server::Monitor::start(server).await;
-    let before = server.command_calls().await;
+    let before = server::command_calls(server);
     let clients_before = monitor.counts().clients;
     tokio::time::sleep(options.d5_window).await;
-    let after = server.command_calls().await;
+    let after = server::command_calls(server);
     let clients = server::calls_between(&clients_before, &monitor.counts().clients);
     drop(guard);
     let calls = server::calls_between(&before, &after);
     let secs = options.d5_window.as_secs_f64();
     let total: u64 = calls.values().sum();
+    let sent: u64 = ["evalsha", "eval", "blpop"].iter().map(|name| calls.get(*name).copied().unwrap_or(0)).sum();
     let mut fields: Fields = vec![
         ("commands_per_s", total as f64 / secs),
         ("client_calls_per_s", clients.values().sum::<u64>() as f64 / secs),
+        ("evalsha_eval_blpop_per_s", sent as f64 / secs),
     ];
     for (prefix, calls) in [("cmd", calls), ("client", clients)] {
         for (name, count) in calls {
@@ -297,8 +296,9 @@ fn run_one(rows: &mut Vec<Row>, options: &Options, inputs: &Inputs, json: &std::
             });
             if imp == Impl::Timewheel {
                 let tick_s = options.tick_ms as f64 / 1e3;
-                fields.insert(2, ("commands_per_tick", fields[0].1 * tick_s));
-                fields.insert(3, ("client_calls_per_tick", fields[1].1 * tick_s));
+                fields.insert(3, ("commands_per_tick", fields[0].1 * tick_s));
+                fields.insert(4, ("client_calls_per_tick", fields[1].1 * tick_s));
+                fields.insert(5, ("evalsha_eval_blpop_per_tick", fields[2].1 * tick_s));
             }
             emit(rows, imp.name(), "D5", n, &fields);
         }
@@ -308,14 +308,14 @@ fn run_one(rows: &mut Vec<Row>, options: &Options, inputs: &Inputs, json: &std::
 fn main() {
     let mut options = Options::parse();
     if let Some(paths) = &options.report_from {
-        let rows = report::read(paths);
-        options.n = rows.first().map_or(options.n, |r| r.n());
-        options.reps = report::repetitions(&rows);
+        let rows = results::read(paths);
+        options.n = rows.first().map_or(options.n, |r| r.n);
+        options.reps = results::Medians::new(&rows).repetitions();
         report::write(&options, &rows);
         return;
     }
-    if !RedisServer::available() {
-        fail(&format!("{} not found: install it (`apt-get install redis-server`) and run again", server::REDIS_SERVER));
+    if !redis_server::installed() {
+        fail(&format!("redis-server not found: {}", redis_server::INSTALL_HINT));
     }
     let mut impls = options.impls.clone();
     if impls.contains(&Impl::Bullmq) {

@@ -1,4 +1,4 @@
-//! Workload inputs, exactly as BENCH.md defines them: every implementation draws the same delays, the same
+//! Workload inputs, exactly as BENCHMARKS.md defines them: every implementation draws the same delays, the same
 //! cancel order and the same keys.
 
 /// Base seed of every generator.
@@ -18,7 +18,7 @@ pub fn w3_time_limit() -> std::time::Duration {
 /// W4: the pending timers' delay (one hour).
 pub const W4_DELAY_MS: u64 = 3_600_000;
 
-/// SplitMix64, the generator BENCH.md prescribes.
+/// SplitMix64, the generator of every workload's inputs.
 pub struct SplitMix64(u64);
 
 impl SplitMix64 {

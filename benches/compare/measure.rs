@@ -56,15 +56,9 @@ impl Snapshot {
     }
 }
 
-/// Prints one BENCH.md result line: a flat JSON object.
+/// Prints one result line: a flat JSON object (see `results.rs`), with the runtime it was measured on.
 pub fn emit(imp: &str, workload: &str, n: usize, rt: Rt, fields: &[(&str, f64)]) {
-    let mut line = format!("{{\"impl\":\"{imp}\",\"workload\":\"{workload}\",\"n\":{n},\"rt\":\"{}\"", rt.name());
-    for (name, value) in fields {
-        let value = if value.is_finite() { *value } else { -1.0 };
-        line.push_str(&format!(",\"{name}\":{}", (value * 1000.0).round() / 1000.0));
-    }
-    line.push('}');
-    println!("{line}");
+    println!("{}", crate::results::Row::new(imp, workload, n, fields).line(&[("rt", rt.name())]));
 }
 
 /// W1 then W2 of one round (1, or 2 = allocator warm) for `n` timers; `w2_extra` adds fields to the W2 line.

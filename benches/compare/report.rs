@@ -1,97 +1,26 @@
 //! The suite's report: medians with ratios against both rivals, the targets' verdicts, on stderr-free stdout as
 //! text and in `report.md`, and `w1_insert.svg` drawn by hand.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::suite::{Config, Row, REPETITIONS};
+use crate::results::{self, num, Row, Table};
+use crate::suite::{Config, REPETITIONS};
 use crate::{Impl, Workload};
 
 /// The two rivals every tokio-timewheel figure is compared with.
 const RIVALS: [Impl; 2] = [Impl::TokioTask, Impl::DelayQueue];
 
-/// Medians over the repetitions, by implementation name, workload name, N and field.
-struct Medians(BTreeMap<(String, String, usize, String), f64>);
+/// Medians over the repetitions, by implementation, workload name, N and field.
+struct Medians(results::Medians);
 
 impl Medians {
     fn new(rows: &[Row]) -> Self {
-        let mut samples: BTreeMap<_, Vec<f64>> = BTreeMap::new();
-        for row in rows {
-            for (field, &value) in &row.fields {
-                let key = (row.imp.clone(), row.workload.clone(), row.n, field.clone());
-                samples.entry(key).or_default().push(value);
-            }
-        }
-        Medians(
-            samples
-                .into_iter()
-                .map(|(key, mut values)| {
-                    values.sort_by(f64::total_cmp);
-                    let mid = values.len() / 2;
-                    let median =
-                        if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 };
-                    (key, median)
-                })
-                .collect(),
-        )
+        Medians(results::Medians::new(rows))
     }
 
     fn get(&self, imp: Impl, workload: &str, n: usize, field: &str) -> Option<f64> {
-        let key = (imp.name().to_string(), workload.to_string(), n, field.to_string());
-        self.0.get(&key).copied()
-    }
-}
-
-/// A table rendered both as aligned text and as markdown.
-struct Table {
-    title: String,
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn text(&self) -> String {
-        let widths: Vec<usize> = (0..self.header.len())
-            .map(|c| {
-                let cells = std::iter::once(&self.header[c]).chain(self.rows.iter().map(|r| &r[c]));
-                cells.map(|s| s.chars().count()).max().unwrap_or(0)
-            })
-            .collect();
-        let line = |cells: &[String]| {
-            let padded: Vec<String> = cells
-                .iter()
-                .zip(&widths)
-                .enumerate()
-                .map(|(c, (s, &w))| if c == 0 { format!("{s:<w$}") } else { format!("{s:>w$}") })
-                .collect();
-            padded.join("  ").trim_end().to_string() + "\n"
-        };
-        let mut out = format!("{}\n", self.title);
-        out += &line(&self.header);
-        for row in &self.rows {
-            out += &line(row);
-        }
-        out
-    }
-
-    fn markdown(&self) -> String {
-        let mut out = format!("### {}\n\n| {} |\n|", self.title, self.header.join(" | "));
-        out += &"---|".repeat(self.header.len());
-        out.push('\n');
-        for row in &self.rows {
-            out += &format!("| {} |\n", row.join(" | "));
-        }
-        out
-    }
-}
-
-/// Three significant figures or so, without exponent noise.
-fn num(v: f64) -> String {
-    match v.abs() {
-        a if a >= 100.0 => format!("{v:.0}"),
-        a if a >= 10.0 => format!("{v:.1}"),
-        _ => format!("{v:.2}"),
+        self.0.get(imp.name(), workload, n, field)
     }
 }
 
@@ -390,7 +319,7 @@ fn svg_w1(m: &Medians) -> String {
     let (left, right, top, bottom) = (70.0, 600.0, 40.0, 420.0);
     let impls: Vec<Impl> = Impl::ALL.into_iter().filter(|i| i.supports(Workload::W12)).collect();
     // Every N measured, which in quick mode includes T2's 10K point beside the suite's sizes.
-    let sizes: BTreeSet<usize> = m.0.keys().filter(|k| k.1 == "W1").map(|k| k.2).collect();
+    let sizes = m.0.sizes("W1");
     let series: Vec<(Impl, Vec<(f64, f64)>)> = impls
         .iter()
         .map(|&imp| {

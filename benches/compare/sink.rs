@@ -164,7 +164,7 @@ impl Sink {
         }
     }
 
-    /// The W3 result fields (BENCH.md names) plus `fired`, given when the insert phase started and ended.
+    /// The W3 result fields (the names of the result lines) plus `fired`, given when the insert phase started and ended.
     pub fn w3_fields(&self, start_ns: u64, insert_end_ns: u64, cpu_ms: f64) -> Vec<(&'static str, f64)> {
         let end_ns = if self.all_fired() { self.last_fire_ns.load(Relaxed) } else { self.now_ns() };
         let ms = |ns: u64| ns as f64 / 1e6;

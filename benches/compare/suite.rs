@@ -2,11 +2,10 @@
 //! cache state carried between them), three repetitions with the implementation order rotated between them so
 //! no one always runs first on a cold machine.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
+use crate::results::{report_dir, Row};
 use crate::{report, Impl, Workload};
 
 pub const REPETITIONS: usize = 3;
@@ -34,14 +33,6 @@ impl Config {
         };
         Config { quick, target_n: w3_n, sizes, w3_n, w4_n: 10_000, w4_window_s }
     }
-}
-
-/// One result line of a child.
-pub struct Row {
-    pub imp: String,
-    pub workload: String,
-    pub n: usize,
-    pub fields: BTreeMap<String, f64>,
 }
 
 #[derive(Clone, Copy)]
@@ -111,7 +102,7 @@ fn collect(child: Child, m: &Measurement, raw: &mut String) -> Vec<Row> {
     stdout
         .lines()
         .filter_map(|line| {
-            let row = parse_row(line);
+            let row = Row::parse(line);
             if row.is_none() {
                 eprintln!("  !! {}: unparsed output {line:?}", m.label());
             } else {
@@ -161,39 +152,4 @@ pub fn run(quick: bool) {
     std::fs::create_dir_all(&dir).expect("create the report directory");
     std::fs::write(dir.join("raw.jsonl"), raw).expect("write raw.jsonl");
     report::write(&config, &rows, &dir);
-}
-
-/// `<target dir>/bench-report`, found from this executable's path (`<target>/release/deps/compare-*`) so that
-/// CARGO_TARGET_DIR is honoured.
-fn report_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current executable");
-    let target = exe.ancestors().nth(3).map(PathBuf::from).unwrap_or_else(|| "target".into());
-    target.join("bench-report")
-}
-
-/// Parses one flat JSON object of string and number values, as `measure::emit` writes them.
-fn parse_row(line: &str) -> Option<Row> {
-    let body = line.trim().strip_prefix('{')?.strip_suffix('}')?;
-    let mut strings = BTreeMap::new();
-    let mut fields = BTreeMap::new();
-    // Values never contain commas or quotes (names and numbers only), so splitting is enough.
-    for pair in body.split(',') {
-        let (key, value) = pair.split_once(':')?;
-        let key = key.trim().strip_prefix('"')?.strip_suffix('"')?.to_string();
-        let value = value.trim();
-        match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
-            Some(s) => {
-                strings.insert(key, s.to_string());
-            }
-            None => {
-                fields.insert(key, value.parse().ok()?);
-            }
-        }
-    }
-    Some(Row {
-        imp: strings.remove("impl")?,
-        workload: strings.remove("workload")?,
-        n: fields.remove("n")? as usize,
-        fields,
-    })
 }

@@ -19,7 +19,7 @@ use futures::StreamExt;
 
 use crate::inputs::{index_of, Inputs, BATCH, CONCURRENCY, D5_DELAY_MS, IN_FLIGHT, PAYLOAD, WORKERS};
 use crate::lateness::{now_us, Sink};
-use crate::server::RedisServer;
+use crate::server::{self, RedisServer};
 use crate::Fields;
 
 const QUEUE: &str = "bench";
@@ -66,7 +66,7 @@ async fn push_all(storage: &Storage, tasks: Vec<Task<String>>) {
 pub async fn d124(server: &RedisServer, inputs: &Inputs, batch: bool) -> Vec<(&'static str, Fields)> {
     let storage = storage(server).await;
     let n = inputs.n;
-    let before = server.used_memory().await;
+    let before = server::used_memory(server).await;
     let started = Instant::now();
     if batch {
         for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
@@ -85,7 +85,7 @@ pub async fn d124(server: &RedisServer, inputs: &Inputs, batch: bool) -> Vec<(&'
             .await;
     }
     let d1_s = started.elapsed().as_secs_f64();
-    let after = server.used_memory().await;
+    let after = server::used_memory(server).await;
     let mut out = vec![
         ("D1", vec![("tasks_per_s", n as f64 / d1_s)]),
         ("D2", vec![("redis_bytes_per_task", (after - before) / n as f64)]),

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::server::RedisServer;
+use crate::server::{self, RedisServer};
 use crate::Fields;
 
 pub fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/durable/bullmq")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("durable/bullmq")
 }
 
 /// Checks for `node` and installs BullMQ if needed; `Err` says why the rival is skipped.
@@ -66,9 +66,9 @@ async fn run(mode: &str, server: &RedisServer, inputs: &Path, variant: Option<&s
 /// D1 (`add` per job with 64 in flight, or `addBulk` of 1,024), D2, and D4 (`remove` per job, 64 in flight;
 /// BullMQ has no call to remove many jobs by id, so the batched run measures no D4).
 pub async fn d124(server: &RedisServer, inputs: &Path, n: usize, batch: bool) -> Vec<(&'static str, Fields)> {
-    let before = server.used_memory().await;
+    let before = server::used_memory(server).await;
     let d1 = run("schedule", server, inputs, Some(if batch { "batch" } else { "one" })).await;
-    let after = server.used_memory().await;
+    let after = server::used_memory(server).await;
     let mut out = vec![("D1", d1), ("D2", vec![("redis_bytes_per_task", (after - before) / n as f64)])];
     if !batch {
         let d4 = run("cancel", server, inputs, None).await;

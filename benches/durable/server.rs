@@ -1,101 +1,36 @@
-//! A fresh `redis-server` for each measurement: 127.0.0.1 on a free port, its own temporary directory, AOF with
-//! `appendfsync everysec`, no RDB snapshots, `maxmemory-policy noeviction` — the settings the durable mode asks
-//! production servers for. Killed (SIGKILL) and its directory removed on drop.
+//! The server of one measurement, and what the benchmark reads off it.
+//!
+//! The server is the tests' throwaway `redis-server` (`tests/support/redis_server.rs`): 127.0.0.1 on a free port,
+//! its own temporary directory, AOF with `appendfsync everysec` and no RDB snapshots; here also with
+//! `maxmemory-policy noeviction`, the settings the durable mode asks production servers for. Killed (SIGKILL) and
+//! its directory removed on drop.
+//!
+//! Its readings go over the harness's own connection (plain RESP, no client library), so they add no command
+//! to what is counted but `INFO`, which the counts leave out.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use crate::redis_server::Persistence;
+pub use crate::redis_server::RedisServer;
 
-pub const REDIS_SERVER: &str = "/usr/bin/redis-server";
-
-pub struct RedisServer {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-    control: MultiplexedConnection,
+/// A fresh server; the caller has checked that one is installed.
+pub fn start() -> RedisServer {
+    RedisServer::start_with(Persistence::Aof, &["--maxmemory-policy", "noeviction"]).expect("redis-server installed")
 }
 
-impl RedisServer {
-    /// Whether a server binary is there to start (`apt-get install redis-server` puts it there).
-    pub fn available() -> bool {
-        std::path::Path::new(REDIS_SERVER).exists()
-    }
+/// `used_memory` from `INFO memory`, in bytes, read after a second's pause so that client and AOF buffers of the
+/// calls just made have drained.
+pub async fn used_memory(server: &RedisServer) -> f64 {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let info = tokio::task::block_in_place(|| server.info("memory"));
+    info["used_memory"].parse().expect("used_memory")
+}
 
-    pub async fn start() -> RedisServer {
-        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("tw-durable-bench-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create the server's directory");
-        // A port the kernel just handed out and we released: free unless something grabs it in between.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().unwrap().port();
-        let child = Command::new(REDIS_SERVER)
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .arg("--dir")
-            .arg(&dir)
-            .args(["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""])
-            .args(["--maxmemory-policy", "noeviction", "--daemonize", "no", "--loglevel", "warning"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {REDIS_SERVER}: {e}"));
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("redis URL");
-        let started = Instant::now();
-        let control = loop {
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                if redis::cmd("PING").query_async::<String>(&mut c).await.is_ok() {
-                    break c;
-                }
-            }
-            assert!(started.elapsed() < Duration::from_secs(10), "redis-server on port {port} did not answer PING");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        RedisServer { child, port, dir, control }
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    async fn info(&self, section: &str) -> BTreeMap<String, String> {
-        let text: String = redis::cmd("INFO").arg(section).query_async(&mut self.control.clone()).await.expect("INFO");
-        text.lines().filter_map(|l| l.split_once(':')).map(|(k, v)| (k.to_string(), v.trim().to_string())).collect()
-    }
-
-    /// `used_memory` from `INFO memory`, in bytes, read after a second's pause so that client and AOF buffers
-    /// of the calls just made have drained.
-    pub async fn used_memory(&self) -> f64 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        self.info("memory").await["used_memory"].parse().expect("used_memory")
-    }
-
-    /// Calls per command from `INFO commandstats`, leaving out `INFO` itself (the benchmark's own reads).
-    pub async fn command_calls(&self) -> BTreeMap<String, u64> {
-        self.info("commandstats")
-            .await
-            .into_iter()
-            .filter_map(|(k, v)| {
-                let name = k.strip_prefix("cmdstat_")?.to_string();
-                let calls = v.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()?;
-                (name != "info").then_some((name, calls))
-            })
-            .collect()
-    }
-
-    /// Redis's clock (`TIME`), in microseconds since the Unix epoch.
-    #[allow(dead_code)]
-    pub async fn time_us(&self) -> u64 {
-        let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut self.control.clone()).await.expect("TIME");
-        s * 1_000_000 + us
-    }
+/// Calls per command from `INFO commandstats` (see [`RedisServer::command_calls`]).
+pub fn command_calls(server: &RedisServer) -> BTreeMap<String, u64> {
+    tokio::task::block_in_place(|| server.command_calls())
 }
 
 /// A `MONITOR` connection counting the commands that clients send (round trips), by command, apart from those
@@ -117,7 +52,7 @@ pub struct MonitorCounts {
 impl Monitor {
     pub async fn start(server: &RedisServer) -> Monitor {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await.expect("connect MONITOR");
+        let mut stream = tokio::net::TcpStream::connect(server.addr()).await.expect("connect MONITOR");
         stream.write_all(b"MONITOR\r\n").await.expect("send MONITOR");
         let mut lines = tokio::io::BufReader::new(stream).lines();
         let ok = lines.next_line().await.expect("MONITOR reply");
@@ -151,14 +86,6 @@ impl Monitor {
 impl Drop for Monitor {
     fn drop(&mut self) {
         self.reader.abort();
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -14,7 +14,7 @@ use tokio_timewheel::durable::{DurableScheduler, Task, Worker};
 
 use crate::inputs::{index_of, Inputs, BATCH, CONCURRENCY, D5_DELAY_MS, IN_FLIGHT, PAYLOAD, WORKERS};
 use crate::lateness::{system_time_us, Sink};
-use crate::server::RedisServer;
+use crate::server::{self, RedisServer};
 use crate::{Fields, Options};
 
 const WHEEL: &str = "bench";
@@ -50,7 +50,7 @@ pub async fn d124(
 ) -> Vec<(&'static str, Fields)> {
     let timers = connect(server, options).await;
     let n = inputs.n;
-    let before = server.used_memory().await;
+    let before = server::used_memory(server).await;
     let started = Instant::now();
     if batch {
         schedule_batches(&timers, &inputs.keys, |i| inputs.d1_delays_ms[i]).await;
@@ -67,7 +67,7 @@ pub async fn d124(
             .await;
     }
     let d1_s = started.elapsed().as_secs_f64();
-    let after = server.used_memory().await;
+    let after = server::used_memory(server).await;
 
     let started = Instant::now();
     let cancelled = if batch {

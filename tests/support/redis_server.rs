@@ -1,6 +1,9 @@
-//! A throwaway `redis-server` for tests: its own temp directory, a free port on 127.0.0.1, killed
-//! with SIGKILL by its handle (and on drop), restartable on the same directory and port so the
-//! append-only file is what it comes back with.
+//! A throwaway `redis-server` for tests and benchmarks: its own temp directory, a free port on
+//! 127.0.0.1, killed with SIGKILL by its handle (and on drop), restartable on the same directory
+//! and port so the append-only file is what it comes back with.
+//!
+//! The tests include it as `support::redis_server`; the durable benchmark (`benches/durable.rs`)
+//! includes this same file through `#[path]`. So it uses nothing but `std`, `tempfile` and `libc`.
 //!
 //! The server is found at `$REDIS_SERVER`, else `/usr/bin/redis-server` (Debian's package), else
 //! on `PATH`. When there is none, [`RedisServer::start`] returns `None` and prints a skip note,
@@ -10,6 +13,7 @@
 //! for `PING` and to drive the server from a test (`DEBUG SLEEP`, `SLOWLOG`, `CONFIG SET`) without
 //! going through the crate under test.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -202,6 +206,27 @@ impl RedisServer {
             let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
             let _ = read_reply(&mut BufReader::new(stream));
         });
+    }
+
+    /// The `field:value` lines of an `INFO` section (`memory`, `commandstats`, ...).
+    pub fn info(&self, section: &str) -> BTreeMap<String, String> {
+        let reply = self.command(&["INFO", section]);
+        let text = reply.as_str().unwrap_or_else(|| panic!("INFO {section} answered {reply:?}"));
+        text.lines().filter_map(|l| l.split_once(':')).map(|(k, v)| (k.to_owned(), v.trim().to_owned())).collect()
+    }
+
+    /// Calls per command since the server started (or since `CONFIG RESETSTAT`), from
+    /// `INFO commandstats`, which counts the commands that scripts run too. `INFO` itself, which
+    /// the reading sends, is left out.
+    pub fn command_calls(&self) -> BTreeMap<String, u64> {
+        self.info("commandstats")
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let name = k.strip_prefix("cmdstat_")?.to_owned();
+                let calls = v.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()?;
+                (name != "info").then_some((name, calls))
+            })
+            .collect()
     }
 
     fn spawn(&mut self) -> Result<(), String> {
