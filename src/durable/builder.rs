@@ -208,8 +208,10 @@ impl DurableBuilder {
     }
 
     /// Splits the wheel into `n` partitions, each a wheel of its own under its own hash tag
-    /// (`{<name>:<i>}`), so that a cluster spreads them over its primaries and one busy wheel is
-    /// not bound to one Redis core. A task's partition is the FNV-1a 64-bit hash of its key's
+    /// (`{<name>:<i>~<salt>}`, chosen so that partition `i` sits in the `i`-th of `n` equal
+    /// ranges of the cluster's hash slots: see [`WheelKeys::for_partition`](super::WheelKeys::for_partition)),
+    /// so that a cluster spreads them over its primaries and one busy wheel is not bound to one
+    /// Redis core. A task's partition is the FNV-1a 64-bit hash of its key's
     /// UTF-8 bytes modulo `n`, the same on every node and in every version. Each partition has
     /// its own leadership (different nodes may tick different partitions); workers claim from
     /// all of them; keys stay unique across the whole wheel; `len`, `stats` and `dead_letters`

@@ -56,14 +56,25 @@ impl WheelKeys {
         WheelKeys { prefix: format!("tw:{{{name}}}:") }
     }
 
-    /// The keys of partition `index` of the wheel `name` split into `count` partitions: under
-    /// the hash tag `{<name>:<index>}` (a name holds no colon, so no other wheel's tag is the
-    /// same), or the wheel's own keys when it has one partition.
+    /// The keys of partition `index` of the wheel `name` split into `count` partitions, or the
+    /// wheel's own keys when it has one partition.
+    ///
+    /// A partition's hash tag is `{<name>:<index>~<salt>}` (a name holds no colon, so no other
+    /// wheel's tag is the same), with the smallest salt that puts its Redis Cluster hash slot in
+    /// the `index`-th of `count` equal ranges of the 16,384 slots: a cluster whose primaries hold
+    /// equal runs of slots (as `redis-cli --cluster create` makes them) then holds an even share
+    /// of the partitions, where tags left to chance put two of two partitions on one of three
+    /// primaries a third of the time. Every node computes the same tags.
     pub fn for_partition(name: &str, index: usize, count: usize) -> Self {
         if count <= 1 {
             return Self::new(name);
         }
-        WheelKeys { prefix: format!("tw:{{{name}:{index}}}:") }
+        let (from, to) = (CLUSTER_SLOTS * index / count, CLUSTER_SLOTS * (index + 1) / count);
+        let tag = (0u32..)
+            .map(|salt| format!("{name}:{index}~{salt}"))
+            .find(|tag| (from..to).contains(&usize::from(hash_slot(tag.as_bytes()))))
+            .expect("some salt lands in every range of at least one slot");
+        WheelKeys { prefix: format!("tw:{{{tag}}}:") }
     }
 
     /// `tw:{<name>}:`, the start of every key of the wheel.
@@ -161,6 +172,22 @@ impl WheelKeys {
     }
 }
 
+/// The hash slots of a Redis Cluster.
+const CLUSTER_SLOTS: usize = 16_384;
+
+/// The Redis Cluster hash slot of a hash tag: CRC16 (XMODEM: polynomial 0x1021, initial value 0)
+/// modulo 16,384, as Redis computes it.
+fn hash_slot(tag: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in tag {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % CLUSTER_SLOTS as u16
+}
+
 /// The Lua that binds the key names for a script, on one line: `local P = ARGV[1]`, one local
 /// per fixed key (`READY`, ...), one function per per-item key (`task_key(k)`, ...).
 pub(crate) fn lua_bindings() -> String {
@@ -201,6 +228,31 @@ mod tests {
             [keys.slot(3), keys.task("k"), keys.done("k"), keys.dead_task("k"), keys.claim("c")],
             ["tw:{w}:slot:3", "tw:{w}:t:k", "tw:{w}:done:k", "tw:{w}:d:k", "tw:{w}:claim:c"]
         );
+    }
+
+    /// Redis's own figures: `CLUSTER KEYSLOT` of these keys.
+    #[test]
+    fn hash_slots_are_redis_cluster_slots() {
+        assert_eq!(hash_slot(b"123456789"), 0x31c3 % CLUSTER_SLOTS as u16);
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"bar"), 5061);
+    }
+
+    /// Partition `i` of `n` lands in the `i`-th of `n` equal slot ranges, under a tag of its own.
+    #[test]
+    fn partitions_spread_over_the_slot_ranges() {
+        for n in [2, 3, 8, 64] {
+            let mut prefixes = std::collections::HashSet::new();
+            for i in 0..n {
+                let keys = WheelKeys::for_partition("orders", i, n);
+                let tag = keys.prefix().trim_start_matches("tw:{").trim_end_matches("}:");
+                assert!(tag.starts_with(&format!("orders:{i}~")), "{tag}");
+                let slot = usize::from(hash_slot(tag.as_bytes()));
+                assert!((CLUSTER_SLOTS * i / n..CLUSTER_SLOTS * (i + 1) / n).contains(&slot), "{n}: {i} -> {slot}");
+                assert!(prefixes.insert(keys.prefix().to_string()));
+            }
+        }
+        assert_eq!(WheelKeys::for_partition("orders", 0, 1), WheelKeys::new("orders"));
     }
 
     #[test]

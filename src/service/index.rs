@@ -342,8 +342,9 @@ mod tests {
         let random = |j: u64| splitmix(j ^ 0xA5A5_0000_0000_0000);
         let low_20 = move |j| (random(j) & !0xF_FFFF) | 0x1_2345;
         let low_32 = move |j| (random(j) & !0xFFFF_FFFF) | 0x89AB_CDEF;
-        let families: [(&str, &dyn Fn(u64) -> u64, [u64; 2]); 2] =
-            [("low-20", &low_20, [1_000, 10_000]), ("low-32", &low_32, [100, 1_000])];
+        // A family's name, its hashes, and how many of it the table holds first.
+        type Family<'a> = (&'a str, &'a dyn Fn(u64) -> u64, [u64; 2]);
+        let families: [Family<'_>; 2] = [("low-20", &low_20, [1_000, 10_000]), ("low-32", &low_32, [100, 1_000])];
         for (name, family, sizes) in families {
             for f in sizes {
                 let (ri, rr) = slots_walked(KeyIndex::new(), N, f, &random);
