@@ -472,7 +472,7 @@ impl Scheduler {
         let Prepared { key, due, run } = prepared?;
         self.check_running()?;
         let ticket = self.shared.add(Timer::new(key.clone(), run), due, true)?;
-        Ok(Scheduled::new(self.shared.clone(), self.clock, key, ticket).cancel_on_drop())
+        Ok(Scheduled::new(self.shared.clone(), key, ticket).cancel_on_drop())
     }
 
     /// Claims the key of a checked timer nobody watches, at the call; the future reports the
@@ -589,7 +589,7 @@ impl Scheduler {
         let at = at?;
         self.check_running()?;
         let (claimed, ticket) = self.shared.upsert(Timer::new(key.clone(), run), due, at, false)?;
-        Ok((claimed, TimerHandle::new(self.shared.clone(), self.clock, key, ticket)))
+        Ok((claimed, TimerHandle::new(self.shared.clone(), key, ticket)))
     }
 
     /// A future that reports an outcome reached at the call, after giving way now and then, as

@@ -46,8 +46,14 @@ pub(crate) const DRAIN_MIN: usize = 256;
 /// A hierarchical timing wheel: O(1) insert and remove, advance by due bucket.
 ///
 /// See the [module docs](crate::wheel) for an example.
-pub struct HierarchicalWheel<T> {
-    slab: Slab<T>,
+///
+/// `A` sets the alignment of the wheel's entries (each entry is a few words of bookkeeping and
+/// the value): the default `()` packs them, which suits small values; for values of about 40
+/// bytes, an entry is 64 bytes, and a 64-byte aligned `A` (see
+/// [`with_alignment`](Self::with_alignment)) keeps each in one cache line, which saves a cache
+/// miss per entry touched when the wheel is larger than the cache.
+pub struct HierarchicalWheel<T, A = ()> {
+    slab: Slab<T, A>,
     /// The buckets' entries: bucket `slot` of level `l` is `buckets[levels[l].first + slot]`.
     buckets: Vec<Bucket>,
     levels: Vec<Level>,
@@ -84,6 +90,33 @@ impl<T> HierarchicalWheel<T> {
     /// # Errors
     /// [`Error::Invalid`](crate::Error::Invalid) unless `2 <= slots <=` [`MAX_SLOTS`](super::MAX_SLOTS).
     pub fn new(slots: usize) -> Result<Self, crate::Error> {
+        Self::with_alignment(slots)
+    }
+}
+
+impl<T, A> HierarchicalWheel<T, A> {
+    /// As [`new`](HierarchicalWheel::new), with every entry aligned as `A` is.
+    ///
+    /// # Errors
+    /// As [`new`](HierarchicalWheel::new).
+    ///
+    /// # Examples
+    /// ```
+    /// use tokio_timewheel::wheel::{HierarchicalWheel, Wheel};
+    ///
+    /// /// A cache line.
+    /// #[repr(align(64))]
+    /// struct Line;
+    ///
+    /// // Each entry starts a cache line.
+    /// let mut wheel = HierarchicalWheel::<[u64; 5], Line>::with_alignment(64)?;
+    /// wheel.insert(10, [7; 5]);
+    /// let mut fired = Vec::new();
+    /// wheel.advance(10, |e| fired.push(e.value));
+    /// assert_eq!(fired, [[7; 5]]);
+    /// # Ok::<(), tokio_timewheel::Error>(())
+    /// ```
+    pub fn with_alignment(slots: usize) -> Result<Self, crate::Error> {
         check_slots(slots, 2)?;
         Ok(HierarchicalWheel {
             slab: Slab::new(),
@@ -331,7 +364,7 @@ impl<T> HierarchicalWheel<T> {
     }
 }
 
-impl<T> Wheel<T> for HierarchicalWheel<T> {
+impl<T, A> Wheel<T> for HierarchicalWheel<T, A> {
     fn insert(&mut self, deadline: u64, value: T) -> EntryId {
         let id = self.slab.insert(deadline, value);
         self.place(id.index());
@@ -431,7 +464,7 @@ impl<T> Default for HierarchicalWheel<T> {
     }
 }
 
-impl<T> std::fmt::Debug for HierarchicalWheel<T> {
+impl<T, A> std::fmt::Debug for HierarchicalWheel<T, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HierarchicalWheel")
             .field("slots", &self.slots)
