@@ -266,6 +266,43 @@ impl<T, A> HierarchicalWheel<T, A> {
         }
     }
 
+    /// The earliest deadline of the pending entries whose value `wanted` accepts, if any.
+    ///
+    /// Visits each level's buckets in the order they come due and stops at the first that
+    /// starts at or after the best deadline found so far: every entry is filed no later than its
+    /// deadline (an entry pushed back stays in a bucket that starts before it). So it reads the
+    /// entries filed before that deadline, not the whole wheel.
+    pub(crate) fn earliest_where(&self, mut wanted: impl FnMut(&T) -> bool) -> Option<u64> {
+        let mut best: Option<u64> = None;
+        for (level, l) in self.levels.iter().enumerate() {
+            let len = l.len as usize;
+            let cursor = self.slot(level, self.now);
+            let base = self.bucket_start(level, self.now);
+            // `k`: the distance from the cursor of the next bucket to look at.
+            let mut k = 0;
+            while let Some(next) = l.occupied.next_set_from((cursor + k) % len) {
+                k += next;
+                let start = base.saturating_add((k as u64).saturating_mul(l.tick));
+                if k >= len || best.is_some_and(|b| b <= start) {
+                    break;
+                }
+                for (_, index) in self.buckets[l.first + (cursor + k) % len].entries() {
+                    let entry = self.slab.get(index);
+                    debug_assert!(
+                        k == 0 || entry.deadline() >= start,
+                        "entry {index} due at {} is filed in a bucket of level {level} starting at {start}",
+                        entry.deadline()
+                    );
+                    if entry.value.as_ref().is_some_and(&mut wanted) {
+                        best = Some(best.map_or(entry.deadline(), |b| b.min(entry.deadline())));
+                    }
+                }
+                k += 1;
+            }
+        }
+        best
+    }
+
     /// Takes the earliest tick at which a bucket that inserts made busy enough to drain (since
     /// the last `advance`, or the last call) needs its first share, if any. A driver that
     /// publishes when it will next advance, and lets other threads insert meanwhile, checks this

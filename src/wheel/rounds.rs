@@ -131,6 +131,36 @@ impl<T, A> RoundsWheel<T, A> {
         self.slab.capacity()
     }
 
+    /// The earliest deadline of the pending entries whose value `wanted` accepts, if any: the
+    /// overdue list, then the ring's buckets in the order the cursor reaches them, stopping at the
+    /// first bucket whose first tick is at or after the best deadline found so far (an entry's
+    /// deadline is never before the first tick its bucket is visited).
+    pub(crate) fn earliest_where(&self, mut wanted: impl FnMut(&T) -> bool) -> Option<u64> {
+        let mut best: Option<u64> = None;
+        let mut visit = |bucket: usize, best: &mut Option<u64>| {
+            for (_, index) in self.buckets[bucket].entries() {
+                let entry = self.slab.get(index);
+                if entry.value.as_ref().is_some_and(&mut wanted) {
+                    *best = Some(best.map_or(entry.deadline(), |b| b.min(entry.deadline())));
+                }
+            }
+        };
+        visit(self.overdue(), &mut best);
+        let slots = self.slots as usize;
+        let first = (self.now % self.slots + 1) as usize % slots;
+        let mut k = 0;
+        while let Some(next) = self.occupied.next_set_from((first + k) % slots) {
+            k += next;
+            let start = self.now.saturating_add(1 + k as u64);
+            if k >= slots || best.is_some_and(|b| b <= start) {
+                break;
+            }
+            visit((first + k) % slots, &mut best);
+            k += 1;
+        }
+        best
+    }
+
     fn overdue(&self) -> usize {
         self.slots as usize
     }

@@ -390,6 +390,16 @@ impl Shared {
         (s.wheel.deadline(id).expect("a pending timer is in its shard's wheel"), exact)
     }
 
+    /// The earliest deadline tick of the pending timers whose stored key starts with `prefix`
+    /// (a queue's key space), one shard at a time under its lock. Each shard's wheel is read in
+    /// the order its buckets come due, up to the first such timer's bucket (see
+    /// `earliest_where`). A cancelled timer's emptied entry holds no key, so it never matches.
+    pub fn earliest_with_prefix(&self, prefix: &[u8]) -> Option<u64> {
+        (0..self.shards.len())
+            .filter_map(|shard| self.lock(shard).wheel.earliest_where(|timer| timer.key.as_bytes().starts_with(prefix)))
+            .min()
+    }
+
     /// Whether the timer of `ticket` (holding `key`) is pending.
     pub fn contains_ticket(&self, key: &Key, ticket: Ticket) -> bool {
         self.lock(ticket.shard as usize).find_ticket(ticket, key, &self.hasher).is_some()

@@ -127,6 +127,14 @@ impl ShardWheel {
         Ok(wheel)
     }
 
+    /// The earliest deadline of the timers `wanted` accepts (see the wheels' `earliest_where`).
+    pub fn earliest_where(&self, wanted: impl FnMut(&Timer) -> bool) -> Option<u64> {
+        match self {
+            ShardWheel::Hierarchical(w) => w.earliest_where(wanted),
+            ShardWheel::Rounds(w) => w.earliest_where(wanted),
+        }
+    }
+
     pub fn next_deadline(&self) -> Option<u64> {
         match self {
             ShardWheel::Hierarchical(w) => w.next_deadline(),
