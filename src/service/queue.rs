@@ -225,8 +225,8 @@ impl<T: Send + 'static> TimerQueue<T> {
         delay: Duration,
         value: T,
     ) -> impl Future<Output = Result<bool, Error>> + Send + '_ {
-        let upserted = self.scheduler.upsert_stored(key.as_ref(), self.store(), delay, self.deliver(value));
-        Scheduler::report(upserted.map(|(claimed, _)| claimed))
+        let upserted = self.scheduler.upsert_stored(key.as_ref(), self.store(), delay, || self.deliver(value));
+        Scheduler::report(upserted.map(|(claimed, ..)| claimed))
     }
 
     /// As [`schedule_or_reset`](Self::schedule_or_reset), and hands back a [`TimerHandle`] to
@@ -259,8 +259,8 @@ impl<T: Send + 'static> TimerQueue<T> {
         delay: Duration,
         value: T,
     ) -> impl Future<Output = Result<TimerHandle, Error>> + Send + '_ {
-        let upserted = self.scheduler.upsert_stored(key.as_ref(), self.store(), delay, self.deliver(value));
-        Scheduler::report(upserted.map(|(_, handle)| handle))
+        let upserted = self.scheduler.upsert_stored(key.as_ref(), self.store(), delay, || self.deliver(value));
+        Scheduler::report(upserted.map(|(_, key, ticket)| self.scheduler.handle(key, ticket)))
     }
 
     /// Cancels this queue's pending timer with this key and hands its value back, or `None` if

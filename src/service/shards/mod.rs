@@ -333,33 +333,42 @@ impl Shared {
         Ok(())
     }
 
-    /// Moves the pending timer holding `timer.key` to `due` (at the instant `at`), or claims the
-    /// key for `timer` if none is pending, under one lock. Returns whether `timer` was claimed,
-    /// and the ticket of the pending timer; if not claimed, `timer` is dropped once the lock is
-    /// released. `watched` marks a newly claimed timer as watched by a `Scheduled`.
-    pub fn upsert(&self, timer: Timer, due: Due, at: Instant, watched: bool) -> Result<(bool, Ticket), Error> {
-        let (shard, hash) = self.locate(timer.key.as_bytes());
+    /// Moves the pending timer holding `key` to `due` (at the instant `at`), or claims the key
+    /// for the timer `make` builds if none is pending, under one lock. Returns whether a timer
+    /// was claimed, and the ticket of the pending timer. `make` is called only to claim (it runs
+    /// no user code: it moves a job into a box), and is dropped, with whatever it holds, once
+    /// the lock is released. `watched` marks a newly claimed timer as watched by a `Scheduled`.
+    pub fn upsert(
+        &self,
+        key: &Key,
+        make: impl FnOnce() -> Timer,
+        due: Due,
+        at: Instant,
+        watched: bool,
+    ) -> Result<(bool, Ticket), Error> {
+        let (shard, hash) = self.locate(key.as_bytes());
         let mut s = self.lock(shard);
         if s.closed {
             return Err(Error::Stopped);
         }
-        let (result, unused, placed) = match s.find(hash, timer.key.as_bytes(), None) {
+        let (result, unused, placed) = match s.find(hash, key.as_bytes(), None) {
             Some(pos) => {
                 let index = s.keys.index_at(pos);
                 let earlier = s.move_to(index, due.deadline, at);
                 let serial = s.wheel.at(index).1.serial();
-                (Ok((false, Ticket { shard: shard as u32, entry: index, serial })), Some(timer), earlier)
+                (Ok((false, Ticket { shard: shard as u32, entry: index, serial })), (Some(make), None), earlier)
             }
-            None => match self.claim(&mut s, hash, timer, due.deadline, watched) {
-                Ok((serial, entry)) => (Ok((true, Ticket { shard: shard as u32, entry, serial })), None, true),
-                Err((error, timer)) => (Err(error), Some(timer), false),
+            None => match self.claim(&mut s, hash, make(), due.deadline, watched) {
+                Ok((serial, entry)) => (Ok((true, Ticket { shard: shard as u32, entry, serial })), (None, None), true),
+                Err((error, timer)) => (Err(error), (None, Some(timer)), false),
             },
         };
         // A deadline moved later needs no wake-up: the actor wakes for the old one anyway.
         if placed {
             self.wake_if_urgent(&mut s, due.set_at, due.deadline);
         }
-        // A timer not used is dropped here, with no lock held.
+        // What was not used (the maker of a timer not needed, or a timer refused) is dropped
+        // here, with no lock held.
         drop(s);
         drop(unused);
         result
