@@ -78,6 +78,7 @@ impl Key {
     }
 
     /// The key's bytes: what the key map hashes and compares, so lookups skip UTF-8 checks.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         match self {
             Key::Inline { len, bytes } => &bytes[..*len as usize],
