@@ -326,8 +326,9 @@ impl Shared {
             return Err(Error::Stopped);
         }
         let index = s.find_ticket(ticket, key, &self.hasher).ok_or(Error::NotFound)?;
-        // A later deadline needs no wake-up: the actor wakes for the old one anyway.
-        if s.move_to(index, deadline, due) {
+        // A later deadline needs no wake-up: the actor wakes for the old one anyway. (The
+        // `move_no_wake` mutant checks no move at all.)
+        if s.move_to(index, deadline, due) && cfg!(not(tw_mutant = "move_no_wake")) {
             self.wake_if_urgent(&mut s, set_at, deadline);
         }
         Ok(())
