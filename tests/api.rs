@@ -466,3 +466,38 @@ async fn a_handle_moves_and_cancels_its_own_timer_only() {
     drop(guard);
     assert!(!timer.contains("idle"));
 }
+
+/// A queue's next deadline is its earliest pending timer's, whatever else is pending: it follows
+/// a cancel or a removal of the earliest, a move later (by key or by handle) or earlier, and a
+/// firing, and ignores the timers of another queue and of the scheduler, even earlier ones.
+#[tokio::test(start_paused = true)]
+async fn a_queue_knows_its_next_deadline() {
+    let timer = Scheduler::builder().start().unwrap();
+    let (queue, mut expired) = timer.queue::<u32>();
+    let (other, _other_expired) = timer.queue::<u32>();
+    let s = Duration::from_secs(1);
+    let start = Instant::now();
+    assert_eq!(queue.next_deadline(), None);
+    other.schedule("a", s, 0).await.unwrap();
+    timer.schedule("a", s, |_| async {}).await.unwrap();
+    assert_eq!(queue.next_deadline(), None, "others' timers are not the queue's");
+    assert_eq!(other.next_deadline(), Some(start + s));
+    queue.schedule("a", 30 * s, 1).await.unwrap();
+    let b = queue.schedule_or_reset_handle("b", 60 * s, 2).await.unwrap();
+    queue.schedule("c", 90 * s, 3).await.unwrap();
+    assert_eq!(queue.next_deadline(), Some(start + 30 * s));
+    assert!(queue.cancel("a").await, "the earliest goes");
+    assert_eq!(queue.next_deadline(), Some(start + 60 * s));
+    b.reschedule(120 * s).unwrap(); // the earliest moves later, lazily in the wheel
+    assert_eq!(queue.next_deadline(), Some(start + 90 * s));
+    queue.reschedule("c", 200 * s).await.unwrap();
+    assert_eq!(queue.next_deadline(), Some(start + 120 * s));
+    queue.reschedule("c", 10 * s).await.unwrap(); // and one moves earlier
+    assert_eq!(queue.next_deadline(), Some(start + 10 * s));
+    assert_eq!(expired.recv().await, Some(("c".to_string(), 3)));
+    assert_eq!(queue.next_deadline(), Some(start + 120 * s), "after the earliest fired");
+    assert_eq!(queue.next_deadline(), queue.deadline("b"));
+    assert!(b.cancel());
+    assert_eq!(queue.next_deadline(), None);
+    assert_eq!(other.next_deadline(), None, "its timer fired at 1 s");
+}

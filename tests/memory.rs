@@ -12,8 +12,14 @@ struct Counting;
 
 static ALLOCATED: AtomicIsize = AtomicIsize::new(0);
 
+std::thread_local! {
+    /// Allocations made by this thread (tests run on threads of their own).
+    static ALLOCATIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
         ALLOCATED.fetch_add(layout.size() as isize, Relaxed);
         unsafe { System.alloc(layout) }
     }
@@ -32,6 +38,41 @@ static GLOBAL: Counting = Counting;
 
 fn allocated() -> isize {
     ALLOCATED.load(Relaxed)
+}
+
+/// The allocations this thread makes in `f`.
+fn allocations<R>(f: impl FnOnce() -> R) -> (usize, R) {
+    let before = ALLOCATIONS.with(|n| n.get());
+    let r = f();
+    (ALLOCATIONS.with(|n| n.get()) - before, r)
+}
+
+/// A push-back through `schedule_or_reset` builds no timer: with its (short) key pending, the
+/// call allocates nothing, the scheduler's or a queue's; arming the key allocates the job's box.
+#[test]
+fn a_push_back_builds_no_timer() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+    runtime.block_on(async {
+        let timer = Scheduler::builder().start().unwrap();
+        let state = std::sync::Arc::new(7);
+        let job = |state: std::sync::Arc<i32>| move |_: String| async move { drop(state) };
+        let idle = Duration::from_secs(30);
+        let (armed, future) = allocations(|| timer.schedule_or_reset("conn-7", idle, job(state.clone())));
+        assert!(future.await.unwrap());
+        assert!(armed >= 1, "arming boxes the job: {armed} allocations");
+        let (pushed, future) = allocations(|| timer.schedule_or_reset("conn-7", idle, job(state.clone())));
+        assert!(!future.await.unwrap());
+        assert_eq!(pushed, 0, "a push-back allocated");
+
+        let (queue, _expired) = timer.queue::<String>();
+        let (armed, future) = allocations(|| queue.schedule_or_reset("conn-7", idle, "seven".to_string()));
+        assert!(future.await.unwrap());
+        assert!(armed >= 2, "the value and its delivery's box: {armed} allocations");
+        let value = "seven".to_string();
+        let (pushed, future) = allocations(|| queue.schedule_or_reset("conn-7", idle, value));
+        assert!(!future.await.unwrap());
+        assert_eq!(pushed, 0, "a queue's push-back allocated");
+    });
 }
 
 const BURST: usize = 200_000;

@@ -42,10 +42,11 @@ enum Imp {
     TaskMulti,
     DelayQueueChannel,
     DelayQueueDirect,
+    DelayQueueLocked,
     SleepFloor,
 }
 
-const ALL: [Imp; 9] = [
+const ALL: [Imp; 10] = [
     Imp::ServiceHandle,
     Imp::ServiceReschedule,
     Imp::ServiceUpsert,
@@ -54,6 +55,7 @@ const ALL: [Imp; 9] = [
     Imp::TaskMulti,
     Imp::DelayQueueChannel,
     Imp::DelayQueueDirect,
+    Imp::DelayQueueLocked,
     Imp::SleepFloor,
 ];
 
@@ -68,6 +70,7 @@ impl Imp {
             Imp::TaskMulti => "tokio task + Sleep::reset (multi_thread, 2)",
             Imp::DelayQueueChannel => "DelayQueue, owner fed by a channel",
             Imp::DelayQueueDirect => "DelayQueue, driven directly",
+            Imp::DelayQueueLocked => "reference: DelayQueue driven directly, behind a Mutex",
             Imp::SleepFloor => "floor: Sleep::reset, caller-owned",
         }
     }
@@ -84,6 +87,7 @@ impl Imp {
                     Imp::TaskCurrent | Imp::TaskMulti => tasks(n, &order).await,
                     Imp::DelayQueueChannel => delay_queue_channel(n, &order).await,
                     Imp::DelayQueueDirect => delay_queue_direct(n, &order).await,
+                    Imp::DelayQueueLocked => delay_queue_locked(n, &order).await,
                     Imp::SleepFloor => sleep_floor(n, &order).await,
                 }
             })
@@ -239,6 +243,27 @@ async fn delay_queue_direct(n: usize, order: &[u32]) -> f64 {
         }
     }
     let ns = per_push(started, n);
+    for key in &keys {
+        queue.remove(key);
+    }
+    ns
+}
+
+/// As [`delay_queue_direct`], with the queue behind a `std::sync::Mutex` locked for each
+/// push-back, as a queue shared between tasks would be: not a rival (the direct queue is its
+/// better form), but what one uncontended lock per push-back costs on this workload (the
+/// service's push-back takes its shard's lock).
+async fn delay_queue_locked(n: usize, order: &[u32]) -> f64 {
+    let queue = std::sync::Mutex::new(DelayQueue::new());
+    let keys: Vec<_> = (0..n as u32).map(|i| queue.lock().unwrap().insert(i, IDLE)).collect();
+    let started = Instant::now();
+    for _ in 0..PUSHES {
+        for &i in order {
+            queue.lock().unwrap().reset(&keys[i as usize], IDLE);
+        }
+    }
+    let ns = per_push(started, n);
+    let mut queue = queue.into_inner().unwrap();
     for key in &keys {
         queue.remove(key);
     }

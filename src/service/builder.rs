@@ -211,7 +211,7 @@ impl Builder {
             WheelKind::Rounds => drop(RoundsWheel::<()>::new(self.slots)?),
         }
         let clock = Clock::new(self.tick)?;
-        let shared = Arc::new(Shared::new(self.wheel, self.slots, self.max_pending, self.capacity)?);
+        let shared = Arc::new(Shared::new(self.wheel, self.slots, self.max_pending, self.capacity, clock)?);
         let (tx, rx) = mpsc::channel(self.channel_capacity);
         let config = actor::Config { clock, advance: self.advance, tick: self.tick, lag_warning: self.lag_warning };
         actor::spawn(&runtime, rx, shared.clone(), config);

@@ -124,6 +124,7 @@ impl Clock {
 
     /// The instant `delay` after `now`, which repeating timers and moves keep to stay on their
     /// period.
+    #[inline]
     pub fn instant_after(now: Instant, delay: Duration) -> Result<Instant, Error> {
         now.checked_add(delay).ok_or_else(|| {
             Error::invalid(format!("a delay of {delay:?} puts the deadline past what Instant can represent"))

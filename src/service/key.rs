@@ -24,15 +24,24 @@ const QUEUE: u8 = 0xFF;
 
 /// The stored form of `key` in the key space of queue `queue`, written into `out`.
 pub(crate) fn queue_key(queue: u64, key: &str, out: &mut Vec<u8>) {
+    let (prefix, len) = queue_prefix(queue);
     out.clear();
-    out.push(QUEUE);
+    out.extend_from_slice(&prefix[..len]);
+    out.extend_from_slice(key.as_bytes());
+}
+
+/// The prefix of queue `queue`'s keys (its first `len` bytes): [`QUEUE`], then the number.
+fn queue_prefix(queue: u64) -> ([u8; 11], usize) {
+    let mut prefix = [QUEUE; 11];
+    let mut len = 1;
     let mut n = queue;
     while n >= 0x80 {
-        out.push(n as u8 | 0x80);
+        prefix[len] = n as u8 | 0x80;
+        len += 1;
         n >>= 7;
     }
-    out.push(n as u8);
-    out.extend_from_slice(key.as_bytes());
+    prefix[len] = n as u8;
+    (prefix, len + 1)
 }
 
 impl Key {
@@ -45,7 +54,16 @@ impl Key {
 
     /// The stored form of `key` in queue `queue`'s key space (see [`queue_key`]).
     pub fn in_queue(queue: u64, key: &str) -> Self {
-        let mut bytes = Vec::with_capacity(key.len() + 10);
+        let (prefix, len) = queue_prefix(queue);
+        let total = len + key.len();
+        if total <= INLINE {
+            // Built in place: a short key's push-back allocates nothing.
+            let mut bytes = [0; INLINE];
+            bytes[..len].copy_from_slice(&prefix[..len]);
+            bytes[len..total].copy_from_slice(key.as_bytes());
+            return Key::Inline { len: total as u8, bytes };
+        }
+        let mut bytes = Vec::with_capacity(total);
         queue_key(queue, key, &mut bytes);
         Key::from_bytes(&bytes)
     }
@@ -60,6 +78,7 @@ impl Key {
     }
 
     /// The key's bytes: what the key map hashes and compares, so lookups skip UTF-8 checks.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         match self {
             Key::Inline { len, bytes } => &bytes[..*len as usize],

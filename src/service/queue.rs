@@ -225,8 +225,8 @@ impl<T: Send + 'static> TimerQueue<T> {
         delay: Duration,
         value: T,
     ) -> impl Future<Output = Result<bool, Error>> + Send + '_ {
-        let upserted = self.scheduler.upsert_stored(key.as_ref(), self.store(), delay, self.deliver(value));
-        Scheduler::report(upserted.map(|(claimed, _)| claimed))
+        let upserted = self.scheduler.upsert_stored(key.as_ref(), self.store(), delay, || self.deliver(value));
+        Scheduler::report(upserted.map(|(claimed, ..)| claimed))
     }
 
     /// As [`schedule_or_reset`](Self::schedule_or_reset), and hands back a [`TimerHandle`] to
@@ -259,8 +259,8 @@ impl<T: Send + 'static> TimerQueue<T> {
         delay: Duration,
         value: T,
     ) -> impl Future<Output = Result<TimerHandle, Error>> + Send + '_ {
-        let upserted = self.scheduler.upsert_stored(key.as_ref(), self.store(), delay, self.deliver(value));
-        Scheduler::report(upserted.map(|(_, handle)| handle))
+        let upserted = self.scheduler.upsert_stored(key.as_ref(), self.store(), delay, || self.deliver(value));
+        Scheduler::report(upserted.map(|(_, key, ticket)| self.scheduler.handle(key, ticket)))
     }
 
     /// Cancels this queue's pending timer with this key and hands its value back, or `None` if
@@ -384,6 +384,43 @@ impl<T: Send + 'static> TimerQueue<T> {
     /// ```
     pub fn deadline(&self, key: &str) -> Option<Instant> {
         let (tick, _) = self.with_key(key, |key| self.scheduler.shared().deadline(key))?;
+        self.scheduler.clock().instant(tick)
+    }
+
+    /// When this queue's next timer is due (the earliest [`deadline`](Self::deadline) of its
+    /// pending timers), or `None` if it has none pending.
+    ///
+    /// # Cost
+    /// Nothing is kept up to date for it, so scheduling, moving, cancelling and firing pay
+    /// nothing. A call takes each shard's lock in turn and reads its wheel in the order the
+    /// buckets come due, up to the bucket of the queue's first timer there: it reads the timers
+    /// (of any queue, or of the scheduler) filed to come due before this queue's next one, not
+    /// every pending timer. An empty queue answers at once. Meant for an event loop's bookkeeping
+    /// (a metric, a shutdown deadline) more than for every turn of a busy loop.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio::time::Instant;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let (timeouts, _expired) = timer.queue::<u64>();
+    /// assert_eq!(timeouts.next_deadline(), None);
+    /// let start = Instant::now();
+    /// timeouts.schedule("conn-7", Duration::from_secs(30), 7).await?;
+    /// timeouts.schedule("conn-8", Duration::from_secs(10), 8).await?;
+    /// assert_eq!(timeouts.next_deadline(), Some(start + Duration::from_secs(10)));
+    /// timeouts.remove("conn-8");
+    /// assert_eq!(timeouts.next_deadline(), timeouts.deadline("conn-7"));
+    /// # Ok(()) }
+    /// ```
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if self.is_empty() {
+            return None;
+        }
+        let tick = self.with_key("", |prefix| self.scheduler.shared().earliest_with_prefix(prefix))?;
         self.scheduler.clock().instant(tick)
     }
 

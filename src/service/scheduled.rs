@@ -5,7 +5,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use super::clock::Clock;
 use super::handle::TimerHandle;
 use super::key::Key;
 use super::shards::{Shared, Ticket};
@@ -33,7 +32,6 @@ use crate::Error;
 /// ```
 pub struct Scheduled {
     shared: Arc<Shared>,
-    clock: Clock,
     key: Key,
     /// Where the timer is: its shard, its serial number there, and the entry it was placed in.
     ticket: Ticket,
@@ -51,8 +49,8 @@ enum State {
 }
 
 impl Scheduled {
-    pub(crate) fn new(shared: Arc<Shared>, clock: Clock, key: Key, ticket: Ticket) -> Self {
-        Scheduled { shared, clock, key, ticket, state: State::Armed }
+    pub(crate) fn new(shared: Arc<Shared>, key: Key, ticket: Ticket) -> Self {
+        Scheduled { shared, key, ticket, state: State::Armed }
     }
 
     /// The key of the timer this future watches.
@@ -78,7 +76,7 @@ impl Scheduled {
     /// # Ok(()) }
     /// ```
     pub fn handle(&self) -> TimerHandle {
-        TimerHandle::new(self.shared.clone(), self.clock, self.key.clone(), self.ticket)
+        TimerHandle::new(self.shared.clone(), self.key.clone(), self.ticket)
     }
 
     /// Turns this future into one that also cancels its timer when dropped before the timer

@@ -15,7 +15,7 @@ use super::job::{Once, Wake};
 use super::key::Key;
 use super::lateness::Lateness;
 use super::scheduled::{CancelOnDrop, Scheduled};
-use super::shards::Shared;
+use super::shards::{Shared, Ticket};
 use super::stats::Stats;
 use super::timer::{Repeating, Run, Timer};
 use crate::Error;
@@ -472,7 +472,7 @@ impl Scheduler {
         let Prepared { key, due, run } = prepared?;
         self.check_running()?;
         let ticket = self.shared.add(Timer::new(key.clone(), run), due, true)?;
-        Ok(Scheduled::new(self.shared.clone(), self.clock, key, ticket).cancel_on_drop())
+        Ok(Scheduled::new(self.shared.clone(), key, ticket).cancel_on_drop())
     }
 
     /// Claims the key of a checked timer nobody watches, at the call; the future reports the
@@ -535,8 +535,8 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let upserted = self.upsert(key.as_ref(), delay, Run::Once(Box::new(Once(job))));
-        Self::report(upserted.map(|(claimed, _)| claimed))
+        let upserted = self.upsert(key.as_ref(), delay, || Run::Once(Box::new(Once(job))));
+        Self::report(upserted.map(|(claimed, ..)| claimed))
     }
 
     /// Moves the pending timer with this key, or schedules `job` under it if none is pending, as
@@ -565,13 +565,21 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let upserted = self.upsert(key.as_ref(), delay, Run::Once(Box::new(Once(job))));
-        Self::report(upserted.map(|(_, handle)| handle))
+        let upserted = self.upsert(key.as_ref(), delay, || Run::Once(Box::new(Once(job))));
+        Self::report(upserted.map(|(_, key, ticket)| self.handle(key, ticket)))
     }
 
-    /// Moves the pending timer with `key` to `delay` from now, or claims the key for a timer
-    /// running `run`, at the call. Returns whether `run` was claimed, and a handle to the timer.
-    pub(crate) fn upsert(&self, key: &str, delay: Duration, run: Run) -> Result<(bool, TimerHandle), Error> {
+    /// Moves the pending timer with this key to `delay` from now, or claims the key for a new
+    /// timer running what `run` makes, under one lock. Returns whether a timer was claimed, and
+    /// the pending timer's key and ticket (for a handle). `run` is called only if the key is
+    /// claimed: a push-back builds no timer (no allocation for its job), and `run` (with what it
+    /// captured) is dropped once the shard's lock is released.
+    pub(crate) fn upsert(
+        &self,
+        key: &str,
+        delay: Duration,
+        run: impl FnOnce() -> Run,
+    ) -> Result<(bool, Key, Ticket), Error> {
         self.upsert_stored(key, |key: &str| Key::from(key), delay, run)
     }
 
@@ -581,15 +589,21 @@ impl Scheduler {
         key: &str,
         store: impl FnOnce(&str) -> Key,
         delay: Duration,
-        run: Run,
-    ) -> Result<(bool, TimerHandle), Error> {
+        run: impl FnOnce() -> Run,
+    ) -> Result<(bool, Key, Ticket), Error> {
+        check_key(key)?;
         let now = Instant::now();
-        let at = Clock::instant_after(now, delay);
-        let Prepared { key, due, run } = Prepared::stored(key, store, self.clock.after_from(now, delay), run)?;
-        let at = at?;
+        let due = self.clock.after_from(now, delay)?;
+        let at = Clock::instant_after(now, delay)?;
+        let key = store(key);
         self.check_running()?;
-        let (claimed, ticket) = self.shared.upsert(Timer::new(key.clone(), run), due, at, false)?;
-        Ok((claimed, TimerHandle::new(self.shared.clone(), self.clock, key, ticket)))
+        let (claimed, ticket) = self.shared.upsert(&key, || Timer::new(key.clone(), run()), due, at, false)?;
+        Ok((claimed, key, ticket))
+    }
+
+    /// A handle to the timer of `ticket`, which holds `key`.
+    pub(crate) fn handle(&self, key: Key, ticket: Ticket) -> TimerHandle {
+        TimerHandle::new(self.shared.clone(), key, ticket)
     }
 
     /// A future that reports an outcome reached at the call, after giving way now and then, as

@@ -46,8 +46,14 @@ pub(crate) const DRAIN_MIN: usize = 256;
 /// A hierarchical timing wheel: O(1) insert and remove, advance by due bucket.
 ///
 /// See the [module docs](crate::wheel) for an example.
-pub struct HierarchicalWheel<T> {
-    slab: Slab<T>,
+///
+/// `A` sets the alignment of the wheel's entries (each entry is a few words of bookkeeping and
+/// the value): the default `()` packs them, which suits small values; for values of about 40
+/// bytes, an entry is 64 bytes, and a 64-byte aligned `A` (see
+/// [`with_alignment`](Self::with_alignment)) keeps each in one cache line, which saves a cache
+/// miss per entry touched when the wheel is larger than the cache.
+pub struct HierarchicalWheel<T, A = ()> {
+    slab: Slab<T, A>,
     /// The buckets' entries: bucket `slot` of level `l` is `buckets[levels[l].first + slot]`.
     buckets: Vec<Bucket>,
     levels: Vec<Level>,
@@ -84,6 +90,33 @@ impl<T> HierarchicalWheel<T> {
     /// # Errors
     /// [`Error::Invalid`](crate::Error::Invalid) unless `2 <= slots <=` [`MAX_SLOTS`](super::MAX_SLOTS).
     pub fn new(slots: usize) -> Result<Self, crate::Error> {
+        Self::with_alignment(slots)
+    }
+}
+
+impl<T, A> HierarchicalWheel<T, A> {
+    /// As [`new`](HierarchicalWheel::new), with every entry aligned as `A` is.
+    ///
+    /// # Errors
+    /// As [`new`](HierarchicalWheel::new).
+    ///
+    /// # Examples
+    /// ```
+    /// use tokio_timewheel::wheel::{HierarchicalWheel, Wheel};
+    ///
+    /// /// A cache line.
+    /// #[repr(align(64))]
+    /// struct Line;
+    ///
+    /// // Each entry starts a cache line.
+    /// let mut wheel = HierarchicalWheel::<[u64; 5], Line>::with_alignment(64)?;
+    /// wheel.insert(10, [7; 5]);
+    /// let mut fired = Vec::new();
+    /// wheel.advance(10, |e| fired.push(e.value));
+    /// assert_eq!(fired, [[7; 5]]);
+    /// # Ok::<(), tokio_timewheel::Error>(())
+    /// ```
+    pub fn with_alignment(slots: usize) -> Result<Self, crate::Error> {
         check_slots(slots, 2)?;
         Ok(HierarchicalWheel {
             slab: Slab::new(),
@@ -233,6 +266,43 @@ impl<T> HierarchicalWheel<T> {
         }
     }
 
+    /// The earliest deadline of the pending entries whose value `wanted` accepts, if any.
+    ///
+    /// Visits each level's buckets in the order they come due and stops at the first that
+    /// starts at or after the best deadline found so far: every entry is filed no later than its
+    /// deadline (an entry pushed back stays in a bucket that starts before it). So it reads the
+    /// entries filed before that deadline, not the whole wheel.
+    pub(crate) fn earliest_where(&self, mut wanted: impl FnMut(&T) -> bool) -> Option<u64> {
+        let mut best: Option<u64> = None;
+        for (level, l) in self.levels.iter().enumerate() {
+            let len = l.len as usize;
+            let cursor = self.slot(level, self.now);
+            let base = self.bucket_start(level, self.now);
+            // `k`: the distance from the cursor of the next bucket to look at.
+            let mut k = 0;
+            while let Some(next) = l.occupied.next_set_from((cursor + k) % len) {
+                k += next;
+                let start = base.saturating_add((k as u64).saturating_mul(l.tick));
+                if k >= len || best.is_some_and(|b| b <= start) {
+                    break;
+                }
+                for (_, index) in self.buckets[l.first + (cursor + k) % len].entries() {
+                    let entry = self.slab.get(index);
+                    debug_assert!(
+                        k == 0 || entry.deadline() >= start,
+                        "entry {index} due at {} is filed in a bucket of level {level} starting at {start}",
+                        entry.deadline()
+                    );
+                    if entry.value.as_ref().is_some_and(&mut wanted) {
+                        best = Some(best.map_or(entry.deadline(), |b| b.min(entry.deadline())));
+                    }
+                }
+                k += 1;
+            }
+        }
+        best
+    }
+
     /// Takes the earliest tick at which a bucket that inserts made busy enough to drain (since
     /// the last `advance`, or the last call) needs its first share, if any. A driver that
     /// publishes when it will next advance, and lets other threads insert meanwhile, checks this
@@ -331,7 +401,7 @@ impl<T> HierarchicalWheel<T> {
     }
 }
 
-impl<T> Wheel<T> for HierarchicalWheel<T> {
+impl<T, A> Wheel<T> for HierarchicalWheel<T, A> {
     fn insert(&mut self, deadline: u64, value: T) -> EntryId {
         let id = self.slab.insert(deadline, value);
         self.place(id.index());
@@ -431,7 +501,7 @@ impl<T> Default for HierarchicalWheel<T> {
     }
 }
 
-impl<T> std::fmt::Debug for HierarchicalWheel<T> {
+impl<T, A> std::fmt::Debug for HierarchicalWheel<T, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HierarchicalWheel")
             .field("slots", &self.slots)

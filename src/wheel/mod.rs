@@ -168,3 +168,80 @@ fn check_slots(slots: usize, min: usize) -> Result<(), crate::Error> {
         Err(crate::Error::invalid(format!("slots must be between {min} and {MAX_SLOTS}, got {slots}")))
     }
 }
+
+/// `earliest_where` of both wheels against a model under random inserts, removes, moves (earlier
+/// and later, which the hierarchical wheel writes lazily) and advances: it finds exactly the
+/// earliest deadline of the entries asked for, although it stops reading early.
+#[cfg(test)]
+mod earliest_where {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::{EntryId, HierarchicalWheel, RoundsWheel, Wheel};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert { delay: u64, wanted: bool },
+        Remove { n: usize },
+        Move { n: usize, delay: u64 },
+        Advance { step: u64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let delay = prop_oneof![0u64..8, 0u64..300, 0u64..100_000];
+        prop_oneof![
+            4 => (delay.clone(), any::<bool>()).prop_map(|(delay, wanted)| Op::Insert { delay, wanted }),
+            1 => any::<usize>().prop_map(|n| Op::Remove { n }),
+            3 => (any::<usize>(), delay).prop_map(|(n, delay)| Op::Move { n, delay }),
+            2 => prop_oneof![0u64..4, 0u64..500].prop_map(|step| Op::Advance { step }),
+        ]
+    }
+
+    fn check<W: Wheel<bool>>(mut wheel: W, earliest: impl Fn(&W) -> Option<u64>, ops: Vec<Op>) {
+        let mut model: HashMap<EntryId, (u64, bool)> = HashMap::new();
+        let mut ids: Vec<EntryId> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Insert { delay, wanted } => {
+                    let deadline = wheel.now() + delay;
+                    let id = wheel.insert(deadline, wanted);
+                    model.insert(id, (deadline, wanted));
+                    ids.push(id);
+                }
+                Op::Remove { n } if !ids.is_empty() => {
+                    let id = ids.swap_remove(n % ids.len());
+                    assert_eq!(wheel.remove(id), model.remove(&id).map(|(_, w)| w));
+                }
+                Op::Move { n, delay } if !ids.is_empty() => {
+                    let id = ids[n % ids.len()];
+                    if let Some(entry) = model.get_mut(&id) {
+                        entry.0 = wheel.now() + delay;
+                        assert_eq!(wheel.reschedule(id, entry.0), Some(id));
+                    }
+                }
+                Op::Advance { step } => {
+                    let now = wheel.now() + step;
+                    wheel.advance(now, |e| assert!(model.remove(&e.id).is_some(), "{:?} fired twice", e.id));
+                }
+                _ => {}
+            }
+            let expected = model.values().filter(|(_, wanted)| *wanted).map(|(d, _)| *d).min();
+            assert_eq!(earliest(&wheel), expected, "{} entries", model.len());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn hierarchical(slots in prop_oneof![2usize..10, Just(64)], ops in prop::collection::vec(op(), 1..120)) {
+            check(HierarchicalWheel::new(slots).unwrap(), |w| w.earliest_where(|&wanted| wanted), ops);
+        }
+
+        #[test]
+        fn rounds(slots in prop_oneof![1usize..10, Just(64)], ops in prop::collection::vec(op(), 1..120)) {
+            check(RoundsWheel::new(slots).unwrap(), |w| w.earliest_where(|&wanted| wanted), ops);
+        }
+    }
+}

@@ -37,8 +37,11 @@ const MAX_ROUNDS: u32 = OVERDUE - 1;
 /// assert_eq!(fired, ["auto-review order 42"]);
 /// # Ok::<(), tokio_timewheel::Error>(())
 /// ```
-pub struct RoundsWheel<T> {
-    slab: Slab<T>,
+///
+/// `A` sets the alignment of the wheel's entries, as for
+/// [`HierarchicalWheel`](super::HierarchicalWheel) (see [`with_alignment`](Self::with_alignment)).
+pub struct RoundsWheel<T, A = ()> {
+    slab: Slab<T, A>,
     /// The `slots` ring buckets, then the overdue list at index `slots`.
     buckets: Vec<Bucket>,
     /// Occupancy of the ring buckets (not of the overdue list).
@@ -54,6 +57,32 @@ impl<T> RoundsWheel<T> {
     /// # Errors
     /// [`Error::Invalid`](crate::Error::Invalid) unless `1 <= slots <=` [`MAX_SLOTS`](super::MAX_SLOTS).
     pub fn new(slots: usize) -> Result<Self, crate::Error> {
+        Self::with_alignment(slots)
+    }
+}
+
+impl<T, A> RoundsWheel<T, A> {
+    /// As [`new`](RoundsWheel::new), with every entry aligned as `A` is (see
+    /// [`HierarchicalWheel::with_alignment`](super::HierarchicalWheel::with_alignment)).
+    ///
+    /// # Errors
+    /// As [`new`](RoundsWheel::new).
+    ///
+    /// # Examples
+    /// ```
+    /// use tokio_timewheel::wheel::{RoundsWheel, Wheel};
+    ///
+    /// #[repr(align(64))]
+    /// struct Line;
+    ///
+    /// let mut wheel = RoundsWheel::<[u64; 5], Line>::with_alignment(3600)?;
+    /// wheel.insert(3610, [1; 5]);
+    /// let mut fired = Vec::new();
+    /// wheel.advance(3610, |e| fired.push(e.value));
+    /// assert_eq!(fired, [[1; 5]]);
+    /// # Ok::<(), tokio_timewheel::Error>(())
+    /// ```
+    pub fn with_alignment(slots: usize) -> Result<Self, crate::Error> {
         check_slots(slots, 1)?;
         Ok(RoundsWheel {
             slab: Slab::new(),
@@ -100,6 +129,36 @@ impl<T> RoundsWheel<T> {
     /// The entries the wheel has room for before its slab grows.
     pub(crate) fn room(&self) -> usize {
         self.slab.capacity()
+    }
+
+    /// The earliest deadline of the pending entries whose value `wanted` accepts, if any: the
+    /// overdue list, then the ring's buckets in the order the cursor reaches them, stopping at the
+    /// first bucket whose first tick is at or after the best deadline found so far (an entry's
+    /// deadline is never before the first tick its bucket is visited).
+    pub(crate) fn earliest_where(&self, mut wanted: impl FnMut(&T) -> bool) -> Option<u64> {
+        let mut best: Option<u64> = None;
+        let mut visit = |bucket: usize, best: &mut Option<u64>| {
+            for (_, index) in self.buckets[bucket].entries() {
+                let entry = self.slab.get(index);
+                if entry.value.as_ref().is_some_and(&mut wanted) {
+                    *best = Some(best.map_or(entry.deadline(), |b| b.min(entry.deadline())));
+                }
+            }
+        };
+        visit(self.overdue(), &mut best);
+        let slots = self.slots as usize;
+        let first = (self.now % self.slots + 1) as usize % slots;
+        let mut k = 0;
+        while let Some(next) = self.occupied.next_set_from((first + k) % slots) {
+            k += next;
+            let start = self.now.saturating_add(1 + k as u64);
+            if k >= slots || best.is_some_and(|b| b <= start) {
+                break;
+            }
+            visit((first + k) % slots, &mut best);
+            k += 1;
+        }
+        best
     }
 
     fn overdue(&self) -> usize {
@@ -162,7 +221,7 @@ impl<T> RoundsWheel<T> {
     }
 }
 
-impl<T> Wheel<T> for RoundsWheel<T> {
+impl<T, A> Wheel<T> for RoundsWheel<T, A> {
     fn insert(&mut self, deadline: u64, value: T) -> EntryId {
         let id = self.slab.insert(deadline, value);
         self.place(id.index(), self.now);
@@ -269,7 +328,7 @@ impl<T> Wheel<T> for RoundsWheel<T> {
     }
 }
 
-impl<T> std::fmt::Debug for RoundsWheel<T> {
+impl<T, A> std::fmt::Debug for RoundsWheel<T, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RoundsWheel")
             .field("slots", &self.slots)

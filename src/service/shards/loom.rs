@@ -19,7 +19,7 @@ use crate::service::key::Key;
 
 /// Two shards (the fewest `locate` allows), so that the actor's look at every shard is modelled.
 fn shared() -> Arc<Shared> {
-    Arc::new(Shared::with_shards(WheelKind::Hierarchical, 4, usize::MAX, 0, 1).unwrap())
+    Arc::new(Shared::with_shards(WheelKind::Hierarchical, 4, usize::MAX, 0, 1, clock()).unwrap())
 }
 
 fn clock() -> Clock {
@@ -66,6 +66,33 @@ fn a_schedule_racing_the_actor_going_to_sleep_is_never_left_behind() {
         let missed = shared.will_wake_at(10);
         handle.join().unwrap();
         assert!(missed || shared.wake.take_permit(), "a timer due at 5 waits for a wake-up at 10");
+    });
+}
+
+/// A timer moved earlier by its handle while the actor decides how long to sleep is never left
+/// behind either, although a move later checks nothing: the earlier move wakes the actor or the
+/// actor sees it.
+/// Mutant `move_no_wake`: no move checks whether the actor must wake.
+#[test]
+fn a_move_earlier_racing_the_actor_going_to_sleep_is_never_left_behind() {
+    model(|| {
+        let shared = shared();
+        shared.will_wake_at(3);
+        let key = key(&shared);
+        let ticket = shared.add(timer(&key), Due { deadline: 50, set_at: 0 }, false).unwrap();
+        let handle = {
+            let shared = shared.clone();
+            thread::spawn(move || {
+                // Later first (no check), then earlier than the actor's next wake-up.
+                shared.move_ticket(&key, ticket, Instant::now(), 60, 0).unwrap();
+                shared.move_ticket(&key, ticket, Instant::now(), 5, 0).unwrap();
+            })
+        };
+        // The actor: clears its signal, then goes to sleep until 10 (its wheels said 50).
+        shared.clear_signal();
+        let missed = shared.will_wake_at(10);
+        handle.join().unwrap();
+        assert!(missed || shared.wake.take_permit(), "a timer moved to 5 waits for a wake-up at 10");
     });
 }
 

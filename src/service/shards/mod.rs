@@ -40,6 +40,7 @@ use tokio::time::Instant;
 
 use super::clock::{Clock, Due};
 use super::config::WheelKind;
+use super::key::Key;
 use super::lateness::Recent;
 use super::stats::Stats;
 use super::sync::{AtomicUsize, Mutex, MutexGuard};
@@ -81,15 +82,25 @@ pub(crate) struct Shared {
     pub lateness: Mutex<Recent>,
     /// The number of the next `TimerQueue`, which names its key space.
     pub next_queue: std::sync::atomic::AtomicU64,
+    /// The service's clock, here so that a `TimerHandle` (which holds this `Shared`) need not
+    /// carry a copy: a handle small enough to share a cache line with its ticket costs one
+    /// cache miss less on a push-back.
+    pub clock: Clock,
 }
 
 impl Shared {
     /// Four shards per core (as a power of two), each with an empty wheel of `kind`, and room
     /// for its share of `capacity` timers (see [`Builder::capacity`](super::Builder::capacity)).
-    pub fn new(kind: WheelKind, slots: usize, max_pending: usize, capacity: usize) -> Result<Self, Error> {
+    pub fn new(
+        kind: WheelKind,
+        slots: usize,
+        max_pending: usize,
+        capacity: usize,
+        clock: Clock,
+    ) -> Result<Self, Error> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shard_bits = (cores * 4).clamp(4, 64).next_power_of_two().trailing_zeros();
-        Self::with_shards(kind, slots, max_pending, capacity, shard_bits)
+        Self::with_shards(kind, slots, max_pending, capacity, shard_bits, clock)
     }
 
     /// As [`new`](Self::new), with `1 << shard_bits` shards (at least 2).
@@ -99,6 +110,7 @@ impl Shared {
         max_pending: usize,
         capacity: usize,
         shard_bits: u32,
+        clock: Clock,
     ) -> Result<Self, Error> {
         debug_assert!((1..64).contains(&shard_bits), "{shard_bits} shard bits: `locate` shifts by 64 minus them");
         let hasher = foldhash::fast::RandomState::default();
@@ -127,6 +139,7 @@ impl Shared {
             wake: Wake::new(),
             lateness: Mutex::default(),
             next_queue: std::sync::atomic::AtomicU64::new(0),
+            clock,
         })
     }
 
@@ -291,8 +304,10 @@ impl Shared {
         }
         let pos = s.find(hash, key, None).ok_or(Error::NotFound)?;
         let index = s.keys.index_at(pos);
-        s.move_to(index, deadline, due);
-        self.wake_if_urgent(&mut s, set_at, deadline);
+        // A later deadline needs no wake-up: the actor wakes for the old one anyway.
+        if s.move_to(index, deadline, due) {
+            self.wake_if_urgent(&mut s, set_at, deadline);
+        }
         Ok(())
     }
 
@@ -300,7 +315,7 @@ impl Shared {
     /// found by its entry: no hash and no key compare while it is still there.
     pub fn move_ticket(
         &self,
-        key: &[u8],
+        key: &Key,
         ticket: Ticket,
         due: Instant,
         deadline: u64,
@@ -310,38 +325,51 @@ impl Shared {
         if s.closed {
             return Err(Error::Stopped);
         }
-        let index = s.find_ticket(ticket, key, || self.hasher.hash_one(key)).ok_or(Error::NotFound)?;
-        s.move_to(index, deadline, due);
-        self.wake_if_urgent(&mut s, set_at, deadline);
+        let index = s.find_ticket(ticket, key, &self.hasher).ok_or(Error::NotFound)?;
+        // A later deadline needs no wake-up: the actor wakes for the old one anyway. (The
+        // `move_no_wake` mutant checks no move at all.)
+        if s.move_to(index, deadline, due) && cfg!(not(tw_mutant = "move_no_wake")) {
+            self.wake_if_urgent(&mut s, set_at, deadline);
+        }
         Ok(())
     }
 
-    /// Moves the pending timer holding `timer.key` to `due` (at the instant `at`), or claims the
-    /// key for `timer` if none is pending, under one lock. Returns whether `timer` was claimed,
-    /// and the ticket of the pending timer; if not claimed, `timer` is dropped once the lock is
-    /// released. `watched` marks a newly claimed timer as watched by a `Scheduled`.
-    pub fn upsert(&self, timer: Timer, due: Due, at: Instant, watched: bool) -> Result<(bool, Ticket), Error> {
-        let (shard, hash) = self.locate(timer.key.as_bytes());
+    /// Moves the pending timer holding `key` to `due` (at the instant `at`), or claims the key
+    /// for the timer `make` builds if none is pending, under one lock. Returns whether a timer
+    /// was claimed, and the ticket of the pending timer. `make` is called only to claim (it runs
+    /// no user code: it moves a job into a box), and is dropped, with whatever it holds, once
+    /// the lock is released. `watched` marks a newly claimed timer as watched by a `Scheduled`.
+    pub fn upsert(
+        &self,
+        key: &Key,
+        make: impl FnOnce() -> Timer,
+        due: Due,
+        at: Instant,
+        watched: bool,
+    ) -> Result<(bool, Ticket), Error> {
+        let (shard, hash) = self.locate(key.as_bytes());
         let mut s = self.lock(shard);
         if s.closed {
             return Err(Error::Stopped);
         }
-        let (result, unused) = match s.find(hash, timer.key.as_bytes(), None) {
+        let (result, unused, placed) = match s.find(hash, key.as_bytes(), None) {
             Some(pos) => {
                 let index = s.keys.index_at(pos);
-                s.move_to(index, due.deadline, at);
+                let earlier = s.move_to(index, due.deadline, at);
                 let serial = s.wheel.at(index).1.serial();
-                (Ok((false, Ticket { shard: shard as u32, entry: index, serial })), Some(timer))
+                (Ok((false, Ticket { shard: shard as u32, entry: index, serial })), (Some(make), None), earlier)
             }
-            None => match self.claim(&mut s, hash, timer, due.deadline, watched) {
-                Ok((serial, entry)) => (Ok((true, Ticket { shard: shard as u32, entry, serial })), None),
-                Err((error, timer)) => (Err(error), Some(timer)),
+            None => match self.claim(&mut s, hash, make(), due.deadline, watched) {
+                Ok((serial, entry)) => (Ok((true, Ticket { shard: shard as u32, entry, serial })), (None, None), true),
+                Err((error, timer)) => (Err(error), (None, Some(timer)), false),
             },
         };
-        if result.is_ok() {
+        // A deadline moved later needs no wake-up: the actor wakes for the old one anyway.
+        if placed {
             self.wake_if_urgent(&mut s, due.set_at, due.deadline);
         }
-        // A timer not used is dropped here, with no lock held.
+        // What was not used (the maker of a timer not needed, or a timer refused) is dropped
+        // here, with no lock held.
         drop(s);
         drop(unused);
         result
@@ -357,9 +385,9 @@ impl Shared {
     }
 
     /// As [`deadline`](Self::deadline), for the timer of `ticket` (holding `key`).
-    pub fn deadline_ticket(&self, key: &[u8], ticket: Ticket) -> Option<(u64, Option<Instant>)> {
+    pub fn deadline_ticket(&self, key: &Key, ticket: Ticket) -> Option<(u64, Option<Instant>)> {
         let s = self.lock(ticket.shard as usize);
-        let index = s.find_ticket(ticket, key, || self.hasher.hash_one(key))?;
+        let index = s.find_ticket(ticket, key, &self.hasher)?;
         Some(Self::deadline_at(&s, index))
     }
 
@@ -372,9 +400,19 @@ impl Shared {
         (s.wheel.deadline(id).expect("a pending timer is in its shard's wheel"), exact)
     }
 
+    /// The earliest deadline tick of the pending timers whose stored key starts with `prefix`
+    /// (a queue's key space), one shard at a time under its lock. Each shard's wheel is read in
+    /// the order its buckets come due, up to the first such timer's bucket (see
+    /// `earliest_where`). A cancelled timer's emptied entry holds no key, so it never matches.
+    pub fn earliest_with_prefix(&self, prefix: &[u8]) -> Option<u64> {
+        (0..self.shards.len())
+            .filter_map(|shard| self.lock(shard).wheel.earliest_where(|timer| timer.key.as_bytes().starts_with(prefix)))
+            .min()
+    }
+
     /// Whether the timer of `ticket` (holding `key`) is pending.
-    pub fn contains_ticket(&self, key: &[u8], ticket: Ticket) -> bool {
-        self.lock(ticket.shard as usize).find_ticket(ticket, key, || self.hasher.hash_one(key)).is_some()
+    pub fn contains_ticket(&self, key: &Key, ticket: Ticket) -> bool {
+        self.lock(ticket.shard as usize).find_ticket(ticket, key, &self.hasher).is_some()
     }
 
     /// Cancels the timer holding `key` (only if it has the serial number `serial`, when given).

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::super::config::WheelKind;
 use super::super::index::KeyIndex;
-use super::super::key::Probe;
+use super::super::key::{Key, Probe};
 use super::super::stats::Stats;
 use super::super::timer::{Run, Timer, ARMED};
 use super::watch::{Outcome, Watchers};
@@ -112,25 +112,32 @@ impl Shard {
     /// Moves the pending timer in slab slot `index` to tick `deadline`, due at the instant `at`:
     /// a repeating timer goes on at its period from there. The timer keeps its entry, so the key
     /// map and the tickets that name the entry stay as they are; a later deadline is one write
-    /// (see `Wheel::reschedule`).
-    pub fn move_to(&mut self, index: u32, deadline: u64, at: Instant) {
+    /// (see `Wheel::reschedule`). Returns whether the deadline moved earlier: only then can the
+    /// actor need waking sooner (a later one is filed again when its old bucket comes).
+    pub fn move_to(&mut self, index: u32, deadline: u64, at: Instant) -> bool {
         let (id, timer) = self.wheel.at(index);
         if let Run::Repeat(_) = timer.run {
             if let Run::Repeat(repeat) = &mut self.wheel.at_mut(index).run {
                 repeat.due = at;
             }
         }
+        let earlier = self.wheel.deadline(id).is_none_or(|old| deadline < old);
         self.wheel.reschedule(id, deadline);
+        earlier
     }
 
-    /// The slab slot of the pending timer of `ticket`, which holds `key` (whose hash `hash`
-    /// gives lazily, only if needed): the ticket's own entry while the timer is still there,
-    /// which costs no hash and no key compare; else (the shard was compacted, or a repeating
-    /// timer moved to a new entry for its next run) the timer is looked up by key and serial.
-    pub fn find_ticket(&self, ticket: Ticket, key: &[u8], hash: impl FnOnce() -> u64) -> Option<u32> {
+    /// The slab slot of the pending timer of `ticket`, which holds `key`: the ticket's own entry
+    /// while the timer is still there, which costs no hash, no key compare and no read of `key`
+    /// (a handle's key sits apart from its ticket); else (the shard was compacted, or a
+    /// repeating timer moved to a new entry for its next run) the timer is looked up by key
+    /// (hashed with `hasher`) and serial.
+    pub fn find_ticket(&self, ticket: Ticket, key: &Key, hasher: &impl BuildHasher) -> Option<u32> {
         match self.wheel.try_at(ticket.entry) {
             Some((_, timer)) if timer.serial() == ticket.serial => Some(ticket.entry),
-            _ => self.find(hash(), key, Some(ticket.serial)).map(|pos| self.keys.index_at(pos)),
+            _ => {
+                let key = key.as_bytes();
+                self.find(hasher.hash_one(key), key, Some(ticket.serial)).map(|pos| self.keys.index_at(pos))
+            }
         }
     }
 
