@@ -24,7 +24,6 @@ use super::keys::{self, WheelKeys};
 pub(crate) use inspect::{dead_letters, stats};
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
 pub(crate) use tasks::{cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Requeued, Scheduled};
-#[cfg(test)]
 pub(crate) use worker::Failed;
 pub(crate) use worker::{ack, claim, fail, Claimed};
 

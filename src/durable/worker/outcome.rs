@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use crate::durable::conn::Window;
-use crate::durable::scripts;
+use crate::durable::scripts::{self, Failed};
 use crate::durable::wheel::Wheel;
 use crate::Error;
 
@@ -37,8 +37,13 @@ pub(super) async fn record_outcomes(wheel: Arc<Wheel>, part: usize, mut done: mp
                 Ok(()) => acks.push((o.key.as_str(), o.token.as_str())),
                 Err(why) => {
                     tracing::debug!(wheel = %wheel.name(), key = %o.key, error = %why, "a handler failed");
-                    if let Err(e) = scripts::fail(&wheel, keys, &o.key, &o.token, why, window).await {
-                        lost(&wheel, &o.key, &e);
+                    match scripts::fail(&wheel, keys, &o.key, &o.token, why, window).await {
+                        Ok(Failed::Dead) => tracing::warn!(
+                            wheel = %wheel.name(), key = %o.key, error = %why,
+                            "a task failed its last attempt and went to the dead letters"
+                        ),
+                        Ok(Failed::Retried | Failed::Refused) => {}
+                        Err(e) => lost(&wheel, &o.key, &e),
                     }
                 }
             }
