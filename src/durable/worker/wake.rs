@@ -64,6 +64,8 @@ pub(super) async fn wait_for_wake(
             // A server that refuses `CLIENT ID` (renamed away, say): wait without it.
             Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => None,
             Err(_) => {
+                // A connection that failed is made anew (for Sentinel: to the primary named now).
+                *waker = None;
                 pause(stop, on_error).await;
                 return;
             }
@@ -73,42 +75,46 @@ pub(super) async fn wait_for_wake(
     let (wake, lead) = (keys.wake(), keys.lead());
     let mut cmd = redis::cmd("BLPOP");
     cmd.arg(&wake).arg(&lead).arg(wait.as_secs_f64());
-    let mut blpop = std::pin::pin!(cmd.query_async::<Option<(String, redis::Value)>>(&mut w.conn));
-    let r = tokio::select! {
-        r = &mut blpop => r,
-        () = stopped(stop) => {
-            // Dropping the wait would leave the `BLPOP` on the server, where it could still take
-            // a token meant for the others: unblock it and see what it got (bounded by the
-            // connection's response timeout), and put back a token it took.
-            let Some(id) = id else {
-                // No id to unblock it with: a spare token makes up for one it may take.
-                pass_on_wake(wheel, keys).await;
+    let r = {
+        let mut blpop = std::pin::pin!(cmd.query_async::<Option<(String, redis::Value)>>(&mut w.conn));
+        tokio::select! {
+            r = &mut blpop => r,
+            () = stopped(stop) => {
+                // Dropping the wait would leave the `BLPOP` on the server, where it could still take
+                // a token meant for the others: unblock it and see what it got (bounded by the
+                // connection's response timeout), and put back a token it took.
+                let Some(id) = id else {
+                    // No id to unblock it with: a spare token makes up for one it may take.
+                    pass_on_wake(wheel, keys).await;
+                    return;
+                };
+                let r = loop {
+                    let mut unblock = redis::cmd("CLIENT");
+                    unblock.arg("UNBLOCK").arg(id);
+                    if let Some(mut conn) = wheel.conn.shared().await {
+                        let _: Result<i64, _> = conn.beside(&unblock, &wake).await;
+                    }
+                    if let Ok(r) = tokio::time::timeout(MIN_WAIT, &mut blpop).await {
+                        break r;
+                    }
+                };
+                match r {
+                    Ok(Some((key, _))) => push_token(wheel, &key, if key == lead { 0 } else { WAKE_TOKENS - 1 }).await,
+                    Ok(None) => {}
+                    // Perhaps it took one, its reply lost: one spare token costs an empty claim.
+                    Err(_) => pass_on_wake(wheel, keys).await,
+                }
                 return;
-            };
-            let r = loop {
-                let mut unblock = redis::cmd("CLIENT");
-                unblock.arg("UNBLOCK").arg(id);
-                if let Some(mut conn) = wheel.conn.shared().await {
-                    let _: Result<i64, _> = conn.beside(&unblock, &wake).await;
-                }
-                if let Ok(r) = tokio::time::timeout(MIN_WAIT, &mut blpop).await {
-                    break r;
-                }
-            };
-            match r {
-                Ok(Some((key, _))) => push_token(wheel, &key, if key == lead { 0 } else { WAKE_TOKENS - 1 }).await,
-                Ok(None) => {}
-                // Perhaps it took one, its reply lost: one spare token costs an empty claim.
-                Err(_) => pass_on_wake(wheel, keys).await,
             }
-            return;
         }
     };
     match r {
         Ok(Some((key, _))) if key == lead => bid_now.notify_one(),
         Ok(_) => {}
         Err(_) => {
-            w.id = None;
+            // Made anew next time: a connection to Sentinel's old primary never comes back, and
+            // a reconnected one has another client id.
+            *waker = None;
             pause(stop, on_error).await;
         }
     }
