@@ -92,6 +92,9 @@ pub(crate) enum Source {
         current: RwLock<Option<(u64, MultiplexedConnection)>>,
         /// How many primaries were found so far.
         found: std::sync::atomic::AtomicU64,
+        /// Held while a primary is being found, so that the calls that all found the old one
+        /// suspect wait for one new connection instead of each making its own.
+        finding: tokio::sync::Mutex<()>,
     },
     Cluster {
         client: ClusterClient,
@@ -159,6 +162,7 @@ impl Source {
                     sentinel: tokio::sync::Mutex::new(b.build().map_err(malformed)?),
                     current: RwLock::new(None),
                     found: std::sync::atomic::AtomicU64::new(0),
+                    finding: tokio::sync::Mutex::new(()),
                 }
             }
             Topology::Cluster(seeds) => {
@@ -189,17 +193,17 @@ impl Source {
     ) -> RedisResult<Link> {
         match self {
             Source::Node { client } => {
-                let config = ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(response_timeout))
-                    .set_connection_timeout(Some(connect_timeout))
-                    .set_max_delay(Duration::from_secs(1))
-                    // Our own calls retry within their window; a refusal (TLS, say) surfaces at once.
-                    .set_number_of_retries(2);
+                let config = manager_config(response_timeout, connect_timeout);
                 Ok(Link::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
             }
-            Source::Sentinel { current, found, .. } => {
-                if let Some((n, conn)) = current.read().unwrap_or_else(|p| p.into_inner()).clone() {
+            Source::Sentinel { current, found, finding, .. } => {
+                let trusted = || current.read().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Some((n, conn)) = trusted() {
                     return Ok(Link::Primary(n, conn));
+                }
+                let _finding = finding.lock().await;
+                if let Some((n, conn)) = trusted() {
+                    return Ok(Link::Primary(n, conn)); // found by the call that held the lock
                 }
                 let conn = self.primary(response_timeout, connect_timeout).await?;
                 let n = found.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
@@ -215,12 +219,7 @@ impl Source {
     pub(crate) async fn dedicated(&self, cfg: &Config, response_timeout: Duration) -> RedisResult<Link> {
         match self {
             Source::Node { client } => {
-                let config = ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(response_timeout))
-                    .set_connection_timeout(Some(cfg.connect_timeout))
-                    .set_max_delay(Duration::from_secs(1))
-                    // Our own calls retry within their window; a refusal (TLS, say) surfaces at once.
-                    .set_number_of_retries(2);
+                let config = manager_config(response_timeout, cfg.connect_timeout);
                 Ok(Link::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
             }
             Source::Sentinel { .. } => Ok(Link::Primary(0, self.primary(response_timeout, cfg.connect_timeout).await?)),
@@ -276,4 +275,14 @@ impl Source {
         }
         Ok(conn)
     }
+}
+
+/// The settings of a one-node connection: these timeouts, and a reconnect that retries twice
+/// (the calls retry within their own window, so a refusal, TLS say, surfaces at once).
+fn manager_config(response_timeout: Duration, connect_timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(response_timeout))
+        .set_connection_timeout(Some(connect_timeout))
+        .set_max_delay(Duration::from_secs(1))
+        .set_number_of_retries(2)
 }

@@ -111,45 +111,40 @@ fn strip_comment(line: &str) -> &str {
     line
 }
 
-macro_rules! script {
-    ($file:literal) => {
-        Script::new(&assemble(include_str!(concat!("../lua/", $file))))
+/// Every script of the wheel, named once: `Scripts` holds each one assembled and hashed once
+/// per process (`redis::Script` loads a script again after `NOSCRIPT`), and `SOURCES` the files
+/// as written, for the tests.
+macro_rules! scripts {
+    ($($name:ident),* $(,)?) => {
+        struct Scripts {
+            $($name: Script,)*
+        }
+
+        static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+            $($name: Script::new(&assemble(include_str!(concat!("../lua/", stringify!($name), ".lua")))),)*
+        });
+
+        #[cfg(test)]
+        const SOURCES: &[(&str, &str)] =
+            &[$((concat!(stringify!($name), ".lua"), include_str!(concat!("../lua/", stringify!($name), ".lua")))),*];
     };
 }
 
-/// Every script of the wheel, assembled and hashed once per process; `redis::Script` loads a
-/// script again after `NOSCRIPT`.
-struct Scripts {
-    open: Script,
-    schedule: Script,
-    cancel: Script,
-    reschedule: Script,
-    tick: Script,
-    claim: Script,
-    ack: Script,
-    fail: Script,
-    acquire: Script,
-    release: Script,
-    stats: Script,
-    dead_letters: Script,
-    requeue_dead: Script,
-}
-
-static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    open: script!("open.lua"),
-    schedule: script!("schedule.lua"),
-    cancel: script!("cancel.lua"),
-    reschedule: script!("reschedule.lua"),
-    tick: script!("tick.lua"),
-    claim: script!("claim.lua"),
-    ack: script!("ack.lua"),
-    fail: script!("fail.lua"),
-    acquire: script!("acquire.lua"),
-    release: script!("release.lua"),
-    stats: script!("stats.lua"),
-    dead_letters: script!("dead_letters.lua"),
-    requeue_dead: script!("requeue_dead.lua"),
-});
+scripts!(
+    open,
+    schedule,
+    cancel,
+    reschedule,
+    tick,
+    claim,
+    ack,
+    fail,
+    acquire,
+    release,
+    stats,
+    dead_letters,
+    requeue_dead,
+);
 
 /// A call of `script` on the (partition of the) wheel whose keys are `keys`, with its `KEYS[1]`
 /// (its meta key) and `ARGV[1]` (its key prefix) in place.
@@ -172,23 +167,6 @@ fn number(b: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every script, by file name.
-    const SOURCES: &[(&str, &str)] = &[
-        ("open.lua", include_str!("../lua/open.lua")),
-        ("schedule.lua", include_str!("../lua/schedule.lua")),
-        ("cancel.lua", include_str!("../lua/cancel.lua")),
-        ("reschedule.lua", include_str!("../lua/reschedule.lua")),
-        ("tick.lua", include_str!("../lua/tick.lua")),
-        ("claim.lua", include_str!("../lua/claim.lua")),
-        ("ack.lua", include_str!("../lua/ack.lua")),
-        ("fail.lua", include_str!("../lua/fail.lua")),
-        ("acquire.lua", include_str!("../lua/acquire.lua")),
-        ("release.lua", include_str!("../lua/release.lua")),
-        ("stats.lua", include_str!("../lua/stats.lua")),
-        ("dead_letters.lua", include_str!("../lua/dead_letters.lua")),
-        ("requeue_dead.lua", include_str!("../lua/requeue_dead.lua")),
-    ];
 
     /// A Redis error names a line of the assembled script: it must be the same line of the file.
     #[test]
