@@ -239,8 +239,9 @@ impl DurableBuilder {
     ///   characters, a zero or fractional-millisecond tick, zero slots or more than
     ///   [`MAX_SLOTS`], a lease of zero or over 365 days, zero `max_attempts` or `concurrency`, a `max_payload` over
     ///   512 MiB, a zero timeout, a replica wait not shorter than the response timeout, a
-    ///   malformed URL, a server older than Redis 6.2, or a wheel recorded in Redis with another
-    ///   tick or slot count;
+    ///   malformed URL, a server older than Redis 6.2, a wheel recorded in Redis with another
+    ///   tick, slot or partition count, or one written by an earlier version of this crate that
+    ///   still holds tasks (its layout differs: drain it with that version first);
     /// - [`Error::Redis`] when Redis cannot be reached within the connect timeout (retryable)
     ///   or refuses the connection (a wrong password, say).
     ///

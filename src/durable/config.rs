@@ -43,9 +43,9 @@ const REDIS_MAX_VALUE: usize = 512 << 20;
 pub(crate) const MAX_LEADER_LEASE: Duration = Duration::from_secs(10);
 /// The longest lease: whole milliseconds Redis accepts as an expiry (`PX`) added to its clock.
 const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
-/// How long a finished task's request id is remembered, at least: a `schedule` retried later than
-/// this after its first attempt landed and its task finished would create the task again.
-const MIN_DONE_TTL: Duration = Duration::from_secs(60);
+/// How long a call's answer is kept, at least: a `schedule` retried later than this after its
+/// first attempt landed and its task finished would create the task again.
+const MIN_REQUEST_TTL: Duration = Duration::from_secs(60);
 
 /// Where the wheel's Redis is, as the builder was told.
 #[derive(Debug, Clone)]
@@ -150,8 +150,8 @@ pub(crate) struct Config {
     pub(crate) concurrency: usize,
     /// How many replicas must confirm a change, and for how long to wait for them.
     pub(crate) replicas: Option<(usize, Duration)>,
-    /// How long a finished task's request id is kept (`done:<key>`), in ms.
-    pub(crate) done_ttl_ms: u64,
+    /// How long a call's answer is kept for its retries (`req:<id>`), in ms.
+    pub(crate) request_ttl_ms: u64,
 }
 
 impl Config {
@@ -205,7 +205,7 @@ impl Config {
             backoff_ms: ceil_ms(b.backoff.min(MAX_BACKOFF)),
             concurrency: b.concurrency,
             replicas: b.replicas,
-            done_ttl_ms: ceil_ms((retry_window * 4).max(MIN_DONE_TTL)),
+            request_ttl_ms: ceil_ms((retry_window * 4).max(MIN_REQUEST_TTL)),
         })
     }
 

@@ -174,6 +174,11 @@ impl Conn {
             // The cluster client follows these itself; one that still surfaces (a slot moving
             // twice in a row, say) is worth the same call again.
             Some("MOVED" | "ASK") => RedisFailure::new("key moved", format!("{err}: the slot is moving"), true),
+            // A multi-key call during a slot migration, some of whose keys have moved: Redis
+            // asks for the call again once the slot has moved.
+            Some("TRYAGAIN") => {
+                RedisFailure::new("slot moving", format!("{err}: the wheel's slot is moving; retrying"), true)
+            }
             Some("READONLY") if self.source.follows_failover() => {
                 RedisFailure::new("failover", format!("{err}: the primary is changing; retrying on the new one"), true)
             }
@@ -185,9 +190,8 @@ impl Conn {
                 ),
                 false,
             ),
-            // During a slot migration a script whose keys are part moved (undeclared keys, which
-            // a cluster cannot redirect) is refused this way until the slot has moved; the call
-            // then goes to the new owner.
+            // A server that sees a script touch a key on another node (the scripts declare every
+            // key, but a server mid-migration may still say so) is retried likewise.
             _ if err.to_string().contains("non local key") => {
                 RedisFailure::new("slot moving", format!("{err}: the wheel's slot is moving; retrying"), true)
             }

@@ -8,6 +8,7 @@ use super::conn::{unreachable, Conn};
 use super::ids::Ids;
 use super::keys::WheelKeys;
 use super::scripts::{self, Opened};
+use super::time::RedisClock;
 use super::wheel::Wheel;
 use super::DurableScheduler;
 use crate::Error;
@@ -29,6 +30,7 @@ pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Err
         cfg,
         conn,
         ids: Ids::new(),
+        clock: RedisClock::default(),
     };
     let timeout = wheel.cfg.connect_timeout;
     tokio::time::timeout_at(deadline, check_server(&wheel)).await.map_err(|_| unreachable(timeout))??;
@@ -46,16 +48,26 @@ async fn open(wheel: &Wheel) -> Result<(), Error> {
         keys.extend(wheel.partitions.iter().map(|p| (&p.keys, true)));
     }
     for (keys, start_cursor) in keys {
-        if let Opened::Mismatch { tick_ms, slots, partitions } = scripts::open(wheel, keys, count, start_cursor).await?
-        {
-            return Err(Error::invalid(format!(
-                "the wheel {:?} in Redis runs with a {tick_ms} ms tick, {slots} slots and {partitions} partition(s), \
-                 not {} ms, {} and {count}: connect with the same settings as the other nodes (tick, slots and \
-                 partitions), or use another name",
-                wheel.name(),
-                wheel.cfg.tick_ms,
-                wheel.cfg.slots
-            )));
+        match scripts::open(wheel, keys, count, start_cursor).await? {
+            Opened::Yes { now_ms } => wheel.clock.learn(now_ms),
+            Opened::Mismatch { tick_ms, slots, partitions } => {
+                return Err(Error::invalid(format!(
+                    "the wheel {:?} in Redis runs with a {tick_ms} ms tick, {slots} slots and {partitions} partition(s), \
+                     not {} ms, {} and {count}: connect with the same settings as the other nodes (tick, slots and \
+                     partitions), or use another name",
+                    wheel.name(),
+                    wheel.cfg.tick_ms,
+                    wheel.cfg.slots
+                )));
+            }
+            Opened::OldLayout { tasks } => {
+                return Err(Error::invalid(format!(
+                    "the wheel {:?} in Redis was written by an earlier version of tokio-timewheel (one key per task) and \
+                     still holds {tasks} task(s): let that version's workers drain it, or use another name; a \
+                     wheel of the old layout without tasks is taken over",
+                    wheel.name(),
+                )));
+            }
         }
     }
     Ok(())

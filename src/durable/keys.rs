@@ -15,7 +15,7 @@
 ///
 /// let keys = WheelKeys::new("orders");
 /// assert_eq!(keys.prefix(), "tw:{orders}:");
-/// assert_eq!(keys.task("order-42:review"), "tw:{orders}:t:order-42:review");
+/// assert_eq!(keys.tasks(), "tw:{orders}:tasks");
 /// assert_eq!(keys.ready(), "tw:{orders}:ready");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,16 +23,19 @@ pub struct WheelKeys {
     prefix: String,
 }
 
-/// The suffixes of the wheel's keys after its prefix: `(Lua name, suffix)`. The fixed keys are
-/// Lua locals of the same name in upper case; the per-item ones are functions `<name>_key(id)`.
+/// The wheel's fixed keys, in the order every script gets them as `KEYS[1..]`: `(Lua name,
+/// suffix after the prefix)`. A script binds each to a local of the upper-cased name (`READY`,
+/// ...). A call's own keys (its retry record, a claim's records) follow them.
 pub(crate) const FIXED: &[(&str, &str)] = &[
     ("meta", "meta"),
     ("cursor", "cursor"),
+    ("tasks", "tasks"),
     ("ring", "ring"),
     ("far", "far"),
     ("ready", "ready"),
     ("leased", "leased"),
     ("dead", "dead"),
+    ("dead_tasks", "dead_tasks"),
     ("leader", "leader"),
     ("epoch", "epoch"),
     ("seq", "seq"),
@@ -40,14 +43,8 @@ pub(crate) const FIXED: &[(&str, &str)] = &[
     ("lead", "lead"),
 ];
 
-/// The keys made per item: `(Lua function stem, suffix)`, the item's id following the suffix.
-pub(crate) const PER_ITEM: &[(&str, &str)] =
-    &[("slot", SLOT), ("task", TASK), ("done", DONE), ("dead_task", DEAD_TASK), ("claim", CLAIM)];
-
 const SLOT: &str = "slot:";
-const TASK: &str = "t:";
-const DONE: &str = "done:";
-const DEAD_TASK: &str = "d:";
+const REQUEST: &str = "req:";
 const CLAIM: &str = "claim:";
 
 impl WheelKeys {
@@ -96,17 +93,24 @@ impl WheelKeys {
         self.fixed("cursor")
     }
 
-    /// How many tasks the ring's slots hold together.
+    /// The hash of the pending tasks (waiting, ready or running) by key: each one's record.
+    pub fn tasks(&self) -> String {
+        self.fixed("tasks")
+    }
+
+    /// How many entries the ring's slots hold together (a cancelled task's entry stays in its
+    /// slot until the cursor passes it).
     pub fn ring(&self) -> String {
         self.fixed("ring")
     }
 
-    /// The sorted set of slot `i`: tasks due at a tick `t` with `t % slots == i`, by due ms.
+    /// The sorted set of slot `i`: keys of the tasks due at a tick `t` with `t % slots == i`,
+    /// for `t` in `cursor+1 ..= cursor+slots`, by due ms.
     pub fn slot(&self, i: u64) -> String {
         format!("{}{SLOT}{i}", self.prefix)
     }
 
-    /// The sorted set of the tasks due past the ring's revolution, by due ms.
+    /// The sorted set of the waiting tasks beyond the ring's revolution, by due ms.
     pub fn far(&self) -> String {
         self.fixed("far")
     }
@@ -121,24 +125,14 @@ impl WheelKeys {
         self.fixed("leased")
     }
 
-    /// The hash of the pending task `key`: payload, due time, deliveries, claim token, ...
-    pub fn task(&self, key: &str) -> String {
-        format!("{}{TASK}{key}", self.prefix)
-    }
-
-    /// The request id of the task just finished under `key`, kept a while for retried calls.
-    pub fn done(&self, key: &str) -> String {
-        format!("{}{DONE}{key}", self.prefix)
-    }
-
     /// The sorted set of the dead letters' keys, by when they died.
     pub fn dead(&self) -> String {
         self.fixed("dead")
     }
 
-    /// The hash of the dead letter `key`: payload, deliveries, last error.
-    pub fn dead_task(&self, key: &str) -> String {
-        format!("{}{DEAD_TASK}{key}", self.prefix)
+    /// The hash of the dead letters by key: each one's deliveries, last error and payload.
+    pub fn dead_tasks(&self) -> String {
+        self.fixed("dead_tasks")
     }
 
     /// The fencing token of the node that leads, expiring with its lease.
@@ -156,11 +150,6 @@ impl WheelKeys {
         self.fixed("seq")
     }
 
-    /// The list of what claim `id` took, kept for its retries.
-    pub fn claim(&self, id: &str) -> String {
-        format!("{}{CLAIM}{id}", self.prefix)
-    }
-
     /// The list of wake-up tokens idle workers wait on.
     pub fn wake(&self) -> String {
         self.fixed("wake")
@@ -169,6 +158,21 @@ impl WheelKeys {
     /// The list a leader that gives up the lead pushes a token on.
     pub fn lead(&self) -> String {
         self.fixed("lead")
+    }
+
+    /// What the call `id` answered, kept a while so that its retry gets the same answer.
+    pub fn request(&self, id: &str) -> String {
+        format!("{}{REQUEST}{id}", self.prefix)
+    }
+
+    /// The list of what claim `id` took, kept for its retries.
+    pub fn claim(&self, id: &str) -> String {
+        format!("{}{CLAIM}{id}", self.prefix)
+    }
+
+    /// Every fixed key, in the order of [`FIXED`]: a script's first `KEYS`.
+    pub(crate) fn all_fixed(&self) -> impl Iterator<Item = String> + '_ {
+        FIXED.iter().map(|(_, suffix)| self.fixed(suffix))
     }
 }
 
@@ -188,17 +192,25 @@ fn hash_slot(tag: &[u8]) -> u16 {
     crc % CLUSTER_SLOTS as u16
 }
 
-/// The Lua that binds the key names for a script, on one line: `local P = ARGV[1]`, one local
-/// per fixed key (`READY`, ...), one function per per-item key (`task_key(k)`, ...).
+/// The Lua that binds the key names for a script, on one line: one local per fixed key
+/// (`READY = KEYS[6]`, ...); `CALL_KEY` and `PREVIOUS_KEY`, the call's own keys after them (nil
+/// when the call has none); `FIXED_KEYS`, how many fixed keys there are; and
+/// `declared_slots(from)`, the slot keys declared from `KEYS[from]` on, as a set of names, with
+/// `slot_key(i)` to look one up (a script touches only the slot keys its caller declared).
 pub(crate) fn lua_bindings() -> String {
-    let mut lua = String::from("local P = ARGV[1]");
-    for (name, suffix) in FIXED {
-        lua.push_str(&format!(" local {} = P .. '{suffix}'", name.to_uppercase()));
-    }
-    for (name, suffix) in PER_ITEM {
-        lua.push_str(&format!(" local function {name}_key(id) return P .. '{suffix}' .. id end"));
-    }
-    lua
+    let names: Vec<String> = FIXED.iter().map(|(name, _)| name.to_uppercase()).collect();
+    let slots: Vec<String> = (1..=FIXED.len()).map(|i| format!("KEYS[{i}]")).collect();
+    format!(
+        "local {} = {} local CALL_KEY, PREVIOUS_KEY = KEYS[{n1}], KEYS[{n2}] local FIXED_KEYS = {n} \
+         local P = string.sub(META, 1, #META - 4) \
+         local function slot_key(i) return P .. '{SLOT}' .. i end \
+         local function declared_slots(from) local set = {{}} for i = from, #KEYS do set[KEYS[i]] = true end return set end",
+        names.join(", "),
+        slots.join(", "),
+        n = FIXED.len(),
+        n1 = FIXED.len() + 1,
+        n2 = FIXED.len() + 2
+    )
 }
 
 #[cfg(test)]
@@ -211,11 +223,13 @@ mod tests {
         let methods = [
             keys.meta(),
             keys.cursor(),
+            keys.tasks(),
             keys.ring(),
             keys.far(),
             keys.ready(),
             keys.leased(),
             keys.dead(),
+            keys.dead_tasks(),
             keys.leader(),
             keys.epoch(),
             keys.seq(),
@@ -224,9 +238,10 @@ mod tests {
         ];
         let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
         assert_eq!(methods.to_vec(), table);
+        assert_eq!(keys.all_fixed().collect::<Vec<_>>(), table);
         assert_eq!(
-            [keys.slot(3), keys.task("k"), keys.done("k"), keys.dead_task("k"), keys.claim("c")],
-            ["tw:{w}:slot:3", "tw:{w}:t:k", "tw:{w}:done:k", "tw:{w}:d:k", "tw:{w}:claim:c"]
+            [keys.slot(3), keys.request("r"), keys.claim("c")],
+            ["tw:{w}:slot:3", "tw:{w}:req:r", "tw:{w}:claim:c"]
         );
     }
 
@@ -259,7 +274,9 @@ mod tests {
     fn the_lua_bindings_are_one_line() {
         let lua = lua_bindings();
         assert!(!lua.contains('\n'));
-        assert!(lua.contains("local READY = P .. 'ready'"), "{lua}");
-        assert!(lua.contains("local function task_key(id) return P .. 't:' .. id end"), "{lua}");
+        assert!(lua.starts_with("local META, CURSOR, TASKS, RING, FAR, READY, "), "{lua}");
+        assert!(lua.contains("= KEYS[1], KEYS[2], KEYS[3]"), "{lua}");
+        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[15], KEYS[16] local FIXED_KEYS = 14"), "{lua}");
+        assert!(lua.contains("return P .. 'slot:' .. i end"), "{lua}");
     }
 }

@@ -123,32 +123,55 @@
 //! ([`Error::is_retryable`](crate::Error::is_retryable)). Tested on Redis 7.0 (Debian's).
 //!
 //! # Redis layout
-//! For the wheel `orders` every key starts with `tw:{orders}:`; [`WheelKeys`] names them:
+//! For the wheel `orders` every key starts with `tw:{orders}:`; [`WheelKeys`] names them. Every
+//! key a script touches is declared in its `KEYS` (the fixed keys below, in this order, then the
+//! call's own: its retry record or claim records, and the ring slots it may write), so the
+//! scripts are correct on Redis Cluster and on servers that refuse undeclared keys.
 //!
 //! | key            | type   | holds |
 //! |----------------|--------|-------|
-//! | `meta`         | hash   | `tick_ms`, `slots` (a node with other values is refused) and the counters of [`DurableStats`] |
+//! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout` and the counters of [`DurableStats`] |
 //! | `cursor`       | string | the last tick processed: every task due at or before it has left the ring |
-//! | `ring`         | string | how many tasks the ring's slots hold together |
-//! | `slot:<i>`     | zset   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots`, scored by due ms |
-//! | `far`          | zset   | keys of the tasks due later, scored by due ms; promoted into the ring as the cursor nears |
+//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<error length>:<error><payload>` |
+//! | `ring`         | string | how many entries the ring's slots hold together |
+//! | `far`          | zset   | keys of the tasks due beyond the ring's revolution, scored by due ms; promoted into the ring as the cursor nears |
 //! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first) |
 //! | `leased`       | zset   | claimed keys, scored by lease expiry in ms on Redis's clock |
-//! | `t:<key>`      | hash   | one task: payload `p`, due ms `due`, due tick `tick` (absolute, never a rounds count), deliveries `a`, claim token `tok`, request id `rid`, last error `err` |
-//! | `done:<key>`   | string | the request id of a task just finished (and `/<cancel id>` if it was cancelled), for a minute or more, so a late retry of its `schedule` or `cancel` is recognised |
 //! | `dead`         | zset   | dead keys, scored by when they died |
-//! | `d:<key>`      | hash   | one dead letter: payload, deliveries, last error |
+//! | `dead_tasks`   | hash   | the dead letters by key, each `<deliveries>:<error length>:<error><payload>` |
 //! | `leader`       | string | `<node>:<epoch>` of the node ticking the wheel, expiring after the lease |
 //! | `epoch`        | string | leaderships so far; the fencing token's counter |
 //! | `seq`          | string | claim tokens handed out so far |
-//! | `claim:<id>`   | list   | the keys and claim tokens one claim took, for a lease, so that a retry of the claim gets them back |
 //! | `wake`         | list   | wake-up tokens for idle workers, pushed when tasks become ready |
 //! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
+//! | `slot:<i>`     | zset   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots`, scored by due ms |
+//! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
+//! | `claim:<id>`   | list   | the keys and claim tokens one claim took, for a lease, so that a retry of the claim gets them back |
 //!
 //! A task is due at `due_ms` and placed at tick `ceil(due_ms / tick_ms)`; the cursor reaches
-//! that tick when Redis's clock has passed it, so nothing is ever early. Cancel and reschedule
-//! remove a task from its slot, the far tier, the ready set or (when its lease ran out) the leased set with `ZREM`: O(log n),
-//! never a scan. Moving a tick's tasks on is one `ZPOPMIN` and one `ZADD` for the lot.
+//! that tick when Redis's clock has passed it, so nothing is ever early.
+//!
+//! What Redis does per task, and why:
+//! - `schedule`: one `HSETNX` (the duplicate check and the write in one) and one `ZADD` to its
+//!   slot; the far tier's and `ready`'s entries, the counters, the wake-up and the retry record
+//!   are one command each per call. Retry safety costs one `SET` per call, not a read per task:
+//!   a retried call finds its answer under its request id. The caller names the slots its tasks
+//!   may go to from its estimate of Redis's clock (within 25 ms); a task whose slot it did not
+//!   name waits in the far tier instead, and is promoted into the ring as the cursor nears.
+//! - `cancel` and `reschedule`: one `HGET` and `HDEL` (or `HSET`), and a `ZREM` from the far
+//!   tier and `ready`, batched per call. The task's entry in its ring slot is left there: the
+//!   caller cannot name a slot it does not know, and the cursor drops an entry that no longer
+//!   matches its task's record (due ms and no claim) when it passes it. So a cancelled task
+//!   holds its slot entry (about 30 bytes) until its due time, and `cancel` costs O(1) plus a
+//!   far-tier or `ready` `ZREM`: O(log n), never a scan.
+//! - the leader's tick: one `ZPOPMIN` per slot and one `ZADD` to `ready` for the lot, and an
+//!   `HGET` per entry to check it against its record.
+//! - a claim: one `ZPOPMIN`, then an `HGET` and `HSET` per task (its delivery count and claim
+//!   token); an acknowledgement an `HGET` per task and one `HDEL` and `ZREM` for the lot.
+//!
+//! A wheel written by an earlier version of this crate (one hash per task, keys the scripts
+//! named themselves) is taken over by `connect` when it holds no task, and refused while it
+//! does: drain it with the version that wrote it.
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
 // time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, scheduler, connect,

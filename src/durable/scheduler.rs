@@ -184,11 +184,11 @@ impl DurableScheduler {
                         if in_flight.len() >= SCHEDULE_PIPELINE {
                             settle(in_flight.join_next().await, &mut results)?;
                         }
-                        in_flight.spawn(send_batch(self.wheel.clone(), part, std::mem::take(batch)));
+                        in_flight.spawn(send_batch(self.wheel.clone(), part, None, std::mem::take(batch)));
                         *bytes = 0;
                     }
                     *bytes += payload.len();
-                    let task = NewTask { key: key.to_string(), when, payload, request_id: self.wheel.ids.next() };
+                    let task = NewTask { key: key.to_string(), when, payload };
                     batch.push((results.len(), task));
                     results.push(Ok(()));
                 }
@@ -196,7 +196,7 @@ impl DurableScheduler {
         }
         for (part, (batch, _)) in batches.into_iter().enumerate() {
             if !batch.is_empty() {
-                in_flight.spawn(send_batch(self.wheel.clone(), part, batch));
+                in_flight.spawn(send_batch(self.wheel.clone(), part, None, batch));
             }
         }
         while let Some(done) = in_flight.join_next().await {
@@ -367,9 +367,9 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn contains(&self, key: impl AsRef<str>) -> Result<bool, Error> {
-        let mut exists = redis::cmd("EXISTS");
+        let mut exists = redis::cmd("HEXISTS");
         let key = key.as_ref();
-        exists.arg(self.wheel.partition_of(key).keys.task(key));
+        exists.arg(self.wheel.partition_of(key).keys.tasks()).arg(key);
         self.wheel.conn.command(&exists).await
     }
 
@@ -578,10 +578,9 @@ impl DurableScheduler {
         request_id: Option<&str>,
     ) -> Result<(), Error> {
         self.check(key, &payload)?;
-        let request_id = request_id.map_or_else(|| self.wheel.ids.next(), str::to_string);
-        let task = NewTask { key: key.to_string(), when, payload, request_id };
+        let task = NewTask { key: key.to_string(), when, payload };
         let part = self.wheel.partition_of(key).index;
-        match send_batch(self.wheel.clone(), part, vec![(0, task)]).await?.pop() {
+        match send_batch(self.wheel.clone(), part, request_id.map(str::to_string), vec![(0, task)]).await?.pop() {
             Some((_, key)) => Err(Error::DuplicateKey(key)),
             None => Ok(()),
         }
@@ -589,7 +588,7 @@ impl DurableScheduler {
 
     async fn move_task(&self, key: &str, when: When) -> Result<(), Error> {
         let keys = &self.wheel.partition_of(key).keys;
-        match scripts::reschedule(&self.wheel, keys, key, when).await? {
+        match scripts::reschedule(&self.wheel, keys, &[(key, when)]).await?.pop().unwrap_or(Moved::NotPending) {
             Moved::Yes => self.wheel.conn.replicate(&keys.meta()).await,
             Moved::NotPending | Moved::Running => Err(Error::NotFound),
         }
@@ -601,11 +600,17 @@ impl DurableScheduler {
 type Duplicates = Vec<(usize, String)>;
 
 /// Sends one `schedule.lua` call for `batch`, all of partition `part` (each task with its index
-/// in the caller's results).
-async fn send_batch(wheel: Arc<Wheel>, part: usize, batch: Vec<(usize, NewTask)>) -> Result<Duplicates, Error> {
+/// in the caller's results), under `request_id` or a new one.
+async fn send_batch(
+    wheel: Arc<Wheel>,
+    part: usize,
+    request_id: Option<String>,
+    batch: Vec<(usize, NewTask)>,
+) -> Result<Duplicates, Error> {
     let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = batch.into_iter().unzip();
     let keys = &wheel.partitions[part].keys;
-    let outcomes = scripts::schedule(&wheel, keys, &tasks).await?;
+    let request_id = request_id.unwrap_or_else(|| wheel.ids.next());
+    let outcomes = scripts::schedule(&wheel, keys, &request_id, &tasks).await?;
     if outcomes.iter().any(|&o| o != Scheduled::Duplicate) {
         // Something was written (or was, by this request's first attempt): replicate it.
         wheel.conn.replicate(&keys.meta()).await?;

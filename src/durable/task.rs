@@ -94,14 +94,14 @@ impl DeadTask {
 /// A snapshot of a durable wheel, read from Redis in one call per partition.
 ///
 /// The gauges (`pending` to `cursor_lag_ticks`) are exact at the moment of the call; the
-/// counters (`scheduled` to `dead_lettered`) count since the wheel was first used and are kept
+/// counters (`scheduled` to `cancelled`) count since the wheel was first used and are kept
 /// by every node together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DurableStats {
     /// Tasks scheduled and not yet acknowledged, cancelled or dead: `waiting + ready + in_flight`.
     pub pending: usize,
-    /// Tasks not yet due (or waiting out a retry backoff), in the ring or the far tier.
+    /// Tasks not yet due (or waiting out a retry backoff).
     pub waiting: usize,
     /// Due tasks waiting for a worker.
     pub ready: usize,
@@ -122,6 +122,8 @@ pub struct DurableStats {
     pub retried: u64,
     /// Tasks moved to the dead letters.
     pub dead_lettered: u64,
+    /// Tasks cancelled by `cancel` and `cancel_many`.
+    pub cancelled: u64,
 }
 
 impl DurableStats {
@@ -138,5 +140,6 @@ impl DurableStats {
         self.acked += part.acked;
         self.retried += part.retried;
         self.dead_lettered += part.dead_lettered;
+        self.cancelled += part.cancelled;
     }
 }

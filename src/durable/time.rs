@@ -1,6 +1,7 @@
 //! Conversions between Rust's time types and the whole milliseconds the scripts use, each with
 //! its rounding direction: a due time or lease rounds up, so nothing is ever early.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Error;
@@ -65,6 +66,48 @@ impl When {
         }
     }
 }
+
+/// This process's estimate of Redis's clock: the local clock plus the offset last seen in a
+/// reply that carried Redis's time. Only a guess, used to name the ring slots a task may go to
+/// (a wrong guess sends the task to the far tier, never early or late); every decision that
+/// matters is made by the scripts on Redis's own clock.
+#[derive(Debug, Default)]
+pub(crate) struct RedisClock {
+    /// Redis's ms minus the local ms, when Redis's were read.
+    offset_ms: AtomicI64,
+}
+
+impl RedisClock {
+    /// Learns from Redis's time `redis_ms`, read just now.
+    pub(crate) fn learn(&self, redis_ms: u64) {
+        let local = unix_ms(SystemTime::now()) as i64;
+        self.offset_ms.store(redis_ms as i64 - local, Ordering::Relaxed);
+    }
+
+    /// Redis's clock now, as far as this process can tell, in ms.
+    pub(crate) fn now_ms(&self) -> u64 {
+        let local = unix_ms(SystemTime::now()) as i64;
+        (local + self.offset_ms.load(Ordering::Relaxed)).max(0) as u64
+    }
+
+    /// The ticks a task due `when` may fall in, by this estimate: one for a time on Redis's
+    /// clock, the ticks within [`GUESS_MS`] of the estimate for a delay (at most four).
+    pub(crate) fn ticks(&self, when: When, tick_ms: u64) -> std::ops::RangeInclusive<u64> {
+        let due_tick = |ms: u64| ms.div_ceil(tick_ms);
+        match when {
+            When::At(ms) => due_tick(ms)..=due_tick(ms),
+            When::Delay(ms) => {
+                let due = self.now_ms() + ms;
+                let first = due_tick(due.saturating_sub(GUESS_MS));
+                first..=due_tick(due + GUESS_MS).min(first + 3)
+            }
+        }
+    }
+}
+
+/// How far this process's estimate of Redis's clock may be off, for the slots a delayed task may
+/// go to: the time a call takes to reach Redis, and the drift since the estimate was made.
+pub(crate) const GUESS_MS: u64 = 25;
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@ use super::config::Config;
 use super::conn::Conn;
 use super::ids::Ids;
 use super::keys::WheelKeys;
+use super::time::{RedisClock, When};
 
 /// What every handle and worker of one `connect` shares: the checked settings, the connection,
 /// the id source, and the wheel's partitions.
@@ -17,6 +18,8 @@ pub(crate) struct Wheel {
     pub(crate) base: WheelKeys,
     /// Never empty; one unless `partitions(n)` was set.
     pub(crate) partitions: Vec<Partition>,
+    /// This process's estimate of Redis's clock, for naming the slots a task may go to.
+    pub(crate) clock: RedisClock,
 }
 
 /// One partition of a wheel: a whole wheel of its own under its own hash tag (its own cursor,
@@ -35,6 +38,19 @@ impl Wheel {
     /// The wheel's name, for logs and errors.
     pub(crate) fn name(&self) -> &str {
         &self.cfg.name
+    }
+
+    /// The ring slot keys of `keys` that tasks due `whens` may go to, each once: the caller's
+    /// declaration of the slots a placing script may touch.
+    pub(crate) fn slot_keys(&self, keys: &WheelKeys, whens: impl IntoIterator<Item = When>) -> Vec<String> {
+        let mut slots: Vec<u64> = whens
+            .into_iter()
+            .flat_map(|when| self.clock.ticks(when, self.cfg.tick_ms))
+            .map(|tick| tick % self.cfg.slots)
+            .collect();
+        slots.sort_unstable();
+        slots.dedup();
+        slots.into_iter().map(|i| keys.slot(i)).collect()
     }
 
     /// The partition that holds the task `key`.

@@ -4,27 +4,30 @@
   someone else's delivery. A repeated ack is refused and changes nothing.
 
   Input:
-    KEYS[1]  the wheel's meta key
-    ARGV[1]  key prefix   ARGV[2] ms to remember a finished task's request id
-    ARGV[3 + 2i], ARGV[4 + 2i]  per delivery: key, claim token
+    KEYS     the wheel's keys
+    ARGV[1 + 2i], ARGV[2 + 2i]  per delivery: key, claim token
   Output:
     one integer per delivery: 1 acknowledged, 0 refused.
-  Keys: t:<key>, leased, done:<key>, meta.
+  Keys: TASKS, LEASED, META.
 ]]
 -- @include keys
--- @include finish
-local ttl = tonumber(ARGV[2])
+-- @include record
+-- @include zrem_all
 
-local out, acked = {}, 0
-for i = 3, #ARGV, 2 do
+local out, done = {}, {}
+for i = 1, #ARGV, 2 do
   local k, tok = ARGV[i], ARGV[i + 1]
-  if redis.call('HGET', task_key(k), 'tok') == tok then
-    finish(k, ttl)
-    acked = acked + 1
+  local rec = redis.call('HGET', TASKS, k)
+  if rec and token_of(rec) == tok then
+    done[#done + 1] = k
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
   end
 end
-if acked > 0 then redis.call('HINCRBY', META, 'acked', acked) end
+if #done > 0 then
+  zrem_all(TASKS, done, 'HDEL')
+  zrem_all(LEASED, done)
+  redis.call('HINCRBY', META, 'acked', #done)
+end
 return out

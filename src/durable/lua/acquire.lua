@@ -3,15 +3,15 @@
   its token back, renewed.
 
   Input:
-    KEYS[1]  the wheel's meta key
-    ARGV[1]  key prefix   ARGV[2] node id   ARGV[3] the leadership's lease in ms
+    KEYS     the wheel's keys
+    ARGV[1]  node id   ARGV[2] the leadership's lease in ms
   Output:
     {token, 0} with the token `<node>:<epoch>`; or {'', ms} when another node leads, with the
     ms its lease has left (-1 if it has no expiry), so the caller knows when to bid again.
-  Keys: leader, epoch.
+  Keys: LEADER, EPOCH.
 ]]
 -- @include keys
-local node, lease = ARGV[2], tonumber(ARGV[3])
+local node, lease = ARGV[1], tonumber(ARGV[2])
 
 local cur = redis.call('GET', LEADER)
 if cur then

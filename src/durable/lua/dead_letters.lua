@@ -2,23 +2,25 @@
   through a long list with a bounded `limit` per call).
 
   Input:
-    KEYS[1]  the wheel's meta key
-    ARGV[1]  key prefix   ARGV[2] limit   ARGV[3] offset
+    KEYS     the wheel's keys
+    ARGV[1]  limit   ARGV[2] offset
   Output:
     a flat array, five entries per dead task: key, payload, deliveries, last error, ms it died at.
-  Keys: dead, d:<key>.
+  Keys: DEAD, DEAD_TASKS.
 ]]
 -- @include keys
-local limit, offset = tonumber(ARGV[2]), tonumber(ARGV[3])
+local limit, offset = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 local ks = redis.call('ZRANGE', DEAD, offset, offset + limit - 1, 'WITHSCORES')
 local out = {}
 for i = 1, #ks, 2 do
-  local h = redis.call('HMGET', dead_task_key(ks[i]), 'p', 'a', 'err')
+  local rec = redis.call('HGET', DEAD_TASKS, ks[i]) or '0:0:'
+  local a, n, at = string.match(rec, '^(%d+):(%d+):()')
+  n = tonumber(n)
   out[#out + 1] = ks[i]
-  out[#out + 1] = h[1] or ''
-  out[#out + 1] = h[2] or '0'
-  out[#out + 1] = h[3] or ''
+  out[#out + 1] = string.sub(rec, at + n)
+  out[#out + 1] = a
+  out[#out + 1] = string.sub(rec, at, at + n - 1)
   out[#out + 1] = ks[i + 1]
 end
 return out

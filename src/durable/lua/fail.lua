@@ -3,41 +3,42 @@
   the claim token is not the task's current one.
 
   Input:
-    KEYS[1]  the wheel's meta key
-    ARGV[1]  key prefix   ARGV[2] key   ARGV[3] claim token   ARGV[4] error text
-    ARGV[5]  max attempts   ARGV[6] backoff base in ms   ARGV[7] backoff cap in ms
-    ARGV[8]  tick in ms   ARGV[9] slots   ARGV[10] ms to remember the request id
+    KEYS     the wheel's keys, then the ring slot keys the retry may go to
+    ARGV[1]  key   ARGV[2] claim token   ARGV[3] error text
+    ARGV[4]  max attempts   ARGV[5] backoff base in ms   ARGV[6] backoff cap in ms
+    ARGV[7]  tick in ms   ARGV[8] slots
   Output:
     1 retried, 2 dead, 0 refused.
-  Keys: t:<key>, leased, cursor, meta, wake, its new place (slot:<i>, ring, far, ready), and
-  when it dies d:<key>, dead, done:<key>.
+  Keys: TASKS, LEASED, the declared slots, RING, FAR, READY, CURSOR, META, WAKE, and when it
+  dies DEAD_TASKS, DEAD.
 ]]
 -- @include keys
--- @include now_ms
--- @include now_up
--- @include due_tick
--- @include cursor_of
+-- @include wheel_now
+-- @include record
 -- @include place
 -- @include wake
 -- @include bury
-local k, tok, err = ARGV[2], ARGV[3], ARGV[4]
-local max_attempts, backoff_ms, backoff_cap_ms = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local tick_ms, slots, ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local k, tok, err = ARGV[1], ARGV[2], ARGV[3]
+local max_attempts, backoff_ms, backoff_cap_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local tick_ms, slots = tonumber(ARGV[7]), tonumber(ARGV[8])
 
-local tk = task_key(k)
-local h = redis.call('HMGET', tk, 'tok', 'a')
-if h[1] ~= tok then return 0 end
-local a = tonumber(h[2])
-local now = now_up()
-if a >= max_attempts then
-  bury(k, a, err, now, ttl)
+local rec = redis.call('HGET', TASKS, k)
+if not rec or token_of(rec) ~= tok then return 0 end
+local t = decode(rec)
+local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1)
+local up = w.up
+redis.call('ZREM', LEASED, k)
+if t.a >= max_attempts then
+  bury(k, t, err, up)
+  redis.call('HDEL', TASKS, k)
+  redis.call('HINCRBY', META, 'dead_lettered', 1)
   return 2
 end
-redis.call('ZREM', LEASED, k)
-local due = now + math.min(backoff_cap_ms, backoff_ms * 2 ^ (a - 1))
-local tick = due_tick(due, tick_ms)
-redis.call('HSET', tk, 'due', due, 'tick', tick, 'err', err)
-redis.call('HDEL', tk, 'tok')
-if place(k, tick, due, cursor_of(now, tick_ms), slots, math.floor(now_ms() / tick_ms)) then wake() end
+t.due = up + math.min(backoff_cap_ms, backoff_ms * 2 ^ (t.a - 1))
+t.tok, t.err = '0', err
+redis.call('HSET', TASKS, k, encode(t))
+local batch = new_batch()
+place(k, t.due, w, batch)
+if flush(batch) then wake() end
 redis.call('HINCRBY', META, 'retried', 1)
 return 1

@@ -1,30 +1,42 @@
---[[ Opens a wheel (or one partition of it): records its tick, slot count and partition count on
+--[[ Opens a wheel (or one partition of it): records its tick, slots, partition count and layout on
   first use, refuses a mismatch afterwards, and starts the cursor at the current tick if there
-  is none (for a partition; the record of a partitioned wheel has no cursor). A wheel recorded
-  before partitions existed has one.
+  is none (for a partition; the record of a partitioned wheel has no cursor).
+
+  A wheel recorded by a version before layout 2 (one hash per task and keys named by the
+  scripts, not declared) is
+  taken over when it holds no task; with tasks it is refused, so that none is lost: drain it
+  with the version that wrote it first.
 
   Input:
-    KEYS[1]  the wheel's meta key
-    ARGV[1]  key prefix   ARGV[2] tick in ms   ARGV[3] slots   ARGV[4] partitions
-    ARGV[5]  '1' to start the cursor, else '0'
+    KEYS     the wheel's keys
+    ARGV[1]  tick in ms   ARGV[2] slots   ARGV[3] partitions   ARGV[4] '1' to start the cursor
   Output:
-    {'1'} when opened, or {'0', recorded tick_ms, recorded slots, recorded partitions} on a
-    mismatch.
-  Keys: meta, cursor.
+    {'1', Redis's clock in ms} when opened; {'0', recorded tick_ms, recorded slots, recorded
+    partitions} on a mismatch; {'old', tasks it holds} for an older layout with tasks.
+  Keys: META, CURSOR, RING, FAR, READY, LEASED.
 ]]
 -- @include keys
--- @include now_ms
--- @include cursor_of
-local tick_ms, slots, partitions, start_cursor = ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1'
+-- @include clock
+local LAYOUT = '2'
+local tick_ms, slots, partitions, start_cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 
-local m = redis.call('HMGET', META, 'tick_ms', 'slots', 'partitions')
+local m = redis.call('HMGET', META, 'tick_ms', 'slots', 'partitions', 'layout')
+if m[1] and m[4] ~= LAYOUT then
+  local held = tonumber(redis.call('GET', RING) or '0') + redis.call('ZCARD', FAR)
+    + redis.call('ZCARD', READY) + redis.call('ZCARD', LEASED)
+  if held > 0 then return {'old', tostring(held)} end
+  redis.call('HSET', META, 'layout', LAYOUT)
+end
 if m[1] then
   local recorded = m[3] or '1'
   if m[1] ~= tick_ms or m[2] ~= slots or recorded ~= partitions then
     return {'0', m[1], m[2] or '', recorded}
   end
 else
-  redis.call('HSET', META, 'tick_ms', tick_ms, 'slots', slots, 'partitions', partitions)
+  redis.call('HSET', META, 'tick_ms', tick_ms, 'slots', slots, 'partitions', partitions, 'layout', LAYOUT)
 end
-if start_cursor then cursor_of(now_ms(), tonumber(tick_ms)) end
-return {'1'}
+local now = clock()
+if start_cursor and redis.call('EXISTS', CURSOR) == 0 then
+  redis.call('SET', CURSOR, math.floor(now / tonumber(tick_ms)))
+end
+return {'1', tostring(now)}

@@ -3,14 +3,14 @@
   bids for the lead at once instead of at its next periodic bid (one token: one bid wins).
 
   Input:
-    KEYS[1]  the wheel's meta key
-    ARGV[1]  key prefix   ARGV[2] fencing token
+    KEYS     the wheel's keys
+    ARGV[1]  fencing token
   Output:
     1 released, 0 not the leader.
-  Keys: leader, lead.
+  Keys: LEADER, LEAD.
 ]]
 -- @include keys
-local token = ARGV[2]
+local token = ARGV[1]
 
 if redis.call('GET', LEADER) ~= token then return 0 end
 redis.call('DEL', LEADER)

@@ -1,36 +1,52 @@
---[[ Moves a waiting or ready task to a new due time, keeping its payload. A task a worker holds
+--[[ Moves waiting or ready tasks to new due times, keeping their payloads. A task a worker holds
   under a live lease is running and is left alone (its lease runs its course), so that a task
   moved here is handed out once, at its new time. A task whose lease ran out is moved, and the
-  late worker's acknowledgement then finds no claim token and changes nothing.
+  late worker's acknowledgement then finds another claim token and changes nothing.
 
   Input:
-    KEYS[1]  the wheel's meta key
-    ARGV[1]  key prefix   ARGV[2] tick in ms   ARGV[3] slots   ARGV[4] key
-    ARGV[5]  'd' (delay) or 'a' (at)   ARGV[6] milliseconds
+    KEYS     the wheel's keys, then the ring slot keys the tasks may go to (as for schedule)
+    ARGV[1]  tick in ms   ARGV[2] slots
+    ARGV[3 + 3i ..]  per task: key, 'd' (delay) or 'a' (at), milliseconds
   Output:
-    1 moved, 0 none pending, 2 running (left alone).
-  Keys: t:<key>, leased, cursor, wake, the task's old and new place (slot:<i>, ring, far, ready).
+    one integer per task: 1 moved, 0 none pending, 2 running (left alone).
+  Keys: TASKS, the declared slots, RING, FAR, READY, LEASED, CURSOR, WAKE. The task's old
+  slot entry is left behind: the cursor drops it when it passes it, since it no longer matches
+  the task's record (see tick.lua).
 ]]
 -- @include keys
--- @include now_ms
--- @include now_up
--- @include due_tick
--- @include cursor_of
+-- @include wheel_now
+-- @include record
 -- @include place
--- @include unplace
+-- @include zrem_all
 -- @include wake
-local tick_ms, slots, k, mode, ms = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], tonumber(ARGV[6])
+local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
 
-local tk = task_key(k)
-local old = redis.call('HMGET', tk, 'tick', 'tok')
-if not old[1] then return 0 end
-if old[2] and tonumber(redis.call('ZSCORE', LEASED, k) or 0) > now_ms() then return 2 end
-unplace(k, tonumber(old[1]), slots)
-local now = now_up()
-local due = ms
-if mode == 'd' then due = now + ms end
-local tick = due_tick(due, tick_ms)
-redis.call('HSET', tk, 'due', due, 'tick', tick)
-redis.call('HDEL', tk, 'tok')
-if place(k, tick, due, cursor_of(now, tick_ms), slots, math.floor(now_ms() / tick_ms)) then wake() end
-return 1
+local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1)
+local out, moved, due_of = {}, {}, {}
+for i = 3, #ARGV, 3 do
+  local k, mode, ms = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local rec = redis.call('HGET', TASKS, k)
+  if not rec then
+    out[#out + 1] = 0
+  else
+    local t = decode(rec)
+    if t.tok ~= '0' and tonumber(redis.call('ZSCORE', LEASED, k) or 0) > w.down then
+      out[#out + 1] = 2
+    else
+      t.due, t.tok = ms, '0'
+      if mode == 'd' then t.due = w.up + ms end
+      redis.call('HSET', TASKS, k, encode(t))
+      if not due_of[k] then moved[#moved + 1] = k end
+      due_of[k] = t.due
+      out[#out + 1] = 1
+    end
+  end
+end
+-- A key moved twice in one call is placed once, by its last move.
+zrem_all(READY, moved)
+zrem_all(FAR, moved)
+zrem_all(LEASED, moved)
+local batch = new_batch()
+for _, k in ipairs(moved) do place(k, due_of[k], w, batch) end
+if flush(batch) then wake() end
+return out

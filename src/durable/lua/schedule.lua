@@ -1,47 +1,50 @@
---[[ Schedules a batch of tasks, each under a key that must not be pending.
+--[[ Schedules a batch of tasks, each under a key that must not be pending: per task one HSETNX
+  (the check and the write in one) and one ZADD to its slot (the far tier's and `ready`'s
+  entries go in one ZADD each for the whole call).
+
+  Safe to retry: the call's answer is kept under its request id (CALL_KEY) for `ttl` ms, so a
+  retry whose first attempt landed answers 2 for what it scheduled, even if those tasks have
+  since been acknowledged, cancelled or buried, and schedules nothing again.
 
   Input:
-    KEYS[1]  the wheel's meta key (routes the call to the wheel's slot)
-    ARGV[1]  key prefix   ARGV[2] tick in ms   ARGV[3] slots
-    ARGV[4 + 5i ..]  per task: key, payload, 'd' (delay) or 'a' (at), milliseconds, request id
+    KEYS     the wheel's keys, then CALL_KEY (the call's request record), then the ring slot
+             keys the tasks may go to (the caller's guess from its estimate of Redis's clock; a
+             task whose slot is not among them waits in the far tier instead)
+    ARGV[1]  tick in ms   ARGV[2] slots   ARGV[3] ms to keep the answer
+    ARGV[4 + 4i ..]  per task: key, payload, 'd' (delay) or 'a' (at), milliseconds
   Output:
-    one integer per task: 1 scheduled; 2 already scheduled by this request id (a retry whose
-    first attempt landed, even if its task has since been acknowledged, cancelled or buried);
-    0 the key is pending under another request (DuplicateKey).
-  Keys: t:<key>, done:<key>, cursor, the task's place (slot:<i>, ring, far or ready), meta, wake.
+    one integer per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
+    is pending (DuplicateKey).
+  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, CURSOR, META, WAKE.
 ]]
 -- @include keys
--- @include now_ms
--- @include now_up
--- @include due_tick
--- @include cursor_of
+-- @include wheel_now
+-- @include record
+-- @include request
 -- @include place
--- @include finished_by
 -- @include wake
-local tick_ms, slots = tonumber(ARGV[2]), tonumber(ARGV[3])
+local tick_ms, slots, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 
-local now = now_up()
-local now_tick = math.floor(now_ms() / tick_ms)
-local cursor = cursor_of(now, tick_ms)
-local out, created, ready = {}, 0, false
-for i = 4, #ARGV, 5 do
-  local k, payload, mode, ms, rid = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
-  local tk = task_key(k)
-  local cur = redis.call('HGET', tk, 'rid')
-  if cur then
-    out[#out + 1] = (cur == rid) and 2 or 0
-  elseif finished_by(k, rid) then
-    out[#out + 1] = 2
-  else
-    local due = ms
-    if mode == 'd' then due = now + ms end
-    local tick = due_tick(due, tick_ms)
-    redis.call('HSET', tk, 'p', payload, 'due', due, 'tick', tick, 'a', 0, 'rid', rid)
-    if place(k, tick, due, cursor, slots, now_tick) then ready = true end
+local kept = replayed()
+if kept then
+  for i, r in ipairs(kept) do if r == 1 then kept[i] = 2 end end
+  return kept
+end
+local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2)
+local out, created, batch = {}, 0, new_batch()
+for i = 4, #ARGV, 4 do
+  local k, mode, ms = ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local due = ms
+  if mode == 'd' then due = w.up + ms end
+  if redis.call('HSETNX', TASKS, k, new_record(due, ARGV[i + 1])) == 1 then
+    place(k, due, w, batch)
     created = created + 1
     out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
   end
 end
+if flush(batch) then wake() end
 if created > 0 then redis.call('HINCRBY', META, 'scheduled', created) end
-if ready then wake() end
+remember(out, ttl)
 return out

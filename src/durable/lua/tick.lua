@@ -1,70 +1,89 @@
 --[[ Moves the cursor towards Redis's current tick, if the caller holds the leadership: requeues
-  tasks whose lease expired, promotes far-tier tasks that come within one revolution, and moves
-  the tasks of each tick it passes from their slot to `ready`. Renews the leadership.
+  tasks whose lease expired, promotes far-tier tasks that come within the declared slots (or are
+  already due: straight to `ready`), and moves the tasks of each tick it passes from their slot
+  to `ready`. Renews the leadership.
 
-  Bounded: at most `budget` tasks and `max_steps` ticks per call; the reply says when more is
-  left, and the caller calls again at once. A retried or repeated call is harmless: a task is
-  moved to `ready` only once the cursor has reached its absolute due tick.
+  Only the slot keys the caller declared are touched: the leader declares the slots from the
+  cursor up to a few ticks past Redis's clock (from the last reply), and the cursor stops before
+  a slot that is not declared; the reply then says 'more', with the cursor and the clock for the
+  next call's slots.
 
-  When the ring is empty the cursor jumps straight to the current tick (an idle wheel costs O(1)
-  per call). Far-tier tasks already due by Redis's clock go straight to `ready`, so a wheel left
-  alone for days catches up in at most one revolution of steps plus one call per `budget` tasks.
-  A task reaches `ready` only when its due tick is at or before Redis's current tick: never early.
+  A slot entry is moved only if it matches its task's record (the same due ms, no claim token):
+  `cancel` and `reschedule` leave the old entry in its slot (they do not know its key), and this
+  is where it is dropped.
+
+  Bounded: at most `budget` tasks per call; the reply says when more is left, and the caller
+  calls again at once. A retried or repeated call is harmless: a task is moved to `ready` only
+  once the cursor has reached its absolute due tick, and Redis's clock too (never early). When
+  the ring is empty the cursor jumps straight to the current tick (an idle wheel costs O(1)).
 
   Input:
-    KEYS[1]  the wheel's meta key
-    ARGV[1]  key prefix   ARGV[2] fencing token (the leader key's value)   ARGV[3] tick in ms
-    ARGV[4]  slots   ARGV[5] the leadership's lease in ms   ARGV[6] budget   ARGV[7] max_steps
-    ARGV[8]  max attempts   ARGV[9] ms to remember a finished task's request id
+    KEYS     the wheel's keys, then the slot keys of the ticks after the cursor
+    ARGV[1]  fencing token (the leader key's value)   ARGV[2] tick in ms   ARGV[3] slots
+    ARGV[4]  the leadership's lease in ms   ARGV[5] budget   ARGV[6] max attempts
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready}.
-  Keys: leader, cursor, ring, leased, far, slot:<i>, ready, t:<key>, meta, wake, and for a task
-  that dies d:<key>, dead, done:<key>.
+  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, WAKE, DEAD, DEAD_TASKS, and the
+  declared slots.
 ]]
 -- @include keys
--- @include now_ms
+-- @include clock
+-- @include record
 -- @include due_tick
--- @include cursor_of
 -- @include zadd_all
+-- @include zrem_all
 -- @include wake
 -- @include bury
-local token, tick_ms, slots, lease = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local budget, max_steps, max_attempts, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local token, tick_ms, slots, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local budget, max_attempts = tonumber(ARGV[5]), tonumber(ARGV[6])
+local declared = declared_slots(FIXED_KEYS + 1)
 
 -- Leases that ran out: each task goes back to `ready`, or to the dead letters after its last
 -- try. Returns how many leases it looked at and how many tasks it made ready.
 local function requeue_expired(now)
   local expired = redis.call('ZRANGEBYSCORE', LEASED, '-inf', now, 'LIMIT', 0, budget)
-  local ready = 0
+  if #expired == 0 then return 0, 0 end
+  zrem_all(LEASED, expired)
+  local to_ready, dead = {}, {}
   for _, k in ipairs(expired) do
-    redis.call('ZREM', LEASED, k)
-    local tk = task_key(k)
-    local h = redis.call('HMGET', tk, 'a', 'due')
-    if h[1] then
-      local a = tonumber(h[1])
-      if a >= max_attempts then
-        bury(k, a, 'lease expired', now, ttl)
+    local rec = redis.call('HGET', TASKS, k)
+    if rec then
+      local t = decode(rec)
+      if t.a >= max_attempts then
+        bury(k, t, 'lease expired', now)
+        dead[#dead + 1] = k
       else
-        redis.call('HDEL', tk, 'tok')
-        redis.call('HSET', tk, 'err', 'lease expired')
-        redis.call('ZADD', READY, h[2], k)
-        redis.call('HINCRBY', META, 'retried', 1)
-        ready = ready + 1
+        t.tok, t.err = '0', 'lease expired'
+        redis.call('HSET', TASKS, k, encode(t))
+        to_ready[#to_ready + 1] = t.due
+        to_ready[#to_ready + 1] = k
       end
     end
   end
-  return #expired, ready
+  zadd_all(READY, to_ready)
+  if #dead > 0 then
+    zrem_all(TASKS, dead, 'HDEL')
+    redis.call('HINCRBY', META, 'dead_lettered', #dead)
+  end
+  if #to_ready > 0 then redis.call('HINCRBY', META, 'retried', #to_ready / 2) end
+  return #expired, #to_ready / 2
 end
 
--- The far tier's tasks within one revolution of the cursor enter the ring, and those already
--- due by Redis's clock go straight to `ready` (after an outage longer than a revolution that is
--- all of them up to now). The lowest-scored ones come first, so they are removed by rank in one
--- command. A task the cursor passed but the clock has not reached (it stepped back) stays in
--- the far tier, waiting for the clock. Returns how many left the far tier and how many of them
--- became ready.
+-- The last tick after the cursor whose slot, and every slot before it, was declared.
+local function window_end(cursor)
+  local t = cursor
+  while t < cursor + slots and declared[slot_key((t + 1) % slots)] do t = t + 1 end
+  return t
+end
+
+-- The far tier's tasks due by the end of the declared window: those already due by Redis's clock
+-- go to `ready`, the others into their (declared) slot. A task the cursor passed but the clock
+-- has not reached (it stepped back) stays, waiting for the clock. The lowest-scored come first,
+-- so they are removed by rank in one command. Returns how many left the far tier and how many
+-- of them became ready.
 local function promote_far(cursor, now_tick, room)
-  local horizon = math.max(cursor + slots, now_tick)
+  local horizon = math.max(window_end(cursor), now_tick)
   local far = redis.call('ZRANGEBYSCORE', FAR, '-inf', horizon * tick_ms, 'WITHSCORES', 'LIMIT', 0, room)
   if #far == 0 then return 0, 0 end
   redis.call('ZREMRANGEBYRANK', FAR, 0, #far / 2 - 1)
@@ -75,7 +94,7 @@ local function promote_far(cursor, now_tick, room)
     if tick <= now_tick then
       to_ready[#to_ready + 1] = due
       to_ready[#to_ready + 1] = k
-    elseif tick > cursor then
+    elseif tick > cursor and declared[slot_key(tick % slots)] then
       into_ring = into_ring + redis.call('ZADD', slot_key(tick % slots), due, k)
     else
       keep[#keep + 1] = due
@@ -88,46 +107,49 @@ local function promote_far(cursor, now_tick, room)
   return (#far - #keep) / 2, #to_ready / 2
 end
 
--- Moves the tasks of the tick after the cursor from their slot to `ready`, up to `room` of
--- them. Returns the new cursor (unchanged while the slot still holds tasks), how many tasks it
--- moved and how many became ready.
+-- Moves the entries of the tick after the cursor from their slot to `ready`, up to `room` of
+-- them, those that match their task's record. Returns the new cursor (unchanged while the slot
+-- still holds entries, or when its key was not declared), how many entries it took and how many
+-- tasks became ready.
 local function step_ring(cursor, room)
   local c = cursor + 1
   local sk = slot_key(c % slots)
+  if not declared[sk] then return cursor, 0, 0 end
   local popped = redis.call('ZPOPMIN', sk, room)
-  local ready = 0
+  local to_ready, to_far = {}, {}
   if #popped > 0 then
     redis.call('DECRBY', RING, #popped / 2)
-    local to_ready = {}
     for i = 1, #popped, 2 do
-      local k, due = popped[i], tonumber(popped[i + 1])
-      if due_tick(due, tick_ms) <= c then
-        to_ready[#to_ready + 1] = due
-        to_ready[#to_ready + 1] = k
-      else
+      local k, score = popped[i], popped[i + 1]
+      local rec = redis.call('HGET', TASKS, k)
+      -- Its record still places it here: due at this score, not claimed.
+      if rec and string.match(rec, '^(%d+):%d+:0:') == score then
+        local due = tonumber(score)
+        local list = to_ready
         -- Not this revolution's (cannot happen while the ring invariant holds): keep it safe.
-        redis.call('ZADD', FAR, due, k)
+        if due_tick(due, tick_ms) > c then list = to_far end
+        list[#list + 1] = due
+        list[#list + 1] = k
       end
     end
     zadd_all(READY, to_ready)
-    ready = #to_ready / 2
+    zadd_all(FAR, to_far)
   end
-  if redis.call('EXISTS', sk) == 1 then return cursor, #popped / 2, ready end
-  return c, #popped / 2, ready
+  if redis.call('EXISTS', sk) == 1 then return cursor, #popped / 2, #to_ready / 2 end
+  return c, #popped / 2, #to_ready / 2
 end
 
 if redis.call('GET', LEADER) ~= token then return {'refused'} end
 redis.call('PEXPIRE', LEADER, lease)
 
-local now = now_ms()
+local now = clock()
 local now_tick = math.floor(now / tick_ms)
-local cursor = cursor_of(now, tick_ms)
+local cursor = tonumber(redis.call('GET', CURSOR) or now_tick)
 local work, ready = requeue_expired(now)
-local steps = 0
 while work < budget do
   local moved, made_ready = promote_far(cursor, now_tick, budget - work)
   work, ready = work + moved, ready + made_ready
-  if work >= budget or cursor >= now_tick or steps >= max_steps then break end
+  if work >= budget or cursor >= now_tick then break end
   if tonumber(redis.call('GET', RING) or '0') <= 0 then
     -- Nothing in the ring: every tick up to now is empty; the far tier follows next round.
     cursor = now_tick
@@ -138,7 +160,6 @@ while work < budget do
     cursor = next_cursor
   end
   redis.call('SET', CURSOR, cursor)
-  steps = steps + 1
 end
 
 if ready > 0 then wake() end

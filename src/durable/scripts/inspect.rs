@@ -14,19 +14,20 @@ pub(crate) async fn stats(wheel: &Wheel, keys: &WheelKeys) -> Result<DurableStat
     inv.arg(wheel.cfg.tick_ms);
     let r: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
     let at = |i: usize| r.get(i).copied().unwrap_or(0).max(0) as u64;
-    let (ring, far, ready, leased) = (at(0) as usize, at(1) as usize, at(2) as usize, at(3) as usize);
+    let (waiting, ready, leased) = (at(0) as usize, at(1) as usize, at(2) as usize);
     Ok(DurableStats {
-        pending: ring + far + ready + leased,
-        waiting: ring + far,
+        pending: waiting + ready + leased,
+        waiting,
         ready,
         in_flight: leased,
-        dead: at(4) as usize,
-        cursor_lag_ticks: at(5),
-        scheduled: at(6),
-        handed_out: at(7),
-        acked: at(8),
-        retried: at(9),
-        dead_lettered: at(10),
+        dead: at(3) as usize,
+        cursor_lag_ticks: at(4),
+        scheduled: at(5),
+        handed_out: at(6),
+        acked: at(7),
+        retried: at(8),
+        dead_lettered: at(9),
+        cancelled: at(10),
     })
 }
 

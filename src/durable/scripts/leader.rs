@@ -12,17 +12,16 @@ use crate::Error;
 /// What `open.lua` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Opened {
-    Yes,
+    /// Opened; Redis's clock read then.
+    Yes { now_ms: u64 },
     /// The wheel is recorded with another tick (ms), slot count or partition count.
-    Mismatch {
-        tick_ms: String,
-        slots: String,
-        partitions: String,
-    },
+    Mismatch { tick_ms: String, slots: String, partitions: String },
+    /// The wheel was written by a version before layout 2 and still holds this many tasks.
+    OldLayout { tasks: String },
 }
 
-/// Opens the wheel (or one partition of it) under `keys`: records its tick, slots and
-/// partition count on first use, checks them afterwards; with `start_cursor`, starts its cursor
+/// Opens the wheel (or one partition of it) under `keys`: records its tick, slots and partition
+/// count on first use, checks them afterwards; with `start_cursor`, starts its cursor
 /// at the current tick if it has none (a partition; not the record of a partitioned wheel).
 pub(crate) async fn open(
     wheel: &Wheel,
@@ -33,11 +32,12 @@ pub(crate) async fn open(
     let mut inv = invoke(keys, &SCRIPTS.open);
     inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(partitions).arg(if start_cursor { "1" } else { "0" });
     let reply: Vec<String> = wheel.conn.call(&inv, Window::Default).await?;
-    if reply.first().map(String::as_str) == Some("1") {
-        return Ok(Opened::Yes);
-    }
     let at = |i: usize| reply.get(i).cloned().unwrap_or_default();
-    Ok(Opened::Mismatch { tick_ms: at(1), slots: at(2), partitions: at(3) })
+    Ok(match reply.first().map(String::as_str) {
+        Some("1") => Opened::Yes { now_ms: at(1).parse().unwrap_or(0) },
+        Some("old") => Opened::OldLayout { tasks: at(1) },
+        _ => Opened::Mismatch { tick_ms: at(1), slots: at(2), partitions: at(3) },
+    })
 }
 
 /// What one bid for the lead got.
@@ -69,34 +69,39 @@ pub(crate) async fn release(wheel: &Wheel, keys: &WheelKeys, token: &str) -> Res
 pub(crate) enum TickReply {
     /// The token is not the leader's.
     Refused,
-    /// Did its budget; call again at once.
-    More,
+    /// Did its budget, or reached the end of the slots it was given: call again at once, with
+    /// the slots after this cursor (Redis's clock read at `now_ms`).
+    More { cursor: u64, now_ms: u64 },
     /// The cursor is at Redis's tick, read at `now_ms`.
     Done { cursor: u64, now_ms: u64, made_ready: u64 },
 }
 
-/// One bounded call of the tick script under `token`: at most `budget` tasks and `max_steps`
-/// ticks.
+/// One bounded call of the tick script under `token`: at most `budget` tasks, through the slots of
+/// `ticks` (those after the cursor, from the last reply) at most.
 pub(crate) async fn tick(
     wheel: &Wheel,
     keys: &WheelKeys,
     token: &str,
     budget: usize,
-    max_steps: usize,
+    ticks: std::ops::RangeInclusive<u64>,
 ) -> Result<TickReply, Error> {
     let mut inv = invoke(keys, &SCRIPTS.tick);
+    for t in ticks.take(wheel.cfg.slots as usize) {
+        inv.key(keys.slot(t % wheel.cfg.slots));
+    }
     inv.arg(token)
         .arg(wheel.cfg.tick_ms)
         .arg(wheel.cfg.slots)
         .arg(wheel.cfg.leader_lease_ms())
         .arg(budget)
-        .arg(max_steps)
-        .arg(wheel.cfg.max_attempts)
-        .arg(wheel.cfg.done_ttl_ms);
+        .arg(wheel.cfg.max_attempts);
     let reply: Vec<String> = wheel.conn.call(&inv, Window::Response).await?;
     let number = |i: usize| reply.get(i).and_then(|n| n.parse().ok()).unwrap_or(0);
+    if let Some(now_ms) = reply.get(2).and_then(|n| n.parse().ok()) {
+        wheel.clock.learn(now_ms);
+    }
     Ok(match reply.first().map(String::as_str) {
-        Some("more") => TickReply::More,
+        Some("more") => TickReply::More { cursor: number(1), now_ms: number(2) },
         Some("done") => TickReply::Done { cursor: number(1), now_ms: number(2), made_ready: number(3) },
         _ => TickReply::Refused,
     })

@@ -33,16 +33,15 @@ pub(crate) const WAKE_TOKENS: usize = 8;
 
 /// The shared helpers, by include name.
 const INCLUDES: &[(&str, &str)] = &[
-    ("now_ms", include_str!("../lua/includes/now_ms.lua")),
-    ("now_up", include_str!("../lua/includes/now_up.lua")),
+    ("clock", include_str!("../lua/includes/clock.lua")),
+    ("record", include_str!("../lua/includes/record.lua")),
+    ("request", include_str!("../lua/includes/request.lua")),
     ("due_tick", include_str!("../lua/includes/due_tick.lua")),
-    ("cursor_of", include_str!("../lua/includes/cursor_of.lua")),
     ("place", include_str!("../lua/includes/place.lua")),
-    ("unplace", include_str!("../lua/includes/unplace.lua")),
+    ("wheel_now", include_str!("../lua/includes/wheel_now.lua")),
     ("zadd_all", include_str!("../lua/includes/zadd_all.lua")),
+    ("zrem_all", include_str!("../lua/includes/zrem_all.lua")),
     ("wake", include_str!("../lua/includes/wake.lua")),
-    ("finish", include_str!("../lua/includes/finish.lua")),
-    ("finished_by", include_str!("../lua/includes/finished_by.lua")),
     ("bury", include_str!("../lua/includes/bury.lua")),
 ];
 
@@ -70,6 +69,31 @@ pub(crate) fn assemble(source: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// A script as loaded into Redis: assembled, and in the crate's own tests preceded (on its first
+/// line, so line numbers stay) by [`KEYS_CHECK`].
+fn loaded(source: &str) -> String {
+    let script = assemble(source);
+    if cfg!(test) {
+        format!("{KEYS_CHECK} {script}")
+    } else {
+        script
+    }
+}
+
+/// Lua that shadows `redis` with a twin whose `call` and `pcall` refuse a key the script was not
+/// given in `KEYS` (every command the scripts use takes its key first, but `TIME`, which takes
+/// none). The crate's tests run every script this way, so a key built inside a script and not
+/// declared fails them, as it would fail on a server that enforces declarations.
+const KEYS_CHECK: &str = "local redis = (function(real) \
+    local declared = {} for _, k in ipairs(KEYS) do declared[k] = true end \
+    local function check(cmd, key) \
+      if cmd ~= 'TIME' and not declared[key] then \
+        return real.error_reply('undeclared key ' .. tostring(key) .. ' in ' .. cmd) end end \
+    return setmetatable({ \
+      call = function(cmd, ...) local e = check(cmd, (...)) if e then error(e) end return real.call(cmd, ...) end, \
+      pcall = function(cmd, ...) local e = check(cmd, (...)) if e then return e end return real.pcall(cmd, ...) end, \
+    }, {__index = real}) end)(redis)";
 
 fn include_name(line: &str) -> Option<&str> {
     line.strip_prefix("-- @include ").map(str::trim)
@@ -121,7 +145,7 @@ macro_rules! scripts {
         }
 
         static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-            $($name: Script::new(&assemble(include_str!(concat!("../lua/", stringify!($name), ".lua")))),)*
+            $($name: Script::new(&loaded(include_str!(concat!("../lua/", stringify!($name), ".lua")))),)*
         });
 
         #[cfg(test)]
@@ -146,11 +170,14 @@ scripts!(
     requeue_dead,
 );
 
-/// A call of `script` on the (partition of the) wheel whose keys are `keys`, with its `KEYS[1]`
-/// (its meta key) and `ARGV[1]` (its key prefix) in place.
+/// A call of `script` on the (partition of the) wheel whose keys are `keys`, with every fixed
+/// key declared as its first `KEYS` (so the call is routed by the wheel's hash tag and is correct
+/// on servers that refuse undeclared keys). A call's own keys follow, added by the caller.
 fn invoke<'a>(keys: &WheelKeys, script: &'a Script) -> ScriptInvocation<'a> {
     let mut inv = script.prepare_invoke();
-    inv.key(keys.meta()).arg(keys.prefix());
+    for key in keys.all_fixed() {
+        inv.key(key);
+    }
     inv
 }
 
@@ -187,15 +214,28 @@ mod tests {
     /// them in; the keys come before the helpers that use them.
     #[test]
     fn includes_come_once_with_what_they_include() {
-        let script = assemble("-- @include bury\n-- @include finish\n-- @include keys\nreturn 1");
+        let script = assemble("-- @include place\n-- @include due_tick\n-- @include keys\nreturn 1");
         let lines: Vec<&str> = script.lines().collect();
         assert_eq!(lines.len(), 4);
         let first = lines[0];
-        assert_eq!(first.matches("local function finish(").count(), 1);
-        assert!(first.find("local P = ARGV[1]").unwrap() < first.find("local function finish(").unwrap());
-        assert!(first.find("local function finish(").unwrap() < first.find("local function bury(").unwrap());
+        assert_eq!(first.matches("local function due_tick(").count(), 1);
+        assert!(first.find("local META, ").unwrap() < first.find("local function place(").unwrap());
+        assert!(first.find("local function due_tick(").unwrap() < first.find("local function place(").unwrap());
         assert_eq!((lines[1], lines[2], lines[3]), ("", "", "return 1"));
         assert!(!first.contains("--"), "comments stay out of a one-line include: {first}");
+    }
+
+    /// The check itself: a key a script builds instead of taking from `KEYS` is refused.
+    #[tokio::test]
+    async fn an_undeclared_key_is_refused_in_tests() {
+        let Some(server) = crate::durable::tests::start_server() else { return };
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let script = Script::new(&loaded("redis.call('SET', KEYS[1], 1)\nreturn redis.call('GET', KEYS[1] .. 'x')"));
+        let err = script.key("k").invoke_async::<Option<String>>(&mut conn).await.unwrap_err();
+        assert!(err.to_string().contains("undeclared") && err.to_string().contains("key kx in GET"), "{err}");
+        let ok = Script::new(&loaded("redis.call('SET', KEYS[1], 1)\nreturn redis.call('GET', KEYS[1])"));
+        assert_eq!(ok.key("k").invoke_async::<Option<String>>(&mut conn).await.unwrap().as_deref(), Some("1"));
     }
 
     #[test]

@@ -14,8 +14,6 @@ pub(crate) struct NewTask {
     pub(crate) key: String,
     pub(crate) when: When,
     pub(crate) payload: Vec<u8>,
-    /// Makes a retried call recognise its own first attempt.
-    pub(crate) request_id: String,
 }
 
 /// What `schedule.lua` did with one task.
@@ -23,19 +21,29 @@ pub(crate) struct NewTask {
 pub(crate) enum Scheduled {
     /// Scheduled now.
     Created,
-    /// Scheduled by an earlier attempt of this request (a retry whose first attempt landed).
+    /// Scheduled by an earlier attempt of this call (a retry whose first attempt landed).
     AlreadyByThisRequest,
     /// The key is pending under another request: `DuplicateKey`.
     Duplicate,
 }
 
-/// Schedules `tasks` in one call.
-pub(crate) async fn schedule(wheel: &Wheel, keys: &WheelKeys, tasks: &[NewTask]) -> Result<Vec<Scheduled>, Error> {
+/// Schedules `tasks` in one call, as request `request_id` (the same for every retry of it: a
+/// retry whose first attempt landed gets that attempt's answer).
+pub(crate) async fn schedule(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    request_id: &str,
+    tasks: &[NewTask],
+) -> Result<Vec<Scheduled>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.schedule);
-    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots);
+    inv.key(keys.request(request_id));
+    for slot in wheel.slot_keys(keys, tasks.iter().map(|t| t.when)) {
+        inv.key(slot);
+    }
+    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(wheel.cfg.request_ttl_ms);
     for task in tasks {
         let (mode, ms) = task.when.args();
-        inv.arg(&task.key).arg(task.payload.as_slice()).arg(mode).arg(ms).arg(&task.request_id);
+        inv.arg(&task.key).arg(task.payload.as_slice()).arg(mode).arg(ms);
     }
     let reply: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
     Ok(reply
@@ -68,7 +76,7 @@ pub(crate) async fn cancel(
     task_keys: &[impl AsRef<str>],
 ) -> Result<Vec<Cancelled>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.cancel);
-    inv.arg(wheel.cfg.slots).arg(wheel.cfg.done_ttl_ms).arg(cancel_id);
+    inv.key(keys.request(cancel_id)).arg(wheel.cfg.request_ttl_ms);
     for key in task_keys {
         inv.arg(key.as_ref());
     }
@@ -92,16 +100,30 @@ pub(crate) enum Moved {
     Running,
 }
 
-/// Moves the task under `key` to `when`.
-pub(crate) async fn reschedule(wheel: &Wheel, keys: &WheelKeys, key: &str, when: When) -> Result<Moved, Error> {
-    let (mode, ms) = when.args();
+/// Moves each task `(key, when)` of `moves` in one call; a key given twice ends at its last time.
+pub(crate) async fn reschedule(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    moves: &[(impl AsRef<str>, When)],
+) -> Result<Vec<Moved>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.reschedule);
-    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(key).arg(mode).arg(ms);
-    Ok(match wheel.conn.call::<i64>(&inv, Window::Default).await? {
-        1 => Moved::Yes,
-        2 => Moved::Running,
-        _ => Moved::NotPending,
-    })
+    for slot in wheel.slot_keys(keys, moves.iter().map(|(_, when)| *when)) {
+        inv.key(slot);
+    }
+    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots);
+    for (key, when) in moves {
+        let (mode, ms) = when.args();
+        inv.arg(key.as_ref()).arg(mode).arg(ms);
+    }
+    let reply: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
+    Ok(reply
+        .into_iter()
+        .map(|r| match r {
+            1 => Moved::Yes,
+            2 => Moved::Running,
+            _ => Moved::NotPending,
+        })
+        .collect())
 }
 
 /// What `requeue_dead.lua` did.
@@ -121,7 +143,7 @@ pub(crate) async fn requeue_dead(
     request_id: &str,
 ) -> Result<Requeued, Error> {
     let mut inv = invoke(keys, &SCRIPTS.requeue_dead);
-    inv.arg(key).arg(request_id).arg(wheel.cfg.tick_ms);
+    inv.key(keys.request(request_id)).arg(key).arg(wheel.cfg.request_ttl_ms);
     Ok(match wheel.conn.call::<i64>(&inv, Window::Default).await? {
         1 => Requeued::Yes,
         -1 => Requeued::KeyPending,

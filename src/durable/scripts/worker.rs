@@ -2,7 +2,7 @@
 
 use super::{invoke, number, text, SCRIPTS};
 use crate::durable::conn::Window;
-use crate::durable::time::from_unix_ms;
+use crate::durable::time::{from_unix_ms, When};
 use crate::durable::wheel::Wheel;
 use crate::durable::Task;
 use crate::durable::WheelKeys;
@@ -27,14 +27,16 @@ pub(crate) async fn claim(
     previous: &str,
 ) -> Result<Vec<Claimed>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.claim);
-    inv.arg(n)
+    let previous = if previous.is_empty() { claim_id } else { previous };
+    inv.key(keys.claim(claim_id))
+        .key(keys.claim(previous))
+        .arg(n)
         .arg(wheel.cfg.lease_ms)
-        .arg(claim_id)
         .arg(if replay_only { "1" } else { "0" })
-        .arg(wheel.cfg.done_ttl_ms)
-        .arg(previous);
+        .arg(wheel.cfg.request_ttl_ms);
     let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Response).await?;
     let Some((claimed, tasks)) = flat.split_first() else { return Ok(Vec::new()) };
+    wheel.clock.learn(number(claimed));
     let claimed_at = from_unix_ms(number(claimed));
     Ok(tasks
         .chunks_exact(5)
@@ -60,7 +62,6 @@ pub(crate) async fn ack(
     window: Window,
 ) -> Result<Vec<bool>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.ack);
-    inv.arg(wheel.cfg.done_ttl_ms);
     for (key, token) in deliveries {
         inv.arg(*key).arg(*token);
     }
@@ -90,6 +91,12 @@ pub(crate) async fn fail(
 ) -> Result<Failed, Error> {
     let cfg = &wheel.cfg;
     let mut inv = invoke(keys, &SCRIPTS.fail);
+    // The retry's due time is Redis's now plus the backoff for its attempt, which this side does
+    // not know: the slots of every backoff it may be (a miss waits in the far tier).
+    let backoffs = (0..cfg.max_attempts.min(24)).map(|a| When::Delay(cfg.backoff_ms.saturating_mul(1 << a).min(cfg.max_backoff_ms())));
+    for slot in wheel.slot_keys(keys, backoffs) {
+        inv.key(slot);
+    }
     inv.arg(key)
         .arg(token)
         .arg(why)
@@ -97,8 +104,7 @@ pub(crate) async fn fail(
         .arg(cfg.backoff_ms)
         .arg(cfg.max_backoff_ms())
         .arg(cfg.tick_ms)
-        .arg(cfg.slots)
-        .arg(cfg.done_ttl_ms);
+        .arg(cfg.slots);
     Ok(match wheel.conn.call::<i64>(&inv, window).await? {
         1 => Failed::Retried,
         2 => Failed::Dead,

@@ -62,8 +62,9 @@ async fn a_retried_schedule_is_recognised_by_its_request_id_before_and_after_it_
     assert_eq!(timers.len().await.unwrap(), 0);
     tokio::time::sleep(TICK * 6).await;
     assert_eq!(log.len(), 1, "the late retry scheduled the task a second time: {:?}", log.all());
-    // A new request for the key schedules it again.
-    timers.schedule_with_request_id("r", Duration::from_millis(50), b"2".to_vec(), "req-2").await.unwrap();
+    // A new request for the key schedules it again. (A new call has a new id: `req-2` answered
+    // DuplicateKey above, and its retry would answer the same.)
+    timers.schedule_with_request_id("r", Duration::from_millis(50), b"2".to_vec(), "req-3").await.unwrap();
     assert!(wait_until(Duration::from_secs(2), || log.len() == 2).await, "a new request was swallowed");
     worker.shutdown().await;
 }

@@ -25,6 +25,11 @@ const SLOTS: u64 = 8;
 /// Their lease: long enough that no lease runs out unless a test seeds one that has.
 const LEASE: Duration = Duration::from_secs(60);
 
+/// A Redis server for a test, or `None` (the test returns) where none can be started.
+pub(crate) fn start_server() -> Option<RedisServer> {
+    RedisServer::start()
+}
+
 /// A server and a wheel `name` opened on it (nothing scheduled, nothing running).
 async fn wheel(name: &str) -> Option<(RedisServer, DurableScheduler)> {
     let server = RedisServer::start()?;

@@ -1,8 +1,8 @@
 //! One script at a time, in the style of asynq's `rdb_test.go`: seed the wheel's keys, run one
 //! script through its Rust function, compare the keys afterwards (every key but `meta`, whose
 //! counters are checked one by one). Deterministic: no worker or leader runs, so nothing moves
-//! but what the script under test moves; times are chosen relative to the cursor and to Redis's
-//! clock read by the test.
+//! but what the script under test moves; times are chosen relative to Redis's clock read by the
+//! test.
 
 use super::{dump, expect, meta, redis_now_ms, wheel, SLOTS, TICK_MS};
 use crate::durable::conn::Window;
@@ -10,67 +10,108 @@ use crate::durable::scripts::{self, Bid, Cancelled, Failed, Moved, NewTask, Requ
 use crate::durable::time::When;
 use crate::durable::WheelKeys;
 
+/// A task's record as the scripts write it (`lua/includes/record.lua`): due, deliveries, claim
+/// token, period, runs left, then the last error's length, the error and the payload.
+fn rec(due: u64, attempt: u32, token: u64, err: &str, payload: &str) -> String {
+    format!("{due}:{attempt}:{token}:0:0:{}:{err}{payload}", err.len())
+}
+
+/// A dead letter's record: deliveries, the error's length, the error and the payload.
+fn dead_rec(attempts: u32, err: &str, payload: &str) -> String {
+    format!("{attempts}:{}:{err}{payload}", err.len())
+}
+
+/// `k=<record>` pairs as `dump` shows a hash, in key order.
+fn hash(pairs: &[(&str, String)]) -> String {
+    let mut pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.sort();
+    pairs.join(" ")
+}
+
 /// The cursor the wheel was opened with.
 fn cursor(server: &super::RedisServer, keys: &WheelKeys) -> u64 {
     server.command(&["GET", &keys.cursor()]).as_int().expect("cursor") as u64
 }
 
-/// Seeds task `k` as `schedule` would leave it, due at tick `tick` (in its slot if the tick is
-/// ahead of the cursor, else ready).
+/// Seeds task `k` as `schedule` leaves one due at the start of tick `tick`, within the ring.
 fn seed_waiting(server: &super::RedisServer, keys: &WheelKeys, k: &str, tick: u64) {
-    let due = (tick * TICK_MS).to_string();
-    server.command(&["HSET", &keys.task(k), "p", "x", "due", &due, "tick", &tick.to_string(), "a", "0", "rid", "r1"]);
-    server.command(&["ZADD", &keys.slot(tick % SLOTS), &due, k]);
+    let due = tick * TICK_MS;
+    server.command(&["HSET", &keys.tasks(), k, &rec(due, 0, 0, "", "x")]);
+    server.command(&["ZADD", &keys.slot(tick % SLOTS), &due.to_string(), k]);
     server.command(&["INCR", &keys.ring()]);
 }
 
-/// Seeds task `k` as a claim leaves it: delivery 1 under token `7`, its lease ending at `lease_end`.
-fn seed_running(server: &super::RedisServer, keys: &WheelKeys, k: &str, due: u64, lease_end: u64) {
-    let due = due.to_string();
-    server.command(&["HSET", &keys.task(k), "p", "x", "due", &due, "tick", &due, "a", "1", "rid", "r1", "tok", "7"]);
+/// Seeds task `k` as `schedule` leaves one due at `due`, beyond the ring.
+fn seed_far(server: &super::RedisServer, keys: &WheelKeys, k: &str, due: u64) {
+    server.command(&["HSET", &keys.tasks(), k, &rec(due, 0, 0, "", "x")]);
+    server.command(&["ZADD", &keys.far(), &due.to_string(), k]);
+}
+
+/// Seeds task `k` as `schedule` leaves a task that is due.
+fn seed_ready(server: &super::RedisServer, keys: &WheelKeys, k: &str, due: u64, payload: &str) {
+    server.command(&["HSET", &keys.tasks(), k, &rec(due, 0, 0, "", payload)]);
+    server.command(&["ZADD", &keys.ready(), &due.to_string(), k]);
+}
+
+/// Seeds task `k` as a claim leaves it: delivery `attempt` under token `7`, its lease ending at
+/// `lease_end`.
+fn seed_running(server: &super::RedisServer, keys: &WheelKeys, k: &str, due: u64, attempt: u32, lease_end: u64) {
+    server.command(&["HSET", &keys.tasks(), k, &rec(due, attempt, 7, "", "x")]);
     server.command(&["ZADD", &keys.leased(), &lease_end.to_string(), k]);
 }
 
-fn new_task(key: &str, due_ms: u64, rid: &str) -> NewTask {
-    NewTask { key: key.to_string(), when: When::At(due_ms), payload: b"x".to_vec(), request_id: rid.to_string() }
+fn new_task(key: &str, due_ms: u64) -> NewTask {
+    NewTask { key: key.to_string(), when: When::At(due_ms), payload: b"x".to_vec() }
 }
 
 #[tokio::test]
-async fn schedule_writes_the_task_its_slot_and_the_ring_and_recognises_its_retry() {
+async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answer() {
     let Some((server, timers)) = wheel("s-schedule").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let c = cursor(&server, keys);
-    let tick = c + 3;
-    let due = tick * TICK_MS;
-    let far_due = (c + SLOTS + 5) * TICK_MS;
-    let got = scripts::schedule(w, keys, &[new_task("a", due, "r1"), new_task("b", far_due, "r2")]).await.unwrap();
-    assert_eq!(got, [Scheduled::Created, Scheduled::Created]);
-    let slot = format!("slot:{}", tick % SLOTS);
-    let task = |due: u64, tick: u64, rid: &str| format!("a=0 due={due} p=x rid={rid} tick={tick}");
+    let (soon, far, past) = ((c + 3) * TICK_MS, (c + SLOTS + 5) * TICK_MS, redis_now_ms(&server) - 5_000);
+    let tasks = [new_task("a", soon), new_task("b", far), new_task("p", past), new_task("a", soon + 1)];
+    let got = scripts::schedule(w, keys, "r1", &tasks).await.unwrap();
+    assert_eq!(got, [Scheduled::Created, Scheduled::Created, Scheduled::Created, Scheduled::Duplicate]);
+    let d = dump(&server, keys);
+    let records = [("a", rec(soon, 0, 0, "", "x")), ("b", rec(far, 0, 0, "", "x")), ("p", rec(past, 0, 0, "", "x"))];
     let want = expect(&[
         ("cursor", &c.to_string()),
-        (&slot, &format!("a@{due}")),
+        ("tasks", &hash(&records)),
+        (&format!("slot:{}", (c + 3) % SLOTS), &format!("a@{soon}")),
         ("ring", "1"),
-        ("far", &format!("b@{far_due}")),
-        ("t:a", &task(due, tick, "r1")),
-        ("t:b", &task(far_due, c + SLOTS + 5, "r2")),
+        ("far", &format!("b@{far}")),
+        ("ready", &format!("p@{past}")),
+        ("wake", "1"),
+        ("req:r1", "1,1,1,0"),
     ]);
-    assert_eq!(dump(&server, keys), want);
-    assert_eq!(meta(&server, keys, "scheduled"), 2);
+    assert_eq!(d, want);
+    assert_eq!(meta(&server, keys, "scheduled"), 3);
 
-    // The same request again is recognised; another request for the key is a duplicate. Neither
-    // writes anything.
-    let got = scripts::schedule(w, keys, &[new_task("a", due, "r1"), new_task("a", due, "r9")]).await.unwrap();
-    assert_eq!(got, [Scheduled::AlreadyByThisRequest, Scheduled::Duplicate]);
-    assert_eq!(dump(&server, keys), want);
-    assert_eq!(meta(&server, keys, "scheduled"), 2);
+    // A delay is added to Redis's clock (rounded up), and the slot it lands in is found from this
+    // process's estimate of that clock.
+    let before = redis_now_ms(&server);
+    let delayed = |key: &str, ms: u64| NewTask { key: key.into(), when: When::Delay(ms), payload: b"y".to_vec() };
+    let got = scripts::schedule(w, keys, "r2", &[delayed("c", 30_000), delayed("d", 350)]).await.unwrap();
+    assert_eq!(got, [Scheduled::Created, Scheduled::Created]);
+    let after = redis_now_ms(&server);
+    let due: u64 = server.command(&["ZSCORE", &keys.far(), "c"]).as_str().unwrap().parse().unwrap();
+    assert!(due > before + 30_000 - 1 && due <= after + 30_001, "due {due}, now {before}..{after}");
+    let d = dump(&server, keys);
+    assert_eq!(d["ring"], "2", "the delayed task did not go to its slot: {d:?}");
 
-    // After the task finished, its `done:` record still recognises the retry.
-    server.command(&["DEL", &keys.task("a"), &keys.slot(tick % SLOTS), &keys.ring()]);
-    server.command(&["SET", &keys.done("a"), "r1"]);
-    let got = scripts::schedule(w, keys, &[new_task("a", due, "r1")]).await.unwrap();
-    assert_eq!(got, [Scheduled::AlreadyByThisRequest]);
-    assert!(!dump(&server, keys).contains_key("t:a"), "the retry created the task again");
+    // The same call again (its reply was lost) answers as the first did, writing nothing, even
+    // after its tasks finished.
+    server.command(&["HDEL", &keys.tasks(), "a", "b", "p"]);
+    server.command(&["DEL", &keys.far(), &keys.ready()]);
+    let d = dump(&server, keys);
+    let got = scripts::schedule(w, keys, "r1", &tasks).await.unwrap();
+    use Scheduled::{AlreadyByThisRequest as Again, Duplicate};
+    assert_eq!(got, [Again, Again, Again, Duplicate]);
+    assert_eq!(dump(&server, keys), d, "the retry wrote something");
+    // The answer is kept for the request window only.
+    let ttl = server.command(&["PTTL", &keys.request("r1")]).as_int().unwrap();
+    assert!(ttl > 0 && ttl as u64 <= w.cfg.request_ttl_ms, "{ttl}");
 }
 
 /// What cancel answers and leaves, for every state a task can be in.
@@ -78,15 +119,13 @@ async fn schedule_writes_the_task_its_slot_and_the_ring_and_recognises_its_retry
 async fn cancel_takes_waiting_ready_and_expired_tasks_and_leaves_running_ones() {
     let Some((server, timers)) = wheel("s-cancel").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
-    let c = cursor(&server, keys);
     let now = redis_now_ms(&server);
+    let c = cursor(&server, keys);
     seed_waiting(&server, keys, "waiting", c + 2);
-    server.command(&["HSET", &keys.task("far"), "p", "x", "due", "99999999999999", "tick", "1", "a", "0", "rid", "r1"]);
-    server.command(&["ZADD", &keys.far(), "99999999999999", "far"]);
-    server.command(&["HSET", &keys.task("ready"), "p", "x", "due", "5", "tick", "1", "a", "0", "rid", "r1"]);
-    server.command(&["ZADD", &keys.ready(), "5", "ready"]);
-    seed_running(&server, keys, "running", 5, now + 60_000);
-    seed_running(&server, keys, "expired", 5, now - 1_000);
+    seed_far(&server, keys, "far", 99_999_999_999_999);
+    seed_ready(&server, keys, "ready", 5, "x");
+    seed_running(&server, keys, "running", 5, 1, now + 60_000);
+    seed_running(&server, keys, "expired", 5, 1, now - 1_000);
     let before = dump(&server, keys);
 
     let names = ["waiting", "far", "ready", "running", "expired", "missing", "waiting"];
@@ -94,47 +133,52 @@ async fn cancel_takes_waiting_ready_and_expired_tasks_and_leaves_running_ones() 
     use Cancelled::{NotPending, Running, Yes};
     assert_eq!(got, [Yes, Yes, Yes, Running, Yes, NotPending, NotPending], "{names:?}");
 
+    // The ring's entry stays in its slot (the tick drops it); the rest is gone.
     let mut want = before.clone();
-    for k in ["waiting", "far", "ready", "expired"] {
-        want.remove(&format!("t:{k}"));
-        want.insert(format!("done:{k}"), "r1/c1".to_string());
-    }
-    for gone in [format!("slot:{}", (c + 2) % SLOTS), "far".into(), "ready".into()] {
-        want.remove(&gone);
-    }
-    want.insert("ring".into(), "0".into());
+    want.insert("tasks".into(), hash(&[("running", rec(5, 1, 7, "", "x"))]));
+    want.remove("far");
+    want.remove("ready");
     want.insert("leased".into(), format!("running@{}", now + 60_000));
+    want.insert("req:c1".into(), "1,1,1,2,1,0,0".into());
     assert_eq!(dump(&server, keys), want);
+    assert_eq!(meta(&server, keys, "cancelled"), 4);
 
-    // A retry of the same call (its reply was lost) answers as the first did for what it took,
-    // and takes nothing scheduled under the key since.
+    // A retry of the same call (its reply was lost) answers as the first did, and takes nothing
+    // scheduled under the key since.
     seed_waiting(&server, keys, "waiting", c + 2);
-    let got = scripts::cancel(w, keys, "c1", &["waiting", "running"]).await.unwrap();
-    assert_eq!(got, [Yes, Running]);
-    assert!(dump(&server, keys).contains_key("t:waiting"), "the retry cancelled a task scheduled since");
+    let got = scripts::cancel(w, keys, "c1", &names).await.unwrap();
+    assert_eq!(got, [Yes, Yes, Yes, Running, Yes, NotPending, NotPending]);
+    assert!(dump(&server, keys)["tasks"].contains("waiting="), "the retry cancelled a task scheduled since");
 }
 
 #[tokio::test]
-async fn reschedule_moves_a_waiting_task_and_leaves_a_running_one() {
+async fn reschedule_moves_waiting_and_ready_tasks_and_leaves_a_running_one() {
     let Some((server, timers)) = wheel("s-move").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
-    let c = cursor(&server, keys);
     let now = redis_now_ms(&server);
+    let c = cursor(&server, keys);
     seed_waiting(&server, keys, "a", c + 2);
-    seed_running(&server, keys, "run", 5, now + 60_000);
-    let before_running = dump(&server, keys);
+    seed_ready(&server, keys, "b", 5, "x");
+    seed_running(&server, keys, "run", 5, 1, now + 60_000);
+    let before = dump(&server, keys);
 
-    assert_eq!(scripts::reschedule(w, keys, "run", When::Delay(0)).await.unwrap(), Moved::Running);
-    assert_eq!(dump(&server, keys), before_running, "a running task was touched");
-    assert_eq!(scripts::reschedule(w, keys, "nope", When::Delay(0)).await.unwrap(), Moved::NotPending);
+    let got = scripts::reschedule(w, keys, &[("run", When::Delay(0)), ("nope", When::Delay(0))]).await.unwrap();
+    assert_eq!(got, [Moved::Running, Moved::NotPending]);
+    assert_eq!(dump(&server, keys), before, "a running task was touched");
 
-    let to = (c + 5) * TICK_MS;
-    assert_eq!(scripts::reschedule(w, keys, "a", When::At(to)).await.unwrap(), Moved::Yes);
+    // `a` to the past (ready at once), `b` into the ring, then again: its last time counts.
+    let (to, last) = ((c + 4) * TICK_MS, (c + 5) * TICK_MS);
+    let moves = [("a", When::At(7)), ("b", When::At(to)), ("b", When::At(last))];
+    assert_eq!(scripts::reschedule(w, keys, &moves).await.unwrap(), [Moved::Yes, Moved::Yes, Moved::Yes]);
     let d = dump(&server, keys);
-    assert_eq!(d.get(&format!("slot:{}", (c + 5) % SLOTS)).map(String::as_str), Some(format!("a@{to}").as_str()));
-    assert!(!d.contains_key(&format!("slot:{}", (c + 2) % SLOTS)), "{d:?}");
-    assert_eq!(d["ring"], "1");
-    assert_eq!(d["t:a"], format!("a=0 due={to} p=x rid=r1 tick={}", c + 5));
+    assert_eq!(d["ready"], "a@7");
+    assert_eq!(d[&format!("slot:{}", (c + 5) % SLOTS)], format!("b@{last}"));
+    assert!(!d.contains_key(&format!("slot:{}", (c + 4) % SLOTS)), "{d:?}");
+    // `a`'s old entry stays in its slot until the cursor passes it.
+    assert_eq!(d[&format!("slot:{}", (c + 2) % SLOTS)], format!("a@{}", (c + 2) * TICK_MS));
+    assert_eq!(d["ring"], "2");
+    assert!(d["tasks"].contains(&format!("a={}", rec(7, 0, 0, "", "x"))), "{d:?}");
+    assert!(d["tasks"].contains(&format!("b={}", rec(last, 0, 0, "", "x"))), "{d:?}");
 }
 
 /// A claim leases what is ready, oldest first; its retry (same id) gets the same tasks back
@@ -143,9 +187,8 @@ async fn reschedule_moves_a_waiting_task_and_leaves_a_running_one() {
 async fn claim_leases_ready_tasks_and_its_retry_gets_them_back() {
     let Some((server, timers)) = wheel("s-claim").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
-    for (k, due) in [("b", "20"), ("a", "10"), ("c", "30")] {
-        server.command(&["HSET", &keys.task(k), "p", k, "due", due, "tick", "0", "a", "0", "rid", "r"]);
-        server.command(&["ZADD", &keys.ready(), due, k]);
+    for (k, due) in [("b", 20), ("a", 10), ("c", 30)] {
+        seed_ready(&server, keys, k, due, k);
     }
     let before = redis_now_ms(&server);
     let got = scripts::claim(w, keys, 2, "k1", false, "").await.unwrap();
@@ -164,7 +207,7 @@ async fn claim_leases_ready_tasks_and_its_retry_gets_them_back() {
     assert_eq!(record, "a 1 b 2");
     assert_eq!(got[0].task.claimed_at, crate::durable::time::from_unix_ms(claimed_ms));
     assert_eq!(d["seq"], "2");
-    assert_eq!(d["t:a"], "a=1 due=10 p=a rid=r tick=0 tok=1");
+    assert!(d["tasks"].contains(&format!("a={}", rec(10, 1, 1, "", "a"))), "{d:?}");
     let leases: Vec<u64> = d["leased"].split(' ').map(|m| m.split('@').nth(1).unwrap().parse().unwrap()).collect();
     let lease = super::LEASE.as_millis() as u64;
     assert!(leases.iter().all(|&l| l >= before + lease && l <= after + lease + 1), "{leases:?}");
@@ -189,15 +232,13 @@ async fn ack_finishes_a_task_under_its_token_only() {
     let Some((server, timers)) = wheel("s-ack").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let now = redis_now_ms(&server);
-    seed_running(&server, keys, "a", 5, now + 60_000);
-    seed_running(&server, keys, "b", 5, now + 60_000);
+    seed_running(&server, keys, "a", 5, 1, now + 60_000);
+    seed_running(&server, keys, "b", 5, 1, now + 60_000);
     let got = scripts::ack(w, keys, &[("a", "7"), ("b", "6"), ("gone", "1")], Window::Default).await.unwrap();
     assert_eq!(got, [true, false, false]);
     let d = dump(&server, keys);
-    assert!(!d.contains_key("t:a"));
-    assert_eq!(d["done:a"], "r1");
+    assert_eq!(d["tasks"], hash(&[("b", rec(5, 1, 7, "", "x"))]));
     assert_eq!(d["leased"], format!("b@{}", now + 60_000));
-    assert_eq!(d["t:b"], "a=1 due=5 p=x rid=r1 tick=5 tok=7");
     assert_eq!(meta(&server, keys, "acked"), 1);
     // Repeated: refused, nothing changes.
     assert_eq!(scripts::ack(w, keys, &[("a", "7")], Window::Default).await.unwrap(), [false]);
@@ -209,61 +250,79 @@ async fn fail_retries_after_the_backoff_then_buries_on_the_last_attempt() {
     let Some((server, timers)) = wheel("s-fail").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let now = redis_now_ms(&server);
-    seed_running(&server, keys, "a", 5, now + 60_000);
+    seed_running(&server, keys, "a", 5, 1, now + 60_000);
     assert_eq!(scripts::fail(w, keys, "a", "6", "boom", Window::Default).await.unwrap(), Failed::Refused);
     let before = redis_now_ms(&server);
     assert_eq!(scripts::fail(w, keys, "a", "7", "boom", Window::Default).await.unwrap(), Failed::Retried);
     let after = redis_now_ms(&server);
-    let task = server.command(&["HGET", &keys.task("a"), "due"]).as_int().unwrap() as u64;
-    // Attempt 1 failed: due a backoff (1 s) later, in the far tier or the ring, not leased.
-    assert!(task >= before + 1000 && task <= after + 1001, "due {task}, now {before}..{after}");
     let d = dump(&server, keys);
+    // Attempt 1 failed: due a backoff (1 s) later (beyond the ring of 8 x 100 ms), not leased,
+    // its error kept.
+    let due: u64 = d["far"].strip_prefix("a@").unwrap().parse().unwrap();
+    assert!(due >= before + 1000 && due <= after + 1001, "due {due}, now {before}..{after}");
     assert!(!d.contains_key("leased"), "{d:?}");
-    assert!(d["t:a"].contains("err=boom") && !d["t:a"].contains("tok="), "{d:?}");
+    assert_eq!(d["tasks"], hash(&[("a", rec(due, 1, 0, "boom", "x"))]));
     assert_eq!(meta(&server, keys, "retried"), 1);
 
     // Its third (last) delivery fails: a dead letter.
-    server.command(&["HSET", &keys.task("a"), "a", "3", "tok", "9"]);
-    server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), "a"]);
-    assert_eq!(scripts::fail(w, keys, "a", "9", "boom again", Window::Default).await.unwrap(), Failed::Dead);
+    server.command(&["DEL", &keys.far()]);
+    seed_running(&server, keys, "a", 5, 3, now + 60_000);
+    assert_eq!(scripts::fail(w, keys, "a", "7", "boom again", Window::Default).await.unwrap(), Failed::Dead);
     let d = dump(&server, keys);
-    assert!(!d.contains_key("t:a") && !d.contains_key("leased"), "{d:?}");
-    assert_eq!(d["d:a"], "a=3 err=boom again p=x");
-    assert_eq!(d["done:a"], "r1");
+    assert!(!d.contains_key("tasks") && !d.contains_key("leased"), "{d:?}");
+    assert_eq!(d["dead_tasks"], hash(&[("a", dead_rec(3, "boom again", "x"))]));
     assert!(d["dead"].starts_with("a@"), "{d:?}");
     assert_eq!(meta(&server, keys, "dead_lettered"), 1);
 }
 
 /// The tick script: refused under a wrong token; otherwise it requeues what has an expired
-/// lease, moves a due slot to `ready`, and never makes early what the clock has not reached, even
-/// with the cursor ahead of the clock (the clock stepped back).
+/// lease, moves a due slot to `ready` (dropping the entries that no longer match a record),
+/// promotes far tasks into the declared slots, stops before a slot it was not given, and never
+/// makes early what the clock has not reached, even with the cursor ahead of the clock.
 #[tokio::test]
 async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     let Some((server, timers)) = wheel("s-tick").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
-    assert_eq!(scripts::tick(w, keys, "nobody:1", 128, 64).await.unwrap(), TickReply::Refused);
+    assert_eq!(scripts::tick(w, keys, "nobody:1", 128, 0..=0).await.unwrap(), TickReply::Refused);
     server.command(&["SET", &keys.leader(), "me:1"]);
 
     let now = redis_now_ms(&server);
     let now_tick = now / TICK_MS;
-    // Due two ticks ago, in its slot; a lease that ran out; and a far task due later.
-    server.command(&["SET", &keys.cursor(), &(now_tick - 3).to_string()]);
+    let start = now_tick - 3;
+    // Due two ticks ago, in its slot; a cancelled task's entry; a rescheduled task's old entry;
+    // a lease that ran out; a far task due two ticks from now, and one later.
+    server.command(&["SET", &keys.cursor(), &start.to_string()]);
     seed_waiting(&server, keys, "due", now_tick - 2);
-    seed_running(&server, keys, "expired", 5, now - 10);
-    let later = (now_tick + SLOTS * 4) * TICK_MS;
-    server.command(&["HSET", &keys.task("later"), "p", "x", "due", &later.to_string(), "tick", "0", "a", "0"]);
-    server.command(&["ZADD", &keys.far(), &later.to_string(), "later"]);
+    seed_waiting(&server, keys, "cancelled", now_tick - 2);
+    server.command(&["HDEL", &keys.tasks(), "cancelled"]);
+    seed_waiting(&server, keys, "moved", now_tick - 1);
+    seed_far(&server, keys, "moved", (now_tick + 30) * TICK_MS);
+    server.command(&["HSET", &keys.tasks(), "moved", &rec((now_tick + 30) * TICK_MS, 0, 0, "", "x")]);
+    seed_waiting(&server, keys, "next", now_tick);
+    seed_running(&server, keys, "expired", 5, 1, now - 10);
+    seed_far(&server, keys, "near", (now_tick + 2) * TICK_MS);
+    seed_far(&server, keys, "later", (now_tick + 40) * TICK_MS);
 
-    let reply = scripts::tick(w, keys, "me:1", 128, 64).await.unwrap();
-    let TickReply::Done { cursor, made_ready, .. } = reply else { panic!("{reply:?}") };
-    assert!(cursor >= now_tick, "{reply:?}");
-    assert_eq!(made_ready, 2);
+    // Given only the first two slots after the cursor, it stops after them.
+    let reply = scripts::tick(w, keys, "me:1", 128, start + 1..=start + 2).await.unwrap();
+    assert!(matches!(reply, TickReply::More { cursor, .. } if cursor == start + 2), "{reply:?}");
     let d = dump(&server, keys);
     assert_eq!(d["ready"], format!("expired@5 due@{}", (now_tick - 2) * TICK_MS));
-    assert_eq!(d["far"], format!("later@{later}"));
+    assert_eq!(d["ring"], "1", "the cancelled and moved tasks' entries were not dropped: {d:?}");
+
+    // Given the rest, it catches up; the far task due soon enters its slot.
+    let reply = scripts::tick(w, keys, "me:1", 128, start + 3..=now_tick + 4).await.unwrap();
+    let TickReply::Done { cursor, made_ready, .. } = reply else { panic!("{reply:?}") };
+    assert!(cursor >= now_tick, "{reply:?}");
+    assert_eq!(made_ready, 1);
+    let d = dump(&server, keys);
+    assert_eq!(d["ready"], format!("expired@5 due@{} next@{}", (now_tick - 2) * TICK_MS, now_tick * TICK_MS));
+    assert_eq!(d[&format!("slot:{}", (now_tick + 2) % SLOTS)], format!("near@{}", (now_tick + 2) * TICK_MS));
+    assert_eq!(d["far"], format!("moved@{} later@{}", (now_tick + 30) * TICK_MS, (now_tick + 40) * TICK_MS));
     assert!(!d.contains_key("leased"), "{d:?}");
-    assert!(d["t:expired"].contains("err=lease expired") && !d["t:expired"].contains("tok="), "{d:?}");
-    assert_eq!(d["wake"], "1");
+    assert!(d["tasks"].contains(&format!("expired={}", rec(5, 1, 0, "lease expired", "x"))), "{d:?}");
+    assert_eq!(d["wake"], "1 1", "each call that made tasks ready wakes a worker");
+    assert_eq!(meta(&server, keys, "retried"), 1);
 
     // The clock stepped back: the cursor is ahead of it. A task due between the clock and the
     // cursor is not made ready before the clock reaches it.
@@ -271,10 +330,8 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     let now_tick = now / TICK_MS;
     server.command(&["DEL", &keys.ready()]);
     server.command(&["SET", &keys.cursor(), &(now_tick + 50).to_string()]);
-    let soon = (now_tick + 20) * TICK_MS;
-    server.command(&["HSET", &keys.task("soon"), "p", "x", "due", &soon.to_string(), "tick", "0", "a", "0"]);
-    server.command(&["ZADD", &keys.far(), &soon.to_string(), "soon"]);
-    scripts::tick(w, keys, "me:1", 128, 64).await.unwrap();
+    seed_far(&server, keys, "soon", (now_tick + 20) * TICK_MS);
+    scripts::tick(w, keys, "me:1", 128, now_tick + 51..=now_tick + 54).await.unwrap();
     let d = dump(&server, keys);
     assert!(!d.contains_key("ready"), "made ready {:?} early", d.get("ready"));
     assert!(d["far"].contains("soon@"), "{d:?}");
@@ -302,18 +359,19 @@ async fn acquire_and_release_fence_the_leadership() {
 async fn requeue_dead_puts_a_dead_letter_back_and_recognises_its_retry() {
     let Some((server, timers)) = wheel("s-requeue").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
-    server.command(&["HSET", &keys.dead_task("a"), "p", "x", "a", "3", "err", "boom"]);
+    server.command(&["HSET", &keys.dead_tasks(), "a", &dead_rec(3, "boom", "x")]);
     server.command(&["ZADD", &keys.dead(), "7", "a"]);
-    assert_eq!(scripts::requeue_dead(w, keys, "nope", "q1").await.unwrap(), Requeued::NotDead);
+    assert_eq!(scripts::requeue_dead(w, keys, "nope", "q0").await.unwrap(), Requeued::NotDead);
     assert_eq!(scripts::requeue_dead(w, keys, "a", "q1").await.unwrap(), Requeued::Yes);
     let d = dump(&server, keys);
-    assert!(!d.contains_key("d:a") && !d.contains_key("dead"), "{d:?}");
-    assert!(d["ready"].starts_with("a@") && d["t:a"].contains("a=0") && d["t:a"].contains("rid=q1"), "{d:?}");
+    assert!(!d.contains_key("dead_tasks") && !d.contains_key("dead"), "{d:?}");
+    let due: u64 = d["ready"].strip_prefix("a@").unwrap().parse().unwrap();
+    assert_eq!(d["tasks"], hash(&[("a", rec(due, 0, 0, "", "x"))]));
     // Its retry (the reply was lost) still answers Yes and changes nothing.
     assert_eq!(scripts::requeue_dead(w, keys, "a", "q1").await.unwrap(), Requeued::Yes);
     assert_eq!(dump(&server, keys), d);
     // A new dead letter under a key that is pending again stays.
-    server.command(&["HSET", &keys.dead_task("a"), "p", "y", "a", "3", "err", "boom"]);
+    server.command(&["HSET", &keys.dead_tasks(), "a", &dead_rec(3, "boom", "y")]);
     assert_eq!(scripts::requeue_dead(w, keys, "a", "q2").await.unwrap(), Requeued::KeyPending);
 }
 
@@ -323,16 +381,34 @@ async fn stats_and_dead_letters_read_what_the_keys_hold() {
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let c = cursor(&server, keys);
     seed_waiting(&server, keys, "w", c + 1);
-    server.command(&["ZADD", &keys.ready(), "1", "r"]);
-    server.command(&["ZADD", &keys.leased(), "1", "l"]);
+    seed_ready(&server, keys, "r", 1, "x");
+    seed_running(&server, keys, "l", 1, 1, redis_now_ms(&server) + 60_000);
     for i in 0..5 {
-        server.command(&["HSET", &keys.dead_task(&format!("d{i}")), "p", "x", "a", "3", "err", &format!("e{i}")]);
+        server.command(&["HSET", &keys.dead_tasks(), &format!("d{i}"), &dead_rec(3, &format!("e:{i}"), "p")]);
         server.command(&["ZADD", &keys.dead(), &i.to_string(), &format!("d{i}")]);
     }
     let stats = scripts::stats(w, keys).await.unwrap();
     assert_eq!((stats.pending, stats.waiting, stats.ready, stats.in_flight, stats.dead), (3, 1, 1, 1, 5));
     let page = scripts::dead_letters(w, keys, 2, 3).await.unwrap();
-    let seen: Vec<(&str, &str)> = page.iter().map(|d| (d.key.as_str(), d.last_error.as_str())).collect();
-    assert_eq!(seen, [("d3", "e3"), ("d4", "e4")]);
+    let seen: Vec<(&str, &str, &[u8])> =
+        page.iter().map(|d| (d.key.as_str(), d.last_error.as_str(), d.payload.as_slice())).collect();
+    assert_eq!(seen, [("d3", "e:3", &b"p"[..]), ("d4", "e:4", &b"p"[..])]);
     assert_eq!(page[0].attempts, 3);
+}
+
+/// A wheel written by the old layout (a ring of slot keys) is refused while it holds tasks, and
+/// taken over once it holds none.
+#[tokio::test]
+async fn open_refuses_an_old_layout_wheel_with_tasks() {
+    let Some((server, timers)) = wheel("s-open").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    server.command(&["HDEL", &keys.meta(), "layout"]);
+    server.command(&["SET", &format!("{}ring", keys.prefix()), "2"]);
+    assert_eq!(
+        scripts::open(w, keys, 1, true).await.unwrap(),
+        scripts::Opened::OldLayout { tasks: "2".into() }
+    );
+    server.command(&["SET", &format!("{}ring", keys.prefix()), "0"]);
+    assert!(matches!(scripts::open(w, keys, 1, true).await.unwrap(), scripts::Opened::Yes { .. }));
+    assert_eq!(server.command(&["HGET", &keys.meta(), "layout"]).as_str(), Some("2"));
 }

@@ -1,11 +1,9 @@
--- Moves task `k` to the dead letters with its payload, deliveries and last error.
--- Keys: t:<key>, d:<key>, dead, meta, and those of finish.
+-- Moves task `k` (its record decoded as `t`) to the dead letters: its deliveries, last error and
+-- payload in DEAD_TASKS (`<deliveries>:<error length>:<error><payload>`), its key in DEAD by
+-- when it died. The caller takes it out of TASKS and LEASED and counts it.
+-- Keys: DEAD_TASKS, DEAD.
 -- @include keys
--- @include finish
-local function bury(k, attempts, err, now, ttl)
-  local p = redis.call('HGET', task_key(k), 'p') or ''
-  redis.call('HSET', dead_task_key(k), 'p', p, 'a', attempts, 'err', err)
+local function bury(k, t, err, now)
+  redis.call('HSET', DEAD_TASKS, k, string.format('%d:%d:', t.a, #err) .. err .. t.p)
   redis.call('ZADD', DEAD, now, k)
-  finish(k, ttl)
-  redis.call('HINCRBY', META, 'dead_lettered', 1)
 end
