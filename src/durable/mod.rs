@@ -201,5 +201,5 @@ pub use config::{
 };
 pub use keys::WheelKeys;
 pub use scheduler::DurableScheduler;
-pub use task::{DeadTask, DurableStats, Task};
+pub use task::{DeadTask, DurableStats, Task, TaskInfo, TaskState};
 pub use worker::Worker;

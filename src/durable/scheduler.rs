@@ -10,7 +10,7 @@ use tokio::task::{JoinError, JoinSet};
 use super::scripts::{self, Cancelled, Moved, NewTask, Requeued, Scheduled};
 use super::time::When;
 use super::wheel::Wheel;
-use super::{DeadTask, DurableStats, Task, Worker};
+use super::{DeadTask, DurableStats, Task, TaskInfo, TaskState, Worker};
 use crate::error::RedisFailure;
 use crate::Error;
 
@@ -510,6 +510,106 @@ impl DurableScheduler {
         }
     }
 
+    /// Reads the task under `key`: its payload, due time, deliveries so far, state and last
+    /// error, whether it is pending or a dead letter; `None` if there is neither.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::{DurableScheduler, TaskState}, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// timers.schedule("order-950:review", Duration::from_secs(48 * 3600), "order 950").await?;
+    /// let task = timers.get("order-950:review").await?.expect("pending");
+    /// assert_eq!(task.state(), TaskState::Waiting);
+    /// assert_eq!(task.payload(), b"order 950");
+    /// println!("due at {:?}, {} deliveries so far", task.due(), task.attempt());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn get(&self, key: impl AsRef<str>) -> Result<Option<TaskInfo>, Error> {
+        let key = key.as_ref();
+        scripts::get(&self.wheel, &self.wheel.partition_of(key).keys, key).await
+    }
+
+    /// When the pending task under `key` is due, on Redis's clock; `None` if no task is pending
+    /// under it (a dead letter is not pending). A running task answers its delivery's due time.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn deadline(&self, key: impl AsRef<str>) -> Result<Option<SystemTime>, Error> {
+        Ok(self.get(key).await?.filter(|t| t.state() != TaskState::Dead).map(|t| t.due()))
+    }
+
+    /// Deletes the dead letter under `key` for good; false if there was none.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still delete it.
+    pub async fn delete_dead(&self, key: impl AsRef<str>) -> Result<bool, Error> {
+        let key = key.as_ref();
+        let keys = &self.wheel.partition_of(key).keys;
+        let deleted = scripts::delete_dead(&self.wheel, keys, key).await?;
+        if deleted {
+            self.wheel.conn.replicate(&keys.meta()).await?;
+        }
+        Ok(deleted)
+    }
+
+    /// Moves the pending task under `key` to `delay` from now (on Redis's clock), or schedules
+    /// `payload` under it if none is pending, in one atomic step (so two nodes racing schedule
+    /// it once): `Ok(true)` if it scheduled, `Ok(false)` if it moved a pending task, which keeps
+    /// its own payload, as the in-process
+    /// [`Scheduler::schedule_or_reset`](crate::Scheduler::schedule_or_reset) does. This is the
+    /// debounce of "review the order 48 hours after its last change".
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let fresh = timers.schedule_or_reset("order-7:review", Duration::from_secs(3600), "order 7").await?;
+    /// println!("{}", if fresh { "scheduled" } else { "pushed back" });
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::DuplicateKey`] if the task under `key` is running (claimed by a worker under a
+    ///   live lease): it is left to its lease, as `reschedule` leaves it;
+    /// - [`Error::Invalid`] and [`Error::Redis`] as [`schedule`](Self::schedule).
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still schedule or move the task.
+    pub async fn schedule_or_reset(
+        &self,
+        key: impl AsRef<str>,
+        delay: Duration,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<bool, Error> {
+        let (key, payload) = (key.as_ref(), payload.into());
+        self.check(key, &payload)?;
+        let task = NewTask { key: key.to_string(), when: When::delay(delay)?, payload };
+        let keys = &self.wheel.partition_of(key).keys;
+        let answer = scripts::schedule(&self.wheel, keys, &self.wheel.ids.next(), &[task], true).await?;
+        match answer.first() {
+            Some(Scheduled::Running) => Err(Error::DuplicateKey(key.to_string())),
+            Some(Scheduled::Duplicate) | None => Err(Error::DuplicateKey(key.to_string())),
+            Some(answer) => {
+                self.wheel.conn.replicate(&keys.meta()).await?;
+                Ok(matches!(answer, Scheduled::Created | Scheduled::AlreadyByThisRequest))
+            }
+        }
+    }
+
     /// Starts a [`Worker`] on the current Tokio runtime: it takes part in ticking the wheel (one
     /// node at a time holds the leadership) and runs `handler` on due tasks, up to `concurrency`
     /// at once.
@@ -610,7 +710,7 @@ async fn send_batch(
     let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = batch.into_iter().unzip();
     let keys = &wheel.partitions[part].keys;
     let request_id = request_id.unwrap_or_else(|| wheel.ids.next());
-    let outcomes = scripts::schedule(&wheel, keys, &request_id, &tasks).await?;
+    let outcomes = scripts::schedule(&wheel, keys, &request_id, &tasks, false).await?;
     if outcomes.iter().any(|&o| o != Scheduled::Duplicate) {
         // Something was written (or was, by this request's first attempt): replicate it.
         wheel.conn.replicate(&keys.meta()).await?;

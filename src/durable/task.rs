@@ -62,6 +62,7 @@ pub struct DeadTask {
     pub(crate) attempts: u32,
     pub(crate) last_error: String,
     pub(crate) died: SystemTime,
+    pub(crate) due: SystemTime,
 }
 
 impl DeadTask {
@@ -88,6 +89,69 @@ impl DeadTask {
     /// When the task went to the dead letters, on Redis's clock.
     pub fn died(&self) -> SystemTime {
         self.died
+    }
+
+    /// When its last delivery was due, on Redis's clock.
+    pub fn due(&self) -> SystemTime {
+        self.due
+    }
+}
+
+/// Where a task is in its life, as [`TaskInfo::state`] tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TaskState {
+    /// Not yet due (or waiting out a retry's backoff).
+    Waiting,
+    /// Due, waiting for a worker (or its lease ran out: the next tick hands it out again).
+    Ready,
+    /// Claimed by a worker under a live lease: its handler runs.
+    Running,
+    /// In the dead letters, after its last attempt failed.
+    Dead,
+}
+
+/// One task as [`get`](super::DurableScheduler::get) read it: pending or dead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskInfo {
+    pub(crate) key: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) due: SystemTime,
+    pub(crate) attempt: u32,
+    pub(crate) state: TaskState,
+    pub(crate) last_error: Option<String>,
+}
+
+impl TaskInfo {
+    /// The key the task was scheduled under.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The payload given to `schedule`.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// When it is (or its last delivery was) due, on Redis's clock.
+    pub fn due(&self) -> SystemTime {
+        self.due
+    }
+
+    /// How many deliveries it has had so far: 0 before the first, and while running the number
+    /// of the delivery that runs.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Waiting, ready, running or dead.
+    pub fn state(&self) -> TaskState {
+        self.state
+    }
+
+    /// The last failure's text (a handler's error, a panic, "lease expired"), if it failed.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
     }
 }
 

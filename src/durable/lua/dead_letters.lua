@@ -5,7 +5,8 @@
     KEYS     the wheel's keys
     ARGV[1]  limit   ARGV[2] offset
   Output:
-    a flat array, five entries per dead task: key, payload, deliveries, last error, ms it died at.
+    a flat array, six entries per dead task: key, payload, deliveries, last error, ms it died
+    at, ms it was due.
   Keys: DEAD, DEAD_TASKS.
 ]]
 -- @include keys
@@ -14,13 +15,14 @@ local limit, offset = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ks = redis.call('ZRANGE', DEAD, offset, offset + limit - 1, 'WITHSCORES')
 local out = {}
 for i = 1, #ks, 2 do
-  local rec = redis.call('HGET', DEAD_TASKS, ks[i]) or '0:0:'
-  local a, n, at = string.match(rec, '^(%d+):(%d+):()')
+  local rec = redis.call('HGET', DEAD_TASKS, ks[i]) or '0:0:0:'
+  local due, a, n, at = string.match(rec, '^(%d+):(%d+):(%d+):()')
   n = tonumber(n)
   out[#out + 1] = ks[i]
   out[#out + 1] = string.sub(rec, at + n)
   out[#out + 1] = a
   out[#out + 1] = string.sub(rec, at, at + n - 1)
   out[#out + 1] = ks[i + 1]
+  out[#out + 1] = due
 end
 return out

@@ -23,7 +23,7 @@ if dead then
   if redis.call('HEXISTS', TASKS, k) == 1 then
     out = -1
   else
-    local n, at = string.match(dead, '^%d+:(%d+):()')
+    local n, at = string.match(dead, '^%d+:%d+:(%d+):()')
     local now = clock()
     redis.call('HSET', TASKS, k, new_record(now, string.sub(dead, at + tonumber(n))))
     redis.call('ZADD', READY, now, k)

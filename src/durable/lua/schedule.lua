@@ -11,19 +11,22 @@
              keys the tasks may go to (the caller's guess from its estimate of Redis's clock; a
              task whose slot is not among them waits in the far tier instead)
     ARGV[1]  tick in ms   ARGV[2] slots   ARGV[3] ms to keep the answer
-    ARGV[4 + 4i ..]  per task: key, payload, 'd' (delay) or 'a' (at), milliseconds
+    ARGV[4]  '1' to move a pending task to the new due time instead (schedule_or_reset), else '0'
+    ARGV[5 + 4i ..]  per task: key, payload, 'd' (delay) or 'a' (at), milliseconds
   Output:
     one integer per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
-    is pending (DuplicateKey).
-  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, CURSOR, META, WAKE.
+    is pending (DuplicateKey); with ARGV[4] '1', 4 a pending task was moved (keeping its
+    payload) and 3 a running one was left alone.
+  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CURSOR, META, WAKE.
 ]]
 -- @include keys
 -- @include wheel_now
 -- @include record
 -- @include request
 -- @include place
+-- @include zrem_all
 -- @include wake
-local tick_ms, slots, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local tick_ms, slots, ttl, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 
 local kept = replayed()
 if kept then
@@ -32,7 +35,7 @@ if kept then
 end
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2)
 local out, created, batch = {}, 0, new_batch()
-for i = 4, #ARGV, 4 do
+for i = 5, #ARGV, 4 do
   local k, mode, ms = ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3])
   local due = ms
   if mode == 'd' then due = w.up + ms end
@@ -40,8 +43,22 @@ for i = 4, #ARGV, 4 do
     place(k, due, w, batch)
     created = created + 1
     out[#out + 1] = 1
-  else
+  elseif not reset then
     out[#out + 1] = 0
+  else
+    local t = decode(redis.call('HGET', TASKS, k))
+    if t.tok ~= '0' and tonumber(redis.call('ZSCORE', LEASED, k) or 0) > w.down then
+      out[#out + 1] = 3
+    else
+      -- Its old place: a far or ready entry goes now, a slot entry when the cursor passes it.
+      t.due, t.tok = due, '0'
+      redis.call('HSET', TASKS, k, encode(t))
+      zrem_all(FAR, {k})
+      zrem_all(READY, {k})
+      zrem_all(LEASED, {k})
+      place(k, due, w, batch)
+      out[#out + 1] = 4
+    end
   end
 end
 if flush(batch) then wake() end

@@ -21,7 +21,7 @@ use redis::{Script, ScriptInvocation};
 
 use super::keys::{self, WheelKeys};
 
-pub(crate) use inspect::{dead_letters, stats};
+pub(crate) use inspect::{dead_letters, delete_dead, get, stats};
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
 pub(crate) use tasks::{cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Requeued, Scheduled};
 pub(crate) use worker::Failed;
@@ -168,6 +168,8 @@ scripts!(
     stats,
     dead_letters,
     requeue_dead,
+    get,
+    delete_dead,
 );
 
 /// A call of `script` on the (partition of the) wheel whose keys are `keys`, with every fixed

@@ -25,22 +25,28 @@ pub(crate) enum Scheduled {
     AlreadyByThisRequest,
     /// The key is pending under another request: `DuplicateKey`.
     Duplicate,
+    /// (`reset`) The pending task was moved to the new due time, keeping its payload.
+    Moved,
+    /// (`reset`) The task is running: left alone.
+    Running,
 }
 
 /// Schedules `tasks` in one call, as request `request_id` (the same for every retry of it: a
-/// retry whose first attempt landed gets that attempt's answer).
+/// retry whose first attempt landed gets that attempt's answer). With `reset`, a task whose key
+/// is pending is moved to its new due time instead (keeping its payload).
 pub(crate) async fn schedule(
     wheel: &Wheel,
     keys: &WheelKeys,
     request_id: &str,
     tasks: &[NewTask],
+    reset: bool,
 ) -> Result<Vec<Scheduled>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.schedule);
     inv.key(keys.request(request_id));
     for slot in wheel.slot_keys(keys, tasks.iter().map(|t| t.when)) {
         inv.key(slot);
     }
-    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(wheel.cfg.request_ttl_ms);
+    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(wheel.cfg.request_ttl_ms).arg(if reset { "1" } else { "0" });
     for task in tasks {
         let (mode, ms) = task.when.args();
         inv.arg(&task.key).arg(task.payload.as_slice()).arg(mode).arg(ms);
@@ -51,6 +57,8 @@ pub(crate) async fn schedule(
         .map(|r| match r {
             1 => Scheduled::Created,
             2 => Scheduled::AlreadyByThisRequest,
+            3 => Scheduled::Running,
+            4 => Scheduled::Moved,
             _ => Scheduled::Duplicate,
         })
         .collect())

@@ -93,7 +93,8 @@ pub(crate) async fn fail(
     let mut inv = invoke(keys, &SCRIPTS.fail);
     // The retry's due time is Redis's now plus the backoff for its attempt, which this side does
     // not know: the slots of every backoff it may be (a miss waits in the far tier).
-    let backoffs = (0..cfg.max_attempts.min(24)).map(|a| When::Delay(cfg.backoff_ms.saturating_mul(1 << a).min(cfg.max_backoff_ms())));
+    let backoffs = (0..cfg.max_attempts.min(24))
+        .map(|a| When::Delay(cfg.backoff_ms.saturating_mul(1 << a).min(cfg.max_backoff_ms())));
     for slot in wheel.slot_keys(keys, backoffs) {
         inv.key(slot);
     }

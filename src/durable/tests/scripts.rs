@@ -404,10 +404,7 @@ async fn open_refuses_an_old_layout_wheel_with_tasks() {
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     server.command(&["HDEL", &keys.meta(), "layout"]);
     server.command(&["SET", &format!("{}ring", keys.prefix()), "2"]);
-    assert_eq!(
-        scripts::open(w, keys, 1, true).await.unwrap(),
-        scripts::Opened::OldLayout { tasks: "2".into() }
-    );
+    assert_eq!(scripts::open(w, keys, 1, true).await.unwrap(), scripts::Opened::OldLayout { tasks: "2".into() });
     server.command(&["SET", &format!("{}ring", keys.prefix()), "0"]);
     assert!(matches!(scripts::open(w, keys, 1, true).await.unwrap(), scripts::Opened::Yes { .. }));
     assert_eq!(server.command(&["HGET", &keys.meta(), "layout"]).as_str(), Some("2"));

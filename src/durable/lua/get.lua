@@ -1,0 +1,33 @@
+--[[ Reads one task: pending or dead, with its state.
+
+  Input:
+    KEYS     the wheel's keys
+    ARGV[1]  key
+  Output:
+    {} when there is no such task; else {state, due ms, deliveries, last error, payload} with
+    state 'waiting', 'ready', 'running' or 'dead' (a task whose lease ran out is 'ready': the
+    next tick hands it out again).
+  Keys: TASKS, READY, LEASED, DEAD_TASKS.
+]]
+-- @include keys
+-- @include clock
+-- @include record
+local k = ARGV[1]
+
+local rec = redis.call('HGET', TASKS, k)
+if rec then
+  local t = decode(rec)
+  local state = 'waiting'
+  if t.tok ~= '0' then
+    state = 'ready'
+    if tonumber(redis.call('ZSCORE', LEASED, k) or 0) > clock() then state = 'running' end
+  elseif redis.call('ZSCORE', READY, k) then
+    state = 'ready'
+  end
+  return {state, tostring(t.due), tostring(t.a), t.err, t.p}
+end
+local dead = redis.call('HGET', DEAD_TASKS, k)
+if not dead then return {} end
+local due, a, n, at = string.match(dead, '^(%d+):(%d+):(%d+):()')
+n = tonumber(n)
+return {'dead', due, a, string.sub(dead, at, at + n - 1), string.sub(dead, at + n)}
