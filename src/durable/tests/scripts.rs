@@ -71,7 +71,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     let c = cursor(&server, keys);
     let (soon, far, past) = ((c + 3) * TICK_MS, (c + SLOTS + 5) * TICK_MS, redis_now_ms(&server) - 5_000);
     let tasks = [new_task("a", soon), new_task("b", far), new_task("p", past), new_task("a", soon + 1)];
-    let got = scripts::schedule(w, keys, "r1", &tasks).await.unwrap();
+    let got = scripts::schedule(w, keys, "r1", &tasks, false).await.unwrap();
     assert_eq!(got, [Scheduled::Created, Scheduled::Created, Scheduled::Created, Scheduled::Duplicate]);
     let d = dump(&server, keys);
     let records = [("a", rec(soon, 0, 0, "", "x")), ("b", rec(far, 0, 0, "", "x")), ("p", rec(past, 0, 0, "", "x"))];
@@ -92,7 +92,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     // process's estimate of that clock.
     let before = redis_now_ms(&server);
     let delayed = |key: &str, ms: u64| NewTask { key: key.into(), when: When::Delay(ms), payload: b"y".to_vec() };
-    let got = scripts::schedule(w, keys, "r2", &[delayed("c", 30_000), delayed("d", 350)]).await.unwrap();
+    let got = scripts::schedule(w, keys, "r2", &[delayed("c", 30_000), delayed("d", 350)], false).await.unwrap();
     assert_eq!(got, [Scheduled::Created, Scheduled::Created]);
     let after = redis_now_ms(&server);
     let due: u64 = server.command(&["ZSCORE", &keys.far(), "c"]).as_str().unwrap().parse().unwrap();
@@ -105,7 +105,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     server.command(&["HDEL", &keys.tasks(), "a", "b", "p"]);
     server.command(&["DEL", &keys.far(), &keys.ready()]);
     let d = dump(&server, keys);
-    let got = scripts::schedule(w, keys, "r1", &tasks).await.unwrap();
+    let got = scripts::schedule(w, keys, "r1", &tasks, false).await.unwrap();
     use Scheduled::{AlreadyByThisRequest as Again, Duplicate};
     assert_eq!(got, [Again, Again, Again, Duplicate]);
     assert_eq!(dump(&server, keys), d, "the retry wrote something");
