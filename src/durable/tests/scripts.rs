@@ -16,9 +16,10 @@ fn rec(due: u64, attempt: u32, token: u64, err: &str, payload: &str) -> String {
     format!("{due}:{attempt}:{token}:0:0:{}:{err}{payload}", err.len())
 }
 
-/// A dead letter's record: deliveries, the error's length, the error and the payload.
-fn dead_rec(attempts: u32, err: &str, payload: &str) -> String {
-    format!("{attempts}:{}:{err}{payload}", err.len())
+/// A dead letter's record: its last due time, deliveries, the error's length, the error and the
+/// payload.
+fn dead_rec(due: u64, attempts: u32, err: &str, payload: &str) -> String {
+    format!("{due}:{attempts}:{}:{err}{payload}", err.len())
 }
 
 /// `k=<record>` pairs as `dump` shows a hash, in key order.
@@ -270,7 +271,7 @@ async fn fail_retries_after_the_backoff_then_buries_on_the_last_attempt() {
     assert_eq!(scripts::fail(w, keys, "a", "7", "boom again", Window::Default).await.unwrap(), Failed::Dead);
     let d = dump(&server, keys);
     assert!(!d.contains_key("tasks") && !d.contains_key("leased"), "{d:?}");
-    assert_eq!(d["dead_tasks"], hash(&[("a", dead_rec(3, "boom again", "x"))]));
+    assert_eq!(d["dead_tasks"], hash(&[("a", dead_rec(5, 3, "boom again", "x"))]));
     assert!(d["dead"].starts_with("a@"), "{d:?}");
     assert_eq!(meta(&server, keys, "dead_lettered"), 1);
 }
@@ -359,7 +360,7 @@ async fn acquire_and_release_fence_the_leadership() {
 async fn requeue_dead_puts_a_dead_letter_back_and_recognises_its_retry() {
     let Some((server, timers)) = wheel("s-requeue").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
-    server.command(&["HSET", &keys.dead_tasks(), "a", &dead_rec(3, "boom", "x")]);
+    server.command(&["HSET", &keys.dead_tasks(), "a", &dead_rec(9, 3, "boom", "x")]);
     server.command(&["ZADD", &keys.dead(), "7", "a"]);
     assert_eq!(scripts::requeue_dead(w, keys, "nope", "q0").await.unwrap(), Requeued::NotDead);
     assert_eq!(scripts::requeue_dead(w, keys, "a", "q1").await.unwrap(), Requeued::Yes);
@@ -371,7 +372,7 @@ async fn requeue_dead_puts_a_dead_letter_back_and_recognises_its_retry() {
     assert_eq!(scripts::requeue_dead(w, keys, "a", "q1").await.unwrap(), Requeued::Yes);
     assert_eq!(dump(&server, keys), d);
     // A new dead letter under a key that is pending again stays.
-    server.command(&["HSET", &keys.dead_tasks(), "a", &dead_rec(3, "boom", "y")]);
+    server.command(&["HSET", &keys.dead_tasks(), "a", &dead_rec(9, 3, "boom", "y")]);
     assert_eq!(scripts::requeue_dead(w, keys, "a", "q2").await.unwrap(), Requeued::KeyPending);
 }
 
@@ -384,7 +385,7 @@ async fn stats_and_dead_letters_read_what_the_keys_hold() {
     seed_ready(&server, keys, "r", 1, "x");
     seed_running(&server, keys, "l", 1, 1, redis_now_ms(&server) + 60_000);
     for i in 0..5 {
-        server.command(&["HSET", &keys.dead_tasks(), &format!("d{i}"), &dead_rec(3, &format!("e:{i}"), "p")]);
+        server.command(&["HSET", &keys.dead_tasks(), &format!("d{i}"), &dead_rec(9, 3, &format!("e:{i}"), "p")]);
         server.command(&["ZADD", &keys.dead(), &i.to_string(), &format!("d{i}")]);
     }
     let stats = scripts::stats(w, keys).await.unwrap();
