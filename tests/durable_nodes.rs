@@ -277,3 +277,63 @@ fn three_nodes_survive_the_leaders_sigkill() {
     );
     assert!(per_node(2) + per_node(3) > 0);
 }
+
+/// A recurring task runs once per period on Redis's clock, for 20 periods, while the node that
+/// leads (node 1, alone at first) is killed with SIGKILL after a few of them and node 2 takes
+/// over: every period's run is handled, none early, none twice on its first delivery, and the
+/// due times keep the fixed rate (missed runs made up at once, the default policy).
+#[test]
+fn a_recurring_task_fires_once_per_period_across_the_leaders_sigkill() {
+    const PERIOD: Duration = Duration::from_millis(300);
+    const RUNS: usize = 20;
+    let Some(server) = RedisServer::start() else { return };
+    let url = server.url();
+    let mut nodes = vec![Node::spawn(&url, 1)];
+    let started = Instant::now();
+    while leader_value(&server).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(20), "node 1 never took the lead");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let before = SystemTime::now();
+    rt.block_on(async {
+        let timers = builder(&url).connect().await.expect("connect");
+        let repeat = tokio_timewheel::Repeat::Times(RUNS as u64);
+        timers.schedule_repeating("every", PERIOD, repeat, "tick").await.expect("schedule_repeating");
+    });
+    nodes.push(Node::spawn(&url, 2));
+    // Node 1 leads and runs the first few periods; then it dies.
+    while handled(&server).len() < 4 {
+        assert!(before.elapsed().unwrap() < Duration::from_secs(10), "the first runs never came");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    nodes[0].kill();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while handled(&server).iter().map(|h| h.due_ms).collect::<HashSet<_>>().len() < RUNS {
+        assert!(Instant::now() < deadline, "only {} runs: {:?}", handled(&server).len(), handled(&server));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(PERIOD * 3 + LEASE);
+    server.command(&["SET", STOP, "1"]);
+    assert!(nodes[1].join(Duration::from_secs(10)), "node 2 did not shut down");
+
+    let all = handled(&server);
+    let first_due = all.iter().map(|h| h.due_ms).min().unwrap();
+    assert!(first_due + 1 >= millis(before + PERIOD), "the first run was due {first_due}, before a period had passed");
+    let mut first_deliveries: HashMap<u128, usize> = HashMap::new();
+    for h in &all {
+        assert!(h.at_ms + 1 >= h.due_ms, "{h:?} handled early");
+        assert_eq!((h.due_ms - first_due) % PERIOD.as_millis(), 0, "{h:?} off the fixed rate");
+        if h.attempt == 1 {
+            *first_deliveries.entry(h.due_ms).or_default() += 1;
+        }
+    }
+    let dues: Vec<u128> = (0..RUNS as u128).map(|n| first_due + n * PERIOD.as_millis()).collect();
+    for due in &dues {
+        assert_eq!(first_deliveries.get(due), Some(&1), "the run due {due} was not handed out once: {all:?}");
+    }
+    assert_eq!(first_deliveries.len(), RUNS, "runs beyond the {RUNS} asked for: {all:?}");
+    // Only a run node 1 had in hand when it died may have come again (a higher attempt).
+    assert!(all.len() <= RUNS + 1, "{} deliveries for {RUNS} runs: {all:?}", all.len());
+    eprintln!("recurring across a SIGKILL: {} deliveries for {RUNS} runs", all.len());
+}

@@ -599,7 +599,7 @@ impl DurableScheduler {
         self.check(key, &payload)?;
         let task = NewTask { key: key.to_string(), when: When::delay(delay)?, payload };
         let keys = &self.wheel.partition_of(key).keys;
-        let answer = scripts::schedule(&self.wheel, keys, &self.wheel.ids.next(), &[task], true).await?;
+        let answer = scripts::schedule(&self.wheel, keys, &self.wheel.ids.next(), &[task], true, None).await?;
         match answer.first() {
             Some(Scheduled::Running) => Err(Error::DuplicateKey(key.to_string())),
             Some(Scheduled::Duplicate) | None => Err(Error::DuplicateKey(key.to_string())),
@@ -607,6 +607,92 @@ impl DurableScheduler {
                 self.wheel.conn.replicate(&keys.meta()).await?;
                 Ok(matches!(answer, Scheduled::Created | Scheduled::AlreadyByThisRequest))
             }
+        }
+    }
+
+    /// Schedules a recurring task under `key`: a run every `period` at a fixed rate on Redis's
+    /// clock, the first one `period` after this call, `repeat` times or forever, each delivered
+    /// to a worker's handler like any task (its [`Task::due`] is that run's due time). Makes up
+    /// missed runs at once ([`MissedRuns::Burst`](crate::MissedRuns::Burst)); see
+    /// [`schedule_repeating_with`](Self::schedule_repeating_with) for the other policies.
+    ///
+    /// - **Once per period**: the next run is placed when a run ends (acknowledged, or given up
+    ///   after its last attempt), in the same atomic step, so a run is never handed out twice
+    ///   for one period by the wheel, whatever leader ticks; like every task it is delivered at
+    ///   least once (a worker that dies mid-run has the run delivered again, `attempt` + 1).
+    /// - **`attempt`** counts the deliveries of the current run; each run starts at 1.
+    /// - **Failures**: a failed run is retried after the backoff like any task; after its last
+    ///   attempt it goes to the dead letters as a copy (its key, payload and error) and the series
+    ///   goes on with its next run.
+    /// - **Ending it**: [`cancel`](Self::cancel) ends the series while its next run waits. A run
+    ///   that is running is left to its lease (`cancel` answers `false`) and places the next run
+    ///   when it ends: cancel again then. `Repeat::Times(n)` ends after `n` runs.
+    /// - Runs fall due on the wheel's ticks: a period shorter than the tick runs at most once a
+    ///   tick ([`MissedRuns::Burst`](crate::MissedRuns::Burst) then catches up).
+    ///
+    /// Cron expressions are not supported: use a period, or schedule the next run from the
+    /// handler with [`schedule_at`](Self::schedule_at).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error, Repeat};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// timers.schedule_repeating("report:nightly", Duration::from_secs(24 * 3600), Repeat::Forever, "all").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::DuplicateKey`] if a task is pending under `key`;
+    /// - [`Error::Invalid`] for a zero period, `Repeat::Times(0)`, or the input `schedule` refuses;
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still schedule the series.
+    pub async fn schedule_repeating(
+        &self,
+        key: impl AsRef<str>,
+        period: Duration,
+        repeat: crate::Repeat,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<(), Error> {
+        self.schedule_repeating_with(key, period, repeat, crate::MissedRuns::Burst, payload).await
+    }
+
+    /// [`schedule_repeating`](Self::schedule_repeating) with a policy for the runs missed while
+    /// nothing ran the series (no worker, or Redis away): the run that ends late stands for them,
+    /// then [`Burst`](crate::MissedRuns::Burst) keeps the fixed rate (the missed runs follow at
+    /// once), [`Delay`](crate::MissedRuns::Delay) runs a period after that run ended, and
+    /// [`Skip`](crate::MissedRuns::Skip) runs at the next time of the original schedule.
+    ///
+    /// # Errors
+    /// As [`schedule_repeating`](Self::schedule_repeating).
+    ///
+    /// # Cancel safety
+    /// As [`schedule_repeating`](Self::schedule_repeating).
+    pub async fn schedule_repeating_with(
+        &self,
+        key: impl AsRef<str>,
+        period: Duration,
+        repeat: crate::Repeat,
+        missed: crate::MissedRuns,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<(), Error> {
+        let (key, payload) = (key.as_ref(), payload.into());
+        self.check(key, &payload)?;
+        let every_ms = super::time::whole_ms(period, "period")?;
+        let runs = match repeat {
+            crate::Repeat::Times(0) => return Err(Error::invalid("Repeat::Times must be at least 1")),
+            crate::Repeat::Times(n) => Some(n),
+            crate::Repeat::Forever => None,
+        };
+        let task = NewTask { key: key.to_string(), when: When::delay(period)?, payload };
+        let keys = &self.wheel.partition_of(key).keys;
+        let repeat = scripts::Recurrence { every_ms, runs, missed };
+        let answer = scripts::schedule(&self.wheel, keys, &self.wheel.ids.next(), &[task], false, Some(repeat)).await?;
+        match answer.first() {
+            Some(Scheduled::Created | Scheduled::AlreadyByThisRequest) => self.wheel.conn.replicate(&keys.meta()).await,
+            _ => Err(Error::DuplicateKey(key.to_string())),
         }
     }
 
@@ -710,7 +796,7 @@ async fn send_batch(
     let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = batch.into_iter().unzip();
     let keys = &wheel.partitions[part].keys;
     let request_id = request_id.unwrap_or_else(|| wheel.ids.next());
-    let outcomes = scripts::schedule(&wheel, keys, &request_id, &tasks, false).await?;
+    let outcomes = scripts::schedule(&wheel, keys, &request_id, &tasks, false, None).await?;
     if outcomes.iter().any(|&o| o != Scheduled::Duplicate) {
         // Something was written (or was, by this request's first attempt): replicate it.
         wheel.conn.replicate(&keys.meta()).await?;

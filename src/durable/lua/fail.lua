@@ -1,6 +1,7 @@
 --[[ Reports a failed delivery: the task is retried after backoff * 2^(attempt-1) (capped)
-  through the wheel, or goes to the dead letters after its last attempt. Refused, like ack, when
-  the claim token is not the task's current one.
+  through the wheel, or goes to the dead letters after its last attempt (a recurring task's run
+  goes there as a copy, and its series goes on with its next run). Refused, like ack, when the
+  claim token is not the task's current one.
 
   Input:
     KEYS     the wheel's keys, then the ring slot keys the retry may go to
@@ -16,6 +17,7 @@
 -- @include wheel_now
 -- @include record
 -- @include place
+-- @include advance
 -- @include wake
 -- @include bury
 local k, tok, err = ARGV[1], ARGV[2], ARGV[3]
@@ -30,8 +32,15 @@ local up = w.up
 redis.call('ZREM', LEASED, k)
 if t.a >= max_attempts then
   bury(k, t, err, up)
-  redis.call('HDEL', TASKS, k)
   redis.call('HINCRBY', META, 'dead_lettered', 1)
+  if advance(t, w.down) then
+    redis.call('HSET', TASKS, k, encode(t))
+    local batch = new_batch()
+    place(k, t.due, w, batch)
+    if flush(batch) then wake() end
+  else
+    redis.call('HDEL', TASKS, k)
+  end
   return 2
 end
 t.due = up + math.min(backoff_cap_ms, backoff_ms * 2 ^ (t.a - 1))

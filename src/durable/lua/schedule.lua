@@ -12,7 +12,9 @@
              task whose slot is not among them waits in the far tier instead)
     ARGV[1]  tick in ms   ARGV[2] slots   ARGV[3] ms to keep the answer
     ARGV[4]  '1' to move a pending task to the new due time instead (schedule_or_reset), else '0'
-    ARGV[5 + 4i ..]  per task: key, payload, 'd' (delay) or 'a' (at), milliseconds
+    ARGV[5]  the period of a recurring task in ms (0: each task runs once)   ARGV[6] its runs
+             (-1: forever)   ARGV[7] its missed-run policy (0 burst, 1 delay, 2 skip)
+    ARGV[8 + 4i ..]  per task: key, payload, 'd' (delay) or 'a' (at), milliseconds
   Output:
     one integer per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
     is pending (DuplicateKey); with ARGV[4] '1', 4 a pending task was moved (keeping its
@@ -27,6 +29,7 @@
 -- @include zrem_all
 -- @include wake
 local tick_ms, slots, ttl, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
+local every, runs, missed = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 
 local kept = replayed()
 if kept then
@@ -35,11 +38,11 @@ if kept then
 end
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2)
 local out, created, batch = {}, 0, new_batch()
-for i = 5, #ARGV, 4 do
+for i = 8, #ARGV, 4 do
   local k, mode, ms = ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3])
   local due = ms
   if mode == 'd' then due = w.up + ms end
-  if redis.call('HSETNX', TASKS, k, new_record(due, ARGV[i + 1])) == 1 then
+  if redis.call('HSETNX', TASKS, k, new_record(due, ARGV[i + 1], every, runs, missed)) == 1 then
     place(k, due, w, batch)
     created = created + 1
     out[#out + 1] = 1

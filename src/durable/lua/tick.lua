@@ -34,6 +34,7 @@
 -- @include zadd_all
 -- @include zrem_all
 -- @include wake
+-- @include advance
 -- @include bury
 local token, tick_ms, slots, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local budget, max_attempts = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -45,14 +46,21 @@ local function requeue_expired(now)
   local expired = redis.call('ZRANGEBYSCORE', LEASED, '-inf', now, 'LIMIT', 0, budget)
   if #expired == 0 then return 0, 0 end
   zrem_all(LEASED, expired)
-  local to_ready, dead = {}, {}
+  local to_ready, dead, buried = {}, {}, 0
   for _, k in ipairs(expired) do
     local rec = redis.call('HGET', TASKS, k)
     if rec then
       local t = decode(rec)
       if t.a >= max_attempts then
         bury(k, t, 'lease expired', now)
-        dead[#dead + 1] = k
+        buried = buried + 1
+        if advance(t, now) then
+          -- A recurring task's series goes on: its next run waits in the far tier (promoted below).
+          redis.call('HSET', TASKS, k, encode(t))
+          redis.call('ZADD', FAR, t.due, k)
+        else
+          dead[#dead + 1] = k
+        end
       else
         t.tok, t.err = '0', 'lease expired'
         redis.call('HSET', TASKS, k, encode(t))
@@ -62,10 +70,8 @@ local function requeue_expired(now)
     end
   end
   zadd_all(READY, to_ready)
-  if #dead > 0 then
-    zrem_all(TASKS, dead, 'HDEL')
-    redis.call('HINCRBY', META, 'dead_lettered', #dead)
-  end
+  if #dead > 0 then zrem_all(TASKS, dead, 'HDEL') end
+  if buried > 0 then redis.call('HINCRBY', META, 'dead_lettered', buried) end
   if #to_ready > 0 then redis.call('HINCRBY', META, 'retried', #to_ready / 2) end
   return #expired, #to_ready / 2
 end

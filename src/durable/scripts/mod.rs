@@ -23,7 +23,9 @@ use super::keys::{self, WheelKeys};
 
 pub(crate) use inspect::{dead_letters, delete_dead, get, stats};
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
-pub(crate) use tasks::{cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Requeued, Scheduled};
+pub(crate) use tasks::{
+    cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Recurrence, Requeued, Scheduled,
+};
 pub(crate) use worker::Failed;
 pub(crate) use worker::{ack, claim, fail, Claimed};
 
@@ -43,6 +45,7 @@ const INCLUDES: &[(&str, &str)] = &[
     ("zrem_all", include_str!("../lua/includes/zrem_all.lua")),
     ("wake", include_str!("../lua/includes/wake.lua")),
     ("bury", include_str!("../lua/includes/bury.lua")),
+    ("advance", include_str!("../lua/includes/advance.lua")),
 ];
 
 /// The Lua of the include `name`: a helper file, or one of the two made from Rust.

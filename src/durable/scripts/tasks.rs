@@ -16,6 +16,15 @@ pub(crate) struct NewTask {
     pub(crate) payload: Vec<u8>,
 }
 
+/// A recurring task's series: its period, how many runs (`None`: forever) and what it does about
+/// missed runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Recurrence {
+    pub(crate) every_ms: u64,
+    pub(crate) runs: Option<u64>,
+    pub(crate) missed: crate::MissedRuns,
+}
+
 /// What `schedule.lua` did with one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scheduled {
@@ -33,13 +42,15 @@ pub(crate) enum Scheduled {
 
 /// Schedules `tasks` in one call, as request `request_id` (the same for every retry of it: a
 /// retry whose first attempt landed gets that attempt's answer). With `reset`, a task whose key
-/// is pending is moved to its new due time instead (keeping its payload).
+/// is pending is moved to its new due time instead (keeping its payload); with `repeat`, every
+/// task is a recurring one.
 pub(crate) async fn schedule(
     wheel: &Wheel,
     keys: &WheelKeys,
     request_id: &str,
     tasks: &[NewTask],
     reset: bool,
+    repeat: Option<Recurrence>,
 ) -> Result<Vec<Scheduled>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.schedule);
     inv.key(keys.request(request_id));
@@ -47,6 +58,17 @@ pub(crate) async fn schedule(
         inv.key(slot);
     }
     inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(wheel.cfg.request_ttl_ms).arg(if reset { "1" } else { "0" });
+    match repeat {
+        None => inv.arg(0).arg(0).arg(0),
+        Some(r) => {
+            let missed = match r.missed {
+                crate::MissedRuns::Burst => 0,
+                crate::MissedRuns::Delay => 1,
+                crate::MissedRuns::Skip => 2,
+            };
+            inv.arg(r.every_ms).arg(r.runs.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX))).arg(missed)
+        }
+    };
     for task in tasks {
         let (mode, ms) = task.when.args();
         inv.arg(&task.key).arg(task.payload.as_slice()).arg(mode).arg(ms);

@@ -62,6 +62,7 @@ pub(crate) async fn ack(
     window: Window,
 ) -> Result<Vec<bool>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.ack);
+    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots);
     for (key, token) in deliveries {
         inv.arg(*key).arg(*token);
     }

@@ -11,9 +11,10 @@ use crate::durable::time::When;
 use crate::durable::WheelKeys;
 
 /// A task's record as the scripts write it (`lua/includes/record.lua`): due, deliveries, claim
-/// token, period, runs left, then the last error's length, the error and the payload.
+/// token, period, runs left, missed-run policy, then the last error's length, the error and the
+/// payload.
 fn rec(due: u64, attempt: u32, token: u64, err: &str, payload: &str) -> String {
-    format!("{due}:{attempt}:{token}:0:0:{}:{err}{payload}", err.len())
+    format!("{due}:{attempt}:{token}:0:0:0:{}:{err}{payload}", err.len())
 }
 
 /// A dead letter's record: its last due time, deliveries, the error's length, the error and the
@@ -72,7 +73,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     let c = cursor(&server, keys);
     let (soon, far, past) = ((c + 3) * TICK_MS, (c + SLOTS + 5) * TICK_MS, redis_now_ms(&server) - 5_000);
     let tasks = [new_task("a", soon), new_task("b", far), new_task("p", past), new_task("a", soon + 1)];
-    let got = scripts::schedule(w, keys, "r1", &tasks, false).await.unwrap();
+    let got = scripts::schedule(w, keys, "r1", &tasks, false, None).await.unwrap();
     assert_eq!(got, [Scheduled::Created, Scheduled::Created, Scheduled::Created, Scheduled::Duplicate]);
     let d = dump(&server, keys);
     let records = [("a", rec(soon, 0, 0, "", "x")), ("b", rec(far, 0, 0, "", "x")), ("p", rec(past, 0, 0, "", "x"))];
@@ -93,7 +94,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     // process's estimate of that clock.
     let before = redis_now_ms(&server);
     let delayed = |key: &str, ms: u64| NewTask { key: key.into(), when: When::Delay(ms), payload: b"y".to_vec() };
-    let got = scripts::schedule(w, keys, "r2", &[delayed("c", 30_000), delayed("d", 350)], false).await.unwrap();
+    let got = scripts::schedule(w, keys, "r2", &[delayed("c", 30_000), delayed("d", 350)], false, None).await.unwrap();
     assert_eq!(got, [Scheduled::Created, Scheduled::Created]);
     let after = redis_now_ms(&server);
     let due: u64 = server.command(&["ZSCORE", &keys.far(), "c"]).as_str().unwrap().parse().unwrap();
@@ -106,7 +107,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     server.command(&["HDEL", &keys.tasks(), "a", "b", "p"]);
     server.command(&["DEL", &keys.far(), &keys.ready()]);
     let d = dump(&server, keys);
-    let got = scripts::schedule(w, keys, "r1", &tasks, false).await.unwrap();
+    let got = scripts::schedule(w, keys, "r1", &tasks, false, None).await.unwrap();
     use Scheduled::{AlreadyByThisRequest as Again, Duplicate};
     assert_eq!(got, [Again, Again, Again, Duplicate]);
     assert_eq!(dump(&server, keys), d, "the retry wrote something");
@@ -409,4 +410,47 @@ async fn open_refuses_an_old_layout_wheel_with_tasks() {
     server.command(&["SET", &format!("{}ring", keys.prefix()), "0"]);
     assert!(matches!(scripts::open(w, keys, 1, true).await.unwrap(), scripts::Opened::Yes { .. }));
     assert_eq!(server.command(&["HGET", &keys.meta(), "layout"]).as_str(), Some("2"));
+}
+
+/// An acknowledged run of a recurring task places the next one: at the fixed rate when on time;
+/// when runs were missed, by its policy (burst: the fixed rate, at once; delay: a period after
+/// now; skip: the next time of the original schedule). The last counted run ends the series.
+#[tokio::test]
+async fn ack_of_a_recurring_run_places_the_next_by_its_policy() {
+    let Some((server, timers)) = wheel("s-recur").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    let period = 10_000;
+    // (key, due, runs left, policy) -> the next due time, or none.
+    let late = now - 25_000;
+    let cases: [(&str, u64, i64, u8, Option<(u64, u64)>); 5] = [
+        ("on-time", now - 100, -1, 0, Some((now - 100 + period, now - 100 + period))),
+        ("burst", late, -1, 0, Some((late + period, late + period))),
+        ("delay", late, 3, 1, Some((now + period, now + period + 50))),
+        ("skip", late, -1, 2, Some((late + 3 * period, late + 3 * period))),
+        ("last", now - 100, 1, 0, None),
+    ];
+    for (k, due, runs, policy, _) in cases {
+        let record = format!("{due}:1:7:{period}:{runs}:{policy}:0:x");
+        server.command(&["HSET", &keys.tasks(), k, &record]);
+        server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), k]);
+    }
+    let deliveries: Vec<(&str, &str)> = cases.iter().map(|c| (c.0, "7")).collect();
+    assert_eq!(scripts::ack(w, keys, &deliveries, Window::Default).await.unwrap(), [true; 5]);
+    let d = dump(&server, keys);
+    assert!(!d.contains_key("leased"), "{d:?}");
+    for (k, _, runs, policy, next) in cases {
+        let record = server.command(&["HGET", &keys.tasks(), k]);
+        match next {
+            None => assert_eq!(record.as_str(), None, "{k}: the series did not end"),
+            Some((from, to)) => {
+                let record = record.as_str().unwrap_or_else(|| panic!("{k}: no next run")).to_string();
+                let next_due: u64 = record.split(':').next().unwrap().parse().unwrap();
+                assert!((from..=to).contains(&next_due), "{k}: next due {next_due}, wanted {from}..={to}");
+                let left = if runs > 0 { runs - 1 } else { runs };
+                assert_eq!(record, format!("{next_due}:0:0:{period}:{left}:{policy}:0:x"), "{k}");
+            }
+        }
+    }
+    assert_eq!(meta(&server, keys, "acked"), 5);
 }

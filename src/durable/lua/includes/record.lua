@@ -1,25 +1,31 @@
 -- A pending task's record, the value under its key in TASKS, one string:
---   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<error length>:<error><payload>
+--   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:<error length>:<error><payload>
 -- The claim token is 0 while no worker holds the task; the period is 0 for a task that runs
--- once, else it is recurring and `runs left` counts what is left of its series (-1: forever). The
--- error is the last failure's (empty if none). The payload is last so that it is never parsed.
+-- once, else it is recurring: `runs left` counts the runs of its series still to come, this one
+-- included (-1: forever), and `missed runs` is its policy (0 burst, 1 delay, 2 skip). The error
+-- is the last failure's (empty if none). The payload is last so that it is never parsed.
 -- `decode` gives a table of those fields (strings, but `due` and `a` numbers); `encode` the string.
 local function decode(rec)
-  local due, a, tok, every, runs, n, at = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d+):()')
+  local due, a, tok, every, runs, missed, n, at = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d):(%d+):()')
   n = tonumber(n)
   return {
-    due = tonumber(due), a = tonumber(a), tok = tok, every = every, runs = runs,
-    err = string.sub(rec, at, at + n - 1), p = string.sub(rec, at + n),
+    due = tonumber(due), a = tonumber(a), tok = tok, every = tonumber(every), runs = tonumber(runs),
+    missed = missed, err = string.sub(rec, at, at + n - 1), p = string.sub(rec, at + n),
   }
 end
 local function encode(t)
-  return string.format('%d:%d:%s:%s:%s:%d:', t.due, t.a, t.tok, t.every, t.runs, #t.err) .. t.err .. t.p
+  return string.format('%d:%d:%s:%d:%d:%s:%d:', t.due, t.a, t.tok, t.every, t.runs, t.missed, #t.err) .. t.err .. t.p
 end
 -- The claim token alone, without copying the payload.
 local function token_of(rec)
   return string.match(rec, '^%d+:%d+:(%d+):')
 end
--- A new task's record.
-local function new_record(due, payload)
-  return string.format('%d:0:0:0:0:0:', due) .. payload
+-- A new task's record: one that runs once, or (with `every` > 0) a recurring one.
+local function new_record(due, payload, every, runs, missed)
+  return string.format('%d:0:0:%d:%d:%s:0:', due, every or 0, runs or 0, missed or '0') .. payload
+end
+-- The due time, claim token and period alone, without copying the payload.
+local function head_of(rec)
+  local due, tok, every = string.match(rec, '^(%d+):%d+:(%d+):(%d+):')
+  return tonumber(due), tok, every
 end
