@@ -424,7 +424,7 @@ async fn ack_of_a_recurring_run_places_the_next_by_its_policy() {
     // (key, due, runs left, policy) -> the range the next due time must be in, or none.
     type Case<'a> = (&'a str, u64, i64, u8, Option<(u64, u64)>);
     let late = now - 25_000;
-    let cases: [Case; 5] = [
+    let cases: [Case<'_>; 5] = [
         ("on-time", now - 100, -1, 0, Some((now - 100 + period, now - 100 + period))),
         ("burst", late, -1, 0, Some((late + period, late + period))),
         ("delay", late, 3, 1, Some((now + period, now + period + 50))),
