@@ -143,3 +143,92 @@ async fn schedule_or_reset_raced_by_two_nodes_schedules_once() {
     // Bad input is refused before anything is sent.
     assert!(matches!(a.schedule_or_reset("", Duration::from_secs(1), "x").await, Err(Error::Invalid(_))));
 }
+
+/// `due_next` lists the waiting and ready tasks by due time then key, a page at a time, across
+/// partitions, the ring and the far tier, each task once; `due_counts` counts the same tasks by
+/// due time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn due_next_pages_through_every_pending_task_in_due_order() {
+    let Some(server) = RedisServer::start() else { return };
+    // A ring of 64 x 50 ms = 3.2 s: the tasks due in minutes wait in the far tier.
+    let timers = builder(&server, "listing").slots(64).partitions(3).connect().await.expect("connect");
+    let past = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let mut want = Vec::new();
+    for i in 0..40u64 {
+        let key = format!("t{i:02}");
+        match i % 4 {
+            0 => timers.schedule_at(&key, past + Duration::from_secs(i), "late").await.unwrap(),
+            1 => timers.schedule(&key, Duration::from_millis(500 + i * 50), "soon").await.unwrap(),
+            2 => timers.schedule(&key, Duration::from_secs(60 + i), "later").await.unwrap(),
+            _ => timers.schedule(&key, Duration::from_millis(500 + (i - 1) * 50), "tie").await.unwrap(),
+        }
+        want.push(key);
+    }
+    // Two cancelled tasks (one in the ring, one far) are not listed.
+    assert!(timers.cancel("t05").await.unwrap() && timers.cancel("t06").await.unwrap());
+    want.retain(|k| k != "t05" && k != "t06");
+
+    let mut seen = Vec::new();
+    let mut page = timers.due_next(7, None).await.unwrap();
+    loop {
+        assert!(page.tasks().len() <= 7);
+        seen.extend(page.tasks().iter().cloned());
+        let Some(next) = page.next().cloned() else { break };
+        page = timers.due_next(7, Some(&next)).await.unwrap();
+    }
+    let keys: Vec<&str> = seen.iter().map(|t| t.key()).collect();
+    let mut sorted = want.clone();
+    sorted.sort();
+    let mut listed: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    listed.sort();
+    assert_eq!(listed, sorted, "listed {keys:?}");
+    for pair in seen.windows(2) {
+        assert!((pair[0].due(), pair[0].key()) < (pair[1].due(), pair[1].key()), "out of order: {pair:?}");
+    }
+    let late: Vec<&str> = seen.iter().filter(|t| t.payload() == b"late").map(|t| t.key()).collect();
+    assert_eq!(late.len(), 10);
+    assert!(seen[..10].iter().all(|t| t.payload() == b"late" && t.state() == TaskState::Ready), "{seen:?}");
+    assert!(seen[10..].iter().all(|t| t.state() == TaskState::Waiting), "{seen:?}");
+    assert!(matches!(timers.due_next(0, None).await, Err(Error::Invalid(_))));
+
+    // Counted by minute: the late and soon ones in the first, the later ones in the second. The
+    // ring's slots count whole, so the task cancelled in the ring (t05) counts until the cursor
+    // passes its tick; the one cancelled in the far tier (t06) does not.
+    let counts = timers.due_counts(SystemTime::now(), Duration::from_secs(60), 3).await.unwrap();
+    assert_eq!(counts, [10 + 19 + 1, 9, 0]);
+}
+
+/// Dead letters page past the first ones, and are trimmed by count and by age.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_page_and_their_retention_trims_them() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "dead").dead_letter_limit(8).connect().await.expect("connect");
+    let worker = timers.run(|task: Task| async move { Err::<(), _>(std::io::Error::other(task.key().to_string())) });
+    for i in 0..12 {
+        timers.schedule(format!("d{i:02}"), Duration::from_millis(10 * i), "x").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // 12 die; the leader keeps the newest 8.
+    assert!(wait_until(Duration::from_secs(5), || stats(&timers).dead_lettered == 12).await, "{:?}", stats(&timers));
+    assert!(wait_until(Duration::from_secs(5), || stats(&timers).dead == 8).await, "kept {}", stats(&timers).dead);
+    let all = timers.dead_letters(100).await.unwrap();
+    assert_eq!(all.len(), 8);
+    let page = timers.dead_letters_page(3, 4).await.unwrap();
+    assert_eq!(page, all[3..7].to_vec());
+    assert!(timers.dead_letters_page(8, 4).await.unwrap().is_empty());
+    assert!(matches!(timers.dead_letters_page(0, 0).await, Err(Error::Invalid(_))));
+    worker.shutdown().await;
+
+    // By age: a node whose retention is 200 ms clears them once it leads.
+    let short = builder(&server, "dead").dead_letter_max_age(Duration::from_millis(200)).connect().await.unwrap();
+    let worker = short.run(|_: Task| async { Ok::<(), std::io::Error>(()) });
+    assert!(wait_until(Duration::from_secs(5), || stats(&short).dead == 0).await, "kept {}", stats(&short).dead);
+    worker.shutdown().await;
+}
+
+fn stats(timers: &DurableScheduler) -> tokio_timewheel::durable::DurableStats {
+    let timers = timers.clone();
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(async move { timers.stats().await.expect("stats") })
+    })
+}

@@ -228,6 +228,21 @@ impl DurableBuilder {
         self
     }
 
+    /// Keeps at most `n` dead letters: when more die, the leader deletes the oldest (a few
+    /// hundred per tick at most). Default: no limit. 0 means no limit. Every node of a wheel
+    /// should use the same retention; the leader's applies.
+    pub fn dead_letter_limit(mut self, n: usize) -> Self {
+        self.settings.dead_letter_limit = n;
+        self
+    }
+
+    /// Keeps a dead letter at most `age` after it died: the leader deletes older ones (a few
+    /// hundred per tick at most). Default: kept until requeued or deleted.
+    pub fn dead_letter_max_age(mut self, age: Duration) -> Self {
+        self.settings.dead_letter_max_age = Some(age);
+        self
+    }
+
     /// Checks the settings, connects to Redis and opens the wheel (recording `tick` and `slots`
     /// on first use, checking them afterwards).
     ///

@@ -110,6 +110,8 @@ pub(crate) struct Settings {
     pub(crate) backoff: Duration,
     pub(crate) concurrency: usize,
     pub(crate) replicas: Option<(usize, Duration)>,
+    pub(crate) dead_letter_limit: usize,
+    pub(crate) dead_letter_max_age: Option<Duration>,
 }
 
 impl Settings {
@@ -130,6 +132,8 @@ impl Settings {
             backoff: DEFAULT_BACKOFF,
             concurrency: DEFAULT_CONCURRENCY,
             replicas: None,
+            dead_letter_limit: 0,
+            dead_letter_max_age: None,
         }
     }
 }
@@ -152,6 +156,10 @@ pub(crate) struct Config {
     pub(crate) replicas: Option<(usize, Duration)>,
     /// How long a call's answer is kept for its retries (`req:<id>`), in ms.
     pub(crate) request_ttl_ms: u64,
+    /// The most dead letters kept (0: no limit).
+    pub(crate) dead_letter_limit: usize,
+    /// The longest a dead letter is kept, in ms (0: no limit).
+    pub(crate) dead_letter_max_age_ms: u64,
 }
 
 impl Config {
@@ -186,6 +194,9 @@ impl Config {
             }
         }
         let retry_window = b.connect_timeout + b.response_timeout;
+        if b.dead_letter_max_age.is_some_and(|age| age.is_zero()) {
+            return Err(Error::invalid("the dead letters' max age must not be zero"));
+        }
         if b.partitions == 0 || b.partitions > MAX_PARTITIONS {
             return Err(Error::invalid(format!(
                 "partitions must be between 1 and {MAX_PARTITIONS} (got {})",
@@ -206,6 +217,8 @@ impl Config {
             concurrency: b.concurrency,
             replicas: b.replicas,
             request_ttl_ms: ceil_ms((retry_window * 4).max(MIN_REQUEST_TTL)),
+            dead_letter_limit: b.dead_letter_limit,
+            dead_letter_max_age_ms: b.dead_letter_max_age.map_or(0, ceil_ms),
         })
     }
 

@@ -200,6 +200,6 @@ pub use config::{
     DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_PARTITIONS, MAX_SLOTS,
 };
 pub use keys::WheelKeys;
-pub use scheduler::DurableScheduler;
-pub use task::{DeadTask, DurableStats, Task, TaskInfo, TaskState};
+pub use scheduler::{DurableScheduler, MAX_PAGE};
+pub use task::{DeadTask, DueCursor, DuePage, DurableStats, Task, TaskInfo, TaskState};
 pub use worker::Worker;

@@ -9,10 +9,14 @@ use tokio::task::{JoinError, JoinSet};
 
 use super::scripts::{self, Cancelled, Moved, NewTask, Requeued, Scheduled};
 use super::time::When;
+use super::time::{unix_ms, MAX_DUE_MS};
 use super::wheel::Wheel;
-use super::{DeadTask, DurableStats, Task, TaskInfo, TaskState, Worker};
+use super::{DeadTask, DueCursor, DuePage, DurableStats, Task, TaskInfo, TaskState, Worker};
 use crate::error::RedisFailure;
 use crate::Error;
+
+/// The most tasks or dead letters one page of `due_next` or `dead_letters_page` holds.
+pub const MAX_PAGE: usize = 1000;
 
 /// How many tasks one `schedule_many` script call carries at most: keeps each call well under a
 /// millisecond of Redis's time.
@@ -694,6 +698,136 @@ impl DurableScheduler {
             Some(Scheduled::Created | Scheduled::AlreadyByThisRequest) => self.wheel.conn.replicate(&keys.meta()).await,
             _ => Err(Error::DuplicateKey(key.to_string())),
         }
+    }
+
+    /// The waiting and ready tasks due next, by due time then key, `limit` at a time (at most
+    /// [`MAX_PAGE`]): pass the page's [`next`](DuePage::next) to read on. Running tasks are not
+    /// listed (see [`get`](Self::get)); a task overdue and ready comes first.
+    ///
+    /// Each page takes a few bounded script calls per partition (one per 64 ticks of the ring
+    /// that it reads, and one for the far tier), never a scan of the whole wheel.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let mut page = timers.due_next(100, None).await?;
+    /// loop {
+    ///     for task in page.tasks() {
+    ///         println!("{} due at {:?}", task.key(), task.due());
+    ///     }
+    ///     let Some(next) = page.next().cloned() else { break };
+    ///     page = timers.due_next(100, Some(&next)).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::Invalid`] for a `limit` of 0 or over [`MAX_PAGE`];
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn due_next(&self, limit: usize, after: Option<&DueCursor>) -> Result<DuePage, Error> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(Error::invalid(format!("a page holds 1 to {MAX_PAGE} tasks (got {limit})")));
+        }
+        let (from_ms, after_key) = after.map_or((0, ""), |c| (c.due_ms, c.key.as_str()));
+        let mut tasks = Vec::new();
+        for part in &self.wheel.partitions {
+            tasks.extend(self.due_next_in(&part.keys, (from_ms, after_key), limit).await?);
+        }
+        tasks.sort_by(|a, b| a.due.cmp(&b.due).then_with(|| a.key.cmp(&b.key)));
+        let full = tasks.len() >= limit;
+        tasks.truncate(limit);
+        let next = tasks.last().filter(|_| full).map(|t| DueCursor { due_ms: unix_ms(t.due), key: t.key.clone() });
+        Ok(DuePage { tasks, next })
+    }
+
+    /// One partition's first `limit` tasks after the cursor: the ring a window of ticks at a
+    /// time (its slots named), then the far tier beyond it.
+    async fn due_next_in(
+        &self,
+        keys: &super::WheelKeys,
+        (from_ms, after): (u64, &str),
+        limit: usize,
+    ) -> Result<Vec<TaskInfo>, Error> {
+        const WINDOW_TICKS: u64 = 64;
+        let (tick_ms, slots) = (self.wheel.cfg.tick_ms, self.wheel.cfg.slots);
+        let cursor: Option<u64> = self.wheel.conn.command(redis::cmd("GET").arg(keys.cursor())).await?;
+        let cursor = cursor.unwrap_or_else(|| self.wheel.clock.now_ms() / tick_ms);
+        let horizon = cursor + slots;
+        let mut found: Vec<TaskInfo> = Vec::new();
+        let (mut from, mut after) = (from_ms, after.to_string());
+        loop {
+            let first = from.div_ceil(tick_ms).max(cursor + 1);
+            let (ticks, until) = if first > horizon {
+                (1..=0, MAX_DUE_MS)
+            } else {
+                let last = (first + WINDOW_TICKS - 1).min(horizon);
+                let until = if last == horizon { MAX_DUE_MS } else { last * tick_ms };
+                (first..=last, until)
+            };
+            let got = scripts::due_next(&self.wheel, keys, (from, &after), until, ticks, limit - found.len()).await?;
+            found.extend(got);
+            if found.len() >= limit || until == MAX_DUE_MS {
+                return Ok(found);
+            }
+            (from, after) = (until + 1, String::new());
+        }
+    }
+
+    /// How many waiting and ready tasks fall due in each of `buckets` spans of `bucket` from
+    /// `from` (on Redis's clock): the plot of what comes next. Tasks already due count in the
+    /// first span. Ring slots count whole by their tick, so a task cancelled within a revolution
+    /// of its due time still counts until the cursor passes it.
+    ///
+    /// # Errors
+    /// - [`Error::Invalid`] for a bucket under a millisecond, or 0 or over 1,000 buckets;
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn due_counts(&self, from: SystemTime, bucket: Duration, buckets: usize) -> Result<Vec<u64>, Error> {
+        let bucket_ms = u64::try_from(bucket.as_millis()).unwrap_or(u64::MAX);
+        if bucket_ms == 0 || buckets == 0 || buckets > 1000 {
+            return Err(Error::invalid("due_counts takes 1 to 1,000 buckets of at least a millisecond"));
+        }
+        let (tick_ms, slots) = (self.wheel.cfg.tick_ms, self.wheel.cfg.slots);
+        let from_ms = unix_ms(from);
+        let mut counts = vec![0u64; buckets];
+        for part in &self.wheel.partitions {
+            let cursor: Option<u64> = self.wheel.conn.command(redis::cmd("GET").arg(part.keys.cursor())).await?;
+            let cursor = cursor.unwrap_or_else(|| self.wheel.clock.now_ms() / tick_ms);
+            let ticks = cursor + 1..=cursor + slots;
+            let got = scripts::due_counts(&self.wheel, &part.keys, from_ms, bucket_ms, buckets, ticks).await?;
+            for (c, n) in counts.iter_mut().zip(got) {
+                *c += n;
+            }
+        }
+        Ok(counts)
+    }
+
+    /// The dead letters from rank `offset` on, oldest first, at most `limit` (at most
+    /// [`MAX_PAGE`]): pages through the whole list where [`dead_letters`](Self::dead_letters)
+    /// reads its start. A letter requeued or deleted meanwhile shifts the ranks after it.
+    ///
+    /// # Errors
+    /// - [`Error::Invalid`] for a `limit` of 0 or over [`MAX_PAGE`];
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn dead_letters_page(&self, offset: usize, limit: usize) -> Result<Vec<DeadTask>, Error> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(Error::invalid(format!("a page holds 1 to {MAX_PAGE} dead letters (got {limit})")));
+        }
+        if self.wheel.partitions.len() == 1 {
+            return scripts::dead_letters(&self.wheel, &self.wheel.base, limit, offset).await;
+        }
+        // Each partition's first offset + limit, merged: the page's place in the whole list.
+        let mut all = self.dead_letters(offset + limit).await?;
+        Ok(all.drain(offset.min(all.len())..).collect())
     }
 
     /// Starts a [`Worker`] on the current Tokio runtime: it takes part in ticking the wheel (one

@@ -207,3 +207,37 @@ impl DurableStats {
         self.cancelled += part.cancelled;
     }
 }
+
+/// One page of [`due_next`](super::DurableScheduler::due_next): tasks by due time, and where the
+/// next page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuePage {
+    pub(crate) tasks: Vec<TaskInfo>,
+    pub(crate) next: Option<DueCursor>,
+}
+
+impl DuePage {
+    /// The tasks of this page, by due time, then key.
+    pub fn tasks(&self) -> &[TaskInfo] {
+        &self.tasks
+    }
+
+    /// Where the next page starts; `None` when this page reached the end.
+    pub fn next(&self) -> Option<&DueCursor> {
+        self.next.as_ref()
+    }
+
+    /// Takes the page apart into its tasks and the next page's cursor.
+    pub fn into_parts(self) -> (Vec<TaskInfo>, Option<DueCursor>) {
+        (self.tasks, self.next)
+    }
+}
+
+/// Where a page of [`due_next`](super::DurableScheduler::due_next) ends: the next page starts
+/// after this task (due time, then key), so a task scheduled or cancelled meanwhile neither
+/// shifts nor repeats the others.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DueCursor {
+    pub(crate) due_ms: u64,
+    pub(crate) key: String,
+}

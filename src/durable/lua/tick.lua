@@ -21,6 +21,8 @@
     KEYS     the wheel's keys, then the slot keys of the ticks after the cursor
     ARGV[1]  fencing token (the leader key's value)   ARGV[2] tick in ms   ARGV[3] slots
     ARGV[4]  the leadership's lease in ms   ARGV[5] budget   ARGV[6] max attempts
+    ARGV[7]  the most dead letters kept (0: no limit)   ARGV[8] the longest a dead letter is
+             kept in ms (0: no limit); the oldest beyond either go, at most `budget` per call
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready}.
@@ -38,6 +40,7 @@
 -- @include bury
 local token, tick_ms, slots, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local budget, max_attempts = tonumber(ARGV[5]), tonumber(ARGV[6])
+local dead_max, dead_max_age = tonumber(ARGV[7]), tonumber(ARGV[8])
 local declared = declared_slots(FIXED_KEYS + 1)
 
 -- Leases that ran out: each task goes back to `ready`, or to the dead letters after its last
@@ -145,6 +148,24 @@ local function step_ring(cursor, room)
   return c, #popped / 2, #to_ready / 2
 end
 
+-- The dead letters past their retention, oldest first: by age, then beyond the count.
+local function trim_dead(now)
+  local old = {}
+  if dead_max_age > 0 then
+    old = redis.call('ZRANGEBYSCORE', DEAD, '-inf', now - dead_max_age, 'LIMIT', 0, budget)
+  end
+  if dead_max > 0 and #old < budget then
+    local over = redis.call('ZCARD', DEAD) - #old - dead_max
+    if over > 0 then
+      old = redis.call('ZRANGE', DEAD, 0, #old + math.min(over, budget - #old) - 1)
+    end
+  end
+  if #old > 0 then
+    zrem_all(DEAD, old)
+    zrem_all(DEAD_TASKS, old, 'HDEL')
+  end
+end
+
 if redis.call('GET', LEADER) ~= token then return {'refused'} end
 redis.call('PEXPIRE', LEADER, lease)
 
@@ -152,6 +173,7 @@ local now = clock()
 local now_tick = math.floor(now / tick_ms)
 local cursor = tonumber(redis.call('GET', CURSOR) or now_tick)
 local work, ready = requeue_expired(now)
+trim_dead(now)
 while work < budget do
   local moved, made_ready = promote_far(cursor, now_tick, budget - work)
   work, ready = work + moved, ready + made_ready

@@ -84,3 +84,51 @@ pub(crate) async fn delete_dead(wheel: &Wheel, keys: &WheelKeys, key: &str) -> R
     inv.arg(key);
     Ok(wheel.conn.call::<i64>(&inv, Window::Default).await? == 1)
 }
+
+/// The waiting and ready tasks due in `[from_ms, until_ms]` after `(from_ms, after)` (all of
+/// `from_ms` when `after` is empty), at most `limit`, reading the slots of `ticks`.
+pub(crate) async fn due_next(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    (from_ms, after): (u64, &str),
+    until_ms: u64,
+    ticks: std::ops::RangeInclusive<u64>,
+    limit: usize,
+) -> Result<Vec<TaskInfo>, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.due_next);
+    for t in ticks {
+        inv.key(keys.slot(t % wheel.cfg.slots));
+    }
+    inv.arg(from_ms).arg(after).arg(until_ms).arg(limit);
+    let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
+    Ok(flat
+        .chunks_exact(5)
+        .map(|t| TaskInfo {
+            key: text(&t[0]),
+            state: if t[1] == b"ready" { TaskState::Ready } else { TaskState::Waiting },
+            due: from_unix_ms(number(&t[2])),
+            attempt: u32::try_from(number(&t[3])).unwrap_or(u32::MAX),
+            payload: t[4].clone(),
+            last_error: None,
+        })
+        .collect())
+}
+
+/// How many waiting and ready tasks fall due in each of `buckets` buckets of `bucket_ms` from
+/// `from_ms` (the first also counts those due before), counting the slots of `ticks` whole.
+pub(crate) async fn due_counts(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    from_ms: u64,
+    bucket_ms: u64,
+    buckets: usize,
+    ticks: std::ops::RangeInclusive<u64>,
+) -> Result<Vec<u64>, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.due_counts);
+    let first = *ticks.start();
+    for t in ticks {
+        inv.key(keys.slot(t % wheel.cfg.slots));
+    }
+    inv.arg(from_ms).arg(bucket_ms).arg(buckets).arg(first).arg(wheel.cfg.tick_ms);
+    wheel.conn.call(&inv, Window::Default).await
+}

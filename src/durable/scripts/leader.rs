@@ -94,7 +94,9 @@ pub(crate) async fn tick(
         .arg(wheel.cfg.slots)
         .arg(wheel.cfg.leader_lease_ms())
         .arg(budget)
-        .arg(wheel.cfg.max_attempts);
+        .arg(wheel.cfg.max_attempts)
+        .arg(wheel.cfg.dead_letter_limit)
+        .arg(wheel.cfg.dead_letter_max_age_ms);
     let reply: Vec<String> = wheel.conn.call(&inv, Window::Response).await?;
     let number = |i: usize| reply.get(i).and_then(|n| n.parse().ok()).unwrap_or(0);
     if let Some(now_ms) = reply.get(2).and_then(|n| n.parse().ok()) {

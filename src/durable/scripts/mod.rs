@@ -21,7 +21,7 @@ use redis::{Script, ScriptInvocation};
 
 use super::keys::{self, WheelKeys};
 
-pub(crate) use inspect::{dead_letters, delete_dead, get, stats};
+pub(crate) use inspect::{dead_letters, delete_dead, due_counts, due_next, get, stats};
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
 pub(crate) use tasks::{
     cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Recurrence, Requeued, Scheduled,
@@ -173,6 +173,8 @@ scripts!(
     requeue_dead,
     get,
     delete_dead,
+    due_next,
+    due_counts,
 );
 
 /// A call of `script` on the (partition of the) wheel whose keys are `keys`, with every fixed

@@ -1,0 +1,55 @@
+--[[ Lists the waiting and ready tasks due next, by due time then key, from a cursor: those due in
+  [from ms, until ms] that come after (from ms, after key) (all of `from ms` when the key is
+  empty), at most `limit`. Running tasks are not listed. A slot entry is listed only if it
+  matches its task's record (see tick.lua).
+
+  The caller names the ring slots of the ticks in the range (the range is cut to what the slots
+  named cover); the far tier and `ready` are read by score.
+
+  Input:
+    KEYS     the wheel's keys, then the slot keys of the ticks in [from, until]
+    ARGV[1]  from ms   ARGV[2] the key after which to start at `from` ('' for all of it)
+    ARGV[3]  until ms   ARGV[4] limit
+  Output:
+    a flat array, five entries per task (key, state 'waiting' or 'ready', due ms, deliveries,
+    payload), oldest due first.
+  Keys: READY, FAR, TASKS and the declared slots.
+]]
+-- @include keys
+-- @include record
+local from, after, until_ms, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+
+local found = {}
+local function consider(k, due, state)
+  if due == from and after ~= '' and k <= after then return end
+  found[#found + 1] = {k, due, state}
+end
+-- Enough of each sorted set to fill `limit` even after ties at `from` are skipped.
+local function read(key, state)
+  local r = redis.call('ZRANGEBYSCORE', key, from, until_ms, 'WITHSCORES', 'LIMIT', 0, limit + 64)
+  for i = 1, #r, 2 do consider(r[i], tonumber(r[i + 1]), state) end
+end
+read(READY, 'ready')
+read(FAR, 'waiting')
+for i = FIXED_KEYS + 1, #KEYS do
+  local r = redis.call('ZRANGEBYSCORE', KEYS[i], from, until_ms, 'WITHSCORES')
+  for j = 1, #r, 2 do consider(r[j], tonumber(r[j + 1]), 'slot') end
+end
+table.sort(found, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
+local out = {}
+for _, f in ipairs(found) do
+  if #out >= limit * 5 then break end
+  local rec = redis.call('HGET', TASKS, f[1])
+  if rec then
+    local t = decode(rec)
+    -- A slot entry must match its record; ready and far entries always do.
+    if f[3] ~= 'slot' or (t.due == f[2] and t.tok == '0') then
+      out[#out + 1] = f[1]
+      out[#out + 1] = f[3] == 'ready' and 'ready' or 'waiting'
+      out[#out + 1] = tostring(t.due)
+      out[#out + 1] = tostring(t.a)
+      out[#out + 1] = t.p
+    end
+  end
+end
+return out
