@@ -761,12 +761,13 @@ impl DurableScheduler {
         let (mut from, mut after) = (from_ms, after.to_string());
         loop {
             let first = from.div_ceil(tick_ms).max(cursor + 1);
+            // The ring's ticks this call reads (none beyond the ring: the far tier only).
             let (ticks, until) = if first > horizon {
-                (1..=0, MAX_DUE_MS)
+                (None, MAX_DUE_MS)
             } else {
                 let last = (first + WINDOW_TICKS - 1).min(horizon);
                 let until = if last == horizon { MAX_DUE_MS } else { last * tick_ms };
-                (first..=last, until)
+                (Some(first..=last), until)
             };
             let got = scripts::due_next(&self.wheel, keys, (from, &after), until, ticks, limit - found.len()).await?;
             found.extend(got);

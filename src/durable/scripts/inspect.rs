@@ -92,11 +92,11 @@ pub(crate) async fn due_next(
     keys: &WheelKeys,
     (from_ms, after): (u64, &str),
     until_ms: u64,
-    ticks: std::ops::RangeInclusive<u64>,
+    ticks: Option<std::ops::RangeInclusive<u64>>,
     limit: usize,
 ) -> Result<Vec<TaskInfo>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.due_next);
-    for t in ticks {
+    for t in ticks.into_iter().flatten() {
         inv.key(keys.slot(t % wheel.cfg.slots));
     }
     inv.arg(from_ms).arg(after).arg(until_ms).arg(limit);
