@@ -171,6 +171,8 @@ mod wheel;
 mod worker;
 
 pub use crate::error::RedisFailure;
+// The crate's one error type, here too, so that durable code needs one import.
+pub use crate::Error;
 pub use builder::DurableBuilder;
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS,
