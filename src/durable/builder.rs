@@ -147,9 +147,12 @@ impl DurableBuilder {
         self
     }
 
-    /// How long [`connect`](Self::connect) waits for Redis before it fails; also how long one
-    /// call keeps retrying a transient failure before it returns it. Default
-    /// [`DEFAULT_CONNECT_TIMEOUT`].
+    /// How long this node waits for an unreachable or failing Redis, in two places:
+    /// [`connect`](Self::connect) fails after this long, and **every call** (`schedule`,
+    /// `cancel`, `stats`, ... and a worker's own) keeps retrying a transient failure (a dropped
+    /// connection, a timeout, `LOADING`, a failover) for this long before it returns the error,
+    /// so no call waits much longer than this for a Redis that is away. A refused connection
+    /// (nothing listening) fails `connect` at once. Default [`DEFAULT_CONNECT_TIMEOUT`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.settings.connect_timeout = timeout;
         self
@@ -241,8 +244,10 @@ impl DurableBuilder {
     ///   512 MiB, a zero timeout, a replica wait not shorter than the response timeout, a
     ///   malformed URL, a server older than Redis 6.2, or a wheel recorded in Redis with another
     ///   tick or slot count;
-    /// - [`Error::Redis`] when Redis cannot be reached within the connect timeout (retryable)
-    ///   or refuses the connection (a wrong password, say).
+    /// - [`Error::Redis`] when Redis does not answer within the connect timeout (category
+    ///   `"timed out"`, retryable), when nothing listens at the address (category `"refused"`,
+    ///   at once, retryable: a Redis that is starting refuses too), or when the server turns the
+    ///   connection down (a wrong password, say; not retryable).
     ///
     /// # Cancel safety
     /// Dropping the future drops the connection; nothing is left behind but the wheel's

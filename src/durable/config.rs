@@ -21,7 +21,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
 /// The default time Redis has to answer one command: 2 s.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// The default time `connect` waits for Redis before it gives up: 5 s.
+/// The default time `connect` waits for Redis before it gives up, and every call retries a
+/// transient failure before it returns it: 5 s.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default base of the retry backoff of a failed task: 1 s (then 2 s, 4 s, ...).
 pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);

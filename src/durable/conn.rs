@@ -276,7 +276,7 @@ fn may_be_failover(err: &redis::RedisError) -> bool {
 fn timed_out(window: Duration) -> RedisFailure {
     RedisFailure::new(
         "timed out",
-        format!("no answer from Redis within {window:?} (the connect timeout, which bounds every call's retries)"),
+        format!("no answer from Redis within {window:?} (the connect timeout bounds how long a call retries)"),
         true,
     )
 }

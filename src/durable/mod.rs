@@ -78,7 +78,8 @@
 //! # Errors and retries
 //! Redis failures are [`Error::Redis`](crate::Error::Redis). Every call retries transient ones
 //! (a dropped connection, a timeout, `LOADING`, `BUSY`, `TRYAGAIN`, ...) by itself for up to the
-//! connect timeout, and every script is safe to run twice: a `schedule` carries a request id, so
+//! connect timeout ([`DurableBuilder::connect_timeout`] bounds both `connect` and every call's
+//! retries), and every script is safe to run twice: a `schedule` carries a request id, so
 //! a retry whose first attempt did land returns `Ok` and creates no second task. When a call
 //! still fails, [`Error::is_retryable`](crate::Error::is_retryable) tells what to do: when it
 //! is true Redis is away or overloaded for now, so wait (a second, say, backing off) and make
