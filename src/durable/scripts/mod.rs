@@ -25,7 +25,7 @@ pub(crate) use inspect::{dead_letters, stats};
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
 pub(crate) use tasks::{cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Requeued, Scheduled};
 pub(crate) use worker::Failed;
-pub(crate) use worker::{ack, claim, fail, Claimed};
+pub(crate) use worker::{ack, claim, fail, renew, Claimed};
 
 /// How many wake-up tokens wait on `wake` at most: a burst leaves only a few wake-ups with nothing
 /// to claim behind it.
@@ -139,6 +139,7 @@ scripts!(
     claim,
     ack,
     fail,
+    renew,
     acquire,
     release,
     stats,
