@@ -104,6 +104,45 @@ impl DurableScheduler {
         self.schedule_one(key.as_ref(), When::delay(delay)?, payload.into(), Some(request_id)).await
     }
 
+    /// Schedules a task under `key` whose payload is `value` as JSON, due `delay` after the call
+    /// reaches Redis, as [`schedule`](Self::schedule) does; a handler reads it back with
+    /// [`Task::json`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tokio_timewheel::durable::DurableScheduler;
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Review {
+    ///     order: u64,
+    /// }
+    ///
+    /// # async fn run(timers: DurableScheduler) -> Result<(), tokio_timewheel::Error> {
+    /// timers.schedule_json("order-42:review", Duration::from_secs(48 * 3600), &Review { order: 42 }).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::Payload`] if `value` cannot be written as JSON (a map whose keys are not
+    ///   strings, say, or a `Serialize` impl that fails);
+    /// - otherwise as [`schedule`](Self::schedule).
+    ///
+    /// # Cancel safety
+    /// As [`schedule`](Self::schedule).
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    pub async fn schedule_json<T: serde::Serialize + ?Sized>(
+        &self,
+        key: impl AsRef<str>,
+        delay: Duration,
+        value: &T,
+    ) -> Result<(), Error> {
+        let key = key.as_ref();
+        let payload = super::task::to_json(key, value)?;
+        self.schedule(key, delay, payload).await
+    }
+
     /// Schedules a task under `key`, due at `at` on Redis's clock; a time in the past makes it
     /// due at once.
     ///
