@@ -436,15 +436,9 @@ async fn a_long_task_lease_keeps_the_leadership_lease_short() {
     let name = "long-lease";
     let timers = builder(&server, name).lease(Duration::from_secs(3600)).connect().await.expect("connect");
     let worker = timers.run(|_task: Task| async { Ok::<(), std::io::Error>(()) });
-    let key = keys(name).leader();
-    let mut pttl = -2;
-    for _ in 0..100 {
-        pttl = server.command(&["PTTL", &key]).as_int().unwrap_or(-2);
-        if pttl > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    worker.ready().await;
+    assert!(worker.is_leader());
+    let pttl = server.command(&["PTTL", &keys(name).leader()]).as_int().unwrap_or(-2);
     worker.shutdown().await;
     assert!(pttl > 0 && pttl <= 10_000, "the leadership's lease is {pttl} ms");
 }

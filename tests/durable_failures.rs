@@ -362,18 +362,18 @@ fn a_paused_leader_is_replaced_and_fenced_off() {
     let node1 = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let node1_handle = node1.handle().clone();
     let (stop_node1, stopped) = tokio::sync::oneshot::channel::<()>();
-    let worker = node1.block_on(async { builder(&server, name).connect().await.expect("connect").run(log.handler(1)) });
+    let worker = node1.block_on(async {
+        let worker = builder(&server, name).connect().await.expect("connect").run(log.handler(1));
+        tokio::time::timeout(LEASE * 3, worker.ready()).await.expect("node 1 never ran");
+        worker
+    });
+    assert!(worker.is_leader(), "node 1, alone, does not lead");
     let node1_thread = std::thread::spawn(move || {
         node1.block_on(async move {
             let _ = stopped.await;
             let _ = tokio::time::timeout(Duration::from_secs(3), worker.shutdown()).await;
         });
     });
-    let started = Instant::now();
-    while leader_value(&server, name).is_none() {
-        assert!(started.elapsed() < LEASE * 3, "node 1 never took the lead");
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let first_leader = leader_value(&server, name).unwrap();
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -1258,9 +1258,12 @@ async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
             }
         })
     };
-    assert!(wait_until(Duration::from_secs(3), || leader_value(&server, name).is_some()).await);
+    slow.ready().await;
+    assert!(slow.is_leader());
     let first = leader_value(&server, name);
     let other = timers.run(log.handler(2));
+    other.ready().await;
+    assert!(!other.is_leader());
     for i in 0..20 {
         timers.schedule(format!("h{i}"), Duration::from_millis(100), vec![]).await.unwrap();
     }
