@@ -553,9 +553,10 @@ impl DurableScheduler {
     /// node at a time holds the leadership) and runs `handler` on due tasks, up to `concurrency`
     /// at once.
     ///
-    /// `Ok` acknowledges the task (its key is free again); an `Err` or a panic retries it after
-    /// the backoff, and after `max_attempts` deliveries it goes to the dead letters with the
-    /// error's text.
+    /// `Ok` acknowledges the task (its key is free again); an `Err`, a panic or a run longer
+    /// than the [handler timeout](super::DurableBuilder::handler_timeout) retries it after the
+    /// backoff, and after `max_attempts` deliveries it goes to the dead letters with the error's
+    /// text. The worker renews the task's lease while the handler runs, however long that takes.
     ///
     /// # Examples
     /// ```no_run
