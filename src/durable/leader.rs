@@ -79,12 +79,8 @@ pub(crate) async fn run(
         let wait = match &token {
             None => match scripts::acquire(wheel, &part.keys, &node, wheel.cfg.leader_lease_ms()).await {
                 Ok(answer) => {
-                    if !answered {
-                        answered = true;
-                        started.send_modify(|n| *n += 1);
-                    }
                     failures = 0;
-                    match answer {
+                    let wait = match answer {
                         Bid::Won(t) => {
                             tracing::info!(wheel = %wheel.name(), partition = part.index, token = %t, "took the leadership");
                             lead.set(Some(asked + wheel.cfg.leader_lease()));
@@ -95,7 +91,14 @@ pub(crate) async fn run(
                         // quarter lease (the holder may give it up): a takeover within the lease,
                         // without a call per tick.
                         Bid::Lost(left) => left.map_or(bid, |left| (left + PAST_BOUNDARY).min(bid)),
+                    };
+                    // Counted once `lead` tells the outcome: a caller of `Worker::ready` asks
+                    // `is_leader` next.
+                    if !answered {
+                        answered = true;
+                        started.send_modify(|n| *n += 1);
                     }
+                    wait
                 }
                 Err(e) => backoff(wheel, &mut failures, &e),
             },
