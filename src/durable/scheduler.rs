@@ -255,7 +255,7 @@ impl DurableScheduler {
     ///   course: an `Ok` from the handler acknowledges it, a failure retries it as usual. While
     ///   it runs, [`contains`](Self::contains) answers true; cancel it again after it failed if
     ///   it must not be retried;
-    /// - a task whose lease ran out (its worker died, or its handler outran the lease) is no
+    /// - a task whose lease ran out (its worker died, or was cut off from Redis) is no
     ///   longer running: it is removed, `true`, and the late handler's acknowledgement changes
     ///   nothing;
     /// - no task under the key (never scheduled, acknowledged, dead, or cancelled already):

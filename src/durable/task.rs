@@ -112,7 +112,8 @@ impl DeadTask {
         self.attempts
     }
 
-    /// The last failure: the handler's error text, its panic message, or "lease expired".
+    /// The last failure: the handler's error text, its panic message, "the handler timed out
+    /// after ..." (the handler timeout), or "lease expired" (its worker died or was cut off).
     pub fn last_error(&self) -> &str {
         &self.last_error
     }
