@@ -262,45 +262,88 @@ fn worker_dying_before_ack_gets_the_task_redelivered_after_the_lease() {
     });
 }
 
-/// A handler that outlives its lease: the task goes to another delivery (attempt 2) while the
-/// first still runs, and the first one's late ack must not complete the second's: when the second
-/// fails, the task is retried (attempt 3). If the stale ack deleted the task, attempt 3 never comes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_ack_cannot_complete_the_redelivery() {
+/// A worker paused past its lease (its runtime's thread frozen, as a GC pause or a stopped VM
+/// would) with a handler in hand: its renewals stop, so the task goes to another worker
+/// (attempt 2) while the first handler is still under way. When the first worker wakes, its
+/// late outcome (refused by Redis, or not even sent once its renewal was refused) must not
+/// complete the second's delivery: when the second fails, the task is retried (attempt 3). Had
+/// the stale outcome been taken as an ack, attempt 3 would never come.
+#[test]
+fn a_paused_workers_late_outcome_cannot_complete_the_redelivery() {
     let _guard = shared();
     let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "stale-ack").connect().await.expect("connect");
+    let name = "stale-ack";
     let log = Log::default();
-    let worker = timers.run({
+
+    // Node 1 on a current-thread runtime of its own thread, so that one blocking call freezes
+    // it whole: its lease renewals, its leader loop and its handler. Its handler acks 1.5
+    // leases after its start, which falls while it is frozen: it acks as soon as it wakes.
+    let node1 = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let node1_handle = node1.handle().clone();
+    let (stop_node1, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = node1.block_on(async {
+        let timers = builder(&server, name).connect().await.expect("connect");
         let log = log.clone();
-        move |task: Task| {
-            log.record(&task, 0);
+        let worker = timers.run(move |task: Task| {
+            log.record(&task, 1);
             let attempt = task.attempt();
             async move {
-                match attempt {
-                    // Acks 1.6 leases after its claim, while attempt 2 is in flight.
-                    1 => {
-                        tokio::time::sleep(LEASE * 8 / 5).await;
-                        Ok(())
+                if attempt == 1 {
+                    tokio::time::sleep(LEASE * 3 / 2).await;
+                }
+                Ok::<(), String>(())
+            }
+        });
+        worker.ready().await;
+        timers.schedule("order-2:review", Duration::from_millis(100), "p").await.unwrap();
+        worker
+    });
+    let node1_thread = std::thread::spawn(move || {
+        node1.block_on(async move {
+            let _ = stopped.await;
+            let _ = tokio::time::timeout(Duration::from_secs(3), worker.shutdown()).await;
+        });
+    });
+    let started = Instant::now();
+    while log.of("order-2:review").is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(3), "node 1 never got the task");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Freeze node 1 for 2.5 leases, with the task in hand.
+    node1_handle.spawn(async { std::thread::sleep(LEASE * 5 / 2) });
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        // Node 2: its attempt fails after node 1 woke and sent its late outcome.
+        let timers = builder(&server, name).connect().await.expect("connect");
+        let worker2 = timers.run({
+            let log = log.clone();
+            move |task: Task| {
+                log.record(&task, 2);
+                let attempt = task.attempt();
+                async move {
+                    match attempt {
+                        2 => {
+                            tokio::time::sleep(LEASE * 2).await;
+                            Err("attempt 2 fails on purpose".to_string())
+                        }
+                        _ => Ok(()),
                     }
-                    // Fails after attempt 1's stale ack went out.
-                    2 => {
-                        tokio::time::sleep(LEASE).await;
-                        Err("attempt 2 fails on purpose".to_string())
-                    }
-                    _ => Ok(()),
                 }
             }
-        }
+        });
+        let third = wait_until(LEASE * 6, || log.of("order-2:review").len() >= 3).await;
+        let seen: Vec<(usize, u32)> = log.of("order-2:review").iter().map(|h| (h.node, h.attempt)).collect();
+        assert!(third, "node 1's late outcome completed attempt 2's delivery: deliveries {seen:?}");
+        assert_eq!(seen[..2], [(1, 1), (2, 2)]);
+        assert_eq!(seen[2].1, 3, "{seen:?}");
+        tokio::time::sleep(LEASE + TICK * 4).await;
+        assert_eq!(log.of("order-2:review").len(), 3, "handled again after the final ack");
+        assert!(!timers.contains("order-2:review").await.unwrap());
+        worker2.shutdown().await;
     });
-    timers.schedule("order-2:review", Duration::from_millis(100), "p").await.unwrap();
-    let third = wait_until(LEASE * 5, || log.of("order-2:review").len() >= 3).await;
-    let attempts: Vec<u32> = log.of("order-2:review").iter().map(|h| h.attempt).collect();
-    assert!(third, "the stale ack of attempt 1 completed attempt 2's delivery: attempts seen {attempts:?}");
-    assert_eq!(attempts, [1, 2, 3]);
-    tokio::time::sleep(LEASE + TICK * 4).await;
-    assert_eq!(log.of("order-2:review").len(), 3, "handled again after the final ack");
-    worker.shutdown().await;
+    let _ = stop_node1.send(());
+    node1_thread.join().expect("node 1");
 }
 
 /// A stale leader: node 1 leads, then its runtime thread is frozen for 2.5 leases (as a GC
@@ -319,18 +362,18 @@ fn a_paused_leader_is_replaced_and_fenced_off() {
     let node1 = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let node1_handle = node1.handle().clone();
     let (stop_node1, stopped) = tokio::sync::oneshot::channel::<()>();
-    let worker = node1.block_on(async { builder(&server, name).connect().await.expect("connect").run(log.handler(1)) });
+    let worker = node1.block_on(async {
+        let worker = builder(&server, name).connect().await.expect("connect").run(log.handler(1));
+        tokio::time::timeout(LEASE * 3, worker.ready()).await.expect("node 1 never ran");
+        worker
+    });
+    assert!(worker.is_leader(), "node 1, alone, does not lead");
     let node1_thread = std::thread::spawn(move || {
         node1.block_on(async move {
             let _ = stopped.await;
             let _ = tokio::time::timeout(Duration::from_secs(3), worker.shutdown()).await;
         });
     });
-    let started = Instant::now();
-    while leader_value(&server, name).is_none() {
-        assert!(started.elapsed() < LEASE * 3, "node 1 never took the lead");
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let first_leader = leader_value(&server, name).unwrap();
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -1216,9 +1259,12 @@ async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
             }
         })
     };
-    assert!(wait_until(Duration::from_secs(3), || leader_value(&server, name).is_some()).await);
+    slow.ready().await;
+    assert!(slow.is_leader());
     let first = leader_value(&server, name);
     let other = timers.run(log.handler(2));
+    other.ready().await;
+    assert!(!other.is_leader());
     for i in 0..20 {
         timers.schedule(format!("h{i}"), Duration::from_millis(100), vec![]).await.unwrap();
     }

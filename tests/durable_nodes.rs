@@ -1,7 +1,8 @@
 //! Three nodes, as three separate processes, share one durable wheel; the leader's process is
 //! killed with SIGKILL. Another node takes over within the lease, and every task is handled, each
 //! once except where the killed node had it in hand (then once more, after its lease, with a
-//! higher attempt).
+//! higher attempt). And a node killed in the middle of a handler that ran past its lease (its
+//! lease renewed until then) has its task handed out again within about one lease.
 //!
 //! The nodes are this test binary itself, run again with `TIMEWHEEL_NODE_URL` set: in that case
 //! the test `node_process` runs a worker until told to stop; in a normal run it does nothing.
@@ -30,6 +31,8 @@ const HANDLED: &str = "test:handled";
 const STOP: &str = "test:stop";
 const ENV_URL: &str = "TIMEWHEEL_NODE_URL";
 const ENV_ID: &str = "TIMEWHEEL_NODE_ID";
+/// How long a node's handler runs after it records its delivery, in ms (0 when unset).
+const ENV_HANDLER_MS: &str = "TIMEWHEEL_NODE_HANDLER_MS";
 /// A node stops by itself after this long, should the parent be gone.
 const NODE_LIFETIME: Duration = Duration::from_secs(60);
 
@@ -51,6 +54,7 @@ fn millis(t: SystemTime) -> u128 {
 #[test]
 fn node_process() {
     let (Ok(url), Ok(id)) = (std::env::var(ENV_URL), std::env::var(ENV_ID)) else { return };
+    let run = Duration::from_millis(std::env::var(ENV_HANDLER_MS).ok().and_then(|ms| ms.parse().ok()).unwrap_or(0));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async move {
         let timers = builder(&url).connect().await.expect("node: connect");
@@ -67,7 +71,14 @@ fn node_process() {
                     millis(SystemTime::now()),
                     millis(task.due())
                 );
-                redis::cmd("RPUSH").arg(HANDLED).arg(line).query_async::<()>(&mut conn).await.map_err(|e| e.to_string())
+                redis::cmd("RPUSH")
+                    .arg(HANDLED)
+                    .arg(line)
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tokio::time::sleep(run).await;
+                Ok::<(), String>(())
             }
         });
         let started = Instant::now();
@@ -90,10 +101,16 @@ struct Node {
 
 impl Node {
     fn spawn(url: &str, id: usize) -> Node {
+        Self::spawn_with_handler(url, id, Duration::ZERO)
+    }
+
+    /// A node whose handler runs for `run` after it records its delivery.
+    fn spawn_with_handler(url: &str, id: usize, run: Duration) -> Node {
         let child = Command::new(std::env::current_exe().expect("the test binary"))
             .args(["node_process", "--exact", "--nocapture", "--test-threads", "1", "--quiet"])
             .env(ENV_URL, url)
             .env(ENV_ID, id.to_string())
+            .env(ENV_HANDLER_MS, run.as_millis().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
@@ -336,4 +353,49 @@ fn a_recurring_task_fires_once_per_period_across_the_leaders_sigkill() {
     // Only a run node 1 had in hand when it died may have come again (a higher attempt).
     assert!(all.len() <= RUNS + 1, "{} deliveries for {RUNS} runs: {all:?}", all.len());
     eprintln!("recurring across a SIGKILL: {} deliveries for {RUNS} runs", all.len());
+}
+
+/// A node's process killed with SIGKILL in the middle of a handler that had already run for
+/// 2.5 leases (its lease renewed all the while, so no other node got the task meanwhile): its
+/// renewals stop, and the task is handed to another node within about one lease of the kill,
+/// as the next attempt.
+#[test]
+fn a_node_killed_mid_handler_has_its_task_handed_out_again_within_a_lease() {
+    let Some(server) = RedisServer::start() else { return };
+    let url = server.url();
+    let mut slow = Node::spawn_with_handler(&url, 1, Duration::from_secs(60));
+    let started = Instant::now();
+    while leader_value(&server).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(20), "node 1 never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let timers = builder(&url).connect().await.expect("connect");
+        timers.schedule("long", Duration::from_millis(100), vec![]).await.expect("schedule");
+    });
+    let of_long = || handled(&server).into_iter().filter(|h| h.key == "long").collect::<Vec<_>>();
+    let started = Instant::now();
+    while of_long().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(5), "node 1 never got the task");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Node 2 stands by while node 1's handler runs past its lease.
+    let _fast = Node::spawn(&url, 2);
+    std::thread::sleep(LEASE * 5 / 2);
+    let before = of_long();
+    assert_eq!(before.len(), 1, "handed out again while its handler ran and renewed: {before:?}");
+
+    let killed = Instant::now();
+    slow.kill();
+    let mut again = Vec::new();
+    while again.len() < 2 {
+        assert!(killed.elapsed() < LEASE * 5, "never handed out again after the kill: {again:?}");
+        std::thread::sleep(Duration::from_millis(5));
+        again = of_long();
+    }
+    let after = killed.elapsed();
+    eprintln!("handed out again {after:?} after the SIGKILL (lease {LEASE:?})");
+    assert_eq!((again[1].node, again[1].attempt), (2, 2), "{again:?}");
+    assert!(after <= LEASE + Duration::from_millis(500), "handed out again {after:?} after the kill");
 }

@@ -6,8 +6,9 @@ use std::time::Duration;
 use super::config::{Settings, Topology};
 #[cfg(doc)]
 use super::config::{
-    DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_PARTITIONS, MAX_SLOTS,
+    DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDLER_TIMEOUT, DEFAULT_LEASE,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF,
+    MAX_PARTITIONS, MAX_SLOTS,
 };
 use super::DurableScheduler;
 use crate::Error;
@@ -116,11 +117,16 @@ impl DurableBuilder {
         self
     }
 
-    /// How long a worker holds a claimed task before it is handed to another worker (with
-    /// `attempt + 1`), measured on Redis's clock: longer than the slowest handler. Also the
-    /// leader's lease, up to 10 s: a leader that stops renewing is replaced within this time, or
-    /// within 10 s when the lease is longer (so a long lease for slow handlers does not leave the
-    /// wheel unticked that long). 1 ms to 365 days. Default [`DEFAULT_LEASE`].
+    /// How long a claimed task stays with its worker without word from it, on Redis's clock.
+    /// A worker renews the leases of the handlers it runs every third of the lease, so a
+    /// handler may run for longer (up to [`handler_timeout`](Self::handler_timeout)); a worker
+    /// that dies or is cut off from Redis stops renewing, and its tasks are handed to another
+    /// worker (with `attempt + 1`) within about one lease. A short lease brings a dead worker's
+    /// tasks back sooner and costs a renewal call per worker every third of it.
+    ///
+    /// Also the leader's lease, up to 10 s: a leader that stops renewing is replaced within
+    /// this time, or within 10 s when the lease is longer. 1 ms to 365 days. Default
+    /// [`DEFAULT_LEASE`].
     pub fn lease(mut self, lease: Duration) -> Self {
         self.settings.lease = lease;
         self
@@ -147,9 +153,12 @@ impl DurableBuilder {
         self
     }
 
-    /// How long [`connect`](Self::connect) waits for Redis before it fails; also how long one
-    /// call keeps retrying a transient failure before it returns it. Default
-    /// [`DEFAULT_CONNECT_TIMEOUT`].
+    /// How long this node waits for an unreachable or failing Redis, in two places:
+    /// [`connect`](Self::connect) fails after this long, and **every call** (`schedule`,
+    /// `cancel`, `stats`, ... and a worker's own) keeps retrying a transient failure (a dropped
+    /// connection, a timeout, `LOADING`, a failover) for this long before it returns the error,
+    /// so no call waits much longer than this for a Redis that is away. A refused connection
+    /// (nothing listening) fails `connect` at once. Default [`DEFAULT_CONNECT_TIMEOUT`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.settings.connect_timeout = timeout;
         self
@@ -166,6 +175,34 @@ impl DurableBuilder {
     /// [`DEFAULT_CONCURRENCY`].
     pub fn concurrency(mut self, handlers: usize) -> Self {
         self.settings.concurrency = handlers;
+        self
+    }
+
+    /// The longest one handler may run: a handler still running after this long is dropped
+    /// (at its next `.await`) and its delivery counts as a failure with the error text "the
+    /// handler timed out after ...", so the task is retried after the backoff, or goes to the
+    /// dead letters after its last attempt, as for any failure.
+    ///
+    /// Leases are renewed while a handler runs, so this, not the lease, is what stops a hung
+    /// handler from holding its task for good. Set it above the slowest handler's run;
+    /// `Duration::MAX` lets handlers run for as long as they take. Not zero. Default
+    /// [`DEFAULT_HANDLER_TIMEOUT`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tokio_timewheel::durable::DurableScheduler;
+    ///
+    /// # async fn run() -> Result<(), tokio_timewheel::Error> {
+    /// let timers = DurableScheduler::builder("redis://127.0.0.1:6379/", "orders")
+    ///     .lease(Duration::from_secs(2)) // a dead worker's tasks come back within about 2 s
+    ///     .handler_timeout(Duration::from_secs(60)) // a handler may run up to a minute
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn handler_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.handler_timeout = timeout;
         self
     }
 
@@ -253,12 +290,15 @@ impl DurableBuilder {
     /// - [`Error::Invalid`] for an empty name or one holding `{`, `}`, `:`, whitespace or control
     ///   characters, a zero or fractional-millisecond tick, zero slots or more than
     ///   [`MAX_SLOTS`], a lease of zero or over 365 days, zero `max_attempts` or `concurrency`, a `max_payload` over
-    ///   512 MiB, a zero timeout, a replica wait not shorter than the response timeout, a
-    ///   malformed URL, a server older than Redis 6.2, a wheel recorded in Redis with another
-    ///   tick, slot or partition count, or one written by an earlier version of this crate that
-    ///   still holds tasks (its layout differs: drain it with that version first);
-    /// - [`Error::Redis`] when Redis cannot be reached within the connect timeout (retryable)
-    ///   or refuses the connection (a wrong password, say).
+    ///   512 MiB, a zero timeout (response, connect or handler), a replica wait not shorter than
+    ///   the response timeout, a malformed URL, a server older than Redis 6.2, a wheel recorded
+    ///   in Redis with another tick, slot or partition count, or one written by an earlier
+    ///   version of this crate that still holds tasks (its layout differs: drain it with that
+    ///   version first);
+    /// - [`Error::Redis`] when Redis does not answer within the connect timeout (category
+    ///   `"timed out"`, retryable), when nothing listens at the address (category `"refused"`,
+    ///   at once, retryable: a Redis that is starting refuses too), or when the server turns the
+    ///   connection down (a wrong password, say; not retryable).
     ///
     /// # Cancel safety
     /// Dropping the future drops the connection; nothing is left behind but the wheel's

@@ -21,7 +21,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
 /// The default time Redis has to answer one command: 2 s.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// The default time `connect` waits for Redis before it gives up: 5 s.
+/// The default time `connect` waits for Redis before it gives up, and every call retries a
+/// transient failure before it returns it: 5 s.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default base of the retry backoff of a failed task: 1 s (then 2 s, 4 s, ...).
 pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
@@ -32,6 +33,11 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 pub const MAX_PARTITIONS: usize = 1024;
 /// The default number of handlers one [`Worker`](super::Worker) runs at once: 16.
 pub const DEFAULT_CONCURRENCY: usize = 16;
+/// The default longest run of one handler: 30 minutes. A worker renews the leases of the
+/// handlers it runs, so without a bound a hung handler would hold its task (and a place among
+/// the worker's handlers) for good; with it, the handler is dropped and the delivery counts as
+/// failed.
+pub const DEFAULT_HANDLER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// The shortest wait for a wake-up (with a very short tick and lease, waiting less would be
 /// polling).
@@ -109,6 +115,7 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     pub(crate) backoff: Duration,
     pub(crate) concurrency: usize,
+    pub(crate) handler_timeout: Duration,
     pub(crate) replicas: Option<(usize, Duration)>,
     pub(crate) dead_letter_limit: usize,
     pub(crate) dead_letter_max_age: Option<Duration>,
@@ -131,6 +138,7 @@ impl Settings {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             backoff: DEFAULT_BACKOFF,
             concurrency: DEFAULT_CONCURRENCY,
+            handler_timeout: DEFAULT_HANDLER_TIMEOUT,
             replicas: None,
             dead_letter_limit: 0,
             dead_letter_max_age: None,
@@ -152,6 +160,8 @@ pub(crate) struct Config {
     pub(crate) connect_timeout: Duration,
     pub(crate) backoff_ms: u64,
     pub(crate) concurrency: usize,
+    /// The longest a handler may run before it is dropped and its delivery fails.
+    pub(crate) handler_timeout: Duration,
     /// How many replicas must confirm a change, and for how long to wait for them.
     pub(crate) replicas: Option<(usize, Duration)>,
     /// How long a call's answer is kept for its retries (`req:<id>`), in ms.
@@ -178,6 +188,11 @@ impl Config {
         }
         if b.concurrency == 0 {
             return Err(Error::invalid("concurrency must be at least 1"));
+        }
+        if b.handler_timeout.is_zero() {
+            return Err(Error::invalid(
+                "the handler timeout must not be zero (Duration::MAX lets handlers run for as long as they take)",
+            ));
         }
         if b.max_payload > REDIS_MAX_VALUE {
             return Err(Error::invalid("max_payload must be at most 512 MiB, the largest value Redis stores"));
@@ -215,6 +230,7 @@ impl Config {
             connect_timeout: b.connect_timeout,
             backoff_ms: ceil_ms(b.backoff.min(MAX_BACKOFF)),
             concurrency: b.concurrency,
+            handler_timeout: b.handler_timeout,
             replicas: b.replicas,
             request_ttl_ms: ceil_ms((retry_window * 4).max(MIN_REQUEST_TTL)),
             dead_letter_limit: b.dead_letter_limit,
@@ -228,6 +244,13 @@ impl Config {
 
     pub(crate) fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
+    }
+
+    /// How often a worker renews the leases of the handlers it runs: a third of the lease, so
+    /// that a renewal that fails once (Redis slow, or a failover) still has two more chances
+    /// before the lease runs out.
+    pub(crate) fn renew_every(&self) -> Duration {
+        (self.lease() / 3).max(Duration::from_millis(1))
     }
 
     /// The leadership's lease: the task lease, at most [`MAX_LEADER_LEASE`].

@@ -58,11 +58,16 @@ impl Conn {
         let mut conn = Conn { name: cfg.name.clone(), source, fixed: None, cfg: settings };
         // Connecting retries transient failures (a cluster still electing, a sentinel naming a
         // primary that is not one yet) until the deadline, as every call does.
+        // A refused connection is not retried here: nothing listens at the address, which
+        // waiting out the connect timeout would only hide behind "timed out".
         let window = deadline.saturating_duration_since(Instant::now());
-        let link = conn.retrying(window, |link| async move { Ok(link) }).await.map_err(|e| match e {
-            Error::Redis(f) if f.category() == "timed out" => unreachable(cfg.connect_timeout),
-            e => e,
-        })?;
+        let link = conn
+            .retrying_unless(window, redis::RedisError::is_connection_refusal, |link| async move { Ok(link) })
+            .await
+            .map_err(|e| match e {
+                Error::Redis(f) if f.category() == "timed out" => unreachable(cfg.connect_timeout),
+                e => e,
+            })?;
         if !conn.source.follows_failover() {
             conn.fixed = Some(link);
         }
@@ -127,7 +132,22 @@ impl Conn {
         }
     }
 
-    async fn retrying<T, F, Fut>(&self, window: Duration, mut attempt: F) -> Result<T, Error>
+    async fn retrying<T, F, Fut>(&self, window: Duration, attempt: F) -> Result<T, Error>
+    where
+        F: FnMut(Link) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        self.retrying_unless(window, |_| false, attempt).await
+    }
+
+    /// [`retrying`](Self::retrying), except that a failure to connect for which `fail_fast`
+    /// holds is returned at once, as [`refused`].
+    async fn retrying_unless<T, F, Fut>(
+        &self,
+        window: Duration,
+        fail_fast: impl Fn(&redis::RedisError) -> bool,
+        mut attempt: F,
+    ) -> Result<T, Error>
     where
         F: FnMut(Link) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
@@ -137,6 +157,7 @@ impl Conn {
         loop {
             let failure = match tokio::time::timeout_at(deadline, self.link()).await {
                 Err(_) => timed_out(window),
+                Ok(Err(err)) if fail_fast(&err) => return Err(refused(&err)),
                 Ok(Err(err)) => self.failure(err),
                 Ok(Ok(link)) => match tokio::time::timeout_at(deadline, attempt(link.clone())).await {
                     Ok(Ok(value)) => return Ok(value),
@@ -257,7 +278,25 @@ fn may_be_failover(err: &redis::RedisError) -> bool {
 }
 
 fn timed_out(window: Duration) -> RedisFailure {
-    RedisFailure::new("timed out", format!("no answer from Redis within {window:?} (the connect timeout)"), true)
+    RedisFailure::new(
+        "timed out",
+        format!("no answer from Redis within {window:?} (the connect timeout bounds how long a call retries)"),
+        true,
+    )
+}
+
+/// The error of a `connect` whose connection was refused: nothing listens at the address.
+/// Retryable, since a Redis that is starting or restarting refuses too; but it comes at once,
+/// not after the connect timeout.
+fn refused(err: &redis::RedisError) -> Error {
+    Error::Redis(RedisFailure::new(
+        "refused",
+        format!(
+            "Redis refused the connection ({err}): nothing listens at that address; is Redis running, and are the \
+             host and port right?"
+        ),
+        true,
+    ))
 }
 
 /// How long a call keeps retrying transient failures.

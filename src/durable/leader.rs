@@ -1,9 +1,11 @@
 //! The leader loop: competes for the wheel's leadership and, while it holds it, moves the cursor
 //! on every tick boundary of Redis's clock.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
 use super::scripts::{self, Bid, TickReply};
 use super::wheel::{Partition, Wheel};
@@ -34,49 +36,86 @@ enum Round {
     Refused,
 }
 
+/// Whether a leader loop leads its partition, as far as it can tell.
+#[derive(Debug, Default)]
+pub(crate) struct Lead {
+    /// Until when (this machine's clock) the leadership is surely this loop's: one leadership
+    /// lease after the start of the last call that won or renewed it (Redis set the lease
+    /// later than that, so this runs out first). `None` while it does not lead.
+    until: Mutex<Option<Instant>>,
+}
+
+impl Lead {
+    /// Whether the loop leads: it won or renewed the leadership less than a lease ago, and has
+    /// not been refused or given it up since.
+    pub(crate) fn holds(&self) -> bool {
+        matches!(*self.until.lock().unwrap_or_else(|p| p.into_inner()), Some(until) if Instant::now() < until)
+    }
+
+    fn set(&self, until: Option<Instant>) {
+        *self.until.lock().unwrap_or_else(|p| p.into_inner()) = until;
+    }
+}
+
 /// Runs until `stop` turns true (or its sender is dropped), then gives up the leadership.
 ///
 /// `bid_now` is notified when a worker of this node learns that the leader gave up the lead: a
-/// node that does not lead then bids at once.
+/// node that does not lead then bids at once. `lead` tells the worker whether this loop leads;
+/// `started` is counted up once, at the first answer to a bid.
 pub(crate) async fn run(
     wheel: &Wheel,
     part: &Partition,
     node: String,
     mut stop: watch::Receiver<bool>,
     bid_now: &Notify,
+    lead: &Lead,
+    started: &watch::Sender<usize>,
 ) {
     let renew = (wheel.cfg.leader_lease() / 3).max(Duration::from_millis(1));
     let bid = (wheel.cfg.leader_lease() / BID_EVERY).max(Duration::from_millis(1));
     let mut token: Option<String> = None;
     let mut failures = 0u32;
+    let mut answered = false;
     loop {
         if *stop.borrow() {
             break;
         }
+        let asked = Instant::now();
         let wait = match &token {
             None => match scripts::acquire(wheel, &part.keys, &node, wheel.cfg.leader_lease_ms()).await {
-                Ok(Bid::Won(t)) => {
-                    tracing::info!(wheel = %wheel.name(), partition = part.index, token = %t, "took the leadership");
-                    token = Some(t);
+                Ok(answer) => {
                     failures = 0;
-                    Duration::ZERO
-                }
-                Ok(Bid::Lost(left)) => {
-                    failures = 0;
-                    // Bid again just after the holder's lease runs out, and meanwhile once a
-                    // quarter lease (the holder may give it up): a takeover within the lease,
-                    // without a call per tick.
-                    left.map_or(bid, |left| (left + PAST_BOUNDARY).min(bid))
+                    let wait = match answer {
+                        Bid::Won(t) => {
+                            tracing::info!(wheel = %wheel.name(), partition = part.index, token = %t, "took the leadership");
+                            lead.set(Some(asked + wheel.cfg.leader_lease()));
+                            token = Some(t);
+                            Duration::ZERO
+                        }
+                        // Bid again just after the holder's lease runs out, and meanwhile once a
+                        // quarter lease (the holder may give it up): a takeover within the lease,
+                        // without a call per tick.
+                        Bid::Lost(left) => left.map_or(bid, |left| (left + PAST_BOUNDARY).min(bid)),
+                    };
+                    // Counted once `lead` tells the outcome: a caller of `Worker::ready` asks
+                    // `is_leader` next.
+                    if !answered {
+                        answered = true;
+                        started.send_modify(|n| *n += 1);
+                    }
+                    wait
                 }
                 Err(e) => backoff(wheel, &mut failures, &e),
             },
             Some(t) => match tick(wheel, part, t).await {
                 Ok(Round::CaughtUp(next)) => {
+                    lead.set(Some(asked + wheel.cfg.leader_lease()));
                     failures = 0;
                     next.min(renew)
                 }
                 Ok(Round::Refused) => {
                     tracing::warn!(wheel = %wheel.name(), token = %t, "lost the leadership: another node ticks");
+                    lead.set(None);
                     token = None;
                     Duration::ZERO
                 }
@@ -92,6 +131,7 @@ pub(crate) async fn run(
             }
         }
     }
+    lead.set(None);
     if let Some(t) = token {
         if let Err(e) = scripts::release(wheel, &part.keys, &t).await {
             tracing::warn!(wheel = %wheel.name(), error = %e, "could not give up the leadership; it lapses after the lease");

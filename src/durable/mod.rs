@@ -32,28 +32,33 @@
 //!
 //! # Semantics
 //! - **Keys** are unique among pending tasks, as in the in-process scheduler: scheduling a key
-//!   that is pending is [`Error::DuplicateKey`](crate::Error::DuplicateKey); the key is free
+//!   that is pending is [`Error::DuplicateKey`]; the key is free
 //!   again once its task is acknowledged, cancelled or dead.
 //! - **Time is Redis's.** Every script reads Redis's `TIME`: a task is due `delay` after the
 //!   call reaches Redis, and `schedule_at` and [`Task::due`] are on Redis's clock. The clocks of
 //!   the nodes never matter. A task is never handed out before its due time; it is handed out on
 //!   the first tick at or after it (within one tick and a round trip, when a worker is free).
 //! - **At least once.** A worker claims a due task with a lease on Redis's clock, runs the
-//!   handler and acknowledges. A task whose worker died, or whose handler outran the lease, is
-//!   handed out again with [`Task::attempt`] one higher; no task is handed out twice while a
-//!   lease on it is live, and a worker whose lease ran out cannot acknowledge the next holder's
-//!   delivery. So a handler can run more than once for one task: **make handlers idempotent on
-//!   the key** (an upsert, a conditional update, a processed-keys table).
+//!   handler and acknowledges. While the handler runs, the worker renews its lease every third
+//!   of the lease, so a handler may run longer than the lease (up to
+//!   [`DurableBuilder::handler_timeout`], after which it is dropped and its delivery fails). A
+//!   task whose worker died or was cut off from Redis (or paused) past its lease is handed out
+//!   again, within about one lease, with [`Task::attempt`] one higher; no task is handed out
+//!   twice while a lease on it is live, a renewal from a worker whose lease already went to
+//!   another is refused (and logged), and such a worker cannot acknowledge the next holder's
+//!   delivery. A handler that finishes is acknowledged whether or not its worker is shutting
+//!   down. So a handler can run more than once for one task: **make handlers idempotent on the
+//!   key** (an upsert, a conditional update, a processed-keys table).
 //! - **Cancel and reschedule take back only what has not started.** A task is *waiting* (in the
 //!   wheel), *ready* (due, not yet claimed) or *running* (claimed by a worker under a live
 //!   lease). [`cancel`](DurableScheduler::cancel) answers `true` for a waiting or ready task, and
 //!   then no handler of it starts after the call returns, on any node; it answers `false` for a
 //!   running task, which it leaves to its lease (acknowledged on success, retried on failure),
 //!   and for no task. [`reschedule`](DurableScheduler::reschedule) moves a waiting or ready task
-//!   and answers [`Error::NotFound`](crate::Error::NotFound) for a running one. A task whose
+//!   and answers [`Error::NotFound`] for a running one. A task whose
 //!   lease ran out is no longer running: it is cancelled or moved, and its late handler's
 //!   acknowledgement changes nothing.
-//! - **Failures** (an `Err` or a panic in the handler) are retried after `backoff * 2^(n-1)`
+//! - **Failures** (an `Err`, a panic, or a run past the handler timeout) are retried after `backoff * 2^(n-1)`
 //!   (at most [`MAX_BACKOFF`]) until `max_attempts` deliveries; then the task goes to the dead
 //!   letters, which [`DurableScheduler::dead_letters`] lists and
 //!   [`DurableScheduler::requeue_dead`] puts back.
@@ -73,14 +78,53 @@
 //!   gave it up; not every tick; and each idle worker blocks for a wake-up on
 //!   a connection of its own, pushed whenever tasks become ready, and claims when one arrives or,
 //!   as a safety net, after a third of the leadership lease without one (BENCHMARKS.md counts
-//!   the calls of an idle wheel).
+//!   the calls of an idle wheel). A worker with handlers running adds one call per partition
+//!   every third of the lease, which renews all their leases.
+//!
+//! # Running workers
+//! [`DurableScheduler::run`] starts a [`Worker`] on the current runtime.
+//! [`Worker::ready`] waits until it runs (its first bid for the leadership and its first claim
+//! answered by Redis); [`Worker::is_leader`] tells whether it ticks the wheel, and
+//! [`Worker::partitions_led`] how many partitions of a partitioned wheel it ticks.
+//! [`Worker::shutdown`] stops claiming and returns once every handler has finished and its
+//! outcome is recorded; [`Worker::shutdown_timeout`] returns within a bound, dropping the
+//! handlers still running then and giving their leases back, so their tasks are handed out
+//! again on the next tick.
+//!
+//! # Typed payloads
+//! Payloads are bytes. With the `serde` feature, [`DurableScheduler::schedule_json`] writes any
+//! `Serialize` value as JSON and [`Task::json`] (or [`DeadTask::json`]) reads it back; a payload
+//! that is not the JSON of the type asked for is [`Error::Payload`],
+//! which a handler can return with `?` to fail the delivery.
+//!
+//! ```no_run
+//! # #[cfg(feature = "serde")]
+//! # async fn run(timers: tokio_timewheel::durable::DurableScheduler) -> Result<(), tokio_timewheel::durable::Error> {
+//! use std::time::Duration;
+//! use tokio_timewheel::durable::{Error, Task};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Review {
+//!     order: u64,
+//! }
+//!
+//! timers.schedule_json("order-42:review", Duration::from_secs(48 * 3600), &Review { order: 42 }).await?;
+//! let worker = timers.run(|task: Task| async move {
+//!     let review: Review = task.json()?;
+//!     println!("review order {}", review.order);
+//!     Ok::<(), Error>(())
+//! });
+//! worker.ready().await;
+//! # Ok(()) }
+//! ```
 //!
 //! # Errors and retries
-//! Redis failures are [`Error::Redis`](crate::Error::Redis). Every call retries transient ones
+//! Redis failures are [`Error::Redis`]. Every call retries transient ones
 //! (a dropped connection, a timeout, `LOADING`, `BUSY`, `TRYAGAIN`, ...) by itself for up to the
-//! connect timeout, and every script is safe to run twice: a `schedule` carries a request id, so
+//! connect timeout ([`DurableBuilder::connect_timeout`] bounds both `connect` and every call's
+//! retries), and every script is safe to run twice: a `schedule` carries a request id, so
 //! a retry whose first attempt did land returns `Ok` and creates no second task. When a call
-//! still fails, [`Error::is_retryable`](crate::Error::is_retryable) tells what to do: when it
+//! still fails, [`Error::is_retryable`] tells what to do: when it
 //! is true Redis is away or overloaded for now, so wait (a second, say, backing off) and make
 //! the same call again; a `schedule` repeated this way that reports `DuplicateKey` means the
 //! earlier attempt did land. When it is false, trying again will not help: fix the input, the
@@ -120,7 +164,7 @@
 //!   their own hash tags, so a cluster spreads it over its primaries.
 //!
 //! During a failover or a slot migration every error a call returns is retryable
-//! ([`Error::is_retryable`](crate::Error::is_retryable)). Tested on Redis 7.0 (Debian's).
+//! ([`Error::is_retryable`]). Tested on Redis 7.0 (Debian's).
 //!
 //! # Redis layout
 //! For the wheel `orders` every key starts with `tw:{orders}:`; [`WheelKeys`] names them. Every
@@ -194,10 +238,13 @@ mod wheel;
 mod worker;
 
 pub use crate::error::RedisFailure;
+// The crate's one error type, here too, so that durable code needs one import.
+pub use crate::Error;
 pub use builder::DurableBuilder;
 pub use config::{
-    DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_PARTITIONS, MAX_SLOTS,
+    DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDLER_TIMEOUT, DEFAULT_LEASE,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF,
+    MAX_PARTITIONS, MAX_SLOTS,
 };
 pub use keys::WheelKeys;
 pub use scheduler::{DurableScheduler, MAX_PAGE};

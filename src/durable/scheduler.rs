@@ -108,6 +108,45 @@ impl DurableScheduler {
         self.schedule_one(key.as_ref(), When::delay(delay)?, payload.into(), Some(request_id)).await
     }
 
+    /// Schedules a task under `key` whose payload is `value` as JSON, due `delay` after the call
+    /// reaches Redis, as [`schedule`](Self::schedule) does; a handler reads it back with
+    /// [`Task::json`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tokio_timewheel::durable::DurableScheduler;
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Review {
+    ///     order: u64,
+    /// }
+    ///
+    /// # async fn run(timers: DurableScheduler) -> Result<(), tokio_timewheel::Error> {
+    /// timers.schedule_json("order-42:review", Duration::from_secs(48 * 3600), &Review { order: 42 }).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::Payload`] if `value` cannot be written as JSON (a map whose keys are not
+    ///   strings, say, or a `Serialize` impl that fails);
+    /// - otherwise as [`schedule`](Self::schedule).
+    ///
+    /// # Cancel safety
+    /// As [`schedule`](Self::schedule).
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    pub async fn schedule_json<T: serde::Serialize + ?Sized>(
+        &self,
+        key: impl AsRef<str>,
+        delay: Duration,
+        value: &T,
+    ) -> Result<(), Error> {
+        let key = key.as_ref();
+        let payload = super::task::to_json(key, value)?;
+        self.schedule(key, delay, payload).await
+    }
+
     /// Schedules a task under `key`, due at `at` on Redis's clock; a time in the past makes it
     /// due at once.
     ///
@@ -220,7 +259,7 @@ impl DurableScheduler {
     ///   course: an `Ok` from the handler acknowledges it, a failure retries it as usual. While
     ///   it runs, [`contains`](Self::contains) answers true; cancel it again after it failed if
     ///   it must not be retried;
-    /// - a task whose lease ran out (its worker died, or its handler outran the lease) is no
+    /// - a task whose lease ran out (its worker died, or was cut off from Redis) is no
     ///   longer running: it is removed, `true`, and the late handler's acknowledgement changes
     ///   nothing;
     /// - no task under the key (never scheduled, acknowledged, dead, or cancelled already):
@@ -835,9 +874,10 @@ impl DurableScheduler {
     /// node at a time holds the leadership) and runs `handler` on due tasks, up to `concurrency`
     /// at once.
     ///
-    /// `Ok` acknowledges the task (its key is free again); an `Err` or a panic retries it after
-    /// the backoff, and after `max_attempts` deliveries it goes to the dead letters with the
-    /// error's text.
+    /// `Ok` acknowledges the task (its key is free again); an `Err`, a panic or a run longer
+    /// than the [handler timeout](super::DurableBuilder::handler_timeout) retries it after the
+    /// backoff, and after `max_attempts` deliveries it goes to the dead letters with the error's
+    /// text. The worker renews the task's lease while the handler runs, however long that takes.
     ///
     /// # Examples
     /// ```no_run

@@ -48,6 +48,38 @@ impl Task {
     pub fn into_parts(self) -> (String, Vec<u8>) {
         (self.key, self.payload)
     }
+
+    /// The payload read as JSON into a `T`: the other half of
+    /// [`schedule_json`](super::DurableScheduler::schedule_json).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tokio_timewheel::durable::{DurableScheduler, Task};
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Review {
+    ///     order: u64,
+    /// }
+    ///
+    /// # async fn run(timers: DurableScheduler) {
+    /// let worker = timers.run(|task: Task| async move {
+    ///     let review: Review = task.json()?;
+    ///     println!("review order {}", review.order);
+    ///     Ok::<(), tokio_timewheel::Error>(())
+    /// });
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Payload`](crate::Error::Payload) when the payload is not the JSON of a `T` (it
+    /// was scheduled with another type, or as bytes). Returned from a handler, that fails the
+    /// delivery like any error: it is retried, then goes to the dead letters, where
+    /// [`DeadTask::json`] reads it the same way.
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, crate::Error> {
+        from_json(&self.key, &self.payload)
+    }
 }
 
 /// A task that failed `max_attempts` times, kept in the dead letters until
@@ -81,7 +113,8 @@ impl DeadTask {
         self.attempts
     }
 
-    /// The last failure: the handler's error text, its panic message, or "lease expired".
+    /// The last failure: the handler's error text, its panic message, "the handler timed out
+    /// after ..." (the handler timeout), or "lease expired" (its worker died or was cut off).
     pub fn last_error(&self) -> &str {
         &self.last_error
     }
@@ -94,6 +127,16 @@ impl DeadTask {
     /// When its last delivery was due, on Redis's clock.
     pub fn due(&self) -> SystemTime {
         self.due
+    }
+
+    /// The payload read as JSON into a `T`, as [`Task::json`] reads it.
+    ///
+    /// # Errors
+    /// [`Error::Payload`](crate::Error::Payload) when the payload is not the JSON of a `T`.
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, crate::Error> {
+        from_json(&self.key, &self.payload)
     }
 }
 
@@ -153,6 +196,29 @@ impl TaskInfo {
     pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
     }
+}
+
+/// `value` as the JSON payload of the task `key`.
+#[cfg(feature = "serde")]
+pub(crate) fn to_json<T: serde::Serialize + ?Sized>(key: &str, value: &T) -> Result<Vec<u8>, crate::Error> {
+    serde_json::to_vec(value).map_err(|e| {
+        crate::Error::Payload(format!(
+            "the value for task {key:?} (a {}) cannot be written as JSON: {e}",
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
+/// The JSON payload of the task `key` read into a `T`.
+#[cfg(feature = "serde")]
+fn from_json<T: serde::de::DeserializeOwned>(key: &str, payload: &[u8]) -> Result<T, crate::Error> {
+    serde_json::from_slice(payload).map_err(|e| {
+        crate::Error::Payload(format!(
+            "the payload of task {key:?} ({} bytes) is not the JSON of a {}: {e}",
+            payload.len(),
+            std::any::type_name::<T>()
+        ))
+    })
 }
 
 /// A snapshot of a durable wheel, read from Redis in one call per partition.

@@ -32,6 +32,11 @@ pub enum Error {
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     Redis(RedisFailure),
+    /// A typed payload could not be written or read as JSON (durable mode's
+    /// `schedule_json` and `Task::json`); the text names the task, the type and what did not fit.
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    Payload(String),
 }
 
 impl Error {
@@ -73,6 +78,12 @@ impl fmt::Display for Error {
             Error::Invalid(why) => write!(f, "invalid argument: {why}"),
             #[cfg(feature = "redis")]
             Error::Redis(failure) => fmt::Display::fmt(failure, f),
+            #[cfg(feature = "serde")]
+            Error::Payload(why) => write!(
+                f,
+                "{why}: schedule it with schedule_json and read it with json() as the same type, or read the bytes \
+                 with payload()"
+            ),
         }
     }
 }

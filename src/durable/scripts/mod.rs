@@ -27,7 +27,7 @@ pub(crate) use tasks::{
     cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Recurrence, Requeued, Scheduled,
 };
 pub(crate) use worker::Failed;
-pub(crate) use worker::{ack, claim, fail, Claimed};
+pub(crate) use worker::{ack, claim, fail, renew, Claimed};
 
 /// How many wake-up tokens wait on `wake` at most: a burst leaves only a few wake-ups with nothing
 /// to claim behind it.
@@ -166,6 +166,7 @@ scripts!(
     claim,
     ack,
     fail,
+    renew,
     acquire,
     release,
     stats,

@@ -1,4 +1,5 @@
-//! The scripts a worker calls for the tasks it runs: `claim.lua`, `ack.lua`, `fail.lua`.
+//! The scripts a worker calls for the tasks it runs: `claim.lua`, `ack.lua`, `fail.lua`,
+//! `renew.lua`.
 
 use super::{invoke, number, text, SCRIPTS};
 use crate::durable::conn::Window;
@@ -112,4 +113,24 @@ pub(crate) async fn fail(
         2 => Failed::Dead,
         _ => Failed::Refused,
     })
+}
+
+/// Renews the leases of `deliveries` (key, claim token) in one call, to Redis's now +
+/// `lease_ms`, or gives them back with a `lease_ms` of 0; true for each one renewed, false for
+/// one refused (its token is no longer the task's: the lease went to another delivery, or the
+/// task finished).
+pub(crate) async fn renew(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    deliveries: &[(&str, &str)],
+    lease_ms: u64,
+    window: Window,
+) -> Result<Vec<bool>, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.renew);
+    inv.arg(lease_ms);
+    for (key, token) in deliveries {
+        inv.arg(*key).arg(*token);
+    }
+    let reply: Vec<i64> = wheel.conn.call(&inv, window).await?;
+    Ok(reply.into_iter().map(|r| r == 1).collect())
 }

@@ -116,6 +116,7 @@ const LAYERS: &[(&str, &str)] = &[
     ("worker", include_str!("../worker/wake.rs")),
     ("worker", include_str!("../worker/outcome.rs")),
     ("worker", include_str!("../worker/handler.rs")),
+    ("worker", include_str!("../worker/lease.rs")),
     ("worker", include_str!("../worker/stop.rs")),
     ("scheduler", include_str!("../scheduler.rs")),
     ("connect", include_str!("../connect.rs")),

@@ -277,6 +277,54 @@ async fn fail_retries_after_the_backoff_then_buries_on_the_last_attempt() {
     assert_eq!(meta(&server, keys, "dead_lettered"), 1);
 }
 
+/// Renewal moves a held lease to Redis's now + lease; a lease that ran out but that nothing
+/// acted on yet is still held. Once a tick handed the task out again (the lease went to another
+/// worker), the old delivery's renewal is refused and changes nothing, and the new one's goes
+/// through. A lease of 0 gives the lease back: the next tick hands the task out again.
+#[tokio::test]
+async fn renew_extends_held_leases_and_refuses_one_that_went_to_another_worker() {
+    let Some((server, timers)) = wheel("s-renew").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    seed_running(&server, keys, "held", 5, 1, now + 500);
+    seed_running(&server, keys, "lapsed", 5, 1, now - 1_000);
+    seed_waiting(&server, keys, "waiting", cursor(&server, keys) + 2);
+    let lease = 5_000;
+    let before = redis_now_ms(&server);
+    let pairs = [("held", "7"), ("lapsed", "7"), ("held", "6"), ("waiting", "7"), ("gone", "7")];
+    let got = scripts::renew(w, keys, &pairs, lease, Window::Default).await.unwrap();
+    let after = redis_now_ms(&server);
+    assert_eq!(got, [true, true, false, false, false], "{pairs:?}");
+    let score = |k: &str| server.command(&["ZSCORE", &keys.leased(), k]).as_str().unwrap().parse::<u64>().unwrap();
+    for k in ["held", "lapsed"] {
+        let until = score(k);
+        assert!(until >= before + lease && until <= after + lease + 1, "{k}: {until}, now {before}..{after}");
+    }
+    assert!(!dump(&server, keys)["tasks"].contains("gone="), "a refused renewal created a task");
+
+    // The lease runs out and a tick hands the task to another worker (a new claim, a new token).
+    server.command(&["ZADD", &keys.leased(), "1", "held"]);
+    server.command(&["SET", &keys.leader(), "me:1"]);
+    scripts::tick(w, keys, "me:1", 128, 0..=0).await.unwrap();
+    let claimed = scripts::claim(w, keys, 1, "k1", false, "").await.unwrap();
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let (key, token) = (claimed[0].task.key.clone(), claimed[0].token.clone());
+    assert_eq!((key.as_str(), claimed[0].task.attempt), ("held", 2));
+    let taken = dump(&server, keys);
+    assert_eq!(scripts::renew(w, keys, &[("held", "7")], lease, Window::Default).await.unwrap(), [false]);
+    assert_eq!(dump(&server, keys), taken, "a refused renewal changed something");
+    assert_eq!(scripts::renew(w, keys, &[("held", &token)], lease, Window::Default).await.unwrap(), [true]);
+
+    // Given back: the lease runs out now, and the next tick makes the task ready again.
+    assert_eq!(scripts::renew(w, keys, &[("held", &token)], 0, Window::Default).await.unwrap(), [true]);
+    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    scripts::tick(w, keys, "me:1", 128, 0..=0).await.unwrap();
+    let d = dump(&server, keys);
+    assert!(d["ready"].contains("held@"), "{d:?}");
+    let record = server.command(&["HGET", &keys.tasks(), "held"]);
+    assert_eq!(record.as_str().unwrap().split(':').nth(2), Some("0"), "still claimed: {d:?}");
+}
+
 /// The tick script: refused under a wrong token; otherwise it requeues what has an expired
 /// lease, moves a due slot to `ready` (dropping the entries that no longer match a record),
 /// promotes far tasks into the declared slots, stops before a slot it was not given, and never

@@ -1,16 +1,18 @@
 //! The claim loop: gathers free handlers, claims that many ready tasks in one call (retried under
 //! the same claim id until a reply comes), starts their handlers, and waits for a wake-up when
-//! nothing is ready. On stop, it gets back what an unanswered claim took and lets every handler
-//! finish and its outcome be recorded.
+//! nothing is ready. Beside it, the partition's recorder of outcomes and renewer of leases. On
+//! stop, it gets back what an unanswered claim took and lets every handler finish and its
+//! outcome be recorded, unless told to abandon them first.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::handler::{start_handlers, Handler};
+use super::handler::{start_handlers, Handler, Handlers};
+use super::lease::{renew_leases, Running};
 use super::outcome::{lost, record_outcomes};
-use super::stop::{pause, stopped, stopping};
+use super::stop::{abandoned, pause, stopped, stopping};
 use super::wake::{pass_on_wake, wait_for_wake, Waker};
 use crate::durable::scripts;
 use crate::durable::wheel::Wheel;
@@ -20,6 +22,16 @@ const CLAIM_BATCH: usize = 64;
 /// How long the claim loop waits to gather free handlers while tasks are waiting.
 const GATHER: Duration = Duration::from_millis(2);
 
+/// How a claim loop is told to stop, to abandon its handlers, and tells that it claims.
+pub(super) struct Signals {
+    /// True: stop claiming, let the handlers finish.
+    pub(super) stop: watch::Receiver<bool>,
+    /// True: drop the handlers still running (the end of `shutdown_timeout`).
+    pub(super) abandon: watch::Receiver<bool>,
+    /// Counts the loops of the worker that have had their first answer from Redis.
+    pub(super) started: Arc<watch::Sender<usize>>,
+}
+
 /// Claims from partition `part` for handlers that hold one of `permits` each (the worker's
 /// concurrency, shared by the claim loops of every partition: the semaphore hands freed permits
 /// to the waiting loops in turn, so partitions with work share the handlers fairly).
@@ -28,16 +40,21 @@ pub(super) async fn claim_loop(
     part: usize,
     permits: Arc<Semaphore>,
     handler: Handler,
-    mut stop: watch::Receiver<bool>,
+    signals: Signals,
     bid_now: &Notify,
 ) {
+    let Signals { mut stop, mut abandon, started } = signals;
     let concurrency = wheel.cfg.concurrency;
     let keys = &wheel.partitions[part].keys;
     let mut waker: Option<Waker> = None;
     let mut failures = 0u32;
     let mut backlog = false;
+    let mut claimed_once = false;
     let (done_tx, done_rx) = mpsc::unbounded_channel();
-    let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, done_rx));
+    let running = Arc::new(Running::default());
+    let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, done_rx, running.clone()));
+    let renewer = tokio::spawn(renew_leases(wheel.clone(), part, running.clone()));
+    let handlers = Handlers { handler, timeout: wheel.cfg.handler_timeout, done: done_tx, running: running.clone() };
     // A claim that failed, perhaps after it landed (its reply lost): it is made again with the
     // same id and the same handlers, so that it gets back the tasks its first attempt took.
     let mut unanswered: Option<(String, Vec<OwnedSemaphorePermit>)> = None;
@@ -90,9 +107,13 @@ pub(super) async fn claim_loop(
             tracing::info!(wheel = %wheel.name(), "claiming works again");
             failures = 0;
         }
+        if !claimed_once {
+            claimed_once = true;
+            started.send_modify(|n| *n += 1);
+        }
         let got = tasks.len();
         backlog = got == wanted;
-        start_handlers(&handler, &done_tx, tasks, held);
+        start_handlers(&handlers, tasks, held);
         if got == wanted {
             // Perhaps more are ready: let another idle worker know, and claim again.
             if got > 0 {
@@ -107,14 +128,19 @@ pub(super) async fn claim_loop(
     // come back after the lease as another attempt.
     if let Some((claim_id, held)) = unanswered.take() {
         match scripts::claim(wheel, keys, held.len(), &claim_id, true, "").await {
-            Ok(tasks) => start_handlers(&handler, &done_tx, tasks, held),
+            Ok(tasks) => start_handlers(&handlers, tasks, held),
             Err(e) => lost(wheel, "(an unanswered claim)", &e),
         }
     }
-    // Wait for every handler in flight (each holds a permit until its ack or retry is recorded).
-    drop(done_tx);
-    let _ = permits.acquire_many(u32::try_from(concurrency).unwrap_or(u32::MAX)).await;
+    // Wait for every handler in flight (each holds a permit until its ack or retry is recorded,
+    // its lease renewed meanwhile), or drop those still running when told to abandon them.
+    drop(handlers);
+    tokio::select! {
+        _ = permits.acquire_many(u32::try_from(concurrency).unwrap_or(u32::MAX)) => {}
+        () = abandoned(&mut abandon) => running.abandon(wheel, part).await,
+    }
     let _ = recorder.await;
+    renewer.abort();
 }
 
 /// Moves free permits into `held`, up to `batch` in all.

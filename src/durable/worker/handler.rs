@@ -1,5 +1,6 @@
-//! Running the user's handler on one claimed task: a panic is a failure like an `Err`, and the
-//! outcome goes to the recorder with the handler's permit.
+//! Running the user's handler on one claimed task: a panic is a failure like an `Err`, so is a
+//! run longer than the handler timeout; the outcome goes to the recorder with the handler's
+//! permit.
 
 use std::any::Any;
 use std::future::Future;
@@ -7,9 +8,11 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
+use super::lease::Running;
 use super::outcome::Outcome;
 use crate::durable::scripts::Claimed;
 use crate::durable::Task;
@@ -18,21 +21,37 @@ pub(super) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), String>> 
 /// The user's handler, its error turned into text.
 pub(super) type Handler = Arc<dyn Fn(Task) -> HandlerFuture + Send + Sync>;
 
+/// What running a claimed task needs: the handler, its time limit, where its outcome goes, and
+/// the list of the partition's deliveries (whose leases are renewed while they run).
+#[derive(Clone)]
+pub(super) struct Handlers {
+    pub(super) handler: Handler,
+    pub(super) timeout: Duration,
+    pub(super) done: mpsc::UnboundedSender<Outcome>,
+    pub(super) running: Arc<Running>,
+}
+
 /// Runs the handler on each claimed task, one permit each (released once its outcome is
 /// recorded); permits left over are released at once.
-pub(super) fn start_handlers(
-    handler: &Handler,
-    done_tx: &mpsc::UnboundedSender<Outcome>,
-    tasks: Vec<Claimed>,
-    mut held: Vec<OwnedSemaphorePermit>,
-) {
+pub(super) fn start_handlers(handlers: &Handlers, tasks: Vec<Claimed>, mut held: Vec<OwnedSemaphorePermit>) {
     for (Claimed { task, token }, permit) in tasks.into_iter().zip(held.drain(..)) {
-        let (handler, done) = (handler.clone(), done_tx.clone());
-        tokio::spawn(async move {
-            let key = task.key.clone();
-            let outcome = run_handler(&handler, task).await;
-            // The permit goes with the outcome and is released once it is recorded.
-            let _ = done.send(Outcome { key, token, outcome, _permit: permit });
+        let h = handlers.clone();
+        let (listed_key, listed_token) = (task.key.clone(), token.clone());
+        handlers.running.start(&listed_key, &listed_token, move || {
+            tokio::spawn(async move {
+                let key = task.key.clone();
+                let outcome = match tokio::time::timeout(h.timeout, run_handler(&h.handler, task)).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(format!("the handler timed out after {:?} (the handler timeout)", h.timeout)),
+                };
+                // A delivery whose lease went to another worker, or that was abandoned at a
+                // shutdown, has no outcome to record: Redis would refuse it.
+                if h.running.finish(&token) {
+                    // The permit goes with the outcome and is released once it is recorded.
+                    let _ = h.done.send(Outcome { key, token, outcome, _permit: permit });
+                }
+            })
+            .abort_handle()
         });
     }
 }

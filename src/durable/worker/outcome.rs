@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
+use super::lease::Running;
 use crate::durable::conn::Window;
 use crate::durable::scripts::{self, Failed};
 use crate::durable::wheel::Wheel;
@@ -22,10 +23,15 @@ pub(super) struct Outcome {
     pub(super) _permit: OwnedSemaphorePermit,
 }
 
-/// Records outcomes as they come: the acks of everything waiting in one call, each failure on
-/// its own. Ends when every sender is gone and the channel is drained.
-/// Records the outcomes of partition `part`'s deliveries.
-pub(super) async fn record_outcomes(wheel: Arc<Wheel>, part: usize, mut done: mpsc::UnboundedReceiver<Outcome>) {
+/// Records the outcomes of partition `part`'s deliveries as they come: the acks of everything
+/// waiting in one call, each failure on its own; then `running` forgets them (their leases are
+/// renewed until then). Ends when every sender is gone and the channel is drained.
+pub(super) async fn record_outcomes(
+    wheel: Arc<Wheel>,
+    part: usize,
+    mut done: mpsc::UnboundedReceiver<Outcome>,
+    running: Arc<Running>,
+) {
     let keys = &wheel.partitions[part].keys;
     // Keep trying while the lease lasts: after it the task is handed out again anyway.
     let window = Window::Within(wheel.cfg.lease().max(wheel.cfg.retry_window()));
@@ -49,12 +55,24 @@ pub(super) async fn record_outcomes(wheel: Arc<Wheel>, part: usize, mut done: mp
             }
         }
         if !acks.is_empty() {
-            if let Err(e) = scripts::ack(&wheel, keys, &acks, window).await {
-                lost(&wheel, "(a batch)", &e);
+            match scripts::ack(&wheel, keys, &acks, window).await {
+                Ok(answers) => {
+                    for ((key, _), acked) in acks.iter().zip(answers) {
+                        if !acked {
+                            // Its lease went to another worker (this one's renewal was refused
+                            // too, unless the two crossed), or an earlier attempt of this call
+                            // landed.
+                            tracing::debug!(wheel = %wheel.name(), key = %key, "an acknowledgement was refused");
+                        }
+                    }
+                }
+                Err(e) => lost(&wheel, "(a batch)", &e),
             }
         }
         drop(acks);
-        batch.clear();
+        for o in batch.drain(..) {
+            running.forget(&o.token);
+        }
     }
 }
 

@@ -24,3 +24,11 @@ pub(super) async fn pause(stop: &mut watch::Receiver<bool>, wait: Duration) {
         () = stopped(stop) => {}
     }
 }
+
+/// Waits until the worker is told to abandon its handlers; never, if its `Worker` was dropped
+/// without (dropping a worker lets its handlers finish).
+pub(super) async fn abandoned(abandon: &mut watch::Receiver<bool>) {
+    if abandon.wait_for(|a| *a).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

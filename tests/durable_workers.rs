@@ -1,0 +1,241 @@
+//! How a durable worker runs its handlers, against a real `redis-server` started for each test
+//! (see `support/redis_server.rs`): leases renewed while a handler runs longer than the lease,
+//! the handler timeout, `shutdown` and `shutdown_timeout`, waiting until a worker runs and
+//! asking whether it leads.
+//!
+//! Run with `cargo test --features redis --test durable_workers`. Without a `redis-server` the
+//! tests print a skip note and pass, except under `CI=true`, where they fail.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::durable::{wait_until, Log};
+use support::redis_server::RedisServer;
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Error, Task};
+
+const TICK: Duration = Duration::from_millis(50);
+const LEASE: Duration = Duration::from_secs(1);
+
+fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
+    DurableScheduler::builder(server.url(), name)
+        .tick(TICK)
+        .slots(32)
+        .lease(LEASE)
+        .backoff(Duration::from_millis(100))
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(5))
+}
+
+/// A handler that records its delivery (as `node`), sleeps `run`, and acknowledges.
+fn sleeper(
+    log: &Log,
+    node: usize,
+    run: Duration,
+) -> impl Fn(Task) -> futures::future::BoxFuture<'static, Result<(), String>> {
+    let log = log.clone();
+    move |task: Task| {
+        log.record(&task, node);
+        Box::pin(async move {
+            tokio::time::sleep(run).await;
+            Ok(())
+        })
+    }
+}
+
+/// Waits until the task under `key` is no longer pending.
+async fn gone(timers: &DurableScheduler, key: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if !timers.contains(key).await.unwrap() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A handler three times as long as the lease, with two workers competing: its worker renews
+/// the lease, so it runs once, is acknowledged, and no dead letter or retry comes of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_three_times_the_lease_runs_once_and_is_acknowledged() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "long").connect().await.expect("connect");
+    let log = Log::default();
+    let workers = [timers.run(sleeper(&log, 1, LEASE * 3)), timers.run(sleeper(&log, 2, LEASE * 3))];
+    for w in &workers {
+        w.ready().await;
+    }
+    let started = Instant::now();
+    timers.schedule("slow", Duration::from_millis(100), "x").await.unwrap();
+    assert!(gone(&timers, "slow", LEASE * 6).await, "never acknowledged: {:?}", log.all());
+    let took = started.elapsed();
+    assert!(took >= LEASE * 3, "acknowledged after {took:?}, before the handler could have finished");
+    // Another lease and a few ticks: nothing comes back.
+    tokio::time::sleep(LEASE + TICK * 4).await;
+    let deliveries = log.of("slow");
+    assert_eq!(deliveries.len(), 1, "started more than once: {deliveries:?}");
+    assert_eq!(deliveries[0].attempt, 1);
+    let stats = timers.stats().await.unwrap();
+    assert_eq!((stats.acked, stats.retried, stats.dead, stats.pending), (1, 0, 0, 0), "{stats:?}");
+    assert!(timers.dead_letters(10).await.unwrap().is_empty());
+    for w in workers {
+        w.shutdown().await;
+    }
+}
+
+/// A handler still running when `shutdown` is called is waited for, its lease renewed all the
+/// while, and acknowledged when it finishes, however long past the lease that is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_a_handler_longer_than_the_lease_and_acknowledges_it() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "drain").connect().await.expect("connect");
+    let log = Log::default();
+    let worker = timers.run(sleeper(&log, 1, LEASE * 2));
+    timers.schedule("draining", Duration::ZERO, "x").await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await, "never started");
+    let started = Instant::now();
+    worker.shutdown().await;
+    let took = started.elapsed();
+    assert!(took + Duration::from_millis(200) >= LEASE * 2, "shutdown returned after {took:?}, mid-handler");
+    assert!(!timers.contains("draining").await.unwrap(), "the finished handler was not acknowledged");
+    assert_eq!(timers.stats().await.unwrap().acked, 1);
+}
+
+/// `shutdown_timeout` returns within its bound although a handler sleeps far longer. A handler
+/// that finishes within the bound is acknowledged; the one still running is dropped and its
+/// lease given back, so another worker gets it on the next tick (long before its 5 s lease
+/// would have run out), as the next attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_timeout_returns_within_its_bound_and_gives_the_lease_back() {
+    let Some(server) = RedisServer::start() else { return };
+    let lease = Duration::from_secs(5);
+    let timers = builder(&server, "bounded").lease(lease).connect().await.expect("connect");
+    let log = Log::default();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let worker = timers.run({
+        let (log, dropped) = (log.clone(), dropped.clone());
+        move |task: Task| {
+            log.record(&task, 1);
+            let run = if task.key() == "quick" { Duration::from_millis(200) } else { Duration::from_secs(60) };
+            let guard = DropCounter(dropped.clone());
+            async move {
+                tokio::time::sleep(run).await;
+                std::mem::forget(guard);
+                Ok::<(), String>(())
+            }
+        }
+    });
+    timers.schedule("quick", Duration::ZERO, "x").await.unwrap();
+    timers.schedule("slow", Duration::ZERO, "x").await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 2).await, "never started: {:?}", log.all());
+
+    let bound = Duration::from_millis(800);
+    let started = Instant::now();
+    worker.shutdown_timeout(bound).await;
+    let took = started.elapsed();
+    eprintln!("shutdown_timeout({bound:?}) returned after {took:?}");
+    assert!(took + Duration::from_millis(20) >= bound, "returned after {took:?}, before its bound");
+    assert!(took < bound + Duration::from_millis(300), "returned after {took:?}, well past its bound");
+    assert!(gone(&timers, "quick", Duration::from_secs(1)).await, "the handler that finished was not acknowledged");
+    assert!(
+        wait_until(Duration::from_secs(1), || dropped.load(Ordering::SeqCst) == 1).await,
+        "the slow handler was not dropped"
+    );
+
+    // The slow task comes back at once to another worker, as the next attempt.
+    let given_back = Instant::now();
+    let other = timers.run(log.handler(2));
+    assert!(wait_until(lease, || log.of("slow").len() == 2).await, "the dropped handler's task never came back");
+    let back_after = given_back.elapsed();
+    let second = &log.of("slow")[1];
+    assert_eq!((second.node, second.attempt), (2, 2), "{:?}", log.of("slow"));
+    assert!(back_after < lease / 2, "came back after {back_after:?}: its lease was not given back");
+    assert_eq!(log.of("quick").len(), 1, "the finished handler's task was handed out again");
+    other.shutdown().await;
+}
+
+/// Counts the handlers dropped before they finished (the guard is forgotten at the end of a run).
+struct DropCounter(Arc<AtomicUsize>);
+
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A hung handler is dropped after the handler timeout and counts as a failure: retried after
+/// the backoff, then dead with the timeout in its last error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handler_timeout_turns_a_hung_handler_into_a_failure() {
+    let Some(server) = RedisServer::start() else { return };
+    let timeout = Duration::from_millis(300);
+    let timers = builder(&server, "hung").handler_timeout(timeout).max_attempts(2).connect().await.expect("connect");
+    let log = Log::default();
+    let worker = timers.run({
+        let log = log.clone();
+        move |task: Task| {
+            log.record(&task, 1);
+            async move {
+                std::future::pending::<()>().await;
+                Ok::<(), String>(())
+            }
+        }
+    });
+    timers.schedule("hangs", Duration::ZERO, "x").await.unwrap();
+    let dead = {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let dead = timers.dead_letters(10).await.unwrap();
+            if !dead.is_empty() || Instant::now() > deadline {
+                break dead;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    assert_eq!(dead.len(), 1, "never dead: {:?}", log.all());
+    assert_eq!(dead[0].attempts(), 2);
+    assert!(dead[0].last_error().contains("timed out"), "{}", dead[0].last_error());
+    let attempts: Vec<(u32, std::time::SystemTime)> = log.of("hangs").iter().map(|h| (h.attempt, h.at)).collect();
+    assert_eq!(attempts.iter().map(|a| a.0).collect::<Vec<_>>(), [1, 2]);
+    let gap = attempts[1].1.duration_since(attempts[0].1).unwrap();
+    assert!(gap >= timeout, "retried {gap:?} after the first delivery, before the timeout");
+    assert!(gap < LEASE, "retried {gap:?} after the first delivery: by the lease, not the timeout");
+    worker.shutdown().await;
+
+    let zero = builder(&server, "hung").handler_timeout(Duration::ZERO).connect().await;
+    assert!(matches!(zero, Err(Error::Invalid(_))), "{zero:?}");
+}
+
+/// `ready` returns once a worker runs, and then `is_leader` tells who ticks: the first worker
+/// on a wheel leads (each of its partitions), a second one does not, and takes over when the
+/// first shuts down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_then_is_leader_tells_who_ticks() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "who").partitions(3).connect().await.expect("connect");
+    let log = Log::default();
+    let first = log.worker(&timers);
+    tokio::time::timeout(Duration::from_secs(5), first.ready()).await.expect("the first worker never ran");
+    assert!(first.is_leader());
+    assert_eq!(first.partitions_led(), 3);
+
+    let second = log.worker(&timers);
+    tokio::time::timeout(Duration::from_secs(5), second.ready()).await.expect("the second worker never ran");
+    assert!(!second.is_leader());
+    assert_eq!(second.partitions_led(), 0);
+    tokio::time::timeout(Duration::from_millis(100), first.ready()).await.expect("ready, once ready, waits");
+
+    first.shutdown().await;
+    assert!(
+        wait_until(LEASE, || second.partitions_led() == 3).await,
+        "the second worker leads {} of 3 partitions after the first gave them up",
+        second.partitions_led()
+    );
+    second.shutdown().await;
+}
