@@ -12,6 +12,10 @@
 //! key (it applies a review only if it was not applied yet), which is what makes that harmless;
 //! the example counts such redeliveries separately.
 //!
+//! Beside the reviews it shows a recurring task (a sweep every second, five times), a typed
+//! payload (an audit record as JSON, read back with `Task::json`), and a task read back with
+//! `get` before it fires.
+//!
 //! Run it with `cargo run --release --features redis --example durable` (about fifteen seconds).
 //! It starts its own `redis-server` (append-only file on, in a temp directory) unless `REDIS_URL`
 //! names one, in which case it uses a wheel of its own there and does not kill the server.
@@ -26,6 +30,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redis_server::RedisServer;
 use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, Worker};
+use tokio_timewheel::Repeat;
+
+/// A typed payload: what an audit of an order found.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Audit {
+    order: usize,
+    finding: String,
+}
 
 /// How many order reviews to schedule.
 const ORDERS: usize = 3_000;
@@ -48,11 +60,29 @@ struct Reviews {
     redeliveries: AtomicU64,
     early: AtomicU64,
     by_worker: [AtomicU64; 3],
+    /// Runs of the recurring sweep, and audits read back from their JSON.
+    sweeps: AtomicU64,
+    audits: AtomicU64,
 }
 
 impl Reviews {
-    /// The handler's body: apply the review once, whatever the number of deliveries.
+    /// The handler's body: apply the review once, whatever the number of deliveries (and count
+    /// the sweeps and audits).
     fn review(&self, task: &Task, worker: usize) {
+        if task.key() == "sweep" {
+            self.sweeps.fetch_add(1, Relaxed);
+            return;
+        }
+        if task.key().starts_with("audit:") {
+            match task.json::<Audit>() {
+                Ok(audit) => {
+                    println!("audit of order {}: {} (attempt {})", audit.order, audit.finding, task.attempt());
+                    self.audits.fetch_add(1, Relaxed);
+                }
+                Err(e) => println!("{}: not an audit: {e}", task.key()),
+            }
+            return;
+        }
         let order: usize = task.key().trim_start_matches("order-").trim_end_matches(":review").parse().unwrap();
         self.deliveries.fetch_add(1, Relaxed);
         if millis(SystemTime::now()) < self.not_before_ms[order].load(Relaxed) {
@@ -133,6 +163,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         redeliveries: AtomicU64::new(0),
         early: AtomicU64::new(0),
         by_worker: Default::default(),
+        sweeps: AtomicU64::new(0),
+        audits: AtomicU64::new(0),
     });
 
     // Three workers, each on its own connection, as three nodes would be.
@@ -146,6 +178,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }));
     }
     let timers = settings(&url, &name).connect().await?;
+
+    // A recurring sweep (every second, five runs) and a typed audit, read back before it fires.
+    timers.schedule_repeating("sweep", Duration::from_secs(1), Repeat::Times(5), "sweep").await?;
+    let audit = Audit { order: 42, finding: "shipped late, refund the postage".into() };
+    timers.schedule_json("audit:42", Duration::from_secs(2), &audit).await?;
+    if let Some(task) = timers.get("audit:42").await? {
+        println!(
+            "audit:42 is {:?}, due in {:?}, {} deliveries so far, payload {}",
+            task.state(),
+            task.due().duration_since(SystemTime::now()).unwrap_or_default(),
+            task.attempt(),
+            String::from_utf8_lossy(task.payload())
+        );
+    }
 
     let start = Instant::now();
     let redis_down = Arc::new(AtomicBool::new(false));
@@ -232,6 +278,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("missing             {missing}");
     println!("early               {early}");
+    println!("sweeps              {} of 5, audits read back {}", reviews.sweeps.load(Relaxed), reviews.audits.load(Relaxed));
     if missing > 0 || early > 0 {
         println!("FAILED: every scheduled review should fire once, none early");
         std::process::exit(1);
