@@ -589,9 +589,9 @@ impl DurableScheduler {
 
     async fn move_task(&self, key: &str, when: When) -> Result<(), Error> {
         let keys = &self.wheel.partition_of(key).keys;
-        match scripts::reschedule(&self.wheel, keys, key, when).await? {
-            Moved::Yes => self.wheel.conn.replicate(&keys.meta()).await,
-            Moved::NotPending | Moved::Running => Err(Error::NotFound),
+        match scripts::reschedule(&self.wheel, keys, &[(key, when)]).await?.first() {
+            Some(Moved::Yes) => self.wheel.conn.replicate(&keys.meta()).await,
+            _ => Err(Error::NotFound),
         }
     }
 }

@@ -83,7 +83,7 @@ pub(crate) async fn cancel(
         .collect())
 }
 
-/// What `reschedule.lua` did.
+/// What `reschedule.lua` did with one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Moved {
     Yes,
@@ -92,16 +92,27 @@ pub(crate) enum Moved {
     Running,
 }
 
-/// Moves the task under `key` to `when`.
-pub(crate) async fn reschedule(wheel: &Wheel, keys: &WheelKeys, key: &str, when: When) -> Result<Moved, Error> {
-    let (mode, ms) = when.args();
+/// Moves each task of `moves` (key, new time) in one call, in order.
+pub(crate) async fn reschedule(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    moves: &[(impl AsRef<str>, When)],
+) -> Result<Vec<Moved>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.reschedule);
-    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(key).arg(mode).arg(ms);
-    Ok(match wheel.conn.call::<i64>(&inv, Window::Default).await? {
-        1 => Moved::Yes,
-        2 => Moved::Running,
-        _ => Moved::NotPending,
-    })
+    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots);
+    for (key, when) in moves {
+        let (mode, ms) = when.args();
+        inv.arg(key.as_ref()).arg(mode).arg(ms);
+    }
+    let reply: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
+    Ok(reply
+        .into_iter()
+        .map(|r| match r {
+            1 => Moved::Yes,
+            2 => Moved::Running,
+            _ => Moved::NotPending,
+        })
+        .collect())
 }
 
 /// What `requeue_dead.lua` did.

@@ -124,17 +124,53 @@ async fn reschedule_moves_a_waiting_task_and_leaves_a_running_one() {
     seed_running(&server, keys, "run", 5, now + 60_000);
     let before_running = dump(&server, keys);
 
-    assert_eq!(scripts::reschedule(w, keys, "run", When::Delay(0)).await.unwrap(), Moved::Running);
+    let one = |key: &'static str, when: When| async move { scripts::reschedule(w, keys, &[(key, when)]).await };
+    assert_eq!(one("run", When::Delay(0)).await.unwrap(), [Moved::Running]);
     assert_eq!(dump(&server, keys), before_running, "a running task was touched");
-    assert_eq!(scripts::reschedule(w, keys, "nope", When::Delay(0)).await.unwrap(), Moved::NotPending);
+    assert_eq!(one("nope", When::Delay(0)).await.unwrap(), [Moved::NotPending]);
+    assert_eq!(dump(&server, keys), before_running, "a call that moved nothing wrote something");
 
     let to = (c + 5) * TICK_MS;
-    assert_eq!(scripts::reschedule(w, keys, "a", When::At(to)).await.unwrap(), Moved::Yes);
+    assert_eq!(one("a", When::At(to)).await.unwrap(), [Moved::Yes]);
     let d = dump(&server, keys);
     assert_eq!(d.get(&format!("slot:{}", (c + 5) % SLOTS)).map(String::as_str), Some(format!("a@{to}").as_str()));
     assert!(!d.contains_key(&format!("slot:{}", (c + 2) % SLOTS)), "{d:?}");
     assert_eq!(d["ring"], "1");
     assert_eq!(d["t:a"], format!("a=0 due={to} p=x rid=r1 tick={}", c + 5));
+}
+
+/// A batch moves its tasks in order, as so many calls one after the other, each answering for
+/// itself: a key given twice is moved twice (the later time stands), a running task and a
+/// missing one are left alone, and a task moved into the past is ready and wakes a worker.
+#[tokio::test]
+async fn reschedule_moves_a_batch_in_order_each_answering_for_itself() {
+    let Some((server, timers)) = wheel("s-move-batch").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let c = cursor(&server, keys);
+    let now = redis_now_ms(&server);
+    seed_waiting(&server, keys, "a", c + 2);
+    seed_waiting(&server, keys, "b", c + 3);
+    seed_running(&server, keys, "run", 5, now + 60_000);
+    let (first, last) = ((c + 5) * TICK_MS, (c + 6) * TICK_MS);
+    let moves = [
+        ("a", When::At(first)),
+        ("run", When::Delay(0)),
+        ("nope", When::Delay(0)),
+        ("b", When::At(1)),
+        ("a", When::At(last)),
+    ];
+    let got = scripts::reschedule(w, keys, &moves).await.unwrap();
+    assert_eq!(got, [Moved::Yes, Moved::Running, Moved::NotPending, Moved::Yes, Moved::Yes]);
+    let d = dump(&server, keys);
+    for t in [c + 2, c + 3, c + 5] {
+        assert!(!d.contains_key(&format!("slot:{}", t % SLOTS)), "slot of tick {t} left: {d:?}");
+    }
+    assert_eq!(d[&format!("slot:{}", (c + 6) % SLOTS)], format!("a@{last}"));
+    assert_eq!(d["ring"], "1", "{d:?}");
+    assert_eq!(d["t:a"], format!("a=0 due={last} p=x rid=r1 tick={}", c + 6));
+    assert_eq!(d["ready"], "b@1");
+    assert_eq!(d["wake"], "1", "the task made ready woke no worker");
+    assert_eq!(d["t:run"], "a=1 due=5 p=x rid=r1 tick=5 tok=7", "a running task was touched");
 }
 
 /// A claim leases what is ready, oldest first; its retry (same id) gets the same tasks back
