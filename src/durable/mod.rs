@@ -151,9 +151,10 @@
 //! never a scan. Moving a tick's tasks on is one `ZPOPMIN` and one `ZADD` for the lot.
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
-// time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, scheduler, connect,
-// builder), which `tests::no_import_runs_back_up` checks.
+// time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, coalesce, scheduler,
+// connect, builder), which `tests::no_import_runs_back_up` checks.
 mod builder;
+mod coalesce;
 mod config;
 mod conn;
 mod connect;

@@ -7,22 +7,16 @@ use std::time::{Duration, SystemTime};
 
 use tokio::task::{JoinError, JoinSet};
 
-use super::scripts::{self, Cancelled, Moved, NewTask, Requeued, Scheduled};
+use super::coalesce::{self, Calls, CANCEL_BATCH, SCHEDULE_BATCH, SCHEDULE_BATCH_BYTES};
+use super::scripts::{self, NewTask, Requeued};
 use super::time::When;
 use super::wheel::Wheel;
 use super::{DeadTask, DurableStats, Task, Worker};
 use crate::error::RedisFailure;
 use crate::Error;
 
-/// How many tasks one `schedule_many` script call carries at most: keeps each call well under a
-/// millisecond of Redis's time.
-const SCHEDULE_BATCH: usize = 64;
 /// How many `schedule_many` script calls are in flight at once.
 const SCHEDULE_PIPELINE: usize = 8;
-/// How many payload bytes one `schedule_many` script call carries at most (one task always goes).
-const SCHEDULE_BATCH_BYTES: usize = 1 << 20;
-/// How many keys one `cancel_many` script call carries at most.
-const CANCEL_BATCH: usize = 128;
 /// How many dead letters one `dead_letters` script call reads at most (payloads included).
 const DEAD_LETTERS_PAGE: usize = 128;
 
@@ -46,6 +40,8 @@ const DEAD_LETTERS_PAGE: usize = 128;
 #[derive(Clone)]
 pub struct DurableScheduler {
     pub(crate) wheel: Arc<Wheel>,
+    /// The calls in flight of this handle and its clones, coalesced per partition and kind.
+    calls: Arc<Calls>,
 }
 
 impl fmt::Debug for DurableScheduler {
@@ -55,6 +51,13 @@ impl fmt::Debug for DurableScheduler {
 }
 
 impl DurableScheduler {
+    /// The handle to a wheel just opened.
+    pub(crate) fn new(wheel: Wheel) -> Self {
+        let wheel = Arc::new(wheel);
+        let calls = Arc::new(Calls::new(&wheel));
+        DurableScheduler { wheel, calls }
+    }
+
     /// Schedules a task under `key`, due `delay` after the call reaches Redis (on Redis's clock).
     ///
     /// It is handed to a worker's handler on the first tick at or after its due time, never
@@ -246,7 +249,8 @@ impl DurableScheduler {
     /// # Cancel safety
     /// Dropping the future after the request was sent may still cancel the task.
     pub async fn cancel(&self, key: impl AsRef<str>) -> Result<bool, Error> {
-        Ok(self.cancel_many([key.as_ref()]).await?[0])
+        let key = key.as_ref();
+        self.calls.cancel(self.wheel.partition_of(key).index, key.to_string()).await
     }
 
     /// Cancels the tasks under `keys` that have not started, returning for each whether this
@@ -276,18 +280,11 @@ impl DurableScheduler {
         for (i, key) in keys.iter().enumerate() {
             by_partition[self.wheel.partition_of(key).index].push(i);
         }
-        for (part, places) in self.wheel.partitions.iter().zip(by_partition) {
+        for (part, places) in by_partition.into_iter().enumerate() {
             for chunk in places.chunks(CANCEL_BATCH) {
                 let chunk_keys: Vec<&str> = chunk.iter().map(|&i| keys[i].as_str()).collect();
-                // One id per call, kept by its retries: a retry whose first attempt landed
-                // still answers true (see `lua/cancel.lua`).
-                let answers = scripts::cancel(&self.wheel, &part.keys, &self.wheel.ids.next(), &chunk_keys).await?;
-                if answers.contains(&Cancelled::Yes) {
-                    // A cancel lost in a failover would let the task fire after all.
-                    self.wheel.conn.replicate(&part.keys.meta()).await?;
-                }
-                for (&i, answer) in chunk.iter().zip(answers) {
-                    out[i] = answer == Cancelled::Yes;
+                for (&i, answer) in chunk.iter().zip(coalesce::cancel_batch(&self.wheel, part, &chunk_keys).await) {
+                    out[i] = answer?;
                 }
             }
         }
@@ -577,22 +574,15 @@ impl DurableScheduler {
         payload: Vec<u8>,
         request_id: Option<&str>,
     ) -> Result<(), Error> {
+        // Checked before it is queued: a bad call never reaches its batch.
         self.check(key, &payload)?;
         let request_id = request_id.map_or_else(|| self.wheel.ids.next(), str::to_string);
         let task = NewTask { key: key.to_string(), when, payload, request_id };
-        let part = self.wheel.partition_of(key).index;
-        match send_batch(self.wheel.clone(), part, vec![(0, task)]).await?.pop() {
-            Some((_, key)) => Err(Error::DuplicateKey(key)),
-            None => Ok(()),
-        }
+        self.calls.schedule(self.wheel.partition_of(key).index, task).await
     }
 
     async fn move_task(&self, key: &str, when: When) -> Result<(), Error> {
-        let keys = &self.wheel.partition_of(key).keys;
-        match scripts::reschedule(&self.wheel, keys, &[(key, when)]).await?.first() {
-            Some(Moved::Yes) => self.wheel.conn.replicate(&keys.meta()).await,
-            _ => Err(Error::NotFound),
-        }
+        self.calls.reschedule(self.wheel.partition_of(key).index, key.to_string(), when).await
     }
 }
 
@@ -601,22 +591,19 @@ impl DurableScheduler {
 type Duplicates = Vec<(usize, String)>;
 
 /// Sends one `schedule.lua` call for `batch`, all of partition `part` (each task with its index
-/// in the caller's results).
+/// in the caller's results); a Redis failure is the whole batch's.
 async fn send_batch(wheel: Arc<Wheel>, part: usize, batch: Vec<(usize, NewTask)>) -> Result<Duplicates, Error> {
     let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = batch.into_iter().unzip();
-    let keys = &wheel.partitions[part].keys;
-    let outcomes = scripts::schedule(&wheel, keys, &tasks).await?;
-    if outcomes.iter().any(|&o| o != Scheduled::Duplicate) {
-        // Something was written (or was, by this request's first attempt): replicate it.
-        wheel.conn.replicate(&keys.meta()).await?;
+    let outcomes = coalesce::schedule_batch(&wheel, part, &tasks).await;
+    let mut duplicates = Vec::new();
+    for ((index, task), outcome) in indexes.into_iter().zip(tasks).zip(outcomes) {
+        match outcome {
+            Ok(()) => {}
+            Err(Error::DuplicateKey(_)) => duplicates.push((index, task.key)),
+            Err(e) => return Err(e),
+        }
     }
-    Ok(indexes
-        .into_iter()
-        .zip(tasks)
-        .zip(outcomes)
-        .filter(|(_, outcome)| *outcome == Scheduled::Duplicate)
-        .map(|((index, task), _)| (index, task.key))
-        .collect())
+    Ok(duplicates)
 }
 
 /// Writes one finished batch's duplicates into `results`.
