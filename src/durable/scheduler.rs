@@ -26,6 +26,24 @@ const DEAD_LETTERS_PAGE: usize = 128;
 /// payload, fire at their due time (on Redis's clock) and are handed to a [`Worker`]'s handler;
 /// see the [module docs](super) for the guarantees and the Redis settings they need.
 ///
+/// # Concurrent calls go together
+/// The [`schedule`](Self::schedule), [`cancel`](Self::cancel) and
+/// [`reschedule`](Self::reschedule) calls (and their `_at` forms) of a handle and its clones are
+/// coalesced, as a batching client does: a call that finds no call of its kind on the wire goes at
+/// once, with no timer or linger; calls that come while one is on the wire wait for it and go
+/// together as one script call when it returns (one call of each kind on the wire at a time, per
+/// partition). So many concurrent callers cost Redis one script call a batch rather than one each,
+/// and a lone caller is not slowed down. A batch carries at most 64 schedules or reschedules, or
+/// 128 cancels, and at most 1 MiB of keys and payloads; a payload too heavy to share a batch goes
+/// alone, and the lighter calls behind it do not wait for it.
+///
+/// Each caller gets its own answer ([`Error::DuplicateKey`], `false`, [`Error::NotFound`]) and
+/// its own error: a call refused by its checks (an empty key, a payload over the maximum) fails
+/// before it is queued and never reaches a batch; a failure of the whole script call (Redis away,
+/// say) is the error of every caller in the batch. A batch is retried as a unit, with the same
+/// request ids, so it is as safe to retry as a single call. [`schedule_many`](Self::schedule_many)
+/// and [`cancel_many`](Self::cancel_many) send their own batches directly.
+///
 /// # Examples
 /// ```no_run
 /// use std::time::Duration;
@@ -84,7 +102,9 @@ impl DurableScheduler {
     ///   request id for up to the connect timeout, so a schedule that did land is not repeated.
     ///
     /// # Cancel safety
-    /// Dropping the future after the request was sent may still schedule the task.
+    /// Dropping the future while the call waits for its batch takes it out (it is not sent);
+    /// dropping it once its batch was sent may still schedule the task. Either way the other
+    /// calls of the batch are not affected.
     pub async fn schedule(
         &self,
         key: impl AsRef<str>,
@@ -247,7 +267,9 @@ impl DurableScheduler {
     /// [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
-    /// Dropping the future after the request was sent may still cancel the task.
+    /// Dropping the future while the call waits for its batch takes it out (it is not sent);
+    /// dropping it once its batch was sent may still cancel the task. Either way the other calls
+    /// of the batch are not affected.
     pub async fn cancel(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let key = key.as_ref();
         self.calls.cancel(self.wheel.partition_of(key).index, key.to_string()).await
@@ -271,7 +293,7 @@ impl DurableScheduler {
     /// [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
-    /// As [`cancel`](Self::cancel).
+    /// Dropping the future after a request was sent may still cancel its tasks.
     pub async fn cancel_many<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<bool>, Error> {
         let keys: Vec<String> = keys.into_iter().map(|k| k.as_ref().to_string()).collect();
         let mut out = vec![false; keys.len()];
@@ -319,7 +341,9 @@ impl DurableScheduler {
     /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
-    /// Dropping the future after the request was sent may still move the task.
+    /// Dropping the future while the call waits for its batch takes it out (it is not sent);
+    /// dropping it once its batch was sent may still move the task. Either way the other calls
+    /// of the batch are not affected.
     pub async fn reschedule(&self, key: impl AsRef<str>, delay: Duration) -> Result<(), Error> {
         self.move_task(key.as_ref(), When::delay(delay)?).await
     }

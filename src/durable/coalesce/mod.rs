@@ -30,8 +30,8 @@ pub(crate) const CANCEL_BATCH: usize = 128;
 /// How many tasks one `reschedule.lua` call moves at most.
 const RESCHEDULE_BATCH: usize = 64;
 /// How many calls of one kind are on the wire at once for one partition. One, as a batching
-/// client does: a second in flight halves the batches without sending anything sooner when Redis
-/// is the bottleneck (BENCHMARKS.md has the measurement).
+/// client does: with two the batches are smaller and cost Redis more per task, for no more
+/// throughput (BENCHMARKS.md, "Coalescing the calls in flight").
 const IN_FLIGHT: usize = 1;
 
 /// The calls in flight of one handle and its clones: per kind, one [`Coalescer`] per partition
