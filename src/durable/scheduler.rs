@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::task::{JoinError, JoinSet};
 
-use super::coalesce::{self, Calls, CANCEL_BATCH, SCHEDULE_BATCH, SCHEDULE_BATCH_BYTES};
+use super::coalesce::{self, Calls, BATCH_BYTES, CANCEL_BATCH, SCHEDULE_BATCH};
 use super::scripts::{self, NewTask, Requeued};
 use super::time::When;
 use super::wheel::Wheel;
@@ -201,9 +201,7 @@ impl DurableScheduler {
                 Ok(when) => {
                     let part = self.wheel.partition_of(key).index;
                     let (batch, bytes) = &mut batches[part];
-                    if batch.len() == SCHEDULE_BATCH
-                        || (*bytes + payload.len() > SCHEDULE_BATCH_BYTES && !batch.is_empty())
-                    {
+                    if batch.len() == SCHEDULE_BATCH || (*bytes + payload.len() > BATCH_BYTES && !batch.is_empty()) {
                         if in_flight.len() >= SCHEDULE_PIPELINE {
                             settle(in_flight.join_next().await, &mut results)?;
                         }

@@ -22,9 +22,10 @@ use crate::Error;
 /// How many tasks one `schedule.lua` call carries at most: keeps each call well under a
 /// millisecond of Redis's time.
 pub(crate) const SCHEDULE_BATCH: usize = 64;
-/// How many payload bytes (keys included) one `schedule.lua` call carries at most; one task
-/// always goes, so a payload larger than this goes alone.
-pub(crate) const SCHEDULE_BATCH_BYTES: usize = 1 << 20;
+/// How many bytes of keys and payloads one script call of a batch carries at most (a call's
+/// size in Redis's input buffer, and the time Redis spends copying it); one item always goes,
+/// so an item larger than this goes alone.
+pub(crate) const BATCH_BYTES: usize = 1 << 20;
 /// How many keys one `cancel.lua` call carries at most.
 pub(crate) const CANCEL_BATCH: usize = 128;
 /// How many tasks one `reschedule.lua` call moves at most.
@@ -47,13 +48,13 @@ impl Calls {
     /// none running.
     pub(crate) fn new(wheel: &Arc<Wheel>) -> Self {
         Calls {
-            schedule: per_partition(wheel, SCHEDULE_BATCH, SCHEDULE_BATCH_BYTES, |w, part, tasks| async move {
+            schedule: per_partition(wheel, SCHEDULE_BATCH, BATCH_BYTES, |w, part, tasks| async move {
                 schedule_batch(&w, part, &tasks).await
             }),
-            cancel: per_partition(wheel, CANCEL_BATCH, usize::MAX, |w, part, keys| async move {
+            cancel: per_partition(wheel, CANCEL_BATCH, BATCH_BYTES, |w, part, keys| async move {
                 cancel_batch(&w, part, &keys).await
             }),
-            reschedule: per_partition(wheel, RESCHEDULE_BATCH, usize::MAX, |w, part, moves| async move {
+            reschedule: per_partition(wheel, RESCHEDULE_BATCH, BATCH_BYTES, |w, part, moves| async move {
                 reschedule_batch(&w, part, &moves).await
             }),
         }

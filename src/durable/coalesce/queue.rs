@@ -109,22 +109,24 @@ impl<I, A> Queue<I, A> {
     /// always goes, so each waits for a bounded number of batches.
     fn next_batch(&mut self, bounds: &Bounds) -> Vec<Waiting<I, A>> {
         let mut batch: Vec<Waiting<I, A>> = Vec::new();
-        let mut bytes = 0;
+        let mut bytes = 0usize;
         let mut passed_over = VecDeque::new();
         while batch.len() < bounds.items && passed_over.len() < bounds.items {
             let Some(call) = self.waiting.pop_front() else { break };
             if call.reply.is_closed() {
                 continue;
             }
-            if !batch.is_empty() && bytes + call.bytes > bounds.bytes {
+            if !batch.is_empty() && bytes.saturating_add(call.bytes) > bounds.bytes {
                 passed_over.push_back(call);
                 continue;
             }
-            bytes += call.bytes;
+            bytes = bytes.saturating_add(call.bytes);
             batch.push(call);
         }
-        passed_over.append(&mut self.waiting);
-        self.waiting = passed_over;
+        if !passed_over.is_empty() {
+            passed_over.append(&mut self.waiting);
+            self.waiting = passed_over;
+        }
         batch
     }
 }
