@@ -278,7 +278,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("missing             {missing}");
     println!("early               {early}");
-    println!("sweeps              {} of 5, audits read back {}", reviews.sweeps.load(Relaxed), reviews.audits.load(Relaxed));
+    println!(
+        "sweeps              {} of 5, audits read back {}",
+        reviews.sweeps.load(Relaxed),
+        reviews.audits.load(Relaxed)
+    );
     if missing > 0 || early > 0 {
         println!("FAILED: every scheduled review should fire once, none early");
         std::process::exit(1);

@@ -28,6 +28,14 @@ pub async fn used_memory(server: &RedisServer) -> f64 {
     info["used_memory"].parse().expect("used_memory")
 }
 
+/// The server's CPU time so far (`used_cpu_sys + used_cpu_user` from `INFO cpu`), in seconds: Redis's work
+/// whatever the machine's load, unlike the wall-clock `usec` of `INFO commandstats`.
+pub fn cpu_seconds(server: &RedisServer) -> f64 {
+    let info = tokio::task::block_in_place(|| server.info("cpu"));
+    let field = |name: &str| info.get(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    field("used_cpu_sys") + field("used_cpu_user")
+}
+
 /// Calls per command from `INFO commandstats` (see [`RedisServer::command_calls`]).
 pub fn command_calls(server: &RedisServer) -> BTreeMap<String, u64> {
     tokio::task::block_in_place(|| server.command_calls())

@@ -51,6 +51,7 @@ pub async fn d124(
     let timers = connect(server, options).await;
     let n = inputs.n;
     let before = server::used_memory(server).await;
+    let (cpu, calls) = (server::cpu_seconds(server), script_calls(server));
     let started = Instant::now();
     if batch {
         schedule_batches(&timers, &inputs.keys, |i| inputs.d1_delays_ms[i]).await;
@@ -67,8 +68,10 @@ pub async fn d124(
             .await;
     }
     let d1_s = started.elapsed().as_secs_f64();
+    let (d1_cpu, d1_calls) = (server::cpu_seconds(server) - cpu, script_calls(server) - calls);
     let after = server::used_memory(server).await;
 
+    let (cpu, calls) = (server::cpu_seconds(server), script_calls(server));
     let started = Instant::now();
     let cancelled = if batch {
         let mut cancelled = 0;
@@ -89,12 +92,34 @@ pub async fn d124(
             .await
     };
     let d4_s = started.elapsed().as_secs_f64();
+    let (d4_cpu, d4_calls) = (server::cpu_seconds(server) - cpu, script_calls(server) - calls);
     assert_eq!(cancelled, n, "tokio-timewheel: every pending task cancelled once");
+    let per_task = |x: f64| x / n as f64;
     vec![
-        ("D1", vec![("tasks_per_s", n as f64 / d1_s)]),
+        (
+            "D1",
+            vec![
+                ("tasks_per_s", n as f64 / d1_s),
+                ("redis_cpu_us_per_task", per_task(d1_cpu * 1e6)),
+                ("script_calls_per_task", per_task(d1_calls as f64)),
+            ],
+        ),
         ("D2", vec![("redis_bytes_per_task", (after - before) / n as f64)]),
-        ("D4", vec![("cancels_per_s", n as f64 / d4_s)]),
+        (
+            "D4",
+            vec![
+                ("cancels_per_s", n as f64 / d4_s),
+                ("redis_cpu_us_per_task", per_task(d4_cpu * 1e6)),
+                ("script_calls_per_task", per_task(d4_calls as f64)),
+            ],
+        ),
     ]
+}
+
+/// The script calls (`EVALSHA` and `EVAL`) the server has run so far.
+fn script_calls(server: &RedisServer) -> u64 {
+    let calls = server::command_calls(server);
+    ["evalsha", "eval"].iter().map(|name| calls.get(*name).copied().unwrap_or(0)).sum()
 }
 
 fn start_workers(timers: &DurableScheduler, sink: Arc<Sink>) -> Vec<Worker> {

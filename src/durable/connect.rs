@@ -1,8 +1,6 @@
 //! Connecting: checks the settings, connects to the deployment, checks the server and opens the
 //! wheel (each of its partitions), all within one connect timeout.
 
-use std::sync::Arc;
-
 use super::config::{Config, Settings};
 use super::conn::{unreachable, Conn};
 use super::ids::Ids;
@@ -35,7 +33,7 @@ pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Err
     let timeout = wheel.cfg.connect_timeout;
     tokio::time::timeout_at(deadline, check_server(&wheel)).await.map_err(|_| unreachable(timeout))??;
     tokio::time::timeout_at(deadline, open(&wheel)).await.map_err(|_| unreachable(timeout))??;
-    Ok(DurableScheduler { wheel: Arc::new(wheel) })
+    Ok(DurableScheduler::new(wheel))
 }
 
 /// Opens the wheel: its record first (which refuses another tick, slot or partition count),

@@ -222,9 +222,10 @@
 //! does: drain it with the version that wrote it.
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
-// time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, scheduler, connect,
-// builder), which `tests::no_import_runs_back_up` checks.
+// time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, coalesce, scheduler,
+// connect, builder), which `tests::no_import_runs_back_up` checks.
 mod builder;
+mod coalesce;
 mod config;
 mod conn;
 mod connect;

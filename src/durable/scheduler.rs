@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::task::{JoinError, JoinSet};
 
-use super::scripts::{self, Cancelled, Moved, NewTask, Requeued, Scheduled};
+use super::coalesce::{self, Calls, BATCH_BYTES, CANCEL_BATCH, SCHEDULE_BATCH};
+use super::scripts::{self, NewTask, Requeued, Scheduled};
 use super::time::When;
 use super::time::{unix_ms, MAX_DUE_MS};
 use super::wheel::Wheel;
@@ -17,16 +18,8 @@ use crate::Error;
 
 /// The most tasks or dead letters one page of `due_next` or `dead_letters_page` holds.
 pub const MAX_PAGE: usize = 1000;
-
-/// How many tasks one `schedule_many` script call carries at most: keeps each call well under a
-/// millisecond of Redis's time.
-const SCHEDULE_BATCH: usize = 64;
 /// How many `schedule_many` script calls are in flight at once.
 const SCHEDULE_PIPELINE: usize = 8;
-/// How many payload bytes one `schedule_many` script call carries at most (one task always goes).
-const SCHEDULE_BATCH_BYTES: usize = 1 << 20;
-/// How many keys one `cancel_many` script call carries at most.
-const CANCEL_BATCH: usize = 128;
 /// How many dead letters one `dead_letters` script call reads at most (payloads included).
 const DEAD_LETTERS_PAGE: usize = 128;
 
@@ -35,6 +28,24 @@ const DEAD_LETTERS_PAGE: usize = 128;
 /// `Clone + Send + Sync`; a clone shares the connection. Tasks are scheduled by key with a
 /// payload, fire at their due time (on Redis's clock) and are handed to a [`Worker`]'s handler;
 /// see the [module docs](super) for the guarantees and the Redis settings they need.
+///
+/// # Concurrent calls go together
+/// The [`schedule`](Self::schedule), [`cancel`](Self::cancel) and
+/// [`reschedule`](Self::reschedule) calls (and their `_at` forms) of a handle and its clones are
+/// coalesced, as a batching client does: a call that finds no call of its kind on the wire goes at
+/// once, with no timer or linger; calls that come while one is on the wire wait for it and go
+/// together as one script call when it returns (one call of each kind on the wire at a time, per
+/// partition). So many concurrent callers cost Redis one script call a batch rather than one each,
+/// and a lone caller is not slowed down. A batch carries at most 64 schedules or reschedules, or
+/// 128 cancels, and at most 1 MiB of keys and payloads; a payload too heavy to share a batch goes
+/// alone, and the lighter calls behind it do not wait for it.
+///
+/// Each caller gets its own answer ([`Error::DuplicateKey`], `false`, [`Error::NotFound`]) and
+/// its own error: a call refused by its checks (an empty key, a payload over the maximum) fails
+/// before it is queued and never reaches a batch; a failure of the whole script call (Redis away,
+/// say) is the error of every caller in the batch. A batch is retried as a unit, with the same
+/// request ids, so it is as safe to retry as a single call. [`schedule_many`](Self::schedule_many)
+/// and [`cancel_many`](Self::cancel_many) send their own batches directly.
 ///
 /// # Examples
 /// ```no_run
@@ -50,6 +61,8 @@ const DEAD_LETTERS_PAGE: usize = 128;
 #[derive(Clone)]
 pub struct DurableScheduler {
     pub(crate) wheel: Arc<Wheel>,
+    /// The calls in flight of this handle and its clones, coalesced per partition and kind.
+    calls: Arc<Calls>,
 }
 
 impl fmt::Debug for DurableScheduler {
@@ -59,6 +72,13 @@ impl fmt::Debug for DurableScheduler {
 }
 
 impl DurableScheduler {
+    /// The handle to a wheel just opened.
+    pub(crate) fn new(wheel: Wheel) -> Self {
+        let wheel = Arc::new(wheel);
+        let calls = Arc::new(Calls::new(&wheel));
+        DurableScheduler { wheel, calls }
+    }
+
     /// Schedules a task under `key`, due `delay` after the call reaches Redis (on Redis's clock).
     ///
     /// It is handed to a worker's handler on the first tick at or after its due time, never
@@ -85,7 +105,9 @@ impl DurableScheduler {
     ///   request id for up to the connect timeout, so a schedule that did land is not repeated.
     ///
     /// # Cancel safety
-    /// Dropping the future after the request was sent may still schedule the task.
+    /// Dropping the future while the call waits for its batch takes it out (it is not sent);
+    /// dropping it once its batch was sent may still schedule the task. Either way the other
+    /// calls of the batch are not affected.
     pub async fn schedule(
         &self,
         key: impl AsRef<str>,
@@ -221,13 +243,11 @@ impl DurableScheduler {
                 Ok(when) => {
                     let part = self.wheel.partition_of(key).index;
                     let (batch, bytes) = &mut batches[part];
-                    if batch.len() == SCHEDULE_BATCH
-                        || (*bytes + payload.len() > SCHEDULE_BATCH_BYTES && !batch.is_empty())
-                    {
+                    if batch.len() == SCHEDULE_BATCH || (*bytes + payload.len() > BATCH_BYTES && !batch.is_empty()) {
                         if in_flight.len() >= SCHEDULE_PIPELINE {
                             settle(in_flight.join_next().await, &mut results)?;
                         }
-                        in_flight.spawn(send_batch(self.wheel.clone(), part, None, std::mem::take(batch)));
+                        in_flight.spawn(send_batch(self.wheel.clone(), part, std::mem::take(batch)));
                         *bytes = 0;
                     }
                     *bytes += payload.len();
@@ -239,7 +259,7 @@ impl DurableScheduler {
         }
         for (part, (batch, _)) in batches.into_iter().enumerate() {
             if !batch.is_empty() {
-                in_flight.spawn(send_batch(self.wheel.clone(), part, None, batch));
+                in_flight.spawn(send_batch(self.wheel.clone(), part, batch));
             }
         }
         while let Some(done) = in_flight.join_next().await {
@@ -287,9 +307,12 @@ impl DurableScheduler {
     /// [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
-    /// Dropping the future after the request was sent may still cancel the task.
+    /// Dropping the future while the call waits for its batch takes it out (it is not sent);
+    /// dropping it once its batch was sent may still cancel the task. Either way the other calls
+    /// of the batch are not affected.
     pub async fn cancel(&self, key: impl AsRef<str>) -> Result<bool, Error> {
-        Ok(self.cancel_many([key.as_ref()]).await?[0])
+        let key = key.as_ref();
+        self.calls.cancel(self.wheel.partition_of(key).index, key.to_string()).await
     }
 
     /// Cancels the tasks under `keys` that have not started, returning for each whether this
@@ -310,7 +333,7 @@ impl DurableScheduler {
     /// [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
-    /// As [`cancel`](Self::cancel).
+    /// Dropping the future after a request was sent may still cancel its tasks.
     pub async fn cancel_many<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<bool>, Error> {
         let keys: Vec<String> = keys.into_iter().map(|k| k.as_ref().to_string()).collect();
         let mut out = vec![false; keys.len()];
@@ -319,18 +342,11 @@ impl DurableScheduler {
         for (i, key) in keys.iter().enumerate() {
             by_partition[self.wheel.partition_of(key).index].push(i);
         }
-        for (part, places) in self.wheel.partitions.iter().zip(by_partition) {
+        for (part, places) in by_partition.into_iter().enumerate() {
             for chunk in places.chunks(CANCEL_BATCH) {
                 let chunk_keys: Vec<&str> = chunk.iter().map(|&i| keys[i].as_str()).collect();
-                // One id per call, kept by its retries: a retry whose first attempt landed
-                // still answers true (see `lua/cancel.lua`).
-                let answers = scripts::cancel(&self.wheel, &part.keys, &self.wheel.ids.next(), &chunk_keys).await?;
-                if answers.contains(&Cancelled::Yes) {
-                    // A cancel lost in a failover would let the task fire after all.
-                    self.wheel.conn.replicate(&part.keys.meta()).await?;
-                }
-                for (&i, answer) in chunk.iter().zip(answers) {
-                    out[i] = answer == Cancelled::Yes;
+                for (&i, answer) in chunk.iter().zip(coalesce::cancel_batch(&self.wheel, part, &chunk_keys).await) {
+                    out[i] = answer?;
                 }
             }
         }
@@ -365,7 +381,9 @@ impl DurableScheduler {
     /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
-    /// Dropping the future after the request was sent may still move the task.
+    /// Dropping the future while the call waits for its batch takes it out (it is not sent);
+    /// dropping it once its batch was sent may still move the task. Either way the other calls
+    /// of the batch are not affected.
     pub async fn reschedule(&self, key: impl AsRef<str>, delay: Duration) -> Result<(), Error> {
         self.move_task(key.as_ref(), When::delay(delay)?).await
     }
@@ -938,21 +956,19 @@ impl DurableScheduler {
         payload: Vec<u8>,
         request_id: Option<&str>,
     ) -> Result<(), Error> {
+        // Checked before it is queued: a bad call never reaches its batch.
         self.check(key, &payload)?;
         let task = NewTask { key: key.to_string(), when, payload };
         let part = self.wheel.partition_of(key).index;
-        match send_batch(self.wheel.clone(), part, request_id.map(str::to_string), vec![(0, task)]).await?.pop() {
-            Some((_, key)) => Err(Error::DuplicateKey(key)),
-            None => Ok(()),
+        match request_id {
+            // A test's own request id: its call goes alone, under that id.
+            Some(id) => coalesce::schedule_batch(&self.wheel, part, Some(id), &[task]).await.remove(0),
+            None => self.calls.schedule(part, task).await,
         }
     }
 
     async fn move_task(&self, key: &str, when: When) -> Result<(), Error> {
-        let keys = &self.wheel.partition_of(key).keys;
-        match scripts::reschedule(&self.wheel, keys, &[(key, when)]).await?.pop().unwrap_or(Moved::NotPending) {
-            Moved::Yes => self.wheel.conn.replicate(&keys.meta()).await,
-            Moved::NotPending | Moved::Running => Err(Error::NotFound),
-        }
+        self.calls.reschedule(self.wheel.partition_of(key).index, key.to_string(), when).await
     }
 }
 
@@ -961,28 +977,19 @@ impl DurableScheduler {
 type Duplicates = Vec<(usize, String)>;
 
 /// Sends one `schedule.lua` call for `batch`, all of partition `part` (each task with its index
-/// in the caller's results), under `request_id` or a new one.
-async fn send_batch(
-    wheel: Arc<Wheel>,
-    part: usize,
-    request_id: Option<String>,
-    batch: Vec<(usize, NewTask)>,
-) -> Result<Duplicates, Error> {
+/// in the caller's results); a Redis failure is the whole batch's.
+async fn send_batch(wheel: Arc<Wheel>, part: usize, batch: Vec<(usize, NewTask)>) -> Result<Duplicates, Error> {
     let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = batch.into_iter().unzip();
-    let keys = &wheel.partitions[part].keys;
-    let request_id = request_id.unwrap_or_else(|| wheel.ids.next());
-    let outcomes = scripts::schedule(&wheel, keys, &request_id, &tasks, false, None).await?;
-    if outcomes.iter().any(|&o| o != Scheduled::Duplicate) {
-        // Something was written (or was, by this request's first attempt): replicate it.
-        wheel.conn.replicate(&keys.meta()).await?;
+    let outcomes = coalesce::schedule_batch(&wheel, part, None, &tasks).await;
+    let mut duplicates = Vec::new();
+    for ((index, task), outcome) in indexes.into_iter().zip(tasks).zip(outcomes) {
+        match outcome {
+            Ok(()) => {}
+            Err(Error::DuplicateKey(_)) => duplicates.push((index, task.key)),
+            Err(e) => return Err(e),
+        }
     }
-    Ok(indexes
-        .into_iter()
-        .zip(tasks)
-        .zip(outcomes)
-        .filter(|(_, outcome)| *outcome == Scheduled::Duplicate)
-        .map(|((index, task), _)| (index, task.key))
-        .collect())
+    Ok(duplicates)
 }
 
 /// Writes one finished batch's duplicates into `results`.

@@ -121,7 +121,7 @@ pub(crate) async fn cancel(
         .collect())
 }
 
-/// What `reschedule.lua` did.
+/// What `reschedule.lua` did with one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Moved {
     Yes,

@@ -118,6 +118,8 @@ const LAYERS: &[(&str, &str)] = &[
     ("worker", include_str!("../worker/handler.rs")),
     ("worker", include_str!("../worker/lease.rs")),
     ("worker", include_str!("../worker/stop.rs")),
+    ("coalesce", include_str!("../coalesce/mod.rs")),
+    ("coalesce", include_str!("../coalesce/queue.rs")),
     ("scheduler", include_str!("../scheduler.rs")),
     ("connect", include_str!("../connect.rs")),
     ("builder", include_str!("../builder.rs")),

@@ -183,6 +183,43 @@ async fn reschedule_moves_waiting_and_ready_tasks_and_leaves_a_running_one() {
     assert!(d["tasks"].contains(&format!("b={}", rec(last, 0, 0, "", "x"))), "{d:?}");
 }
 
+/// A batch moves its tasks in order, as so many calls one after the other, each answering for
+/// itself: a key given twice is moved twice (the later time stands, and only it is placed), a
+/// running task and a missing one are left alone, and a task moved into the past is ready and
+/// wakes a worker. The old slot entries stay for the tick to drop.
+#[tokio::test]
+async fn reschedule_moves_a_batch_in_order_each_answering_for_itself() {
+    let Some((server, timers)) = wheel("s-move-batch").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let c = cursor(&server, keys);
+    let now = redis_now_ms(&server);
+    seed_waiting(&server, keys, "a", c + 2);
+    seed_waiting(&server, keys, "b", c + 3);
+    seed_running(&server, keys, "run", 5, 1, now + 60_000);
+    let (first, last) = ((c + 5) * TICK_MS, (c + 6) * TICK_MS);
+    let moves = [
+        ("a", When::At(first)),
+        ("run", When::Delay(0)),
+        ("nope", When::Delay(0)),
+        ("b", When::At(1)),
+        ("a", When::At(last)),
+    ];
+    let got = scripts::reschedule(w, keys, &moves).await.unwrap();
+    assert_eq!(got, [Moved::Yes, Moved::Running, Moved::NotPending, Moved::Yes, Moved::Yes]);
+    let d = dump(&server, keys);
+    assert!(!d.contains_key(&format!("slot:{}", (c + 5) % SLOTS)), "a's first move was placed: {d:?}");
+    assert_eq!(d[&format!("slot:{}", (c + 6) % SLOTS)], format!("a@{last}"));
+    for (k, t) in [("a", c + 2), ("b", c + 3)] {
+        assert_eq!(d[&format!("slot:{}", t % SLOTS)], format!("{k}@{}", t * TICK_MS), "{d:?}");
+    }
+    assert_eq!(d["ring"], "3", "{d:?}");
+    let records =
+        hash(&[("a", rec(last, 0, 0, "", "x")), ("b", rec(1, 0, 0, "", "x")), ("run", rec(5, 1, 7, "", "x"))]);
+    assert_eq!(d["tasks"], records, "(a running task must not be touched)");
+    assert_eq!(d["ready"], "b@1");
+    assert_eq!(d["wake"], "1", "the task made ready woke no worker");
+}
+
 /// A claim leases what is ready, oldest first; its retry (same id) gets the same tasks back
 /// without another delivery; a replay-only call under a new id takes nothing.
 #[tokio::test]

@@ -1,9 +1,11 @@
-//! Recording what each handler's run came to: the acks of everything waiting in one call, each
-//! failure on its own (a retry after its backoff, or the dead letters).
+//! Recording what each handler's run came to: the acks the way a batching client sends, one
+//! call on the wire at a time with everything that came in meanwhile; each failure on its own (a
+//! retry after its backoff, or the dead letters), beside the acks rather than ahead of them.
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::task::JoinSet;
 
 use super::lease::Running;
 use crate::durable::conn::Window;
@@ -23,9 +25,12 @@ pub(super) struct Outcome {
     pub(super) _permit: OwnedSemaphorePermit,
 }
 
-/// Records the outcomes of partition `part`'s deliveries as they come: the acks of everything
-/// waiting in one call, each failure on its own; then `running` forgets them (their leases are
-/// renewed until then). Ends when every sender is gone and the channel is drained.
+/// Records the outcomes of partition `part`'s deliveries as they come: the acks that came in
+/// while the last ack call was on the wire go together in the next (one call at a time: a lone
+/// ack goes at once, a busy worker sends few calls); each failure goes on a task of its own, so
+/// that its call never holds the acks back. Once an outcome is recorded, `running` forgets its
+/// delivery (its lease is renewed until then). Ends when every sender is gone, the channel is
+/// drained and every failure is recorded.
 pub(super) async fn record_outcomes(
     wheel: Arc<Wheel>,
     part: usize,
@@ -36,28 +41,29 @@ pub(super) async fn record_outcomes(
     // Keep trying while the lease lasts: after it the task is handed out again anyway.
     let window = Window::Within(wheel.cfg.lease().max(wheel.cfg.retry_window()));
     let mut batch = Vec::with_capacity(ACK_BATCH);
+    let mut failures = JoinSet::new();
     while done.recv_many(&mut batch, ACK_BATCH).await > 0 {
         let mut acks = Vec::with_capacity(batch.len());
-        for o in &batch {
-            match &o.outcome {
-                Ok(()) => acks.push((o.key.as_str(), o.token.as_str())),
+        for o in batch.drain(..) {
+            match o.outcome {
+                Ok(()) => acks.push(o),
                 Err(why) => {
-                    tracing::debug!(wheel = %wheel.name(), key = %o.key, error = %why, "a handler failed");
-                    match scripts::fail(&wheel, keys, &o.key, &o.token, why, window).await {
-                        Ok(Failed::Dead) => tracing::warn!(
-                            wheel = %wheel.name(), key = %o.key, error = %why,
-                            "a task failed its last attempt and went to the dead letters"
-                        ),
-                        Ok(Failed::Retried | Failed::Refused) => {}
-                        Err(e) => lost(&wheel, &o.key, &e),
-                    }
+                    let Outcome { key, token, _permit: permit, .. } = o;
+                    let (wheel, running) = (wheel.clone(), running.clone());
+                    failures.spawn(async move {
+                        record_failure(wheel, part, &key, &token, &why, window).await;
+                        running.forget(&token);
+                        drop(permit);
+                    });
                 }
             }
         }
+        while failures.try_join_next().is_some() {}
         if !acks.is_empty() {
-            match scripts::ack(&wheel, keys, &acks, window).await {
+            let deliveries: Vec<(&str, &str)> = acks.iter().map(|o| (o.key.as_str(), o.token.as_str())).collect();
+            match scripts::ack(&wheel, keys, &deliveries, window).await {
                 Ok(answers) => {
-                    for ((key, _), acked) in acks.iter().zip(answers) {
+                    for ((key, _), acked) in deliveries.iter().zip(answers) {
                         if !acked {
                             // Its lease went to another worker (this one's renewal was refused
                             // too, unless the two crossed), or an earlier attempt of this call
@@ -69,10 +75,24 @@ pub(super) async fn record_outcomes(
                 Err(e) => lost(&wheel, "(a batch)", &e),
             }
         }
-        drop(acks);
-        for o in batch.drain(..) {
+        // Recorded: their leases are no longer renewed, and their permits go back.
+        for o in acks {
             running.forget(&o.token);
         }
+    }
+    while failures.join_next().await.is_some() {}
+}
+
+/// Records that the delivery of `key` under `token` failed with `why`.
+async fn record_failure(wheel: Arc<Wheel>, part: usize, key: &str, token: &str, why: &str, window: Window) {
+    tracing::debug!(wheel = %wheel.name(), key = %key, error = %why, "a handler failed");
+    match scripts::fail(&wheel, &wheel.partitions[part].keys, key, token, why, window).await {
+        Ok(Failed::Dead) => tracing::warn!(
+            wheel = %wheel.name(), key = %key, error = %why,
+            "a task failed its last attempt and went to the dead letters"
+        ),
+        Ok(Failed::Retried | Failed::Refused) => {}
+        Err(e) => lost(&wheel, key, &e),
     }
 }
 

@@ -1,0 +1,174 @@
+//! Coalescing the calls in flight: the concurrent `schedule`, `cancel` and `reschedule` calls of
+//! one handle (and its clones) go to Redis as one script call per partition and kind while a
+//! call of that kind is on the wire, the way a batching client sends (`queue`); and what one
+//! script call of a batch sends and how its answers go back to each caller, which `schedule_many`
+//! and `cancel_many` use for their own batches too.
+//!
+//! Each caller gets its own answer (its `DuplicateKey`, `false`, `NotFound`) and its own error; a
+//! failure of the whole call (Redis away, say) is every caller's. A batch is retried as a unit
+//! (the same script call, with the same request ids), so a batch is as safe to retry as one call.
+
+mod queue;
+
+use std::sync::Arc;
+
+use queue::{Answers, Bounds, Coalescer, SendBatch};
+
+use super::scripts::{self, Cancelled, Moved, NewTask, Scheduled};
+use super::time::When;
+use super::wheel::Wheel;
+use crate::Error;
+
+/// How many tasks one `schedule.lua` call carries at most: keeps each call well under a
+/// millisecond of Redis's time.
+pub(crate) const SCHEDULE_BATCH: usize = 64;
+/// How many bytes of keys and payloads one script call of a batch carries at most (a call's
+/// size in Redis's input buffer, and the time Redis spends copying it); one item always goes,
+/// so an item larger than this goes alone.
+pub(crate) const BATCH_BYTES: usize = 1 << 20;
+/// How many keys one `cancel.lua` call carries at most.
+pub(crate) const CANCEL_BATCH: usize = 128;
+/// How many tasks one `reschedule.lua` call moves at most.
+const RESCHEDULE_BATCH: usize = 64;
+/// How many calls of one kind are on the wire at once for one partition. One, as a batching
+/// client does: with two the batches are smaller and cost Redis more per task, for no more
+/// throughput (BENCHMARKS.md, "Coalescing the calls in flight").
+const IN_FLIGHT: usize = 1;
+
+/// The calls in flight of one handle and its clones: per kind, one [`Coalescer`] per partition
+/// (each partition is a script call of its own, on its own node in a cluster).
+pub(crate) struct Calls {
+    schedule: Vec<Coalescer<NewTask, ()>>,
+    cancel: Vec<Coalescer<String, bool>>,
+    reschedule: Vec<Coalescer<(String, When), ()>>,
+}
+
+impl Calls {
+    /// No task runs until a call comes: each kind's sender is started by the call that finds
+    /// none running.
+    pub(crate) fn new(wheel: &Arc<Wheel>) -> Self {
+        Calls {
+            schedule: per_partition(wheel, SCHEDULE_BATCH, BATCH_BYTES, |w, part, tasks| async move {
+                schedule_batch(&w, part, None, &tasks).await
+            }),
+            cancel: per_partition(wheel, CANCEL_BATCH, BATCH_BYTES, |w, part, keys| async move {
+                cancel_batch(&w, part, &keys).await
+            }),
+            reschedule: per_partition(wheel, RESCHEDULE_BATCH, BATCH_BYTES, |w, part, moves| async move {
+                reschedule_batch(&w, part, &moves).await
+            }),
+        }
+    }
+
+    /// Schedules `task` on partition `part` (the key's, checked by the caller): `Ok`, or its
+    /// `DuplicateKey`, or the error of its batch.
+    pub(crate) async fn schedule(&self, part: usize, task: NewTask) -> Result<(), Error> {
+        let bytes = task.key.len() + task.payload.len();
+        self.schedule[part].call(task, bytes).await
+    }
+
+    /// Cancels the task `key` of partition `part`: whether this call cancelled it.
+    pub(crate) async fn cancel(&self, part: usize, key: String) -> Result<bool, Error> {
+        let bytes = key.len();
+        self.cancel[part].call(key, bytes).await
+    }
+
+    /// Moves the task `key` of partition `part` to `when`: `Ok`, or `NotFound`.
+    pub(crate) async fn reschedule(&self, part: usize, key: String, when: When) -> Result<(), Error> {
+        let bytes = key.len();
+        self.reschedule[part].call((key, when), bytes).await
+    }
+}
+
+/// One coalescer per partition of `wheel`, each sending its batches with `send`.
+fn per_partition<I, A, F, Fut>(wheel: &Arc<Wheel>, items: usize, bytes: usize, send: F) -> Vec<Coalescer<I, A>>
+where
+    I: Send + 'static,
+    A: Send + 'static,
+    F: Fn(Arc<Wheel>, usize, Vec<I>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Answers<A>> + Send + 'static,
+{
+    let bounds = Bounds { items, bytes, in_flight: IN_FLIGHT };
+    (0..wheel.partitions.len())
+        .map(|part| {
+            let (wheel, send) = (wheel.clone(), send.clone());
+            let send: SendBatch<I, A> = Box::new(move |batch| Box::pin(send(wheel.clone(), part, batch)));
+            Coalescer::new(bounds, send)
+        })
+        .collect()
+}
+
+/// One `schedule.lua` call for `tasks` (all of partition `part`, under `request_id` or a new
+/// one), then the wait for the
+/// replicas if it wrote anything. Each task's outcome: `Ok`, its `DuplicateKey`, or the error
+/// of the call (every task's) or of the replication (every task written).
+pub(crate) async fn schedule_batch(
+    wheel: &Wheel,
+    part: usize,
+    request_id: Option<&str>,
+    tasks: &[NewTask],
+) -> Answers<()> {
+    let keys = &wheel.partitions[part].keys;
+    // One id per call, kept by its retries: a retry whose first attempt landed gets its answer.
+    let request_id = request_id.map_or_else(|| wheel.ids.next(), str::to_string);
+    let outcomes = match scripts::schedule(wheel, keys, &request_id, tasks, false, None).await {
+        Ok(outcomes) => outcomes,
+        Err(e) => return vec![Err(e); tasks.len()],
+    };
+    // Something was written (or was, by this call's first attempt): replicate it.
+    let written = outcomes.iter().any(|&o| o != Scheduled::Duplicate);
+    let replicated = if written { wheel.conn.replicate(&keys.meta()).await } else { Ok(()) };
+    tasks
+        .iter()
+        .zip(outcomes)
+        .map(|(task, outcome)| match outcome {
+            Scheduled::Created | Scheduled::AlreadyByThisRequest => replicated.clone(),
+            // (`Moved` and `Running` answer only a call with `reset`, which this is not.)
+            Scheduled::Duplicate | Scheduled::Moved | Scheduled::Running => Err(Error::DuplicateKey(task.key.clone())),
+        })
+        .collect()
+}
+
+/// One `cancel.lua` call for `task_keys` (all of partition `part`), then the wait for the
+/// replicas if it cancelled anything. Each key's answer: whether this call cancelled it, or the
+/// error of the call (every key's) or of the replication (every key cancelled).
+pub(crate) async fn cancel_batch(wheel: &Wheel, part: usize, task_keys: &[impl AsRef<str>]) -> Answers<bool> {
+    let keys = &wheel.partitions[part].keys;
+    // One id per call, kept by its retries: a retry whose first attempt landed still answers
+    // true (see `lua/cancel.lua`).
+    let answers = match scripts::cancel(wheel, keys, &wheel.ids.next(), task_keys).await {
+        Ok(answers) => answers,
+        Err(e) => return vec![Err(e); task_keys.len()],
+    };
+    // A cancel lost in a failover would let the task fire after all.
+    let cancelled = answers.contains(&Cancelled::Yes);
+    let replicated = if cancelled { wheel.conn.replicate(&keys.meta()).await } else { Ok(()) };
+    answers
+        .into_iter()
+        .map(|answer| match answer {
+            Cancelled::Yes => replicated.clone().map(|()| true),
+            Cancelled::NotPending | Cancelled::Running => Ok(false),
+        })
+        .collect()
+}
+
+/// One `reschedule.lua` call for `moves` (all of partition `part`), then the wait for the
+/// replicas if it moved anything. Each move's outcome: `Ok`, `NotFound` (no task waiting or
+/// ready under the key), or the error of the call (every move's) or of the replication (every
+/// move made).
+async fn reschedule_batch(wheel: &Wheel, part: usize, moves: &[(String, When)]) -> Answers<()> {
+    let keys = &wheel.partitions[part].keys;
+    let answers = match scripts::reschedule(wheel, keys, moves).await {
+        Ok(answers) => answers,
+        Err(e) => return vec![Err(e); moves.len()],
+    };
+    let moved = answers.contains(&Moved::Yes);
+    let replicated = if moved { wheel.conn.replicate(&keys.meta()).await } else { Ok(()) };
+    answers
+        .into_iter()
+        .map(|answer| match answer {
+            Moved::Yes => replicated.clone(),
+            Moved::NotPending | Moved::Running => Err(Error::NotFound),
+        })
+        .collect()
+}
