@@ -793,8 +793,14 @@ impl Scheduler {
         self.len() == 0
     }
 
+    /// The service's name, given to [`Builder::name`](crate::Builder::name).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
     /// A snapshot of the counters. Each field is read on its own, so under concurrent use they
-    /// may be a moment apart from one another.
+    /// may be a moment apart from one another. With the `metrics` feature, the call also
+    /// publishes them (see [`metrics`](crate::metrics)).
     pub fn stats(&self) -> Stats {
         self.shared.stats()
     }
