@@ -12,7 +12,7 @@ use super::time::When;
 use super::wheel::Wheel;
 use super::{DeadTask, DurableStats, Task, Worker};
 use crate::error::RedisFailure;
-use crate::Error;
+use crate::{Error, Lateness};
 
 /// How many tasks one `schedule_many` script call carries at most: keeps each call well under a
 /// millisecond of Redis's time.
@@ -282,7 +282,9 @@ impl DurableScheduler {
                 // One id per call, kept by its retries: a retry whose first attempt landed
                 // still answers true (see `lua/cancel.lua`).
                 let answers = scripts::cancel(&self.wheel, &part.keys, &self.wheel.ids.next(), &chunk_keys).await?;
-                if answers.contains(&Cancelled::Yes) {
+                let cancelled = answers.iter().filter(|&&a| a == Cancelled::Yes).count();
+                if cancelled > 0 {
+                    self.wheel.metrics.partition(part.index).cancelled(cancelled as u64);
                     // A cancel lost in a failover would let the task fire after all.
                     self.wheel.conn.replicate(&part.keys.meta()).await?;
                 }
@@ -413,7 +415,8 @@ impl DurableScheduler {
         Ok(self.len().await? == 0)
     }
 
-    /// A snapshot of the wheel's gauges and counters.
+    /// A snapshot of the wheel's gauges and counters. With the `metrics` feature, the call also
+    /// publishes the gauges (see [`metrics`](crate::metrics)).
     ///
     /// # Examples
     /// ```no_run
@@ -433,9 +436,34 @@ impl DurableScheduler {
     pub async fn stats(&self) -> Result<DurableStats, Error> {
         let mut total = DurableStats::default();
         for part in &self.wheel.partitions {
-            total.add(&scripts::stats(&self.wheel, &part.keys).await?);
+            let stats = scripts::stats(&self.wheel, &part.keys).await?;
+            self.wheel.metrics.partition(part.index).gauges(&stats);
+            total.add(&stats);
         }
         Ok(total)
+    }
+
+    /// How late this process's workers claimed their deliveries over the last
+    /// [`LATENESS_WINDOW`](crate::LATENESS_WINDOW) to twice that: p50, p99 and max of the claim
+    /// time minus the due time ([`Task::claimed_at`] minus [`Task::due`], both on Redis's clock,
+    /// in whole milliseconds), for every delivery claimed by a [`Worker`] started from this
+    /// handle or a clone of it (another `connect`, in this process or another, keeps its own).
+    /// Each partition's deliveries count alike.
+    ///
+    /// A task is claimed on the first tick at or after its due time, when a worker is free: a
+    /// lateness of a tick or two is the wheel at work; more says the workers are too few or too
+    /// slow for the load, or that no leader ticked for a while.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let late = timers.lateness();
+    /// println!("{} claimed, p99 {:?} late", late.count, late.p99);
+    /// # Ok(()) }
+    /// ```
+    pub fn lateness(&self) -> Lateness {
+        self.wheel.lateness().0
     }
 
     /// Up to `limit` dead letters, oldest first (read a page of 128 per call, so a large
@@ -606,8 +634,10 @@ async fn send_batch(wheel: Arc<Wheel>, part: usize, batch: Vec<(usize, NewTask)>
     let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = batch.into_iter().unzip();
     let keys = &wheel.partitions[part].keys;
     let outcomes = scripts::schedule(&wheel, keys, &tasks).await?;
-    if outcomes.iter().any(|&o| o != Scheduled::Duplicate) {
+    let written = outcomes.iter().filter(|&&o| o != Scheduled::Duplicate).count();
+    if written > 0 {
         // Something was written (or was, by this request's first attempt): replicate it.
+        wheel.metrics.partition(part).scheduled(written as u64);
         wheel.conn.replicate(&keys.meta()).await?;
     }
     Ok(indexes

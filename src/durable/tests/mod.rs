@@ -112,6 +112,7 @@ const LAYERS: &[(&str, &str)] = &[
     ("worker", include_str!("../worker/outcome.rs")),
     ("worker", include_str!("../worker/handler.rs")),
     ("worker", include_str!("../worker/stop.rs")),
+    ("worker", include_str!("../worker/gauges.rs")),
     ("scheduler", include_str!("../scheduler.rs")),
     ("connect", include_str!("../connect.rs")),
     ("builder", include_str!("../builder.rs")),

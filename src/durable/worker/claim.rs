@@ -92,7 +92,7 @@ pub(super) async fn claim_loop(
         }
         let got = tasks.len();
         backlog = got == wanted;
-        start_handlers(&handler, &done_tx, tasks, held);
+        start_handlers(wheel, part, &handler, &done_tx, tasks, held);
         if got == wanted {
             // Perhaps more are ready: let another idle worker know, and claim again.
             if got > 0 {
@@ -107,7 +107,7 @@ pub(super) async fn claim_loop(
     // come back after the lease as another attempt.
     if let Some((claim_id, held)) = unanswered.take() {
         match scripts::claim(wheel, keys, held.len(), &claim_id, true, "").await {
-            Ok(tasks) => start_handlers(&handler, &done_tx, tasks, held),
+            Ok(tasks) => start_handlers(wheel, part, &handler, &done_tx, tasks, held),
             Err(e) => lost(wheel, "(an unanswered claim)", &e),
         }
     }

@@ -9,31 +9,52 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tracing::Instrument;
 
 use super::outcome::Outcome;
 use crate::durable::scripts::Claimed;
+use crate::durable::wheel::Wheel;
 use crate::durable::Task;
 
 pub(super) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 /// The user's handler, its error turned into text.
 pub(super) type Handler = Arc<dyn Fn(Task) -> HandlerFuture + Send + Sync>;
 
-/// Runs the handler on each claimed task, one permit each (released once its outcome is
-/// recorded); permits left over are released at once.
+/// Runs the handler on each task claimed from partition `part`, one permit each (released once
+/// its outcome is recorded); permits left over are released at once. Each runs inside a
+/// `tracing` span `task` (target `tokio_timewheel::durable`, level `INFO`) with the wheel's name,
+/// the partition, the key and the attempt. How late each was claimed is recorded first.
 pub(super) fn start_handlers(
+    wheel: &Wheel,
+    part: usize,
     handler: &Handler,
     done_tx: &mpsc::UnboundedSender<Outcome>,
     tasks: Vec<Claimed>,
     mut held: Vec<OwnedSemaphorePermit>,
 ) {
+    let late = |task: &Task| task.claimed_at.duration_since(task.due).unwrap_or_default();
+    wheel.record_lateness(tasks.iter().map(|claimed| late(&claimed.task)));
+    let metrics = wheel.metrics.partition(part);
     for (Claimed { task, token }, permit) in tasks.into_iter().zip(held.drain(..)) {
+        metrics.fired(late(&task));
+        let span = tracing::info_span!(
+            target: "tokio_timewheel::durable",
+            "task",
+            wheel = wheel.name(),
+            partition = part,
+            key = task.key.as_str(),
+            attempt = task.attempt
+        );
         let (handler, done) = (handler.clone(), done_tx.clone());
-        tokio::spawn(async move {
-            let key = task.key.clone();
-            let outcome = run_handler(&handler, task).await;
-            // The permit goes with the outcome and is released once it is recorded.
-            let _ = done.send(Outcome { key, token, outcome, _permit: permit });
-        });
+        tokio::spawn(
+            async move {
+                let key = task.key.clone();
+                let outcome = run_handler(&handler, task).await;
+                // The permit goes with the outcome and is released once it is recorded.
+                let _ = done.send(Outcome { key, token, outcome, _permit: permit });
+            }
+            .instrument(span),
+        );
     }
 }
 

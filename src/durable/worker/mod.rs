@@ -1,10 +1,13 @@
 //! `Worker`: ticks the wheel when it holds the leadership (`leader`), claims due tasks (`claim`),
 //! runs the handler on each (`handler`), records what it came to (`outcome`), and waits for a
 //! wake-up when nothing is ready (`wake`). In loop order: [`start`] spawns `supervise`, which
-//! runs the leader loop beside the claim loop and, on stop, lets the handlers finish before the
+//! runs the leader loop beside the claim loop (and, with the `metrics` feature, the loop that
+//! publishes the wheel's gauges: `gauges`) and, on stop, lets the handlers finish before the
 //! leadership is given up.
 
 mod claim;
+#[cfg(feature = "metrics")]
+mod gauges;
 mod handler;
 mod outcome;
 mod stop;
@@ -94,6 +97,11 @@ async fn supervise(wheel: Arc<Wheel>, handler: Handler, stop: watch::Receiver<bo
     let permits = Arc::new(Semaphore::new(wheel.cfg.concurrency));
     let mut leaders = JoinSet::new();
     let mut claimers = JoinSet::new();
+    #[cfg(feature = "metrics")]
+    {
+        let (w, s) = (wheel.clone(), stop.clone());
+        claimers.spawn(async move { gauges::publish_gauges(&w, s).await });
+    }
     for part in 0..wheel.partitions.len() {
         // Told by the partition's idle workers that its leader gave up the lead: bid at once.
         let bid_now = Arc::new(Notify::new());

@@ -27,6 +27,7 @@ pub(super) struct Outcome {
 /// Records the outcomes of partition `part`'s deliveries.
 pub(super) async fn record_outcomes(wheel: Arc<Wheel>, part: usize, mut done: mpsc::UnboundedReceiver<Outcome>) {
     let keys = &wheel.partitions[part].keys;
+    let metrics = wheel.metrics.partition(part);
     // Keep trying while the lease lasts: after it the task is handed out again anyway.
     let window = Window::Within(wheel.cfg.lease().max(wheel.cfg.retry_window()));
     let mut batch = Vec::with_capacity(ACK_BATCH);
@@ -38,11 +39,15 @@ pub(super) async fn record_outcomes(wheel: Arc<Wheel>, part: usize, mut done: mp
                 Err(why) => {
                     tracing::debug!(wheel = %wheel.name(), key = %o.key, error = %why, "a handler failed");
                     match scripts::fail(&wheel, keys, &o.key, &o.token, why, window).await {
-                        Ok(Failed::Dead) => tracing::warn!(
-                            wheel = %wheel.name(), key = %o.key, error = %why,
-                            "a task failed its last attempt and went to the dead letters"
-                        ),
-                        Ok(Failed::Retried | Failed::Refused) => {}
+                        Ok(Failed::Dead) => {
+                            metrics.dead();
+                            tracing::warn!(
+                                wheel = %wheel.name(), key = %o.key, error = %why,
+                                "a task failed its last attempt and went to the dead letters"
+                            );
+                        }
+                        Ok(Failed::Retried) => metrics.retried(),
+                        Ok(Failed::Refused) => {}
                         Err(e) => lost(&wheel, &o.key, &e),
                     }
                 }
