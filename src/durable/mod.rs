@@ -152,11 +152,14 @@
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
 // time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, scheduler, connect,
-// builder), which `tests::no_import_runs_back_up` checks.
+// builder, dashboard), which `tests::no_import_runs_back_up` checks.
 mod builder;
 mod config;
 mod conn;
 mod connect;
+#[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
+pub mod dashboard;
 mod ids;
 mod keys;
 mod leader;

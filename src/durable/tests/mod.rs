@@ -116,6 +116,9 @@ const LAYERS: &[(&str, &str)] = &[
     ("scheduler", include_str!("../scheduler.rs")),
     ("connect", include_str!("../connect.rs")),
     ("builder", include_str!("../builder.rs")),
+    ("dashboard", include_str!("../dashboard/mod.rs")),
+    ("dashboard", include_str!("../dashboard/sections.rs")),
+    ("dashboard", include_str!("../dashboard/guard.rs")),
 ];
 
 /// No file of the durable module uses one above it (tests and doc links aside), and the error
