@@ -416,7 +416,9 @@ impl DurableScheduler {
     }
 
     /// A snapshot of the wheel's gauges and counters. With the `metrics` feature, the call also
-    /// publishes the gauges (see [`metrics`](crate::metrics)).
+    /// publishes the gauges (see [`metrics`]).
+    ///
+    /// [`metrics`]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/metrics/index.html
     ///
     /// # Examples
     /// ```no_run
@@ -545,6 +547,11 @@ impl DurableScheduler {
     /// `Ok` acknowledges the task (its key is free again); an `Err` or a panic retries it after
     /// the backoff, and after `max_attempts` deliveries it goes to the dead letters with the
     /// error's text.
+    ///
+    /// Each handler runs inside a `tracing` span `task` (target `tokio_timewheel::durable`, level
+    /// `INFO`) with the fields `wheel`, `partition`, `key` and `attempt`, so that what it logs
+    /// says which delivery it is about. How late each delivery was claimed goes to
+    /// [`lateness`](Self::lateness).
     ///
     /// # Examples
     /// ```no_run

@@ -180,9 +180,11 @@ impl Builder {
         self
     }
 
-    /// The service's name (default [`DEFAULT_NAME`]): the `wheel` label of its
-    /// [metrics](crate::metrics) and a field of the `tracing` span its jobs run in. Give each
-    /// service of a process a name of its own.
+    /// The service's name (default [`DEFAULT_NAME`]): the `wheel` label of its [metrics] and a
+    /// field of the `tracing` span its jobs run in. Give each service of a process a name of its
+    /// own.
+    ///
+    /// [metrics]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/metrics/index.html
     ///
     /// # Examples
     /// ```

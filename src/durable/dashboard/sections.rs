@@ -91,16 +91,18 @@ pub(super) async fn dead_letters(timers: &DurableScheduler, limit: usize) -> Res
 }
 
 /// One task by its key: whether one is pending.
-// WIRE: DurableScheduler::get(key) -> Option<TaskInfo>: answer its state, due time, attempt
-// and payload size ("detail": {...}), and "dead" for a dead letter.
+// WIRE: DurableScheduler::get(key) -> Result<Option<TaskInfo>, Error>: answer "detail":
+// {"state": "waiting" | "ready" | "running" | "dead", "due_ms", "attempt", "payload_bytes"}
+// (null when there is none), and "pending" from its state; app.js's `search` then shows it.
 pub(super) async fn find_task(timers: &DurableScheduler, key: &str) -> Result<Value, Error> {
     let pending = timers.contains(key).await?;
     Ok(json!({ "key": key, "pending": pending, "detail": null }))
 }
 
 /// What falls due over the next hour, a bar a minute.
-// WIRE: DurableScheduler::due_counts(now, DUE_BUCKET, DUE_BUCKETS): fill "counts" with its
-// answer and set "available" to true.
+// WIRE: DurableScheduler::due_counts(now, DUE_BUCKET, DUE_BUCKETS) -> Result<Vec<u64>, Error>:
+// "counts" is its answer, "from_ms" the `now` it was given, "available" true; app.js's
+// `showDue` draws it.
 pub(super) async fn due_plot(_timers: &DurableScheduler) -> Result<Value, Error> {
     Ok(json!({
         "available": false,
@@ -117,8 +119,8 @@ const DUE_BUCKET: Duration = Duration::from_secs(60);
 const DUE_BUCKETS: usize = 60;
 
 /// The node that leads each partition, and the workers.
-// WIRE: the leader and worker info of DurableScheduler: answer each partition's leader (node,
-// since when) and the workers (node, last seen), with "available": true.
+// WIRE: the leader and worker info of DurableScheduler: answer "available": true, "leaders":
+// [{"partition", "node"}] and "workers": [{"node"}], which app.js's `showNodes` lists.
 pub(super) async fn leader_and_workers(_timers: &DurableScheduler) -> Result<Value, Error> {
     Ok(json!({ "available": false }))
 }

@@ -201,6 +201,8 @@ async function search(event) {
   out.replaceChildren(el("span", { class: "note" }, "looking…"));
   try {
     const found = await getJson("api/task?key=" + encodeURIComponent(key));
+    // WIRE: once api/task answers "detail" (DurableScheduler::get), show its state, due time
+    // and attempt here.
     const line = el("p", { "data-found": String(found.pending) });
     line.appendChild(el("span", { class: "key" }, found.key));
     line.appendChild(document.createTextNode(found.pending
