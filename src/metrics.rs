@@ -40,7 +40,8 @@
 //! The counters and the gauge are the service's [`Stats`](crate::Stats), published every second
 //! by a task of the service's own (and by each call of
 //! [`Scheduler::stats`](crate::Scheduler::stats)), so they are at most a second old; the
-//! lateness is recorded as the timers fire.
+//! lateness is recorded as the timers fire. On a paused Tokio clock (a test's `start_paused`)
+//! the task stops at the first jump, and only `stats` publishes.
 //!
 //! The durable mode ([`DurableScheduler`](crate::durable::DurableScheduler)):
 //!
