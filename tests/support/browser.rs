@@ -11,6 +11,7 @@
 //! [`Chromium::find`] returns `None` and prints a skip note, except under `CI=true`, where it
 //! panics: CI must run the browser test, not skip it.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -98,6 +99,8 @@ impl Chromium {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
+            // A process group of its own, so that its renderers and helpers go with it.
+            .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
         let mut starting = Starting(Some(child));
@@ -213,9 +216,17 @@ impl Chromium {
 
 impl Drop for Chromium {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_group(&mut self.child);
     }
+}
+
+/// Kills Chromium and every process of its group (renderers, helpers, which would otherwise
+/// outlive it for a moment and write into the profile while it is removed), and reaps it.
+fn kill_group(child: &mut Child) {
+    let group = format!("-{}", child.id());
+    let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// A Chromium that has not opened its DevTools port yet: killed if the wait fails.
@@ -248,8 +259,7 @@ impl Starting {
 impl Drop for Starting {
     fn drop(&mut self) {
         if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_group(&mut child);
         }
     }
 }
