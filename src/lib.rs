@@ -7,6 +7,12 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod durable;
 mod error;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
+// Without the feature: the same calls, doing nothing.
+#[cfg(not(feature = "metrics"))]
+mod metrics;
 mod service;
 pub mod wheel;
 
@@ -18,6 +24,6 @@ extern crate self as tokio_timewheel;
 pub use error::Error;
 pub use service::{
     Advance, Builder, CancelOnDrop, Expirations, Lateness, MissedRuns, Repeat, Scheduled, Scheduler, Stats, TimerGuard,
-    TimerHandle, TimerQueue, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_SLOTS, DEFAULT_TICK,
-    LATENESS_WINDOW,
+    TimerHandle, TimerQueue, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_NAME, DEFAULT_SLOTS,
+    DEFAULT_TICK, LATENESS_WINDOW,
 };

@@ -1,6 +1,8 @@
 //! Connecting: checks the settings, connects to the deployment, checks the server and opens the
 //! wheel (each of its partitions), all within one connect timeout.
 
+use std::sync::Mutex;
+
 use super::config::{Config, Settings};
 use super::conn::{unreachable, Conn};
 use super::ids::Ids;
@@ -9,6 +11,7 @@ use super::scripts::{self, Opened};
 use super::time::RedisClock;
 use super::wheel::Wheel;
 use super::DurableScheduler;
+use crate::metrics::WheelMetrics;
 use crate::Error;
 
 /// The oldest Redis the scripts run on (`ZRANGE ... WITHSCORES` forms, `SPOP` with a count, ...).
@@ -25,6 +28,8 @@ pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Err
     let wheel = Wheel {
         base: WheelKeys::new(&cfg.name),
         partitions: Wheel::partitions(&cfg.name, cfg.partitions),
+        lateness: Mutex::default(),
+        metrics: WheelMetrics::new(&cfg.name, cfg.partitions),
         cfg,
         conn,
         ids: Ids::new(),

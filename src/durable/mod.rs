@@ -132,6 +132,18 @@
 //! and resume when it returns; nothing is lost (what was acknowledged stays acknowledged, what
 //! was not is handed out again after its lease).
 //!
+//! # Watching it
+//! [`DurableScheduler::stats`] reads the counts by state and the counters;
+//! [`DurableScheduler::lateness`] says how late this process's workers claimed their
+//! deliveries; [`DurableScheduler::dead_letters`] lists the tasks that failed for good. With the
+//! `metrics` feature the same figures go to the application's metrics exporter (see
+//! [`metrics`]), and with the `dashboard` feature [`dashboard::router`] is a web page of them to
+//! mount in the application's server. Handlers run inside a `tracing` span with the key and the
+//! attempt.
+//!
+//! [`metrics`]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/metrics/index.html
+//! [`dashboard::router`]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/durable/dashboard/fn.router.html
+//!
 //! # Redis settings
 //! - **Redis 6.2 or later** (`connect` checks).
 //! - **`appendonly yes`**: without the append-only file a restart loses every task scheduled
@@ -223,12 +235,15 @@
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
 // time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, coalesce, scheduler,
-// connect, builder), which `tests::no_import_runs_back_up` checks.
+// connect, builder, dashboard), which `tests::no_import_runs_back_up` checks.
 mod builder;
 mod coalesce;
 mod config;
 mod conn;
 mod connect;
+#[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
+pub mod dashboard;
 mod ids;
 mod keys;
 mod leader;

@@ -14,7 +14,7 @@ use super::time::{unix_ms, MAX_DUE_MS};
 use super::wheel::Wheel;
 use super::{DeadTask, DueCursor, DuePage, DurableStats, Task, TaskInfo, TaskState, Worker};
 use crate::error::RedisFailure;
-use crate::Error;
+use crate::{Error, Lateness};
 
 /// The most tasks or dead letters one page of `due_next` or `dead_letters_page` holds.
 pub const MAX_PAGE: usize = 1000;
@@ -474,7 +474,10 @@ impl DurableScheduler {
         Ok(self.len().await? == 0)
     }
 
-    /// A snapshot of the wheel's gauges and counters.
+    /// A snapshot of the wheel's gauges and counters. With the `metrics` feature, the call also
+    /// publishes the gauges (see [`metrics`]).
+    ///
+    /// [`metrics`]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/metrics/index.html
     ///
     /// # Examples
     /// ```no_run
@@ -494,9 +497,34 @@ impl DurableScheduler {
     pub async fn stats(&self) -> Result<DurableStats, Error> {
         let mut total = DurableStats::default();
         for part in &self.wheel.partitions {
-            total.add(&scripts::stats(&self.wheel, &part.keys).await?);
+            let stats = scripts::stats(&self.wheel, &part.keys).await?;
+            self.wheel.metrics.partition(part.index).gauges(&stats);
+            total.add(&stats);
         }
         Ok(total)
+    }
+
+    /// How late this process's workers claimed their deliveries over the last
+    /// [`LATENESS_WINDOW`](crate::LATENESS_WINDOW) to twice that: p50, p99 and max of the claim
+    /// time minus the due time ([`Task::claimed_at`] minus [`Task::due`], both on Redis's clock,
+    /// in whole milliseconds), for every delivery claimed by a [`Worker`] started from this
+    /// handle or a clone of it (another `connect`, in this process or another, keeps its own).
+    /// Each partition's deliveries count alike.
+    ///
+    /// A task is claimed on the first tick at or after its due time, when a worker is free: a
+    /// lateness of a tick or two is the wheel at work; more says the workers are too few or too
+    /// slow for the load, or that no leader ticked for a while.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let late = timers.lateness();
+    /// println!("{} claimed, p99 {:?} late", late.count, late.p99);
+    /// # Ok(()) }
+    /// ```
+    pub fn lateness(&self) -> Lateness {
+        self.wheel.lateness().0
     }
 
     /// Up to `limit` dead letters, oldest first (read a page of 128 per call, so a large
@@ -896,6 +924,11 @@ impl DurableScheduler {
     /// than the [handler timeout](super::DurableBuilder::handler_timeout) retries it after the
     /// backoff, and after `max_attempts` deliveries it goes to the dead letters with the error's
     /// text. The worker renews the task's lease while the handler runs, however long that takes.
+    ///
+    /// Each handler runs inside a `tracing` span `task` (target `tokio_timewheel::durable`, level
+    /// `INFO`) with the fields `wheel`, `partition`, `key` and `attempt`, so that what it logs
+    /// says which delivery it is about. How late each delivery was claimed goes to
+    /// [`lateness`](Self::lateness).
     ///
     /// # Examples
     /// ```no_run

@@ -1,14 +1,20 @@
 //! [`Wheel`]: a durable wheel as this process sees it, shared by its handles and workers, and
 //! its partitions.
 
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
 use super::config::Config;
 use super::conn::Conn;
 use super::ids::Ids;
 use super::keys::WheelKeys;
 use super::time::{RedisClock, When};
+use crate::metrics::WheelMetrics;
+use crate::service::lateness::{Histogram, Recent};
+use crate::Lateness;
 
 /// What every handle and worker of one `connect` shares: the checked settings, the connection,
-/// the id source, and the wheel's partitions.
+/// the id source, the wheel's partitions, and what this process measures of it.
 pub(crate) struct Wheel {
     pub(crate) cfg: Config,
     pub(crate) conn: Conn,
@@ -20,6 +26,10 @@ pub(crate) struct Wheel {
     pub(crate) partitions: Vec<Partition>,
     /// This process's estimate of Redis's clock, for naming the slots a task may go to.
     pub(crate) clock: RedisClock,
+    /// How late this process's workers claimed their deliveries, over the recent window.
+    pub(crate) lateness: Mutex<Recent>,
+    /// The wheel's metrics (nothing, without the `metrics` feature).
+    pub(crate) metrics: WheelMetrics,
 }
 
 /// One partition of a wheel: a whole wheel of its own under its own hash tag (its own cursor,
@@ -51,6 +61,22 @@ impl Wheel {
         slots.sort_unstable();
         slots.dedup();
         slots.into_iter().map(|i| keys.slot(i)).collect()
+    }
+
+    /// Records how late deliveries were claimed: `late` for each, in one lock.
+    pub(crate) fn record_lateness(&self, late: impl IntoIterator<Item = Duration>) {
+        let now = tokio::time::Instant::now();
+        let mut recent = self.lateness.lock().unwrap_or_else(PoisonError::into_inner);
+        for late in late {
+            recent.record(late, now);
+        }
+    }
+
+    /// The recent window of lateness, read now (a window that ended meanwhile is left out).
+    pub(crate) fn lateness(&self) -> (Lateness, Histogram) {
+        let mut recent = self.lateness.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.rotate(tokio::time::Instant::now());
+        (recent.read(), recent.histogram())
     }
 
     /// The partition that holds the task `key`.

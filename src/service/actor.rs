@@ -206,7 +206,7 @@ impl Actor {
         // sort them by deadline (a stable sort, cheap on the runs of one tick it mostly sees).
         self.fired.jobs.sort_by_key(|&(deadline, ..)| deadline);
         for (_, job, key) in self.fired.jobs.drain(..) {
-            self.starts.push(job, key.as_str().to_owned());
+            self.starts.push(job, key.as_str().to_owned(), &self.shared.name);
         }
         self.starts.spawn();
         self.fired.trim();
@@ -220,6 +220,7 @@ impl Actor {
             return;
         }
         self.shared.lateness.lock().unwrap_or_else(std::sync::PoisonError::into_inner).add(&self.fired.late, now);
+        self.shared.metrics.lateness(&self.fired.late);
         let lag = std::mem::take(&mut self.fired.lag);
         if lag > self.lag_warning && self.warned_at.is_none_or(|at| now.duration_since(at) >= WARN_EVERY) {
             self.warned_at = Some(now);

@@ -7,7 +7,9 @@ use tokio::sync::mpsc;
 
 use super::actor;
 use super::clock::Clock;
-use super::config::{Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_SLOTS, DEFAULT_TICK};
+use super::config::{
+    Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_NAME, DEFAULT_SLOTS, DEFAULT_TICK,
+};
 use super::scheduler::Scheduler;
 use super::shards::Shared;
 use crate::wheel::{HierarchicalWheel, RoundsWheel};
@@ -58,6 +60,7 @@ pub struct Builder {
     pub(crate) capacity: usize,
     pub(crate) channel_capacity: usize,
     pub(crate) lag_warning: u64,
+    pub(crate) name: String,
 }
 
 impl Default for Builder {
@@ -71,6 +74,7 @@ impl Default for Builder {
             capacity: 0,
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,
             lag_warning: DEFAULT_LAG_WARNING,
+            name: DEFAULT_NAME.to_owned(),
         }
     }
 }
@@ -176,6 +180,26 @@ impl Builder {
         self
     }
 
+    /// The service's name (default [`DEFAULT_NAME`]): the `wheel` label of its [metrics] and a
+    /// field of the `tracing` span its jobs run in. Give each service of a process a name of its
+    /// own.
+    ///
+    /// [metrics]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/metrics/index.html
+    ///
+    /// # Examples
+    /// ```
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let idle_timeouts = Scheduler::builder().name("idle-timeouts").start()?;
+    /// assert_eq!(idle_timeouts.name(), "idle-timeouts");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// Checks the settings and spawns the actor on the current Tokio runtime.
     ///
     /// # Errors
@@ -211,10 +235,12 @@ impl Builder {
             WheelKind::Rounds => drop(RoundsWheel::<()>::new(self.slots)?),
         }
         let clock = Clock::new(self.tick)?;
-        let shared = Arc::new(Shared::new(self.wheel, self.slots, self.max_pending, self.capacity, clock)?);
+        let shared = Arc::new(Shared::new(self.wheel, self.slots, self.max_pending, self.capacity, clock, &self.name)?);
         let (tx, rx) = mpsc::channel(self.channel_capacity);
         let config = actor::Config { clock, advance: self.advance, tick: self.tick, lag_warning: self.lag_warning };
         actor::spawn(&runtime, rx, shared.clone(), config);
+        #[cfg(feature = "metrics")]
+        super::publish::spawn(&runtime, &shared);
         Ok(Scheduler::new(tx, shared, clock))
     }
 }

@@ -10,6 +10,9 @@ pub const DEFAULT_SLOTS: usize = 64;
 /// The default capacity of the channel that carries `flush` and `stop` to the actor.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 1024;
 
+/// The default of [`Builder::name`](super::Builder::name).
+pub const DEFAULT_NAME: &str = "default";
+
 /// The default of [`Builder::lag_warning`](super::Builder::lag_warning): warn when timers fire
 /// more than 100 ticks late (100 ms at the default tick).
 pub const DEFAULT_LAG_WARNING: u64 = 100;

@@ -16,6 +16,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use tracing::Instrument;
+
 /// A started job: the future its closure returned.
 pub(crate) type JobFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -121,8 +123,19 @@ pub(crate) struct Starts {
 }
 
 impl Starts {
-    pub fn push(&mut self, job: JobRef, key: String) {
-        self.futures.extend(job.call(key));
+    /// Calls the job of the timer `key` of the service `wheel`, inside a `tracing` span at the
+    /// `DEBUG` level (target `tokio_timewheel::job`) that carries both and goes with the
+    /// job's future. A span that no subscriber wants costs one check of the level, and the job
+    /// is kept as it is: at a million firings a second, a span each is not free, so it is
+    /// there for whoever asks for it.
+    pub fn push(&mut self, job: JobRef, key: String, wheel: &str) {
+        let span = tracing::debug_span!(target: "tokio_timewheel::job", "timer", wheel, key = key.as_str());
+        if span.is_disabled() {
+            self.futures.extend(job.call(key));
+            return;
+        }
+        let future = span.in_scope(|| job.call(key));
+        self.futures.extend(future.map(|future| Box::pin(future.instrument(span)) as JobFuture));
     }
 
     /// Gives back the room of the list.

@@ -98,6 +98,13 @@ impl Histogram {
     pub fn max(&self) -> Duration {
         Duration::from_micros(self.max_us)
     }
+
+    #[cfg(any(feature = "metrics", feature = "dashboard"))]
+    /// The buckets that hold a value, in order: each bucket's upper bound and how many values
+    /// it holds.
+    pub fn buckets(&self) -> impl Iterator<Item = (Duration, u64)> + '_ {
+        self.counts.iter().enumerate().filter(|&(_, &n)| n > 0).map(|(b, &n)| (Duration::from_micros(upper(b)), n))
+    }
 }
 
 /// How late timers fired over a recent window: between [`LATENESS_WINDOW`] and twice that,
@@ -131,6 +138,20 @@ pub(crate) struct Recent {
 impl Recent {
     /// Adds what one advance measured, moving to a new window when the current one is over.
     pub fn add(&mut self, advance: &Histogram, now: Instant) {
+        self.rotate(now);
+        self.current.merge(advance);
+    }
+
+    /// Adds one measure, moving to a new window when the current one is over.
+    #[cfg(feature = "redis")]
+    pub fn record(&mut self, late: Duration, now: Instant) {
+        self.rotate(now);
+        self.current.record(late);
+    }
+
+    /// Moves to a new window when the current one is over (and forgets the previous one when it
+    /// is two windows old): so a read after a quiet spell does not report what is long gone.
+    pub fn rotate(&mut self, now: Instant) {
         let started = *self.started.get_or_insert(now);
         if now.saturating_duration_since(started) >= LATENESS_WINDOW {
             std::mem::swap(&mut self.current, &mut self.previous);
@@ -141,13 +162,18 @@ impl Recent {
             }
             self.started = Some(now);
         }
-        self.current.merge(advance);
     }
 
     pub fn read(&self) -> Lateness {
+        let both = self.histogram();
+        Lateness { count: both.count(), p50: both.quantile(0.5), p99: both.quantile(0.99), max: both.max() }
+    }
+
+    /// Both windows in one histogram.
+    pub fn histogram(&self) -> Histogram {
         let mut both = self.previous.clone();
         both.merge(&self.current);
-        Lateness { count: both.count(), p50: both.quantile(0.5), p99: both.quantile(0.99), max: both.max() }
+        both
     }
 }
 

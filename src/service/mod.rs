@@ -20,7 +20,8 @@
 //!   between handles and actor (`wake.rs`), the watchers behind `Scheduled` (`watch.rs`);
 //! - `timer.rs` (what a wheel entry holds), `job.rs` (how jobs start), `key.rs` and `index.rs`
 //!   (keys and the key map), `clock.rs` (instants to ticks), `stats.rs`, `config.rs`,
-//!   `lateness.rs`, and `sync.rs` (std's or loom's locks and atomics).
+//!   `lateness.rs`, `publish.rs` (the metrics, every second, with the `metrics` feature), and
+//!   `sync.rs` (std's or loom's locks and atomics).
 
 mod actor;
 mod builder;
@@ -30,7 +31,10 @@ mod handle;
 mod index;
 mod job;
 mod key;
-mod lateness;
+// The durable mode keeps its lateness in the same histogram.
+pub(crate) mod lateness;
+#[cfg(feature = "metrics")]
+mod publish;
 mod queue;
 mod scheduled;
 mod scheduler;
@@ -40,7 +44,9 @@ mod sync;
 mod timer;
 
 pub use builder::Builder;
-pub use config::{Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_SLOTS, DEFAULT_TICK};
+pub use config::{
+    Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_NAME, DEFAULT_SLOTS, DEFAULT_TICK,
+};
 pub use handle::{TimerGuard, TimerHandle};
 pub use lateness::{Lateness, LATENESS_WINDOW};
 pub use queue::{Expirations, TimerQueue};

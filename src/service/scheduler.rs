@@ -143,7 +143,10 @@ impl Scheduler {
     /// never delays another; what the jobs due together share is the synchronous part of each,
     /// so keep it short (use `spawn_blocking` for heavy work). A panic in the closure or in the
     /// first poll is caught and logged through `tracing`; a later panic ends the job's own task,
-    /// as any Tokio task's would. Either way the run counts as fired.
+    /// as any Tokio task's would. Either way the run counts as fired. Each job runs inside a
+    /// `tracing` span `timer` with the fields `wheel` ([`Builder::name`](crate::Builder::name))
+    /// and `key`, at the `DEBUG` level under the target `tokio_timewheel::job`, so that its logs
+    /// say which timer they come from; a span that no subscriber wants costs one level check.
     ///
     /// # Errors
     /// - [`Error::DuplicateKey`] if a timer with this key is pending (that timer is untouched);
@@ -793,8 +796,16 @@ impl Scheduler {
         self.len() == 0
     }
 
+    /// The service's name, given to [`Builder::name`](crate::Builder::name).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
     /// A snapshot of the counters. Each field is read on its own, so under concurrent use they
-    /// may be a moment apart from one another.
+    /// may be a moment apart from one another. With the `metrics` feature, the call also
+    /// publishes them (see [`metrics`]).
+    ///
+    /// [`metrics`]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/metrics/index.html
     pub fn stats(&self) -> Stats {
         self.shared.stats()
     }

@@ -116,8 +116,12 @@ pub(crate) async fn schedule_batch(
         Err(e) => return vec![Err(e); tasks.len()],
     };
     // Something was written (or was, by this call's first attempt): replicate it.
-    let written = outcomes.iter().any(|&o| o != Scheduled::Duplicate);
-    let replicated = if written { wheel.conn.replicate(&keys.meta()).await } else { Ok(()) };
+    let written =
+        outcomes.iter().filter(|&&o| matches!(o, Scheduled::Created | Scheduled::AlreadyByThisRequest)).count();
+    if written > 0 {
+        wheel.metrics.partition(part).scheduled(written as u64);
+    }
+    let replicated = if written > 0 { wheel.conn.replicate(&keys.meta()).await } else { Ok(()) };
     tasks
         .iter()
         .zip(outcomes)
@@ -141,8 +145,11 @@ pub(crate) async fn cancel_batch(wheel: &Wheel, part: usize, task_keys: &[impl A
         Err(e) => return vec![Err(e); task_keys.len()],
     };
     // A cancel lost in a failover would let the task fire after all.
-    let cancelled = answers.contains(&Cancelled::Yes);
-    let replicated = if cancelled { wheel.conn.replicate(&keys.meta()).await } else { Ok(()) };
+    let cancelled = answers.iter().filter(|&&a| a == Cancelled::Yes).count();
+    if cancelled > 0 {
+        wheel.metrics.partition(part).cancelled(cancelled as u64);
+    }
+    let replicated = if cancelled > 0 { wheel.conn.replicate(&keys.meta()).await } else { Ok(()) };
     answers
         .into_iter()
         .map(|answer| match answer {

@@ -118,11 +118,15 @@ const LAYERS: &[(&str, &str)] = &[
     ("worker", include_str!("../worker/handler.rs")),
     ("worker", include_str!("../worker/lease.rs")),
     ("worker", include_str!("../worker/stop.rs")),
+    ("worker", include_str!("../worker/gauges.rs")),
     ("coalesce", include_str!("../coalesce/mod.rs")),
     ("coalesce", include_str!("../coalesce/queue.rs")),
     ("scheduler", include_str!("../scheduler.rs")),
     ("connect", include_str!("../connect.rs")),
     ("builder", include_str!("../builder.rs")),
+    ("dashboard", include_str!("../dashboard/mod.rs")),
+    ("dashboard", include_str!("../dashboard/sections.rs")),
+    ("dashboard", include_str!("../dashboard/guard.rs")),
 ];
 
 /// No file of the durable module uses one above it (tests and doc links aside), and the error

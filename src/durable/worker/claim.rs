@@ -113,7 +113,7 @@ pub(super) async fn claim_loop(
         }
         let got = tasks.len();
         backlog = got == wanted;
-        start_handlers(&handlers, tasks, held);
+        start_handlers(wheel, part, &handlers, tasks, held);
         if got == wanted {
             // Perhaps more are ready: let another idle worker know, and claim again.
             if got > 0 {
@@ -128,7 +128,7 @@ pub(super) async fn claim_loop(
     // come back after the lease as another attempt.
     if let Some((claim_id, held)) = unanswered.take() {
         match scripts::claim(wheel, keys, held.len(), &claim_id, true, "").await {
-            Ok(tasks) => start_handlers(&handlers, tasks, held),
+            Ok(tasks) => start_handlers(wheel, part, &handlers, tasks, held),
             Err(e) => lost(wheel, "(an unanswered claim)", &e),
         }
     }

@@ -11,10 +11,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tracing::Instrument;
 
 use super::lease::Running;
 use super::outcome::Outcome;
 use crate::durable::scripts::Claimed;
+use crate::durable::wheel::Wheel;
 use crate::durable::Task;
 
 pub(super) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -31,26 +33,49 @@ pub(super) struct Handlers {
     pub(super) running: Arc<Running>,
 }
 
-/// Runs the handler on each claimed task, one permit each (released once its outcome is
-/// recorded); permits left over are released at once.
-pub(super) fn start_handlers(handlers: &Handlers, tasks: Vec<Claimed>, mut held: Vec<OwnedSemaphorePermit>) {
+/// Runs the handler on each task claimed from partition `part`, one permit each (released once
+/// its outcome is recorded); permits left over are released at once. Each runs inside a
+/// `tracing` span `task` (target `tokio_timewheel::durable`, level `INFO`) with the wheel's name,
+/// the partition, the key and the attempt. How late each was claimed is recorded first.
+pub(super) fn start_handlers(
+    wheel: &Wheel,
+    part: usize,
+    handlers: &Handlers,
+    tasks: Vec<Claimed>,
+    mut held: Vec<OwnedSemaphorePermit>,
+) {
+    let late = |task: &Task| task.claimed_at.duration_since(task.due).unwrap_or_default();
+    wheel.record_lateness(tasks.iter().map(|claimed| late(&claimed.task)));
+    let metrics = wheel.metrics.partition(part);
     for (Claimed { task, token }, permit) in tasks.into_iter().zip(held.drain(..)) {
+        metrics.fired(late(&task));
+        let span = tracing::info_span!(
+            target: "tokio_timewheel::durable",
+            "task",
+            wheel = wheel.name(),
+            partition = part,
+            key = task.key.as_str(),
+            attempt = task.attempt
+        );
         let h = handlers.clone();
         let (listed_key, listed_token) = (task.key.clone(), token.clone());
         handlers.running.start(&listed_key, &listed_token, move || {
-            tokio::spawn(async move {
-                let key = task.key.clone();
-                let outcome = match tokio::time::timeout(h.timeout, run_handler(&h.handler, task)).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => Err(format!("the handler timed out after {:?} (the handler timeout)", h.timeout)),
-                };
-                // A delivery whose lease went to another worker, or that was abandoned at a
-                // shutdown, has no outcome to record: Redis would refuse it.
-                if h.running.finish(&token) {
-                    // The permit goes with the outcome and is released once it is recorded.
-                    let _ = h.done.send(Outcome { key, token, outcome, _permit: permit });
+            tokio::spawn(
+                async move {
+                    let key = task.key.clone();
+                    let outcome = match tokio::time::timeout(h.timeout, run_handler(&h.handler, task)).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => Err(format!("the handler timed out after {:?} (the handler timeout)", h.timeout)),
+                    };
+                    // A delivery whose lease went to another worker, or that was abandoned at a
+                    // shutdown, has no outcome to record: Redis would refuse it.
+                    if h.running.finish(&token) {
+                        // The permit goes with the outcome and is released once it is recorded.
+                        let _ = h.done.send(Outcome { key, token, outcome, _permit: permit });
+                    }
                 }
-            })
+                .instrument(span),
+            )
             .abort_handle()
         });
     }

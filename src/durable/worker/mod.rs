@@ -2,9 +2,12 @@
 //! runs the handler on each (`handler`), renews the leases of the handlers running (`lease`),
 //! records what they came to (`outcome`), and waits for a wake-up when nothing is ready
 //! (`wake`). In loop order: [`start`] spawns `supervise`, which runs the leader loop beside the
-//! claim loop and, on stop, lets the handlers finish before the leadership is given up.
+//! claim loop (and, with the `metrics` feature, the loop that publishes the wheel's gauges:
+//! `gauges`) and, on stop, lets the handlers finish before the leadership is given up.
 
 mod claim;
+#[cfg(feature = "metrics")]
+mod gauges;
 mod handler;
 mod lease;
 mod outcome;
@@ -223,6 +226,11 @@ async fn supervise(
     let permits = Arc::new(Semaphore::new(wheel.cfg.concurrency));
     let mut leaders = JoinSet::new();
     let mut claimers = JoinSet::new();
+    #[cfg(feature = "metrics")]
+    {
+        let (w, s) = (wheel.clone(), stop.clone());
+        claimers.spawn(async move { gauges::publish_gauges(&w, s).await });
+    }
     for part in 0..wheel.partitions.len() {
         // Told by the partition's idle workers that its leader gave up the lead: bid at once.
         let bid_now = Arc::new(Notify::new());

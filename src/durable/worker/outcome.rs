@@ -86,12 +86,17 @@ pub(super) async fn record_outcomes(
 /// Records that the delivery of `key` under `token` failed with `why`.
 async fn record_failure(wheel: Arc<Wheel>, part: usize, key: &str, token: &str, why: &str, window: Window) {
     tracing::debug!(wheel = %wheel.name(), key = %key, error = %why, "a handler failed");
+    let metrics = wheel.metrics.partition(part);
     match scripts::fail(&wheel, &wheel.partitions[part].keys, key, token, why, window).await {
-        Ok(Failed::Dead) => tracing::warn!(
-            wheel = %wheel.name(), key = %key, error = %why,
-            "a task failed its last attempt and went to the dead letters"
-        ),
-        Ok(Failed::Retried | Failed::Refused) => {}
+        Ok(Failed::Dead) => {
+            metrics.dead();
+            tracing::warn!(
+                wheel = %wheel.name(), key = %key, error = %why,
+                "a task failed its last attempt and went to the dead letters"
+            );
+        }
+        Ok(Failed::Retried) => metrics.retried(),
+        Ok(Failed::Refused) => {}
         Err(e) => lost(&wheel, key, &e),
     }
 }

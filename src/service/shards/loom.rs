@@ -19,7 +19,7 @@ use crate::service::key::Key;
 
 /// Two shards (the fewest `locate` allows), so that the actor's look at every shard is modelled.
 fn shared() -> Arc<Shared> {
-    Arc::new(Shared::with_shards(WheelKind::Hierarchical, 4, usize::MAX, 0, 1, clock()).unwrap())
+    Arc::new(Shared::with_shards(WheelKind::Hierarchical, 4, usize::MAX, 0, 1, clock(), "loom").unwrap())
 }
 
 fn clock() -> Clock {

@@ -45,6 +45,7 @@ use super::lateness::Recent;
 use super::stats::Stats;
 use super::sync::{AtomicUsize, Mutex, MutexGuard};
 use super::timer::{Run, Timer, ARMED};
+use crate::metrics::ServiceMetrics;
 use crate::Error;
 pub(crate) use fired::Fired;
 use shard::{Shard, SWEEP_AT};
@@ -86,21 +87,28 @@ pub(crate) struct Shared {
     /// carry a copy: a handle small enough to share a cache line with its ticket costs one
     /// cache miss less on a push-back.
     pub clock: Clock,
+    /// The service's name ([`Builder::name`](super::Builder::name)), for its metrics and its
+    /// jobs' spans.
+    pub name: Box<str>,
+    /// Its metrics (nothing, without the `metrics` feature).
+    pub metrics: ServiceMetrics,
 }
 
 impl Shared {
     /// Four shards per core (as a power of two), each with an empty wheel of `kind`, and room
     /// for its share of `capacity` timers (see [`Builder::capacity`](super::Builder::capacity)).
+    /// `name` is the service's, for its metrics (registered here) and its jobs' spans.
     pub fn new(
         kind: WheelKind,
         slots: usize,
         max_pending: usize,
         capacity: usize,
         clock: Clock,
+        name: &str,
     ) -> Result<Self, Error> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shard_bits = (cores * 4).clamp(4, 64).next_power_of_two().trailing_zeros();
-        Self::with_shards(kind, slots, max_pending, capacity, shard_bits, clock)
+        Self::with_shards(kind, slots, max_pending, capacity, shard_bits, clock, name)
     }
 
     /// As [`new`](Self::new), with `1 << shard_bits` shards (at least 2).
@@ -111,6 +119,7 @@ impl Shared {
         capacity: usize,
         shard_bits: u32,
         clock: Clock,
+        name: &str,
     ) -> Result<Self, Error> {
         debug_assert!((1..64).contains(&shard_bits), "{shard_bits} shard bits: `locate` shifts by 64 minus them");
         let hasher = foldhash::fast::RandomState::default();
@@ -140,6 +149,8 @@ impl Shared {
             lateness: Mutex::default(),
             next_queue: std::sync::atomic::AtomicU64::new(0),
             clock,
+            name: name.into(),
+            metrics: ServiceMetrics::new(name),
         })
     }
 
@@ -478,13 +489,20 @@ impl Shared {
         self.lock(shard).find(hash, key, None).is_some()
     }
 
-    /// The counters, summed over the shards.
+    /// The counters, summed over the shards; published as metrics too.
     pub fn stats(&self) -> Stats {
         let mut total = Stats::default();
         for shard in 0..self.shards.len() {
             total.add(&self.lock(shard).counts);
         }
+        self.metrics.publish(&total);
         total
+    }
+
+    /// Whether the service has stopped (every shard is closed together, the first one first).
+    #[cfg(feature = "metrics")]
+    pub fn is_closed(&self) -> bool {
+        self.lock(0).closed
     }
 
     /// For the actor, before it advances the wheels: a timer placed from now on that cannot

@@ -16,7 +16,7 @@ fn ms_clock() -> Clock {
 #[test]
 fn a_request_that_makes_a_bucket_busy_enough_to_drain_wakes_the_actor() {
     for last in ["schedule", "schedule_many", "reschedule"] {
-        let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0, ms_clock()).unwrap();
+        let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0, ms_clock(), "test").unwrap();
         shared.will_wake_at(8192);
         let mut keys = (0..).map(|i| format!("k-{i}")).filter(|k| shared.locate(k.as_bytes()).0 == 0);
         let mut timer = || Timer::new(Key::from(keys.next().unwrap().as_str()), Run::Once(Box::new(Wake)));
@@ -41,7 +41,7 @@ fn a_request_that_makes_a_bucket_busy_enough_to_drain_wakes_the_actor() {
 /// table it started with (a rehash would have replaced it by a larger one).
 #[test]
 fn room_made_at_the_start_is_used_without_growing() {
-    let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 10_000, ms_clock()).unwrap();
+    let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 10_000, ms_clock(), "test").unwrap();
     let room = |shared: &Shared| (0..shared.shard_count()).map(|s| shared.lock(s).keys.capacity()).collect::<Vec<_>>();
     let before = room(&shared);
     assert!(before.iter().all(|&c| c * shared.shard_count() >= 10_000), "{before:?}");
@@ -50,7 +50,7 @@ fn room_made_at_the_start_is_used_without_growing() {
         shared.add(timer, Due { deadline: 1_000 + i, set_at: 0 }, false).unwrap();
     }
     assert_eq!(room(&shared), before);
-    let unreserved = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0, ms_clock()).unwrap();
+    let unreserved = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0, ms_clock(), "test").unwrap();
     assert!(room(&unreserved).iter().all(|&c| c == 0), "no room is made by default");
 }
 
@@ -59,7 +59,7 @@ fn room_made_at_the_start_is_used_without_growing() {
 #[test]
 fn a_timer_whose_watcher_dropped_records_no_outcome() {
     for dropped in [true, false] {
-        let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0, ms_clock()).unwrap();
+        let shared = Shared::new(WheelKind::Hierarchical, 64, usize::MAX, 0, ms_clock(), "test").unwrap();
         let clock = Clock::new(std::time::Duration::from_millis(1)).unwrap();
         let key = "order-42";
         let due = Due { deadline: 5, set_at: 0 };
@@ -148,7 +148,7 @@ mod model {
     }
 
     fn run(kind: WheelKind, ops: Vec<Op>) -> Result<(), TestCaseError> {
-        let shared = Shared::new(kind, 4, usize::MAX, 0, ms_clock()).unwrap();
+        let shared = Shared::new(kind, 4, usize::MAX, 0, ms_clock(), "test").unwrap();
         shared.will_wake_at(0);
         let clock = Clock::new(std::time::Duration::from_millis(1)).unwrap();
         let job: Arc<dyn crate::service::job::Job> = Arc::new(|_k: String| async {});

@@ -1,0 +1,93 @@
+//! Jobs and handlers run inside a `tracing` span that says which timer or delivery they are:
+//! what they log carries the span's fields.
+//!
+//! The durable test needs a `redis-server` (and the `redis` feature); without one it prints a
+//! skip note and passes, except under `CI=true`, where it fails.
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio_timewheel::Scheduler;
+
+/// Everything logged in this test binary, as text.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The lines logged so far, installing the subscriber (every level, no colours) on first use.
+fn logged() -> String {
+    static CAPTURED: OnceLock<Captured> = OnceLock::new();
+    let captured = CAPTURED.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        captured
+    });
+    String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned()
+}
+
+#[tokio::test]
+async fn a_job_logs_inside_a_span_with_the_services_name_and_the_key() {
+    logged();
+    let timer = Scheduler::builder().name("sessions").start().unwrap();
+    let done = timer
+        .schedule("session-7", Duration::from_millis(1), |key| async move {
+            tracing::info!("idle timeout of {key}");
+        })
+        .await
+        .unwrap();
+    done.await.unwrap();
+    let line = logged().lines().find(|l| l.contains("idle timeout of session-7")).map(str::to_owned);
+    let line = line.expect("the job logged");
+    assert!(line.contains("timer{wheel=\"sessions\" key=\"session-7\"}"), "{line}");
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_logs_inside_a_span_with_the_key_and_the_attempt() {
+    use tokio_timewheel::durable::{DurableScheduler, Task};
+
+    logged();
+    let Some(server) = support::redis_server::RedisServer::start() else { return };
+    let timers = DurableScheduler::builder(server.url(), "spans")
+        .tick(Duration::from_millis(20))
+        .backoff(Duration::from_millis(20))
+        .connect()
+        .await
+        .unwrap();
+    let worker = timers.run(|task: Task| async move {
+        tracing::info!("reviewing {}", task.key());
+        if task.attempt() == 1 {
+            Err("not yet")
+        } else {
+            Ok(())
+        }
+    });
+    timers.schedule("order-42", Duration::ZERO, Vec::new()).await.unwrap();
+    let second = "task{wheel=\"spans\" partition=0 key=\"order-42\" attempt=2}";
+    let seen = support::durable::wait_until(Duration::from_secs(10), || {
+        logged().lines().any(|l| l.contains("reviewing order-42") && l.contains(second))
+    })
+    .await;
+    worker.shutdown().await;
+    let lines: Vec<String> = logged().lines().filter(|l| l.contains("reviewing order-42")).map(str::to_owned).collect();
+    assert!(seen, "the retry's line carries its span: {lines:#?}");
+    assert!(lines[0].contains("task{wheel=\"spans\" partition=0 key=\"order-42\" attempt=1}"), "{lines:#?}");
+}
