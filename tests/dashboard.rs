@@ -155,16 +155,33 @@ async fn each_section_answers_what_the_wheel_says() {
     let bars: u64 = late["bars"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
     assert_eq!(bars, 2, "{late}");
 
-    assert_eq!(get(&router, "/api/task?key=later-1").await.json()["pending"], true);
-    assert_eq!(get(&router, "/api/task?key=nobody").await.json()["pending"], false);
-    assert_eq!(get(&router, "/api/task?key=dead-0").await.json()["pending"], false);
+    let later = get(&router, "/api/task?key=later-1").await.json();
+    assert_eq!(later["pending"], true);
+    assert_eq!(later["detail"]["state"], "waiting", "{later}");
+    assert_eq!(later["detail"]["attempt"], 0, "{later}");
+    let due_ms = later["detail"]["due_ms"].as_u64().unwrap();
+    let want = timers.deadline("later-1").await.unwrap().unwrap();
+    assert_eq!(due_ms as u128, want.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis());
+    let nobody = get(&router, "/api/task?key=nobody").await.json();
+    assert_eq!((&nobody["pending"], &nobody["detail"]), (&serde_json::json!(false), &serde_json::Value::Null));
+    let dead = get(&router, "/api/task?key=dead-0").await.json();
+    assert_eq!(dead["pending"], false);
+    assert_eq!(dead["detail"]["state"], "dead", "{dead}");
+    assert_eq!(dead["detail"]["last_error"], "dead-0 is broken <b>here</b>", "{dead}");
     // Keys are any text: one with spaces and symbols, percent-encoded.
     timers.schedule("a key/with ?&=#", Duration::from_secs(60), Vec::new()).await.unwrap();
     assert_eq!(get(&router, "/api/task?key=a%20key%2Fwith%20%3F%26%3D%23").await.json()["pending"], true);
 
-    // What this version cannot read is said to be unavailable, not made up.
-    assert_eq!(get(&router, "/api/due").await.json()["available"], false);
-    assert_eq!(get(&router, "/api/nodes").await.json()["available"], false);
+    // What falls due in the next hour, a bar a minute: the three waiting tasks, as due_counts
+    // says; and who leads (no worker runs here: nobody).
+    let due = get(&router, "/api/due").await.json();
+    assert_eq!(due["available"], true);
+    let counts: Vec<u64> = due["counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    assert_eq!(counts.len(), 60, "{due}");
+    assert_eq!(counts.iter().sum::<u64>(), 3 + 1, "the three waiting and the one scheduled above: {due}");
+    let nodes = get(&router, "/api/nodes").await.json();
+    assert_eq!(nodes["available"], true);
+    assert_eq!(nodes["leaders"].as_array().unwrap().len(), 1, "{nodes}");
 
     // Bad input is a 400 with a reason, never a panic.
     for path in ["/api/task", "/api/task?key=", "/api/dead?limit=x", "/api/dead?limit=501", "/api/dead?limit=-1"] {
@@ -238,8 +255,22 @@ async fn actions_need_to_be_enabled_and_to_come_from_the_page() {
     let reply = post(&router, "/api/dead/requeue", "dead-1", &origin).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
 
-    // Deleting needs a call this version lacks: it says so, and deletes nothing.
-    let reply = post(&router, "/api/dead/delete", "dead-0", SAME_ORIGIN).await;
-    assert_eq!(reply.status, StatusCode::NOT_IMPLEMENTED, "{}", reply.body);
-    assert_eq!(get(&router, "/api/info").await.json()["delete"], false);
+    // Deleting: refused from elsewhere, done from the page, and a second time finds nothing.
+    assert_eq!(get(&router, "/api/info").await.json()["delete"], true);
+    timers.schedule_at("doomed", std::time::UNIX_EPOCH, Vec::new()).await.unwrap();
+    let fail = timers.run(|_: tokio_timewheel::durable::Task| async { Err::<(), _>(std::io::Error::other("no")) });
+    for _ in 0..200 {
+        if timers.get("doomed").await.unwrap().is_some_and(|t| t.state() == tokio_timewheel::durable::TaskState::Dead) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fail.shutdown().await;
+    let cross = [json, ("origin", "http://evil.example"), ("host", "127.0.0.1")];
+    assert_eq!(post(&router, "/api/dead/delete", "doomed", &cross).await.status, StatusCode::FORBIDDEN);
+    let reply = post(&router, "/api/dead/delete", "doomed", SAME_ORIGIN).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(timers.get("doomed").await.unwrap(), None, "the dead letter is still there");
+    let reply = post(&router, "/api/dead/delete", "doomed", SAME_ORIGIN).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.body);
 }

@@ -139,9 +139,18 @@ async fn a_person_sees_the_wheel_finds_a_key_and_requeues_a_dead_letter() {
     );
     let bars = chromium.eval("document.querySelectorAll('#late-plot rect.bar').length").await;
     assert!(bars.as_u64().is_some_and(|n| n >= 8), "lateness bars: {bars}");
-    // What this version cannot show, it says so.
-    let due = chromium.eval("document.getElementById('due-note').textContent").await;
-    assert!(due.as_str().is_some_and(|t| t.contains("Not available")), "{due}");
+    // What falls due over the next hour: the 40 waiting tasks, as due_counts counts them.
+    let in_hour: u64 = timers
+        .due_counts(std::time::SystemTime::now(), Duration::from_secs(60), 60)
+        .await
+        .expect("due_counts")
+        .iter()
+        .sum();
+    assert_eq!(in_hour, 40);
+    let due = chromium
+        .wait_for("document.getElementById('due-note').textContent.includes('40 tasks fall due') || null", SHOWN_WITHIN)
+        .await;
+    assert!(due.is_some(), "{}", chromium.eval("document.getElementById('due-note').textContent").await);
 
     // The search box finds a scheduled key, and not one that is not pending.
     for (key, found) in [("invoice-7:remind", "true"), ("order-3:review", "false")] {
@@ -157,6 +166,9 @@ async fn a_person_sees_the_wheel_finds_a_key_and_requeues_a_dead_letter() {
         let shown = chromium.wait_for(&result, SHOWN_WITHIN).await;
         assert_eq!(shown, Some(Value::from(found)), "searching {key}");
     }
+    // A task found shows its state, due time and deliveries (from `get`).
+    let detail = chromium.eval("document.querySelector('#search-result [data-found]').textContent").await;
+    assert!(detail.as_str().is_some_and(|t| t.contains("not pending")), "{detail}");
     // The dead letters are listed with their last error and a Requeue button each.
     let listed = chromium
         .wait_for("document.querySelectorAll('#dead-letters button[data-requeue]').length === 3 || null", SHOWN_WITHIN)
@@ -168,6 +180,8 @@ async fn a_person_sees_the_wheel_finds_a_key_and_requeues_a_dead_letter() {
     // The screenshot the README shows: the search found, the dead letters listed.
     chromium.eval("document.getElementById('search-key').value = 'invoice-7:remind'; document.getElementById('search').requestSubmit(); true").await;
     chromium.wait_for("document.querySelector('#search-result [data-found=\"true\"]')", SHOWN_WITHIN).await;
+    let detail = chromium.eval("document.querySelector('#search-result [data-found]').textContent").await;
+    assert!(detail.as_str().is_some_and(|t| t.contains("invoice-7:remind is waiting, due ")), "{detail}");
     let png = chromium.screenshot().await;
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/dashboard.png");

@@ -916,6 +916,24 @@ impl DurableScheduler {
         Ok(all.drain(offset.min(all.len())..).collect())
     }
 
+    /// The node that leads each partition (its id, as its worker logs it), `None` for a
+    /// partition no node leads now (no worker runs, or a takeover is under way).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn leaders(&self) -> Result<Vec<Option<String>>, Error> {
+        let mut out = Vec::with_capacity(self.wheel.partitions.len());
+        for part in &self.wheel.partitions {
+            let token: Option<String> = self.wheel.conn.command(redis::cmd("GET").arg(part.keys.leader())).await?;
+            // The fencing token is `<node>:<epoch>`.
+            out.push(token.map(|t| t.rsplit_once(':').map_or(t.clone(), |(node, _)| node.to_string())));
+        }
+        Ok(out)
+    }
+
     /// Starts a [`Worker`] on the current Tokio runtime: it takes part in ticking the wheel (one
     /// node at a time holds the leadership) and runs `handler` on due tasks, up to `concurrency`
     /// at once.

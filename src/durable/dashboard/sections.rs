@@ -1,15 +1,14 @@
 //! What each section of the page shows, read through the wheel's public calls: one small
 //! function a section, each answering the JSON its endpoint sends.
 //!
-//! Sections that need a call this version lacks say so (`"available": false`), and the page
-//! says "not available"; nothing is made up. Each such place is marked `WIRE:` with the call
-//! that will fill it.
+//! A section that cannot be read says so (`"available": false`), and the page says "not
+//! available"; nothing is made up.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::durable::DurableScheduler;
+use crate::durable::{DurableScheduler, TaskState};
 use crate::service::lateness::Histogram;
 use crate::Error;
 
@@ -91,38 +90,61 @@ pub(super) async fn dead_letters(timers: &DurableScheduler, limit: usize) -> Res
 }
 
 /// One task by its key: whether one is pending.
-// WIRE: DurableScheduler::get(key) -> Result<Option<TaskInfo>, Error>: answer "detail":
-// {"state": "waiting" | "ready" | "running" | "dead", "due_ms", "attempt", "payload_bytes"}
-// (null when there is none), and "pending" from its state; app.js's `search` then shows it.
+/// Answers "detail": {"state": "waiting" | "ready" | "running" | "dead", "due_ms", "attempt",
+/// "payload_bytes", "last_error"} (null when there is no such task), and "pending" from its
+/// state, which app.js's `search` shows.
 pub(super) async fn find_task(timers: &DurableScheduler, key: &str) -> Result<Value, Error> {
-    let pending = timers.contains(key).await?;
-    Ok(json!({ "key": key, "pending": pending, "detail": null }))
+    let Some(task) = timers.get(key).await? else {
+        return Ok(json!({ "key": key, "pending": false, "detail": null }));
+    };
+    let state = match task.state() {
+        TaskState::Waiting => "waiting",
+        TaskState::Ready => "ready",
+        TaskState::Running => "running",
+        _ => "dead",
+    };
+    Ok(json!({
+        "key": key,
+        "pending": state != "dead",
+        "detail": {
+            "state": state,
+            "due_ms": unix_ms(task.due()),
+            "attempt": task.attempt(),
+            "payload_bytes": task.payload().len(),
+            "last_error": task.last_error(),
+        },
+    }))
 }
 
 /// What falls due over the next hour, a bar a minute.
-// WIRE: DurableScheduler::due_counts(now, DUE_BUCKET, DUE_BUCKETS) -> Result<Vec<u64>, Error>:
-// "counts" is its answer, "from_ms" the `now` it was given, "available" true; app.js's
-// `showDue` draws it.
-pub(super) async fn due_plot(_timers: &DurableScheduler) -> Result<Value, Error> {
+/// ([`DurableScheduler::due_counts`]: tasks already due count in the first bar.)
+pub(super) async fn due_plot(timers: &DurableScheduler) -> Result<Value, Error> {
+    let now = SystemTime::now();
+    let counts = timers.due_counts(now, DUE_BUCKET, DUE_BUCKETS).await?;
     Ok(json!({
-        "available": false,
-        "from_ms": unix_ms(SystemTime::now()),
+        "available": true,
+        "from_ms": unix_ms(now),
         "bucket_s": DUE_BUCKET.as_secs(),
-        "counts": [],
+        "counts": counts,
     }))
 }
 
 /// The width of one bar of the due plot.
 const DUE_BUCKET: Duration = Duration::from_secs(60);
 /// How many bars: an hour.
-#[allow(dead_code)] // Read once `due_plot` is wired.
 const DUE_BUCKETS: usize = 60;
 
-/// The node that leads each partition, and the workers.
-// WIRE: the leader and worker info of DurableScheduler: answer "available": true, "leaders":
-// [{"partition", "node"}] and "workers": [{"node"}], which app.js's `showNodes` lists.
-pub(super) async fn leader_and_workers(_timers: &DurableScheduler) -> Result<Value, Error> {
-    Ok(json!({ "available": false }))
+/// The node that leads each partition ([`DurableScheduler::leaders`]), which app.js's
+/// `showNodes` lists. Workers keep no record in Redis, so none are listed.
+pub(super) async fn leader_and_workers(timers: &DurableScheduler) -> Result<Value, Error> {
+    let leaders: Vec<Value> = timers
+        .leaders()
+        .await?
+        .into_iter()
+        .enumerate()
+        .map(|(partition, node)| json!({ "partition": partition, "node": node.unwrap_or_else(|| "nobody".into()) }))
+        .collect();
+    Ok(json!({ "available": true, "leaders": leaders, "workers": [] }))
 }
 
 /// What an action did, for its answer: the HTTP status and the JSON body.
@@ -142,19 +164,18 @@ pub(super) async fn requeue(timers: &DurableScheduler, key: &str) -> Result<Done
     })
 }
 
-/// Deletes the dead letter `key`.
-// WIRE: DurableScheduler::delete_dead(key) -> bool: 200 {"deleted": true} or 404, and
-// DELETE_AVAILABLE to true.
-pub(super) async fn delete_dead_letter(_timers: &DurableScheduler, key: &str) -> Result<Done, Error> {
-    Ok((
-        axum::http::StatusCode::NOT_IMPLEMENTED,
-        json!({ "key": key, "error": "deleting a dead letter is not available in this version" }),
-    ))
+/// Deletes the dead letter `key` for good.
+pub(super) async fn delete_dead_letter(timers: &DurableScheduler, key: &str) -> Result<Done, Error> {
+    use axum::http::StatusCode;
+    Ok(if timers.delete_dead(key).await? {
+        (StatusCode::OK, json!({ "key": key, "deleted": true }))
+    } else {
+        (StatusCode::NOT_FOUND, json!({ "key": key, "error": "no dead letter under this key" }))
+    })
 }
 
 /// Whether `delete_dead_letter` can delete: the page shows its button only then.
-// WIRE: true once delete_dead_letter calls DurableScheduler::delete_dead.
-pub(super) const DELETE_AVAILABLE: bool = false;
+pub(super) const DELETE_AVAILABLE: bool = true;
 
 /// Milliseconds since the Unix epoch (0 before it).
 fn unix_ms(t: SystemTime) -> u64 {

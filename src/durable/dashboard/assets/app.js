@@ -201,13 +201,18 @@ async function search(event) {
   out.replaceChildren(el("span", { class: "note" }, "looking…"));
   try {
     const found = await getJson("api/task?key=" + encodeURIComponent(key));
-    // WIRE: once api/task answers "detail" (DurableScheduler::get), show its state, due time
-    // and attempt here.
     const line = el("p", { "data-found": String(found.pending) });
     line.appendChild(el("span", { class: "key" }, found.key));
-    line.appendChild(document.createTextNode(found.pending
-      ? " is pending: waiting, ready or running."
-      : " is not pending: never scheduled, finished, cancelled or dead."));
+    const d = found.detail;
+    if (d) {
+      line.setAttribute("data-state", d.state);
+      let text = " is " + d.state + ", due " + new Date(d.due_ms).toISOString() + ", "
+        + d.attempt + " deliveries so far, " + d.payload_bytes + " bytes of payload";
+      if (d.last_error) text += "; last error: " + d.last_error;
+      line.appendChild(document.createTextNode(text + "."));
+    } else {
+      line.appendChild(document.createTextNode(" is not pending: never scheduled, finished or cancelled."));
+    }
     out.replaceChildren(line);
   } catch (e) {
     out.replaceChildren(el("p", { class: "bad" }, "Could not look: " + e.message));
