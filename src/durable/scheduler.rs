@@ -32,11 +32,11 @@ const DEAD_LETTERS_PAGE: usize = 128;
 /// # Concurrent calls go together
 /// The [`schedule`](Self::schedule), [`cancel`](Self::cancel) and
 /// [`reschedule`](Self::reschedule) calls (and their `_at` forms) of a handle and its clones are
-/// coalesced, as a batching client does: a call that finds no call of its kind on the wire goes at
-/// once, with no timer or linger; calls that come while one is on the wire wait for it and go
-/// together as one script call when it returns (one call of each kind on the wire at a time, per
-/// partition). So many concurrent callers cost Redis one script call a batch rather than one each,
-/// and a lone caller is not slowed down. A batch carries at most 64 schedules or reschedules, or
+/// coalesced, as a batching client does: a call that finds fewer than two calls of its kind on the
+/// wire (per partition) goes at once, with no timer or linger; calls that come while two are on
+/// the wire wait, and go together as one script call when one of those returns. So many
+/// concurrent callers cost Redis one script call a batch rather than one each, and a lone caller
+/// is not slowed down. A batch carries at most 64 schedules or reschedules, or
 /// 128 cancels, and at most 1 MiB of keys and payloads; a payload too heavy to share a batch goes
 /// alone, and the lighter calls behind it do not wait for it.
 ///

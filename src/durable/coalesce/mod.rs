@@ -1,6 +1,6 @@
 //! Coalescing the calls in flight: the concurrent `schedule`, `cancel` and `reschedule` calls of
-//! one handle (and its clones) go to Redis as one script call per partition and kind while a
-//! call of that kind is on the wire, the way a batching client sends (`queue`); and what one
+//! one handle (and its clones) go to Redis as one script call per partition and kind while calls
+//! of that kind are on the wire, the way a batching client sends (`queue`); and what one
 //! script call of a batch sends and how its answers go back to each caller, which `schedule_many`
 //! and `cancel_many` use for their own batches too.
 //!
@@ -30,10 +30,10 @@ pub(crate) const BATCH_BYTES: usize = 1 << 20;
 pub(crate) const CANCEL_BATCH: usize = 128;
 /// How many tasks one `reschedule.lua` call moves at most.
 const RESCHEDULE_BATCH: usize = 64;
-/// How many calls of one kind are on the wire at once for one partition. One, as a batching
-/// client does: with two the batches are smaller and cost Redis more per task, for no more
-/// throughput (BENCHMARKS.md, "Coalescing the calls in flight").
-const IN_FLIGHT: usize = 1;
+/// How many calls of one kind are on the wire at once for one partition. Two: with one, Redis
+/// waits while the client reads a batch's reply and sends the next; a second keeps it busy
+/// meanwhile, and a third gains nothing more (BENCHMARKS.md, "Coalescing the calls in flight").
+const IN_FLIGHT: usize = 2;
 
 /// The calls in flight of one handle and its clones: per kind, one [`Coalescer`] per partition
 /// (each partition is a script call of its own, on its own node in a cluster).

@@ -1,10 +1,10 @@
 //! [`Coalescer`]: one kind of call on one partition, sent the way a batching client sends: a
-//! call that finds nothing in flight goes at once; calls that arrive while one is on the wire
-//! wait together and go as the next batch when it returns.
+//! call that finds fewer than [`Bounds::in_flight`] batches on the wire goes at once; calls that
+//! arrive while that many are on the wire wait together and go as the next batch when one returns.
 //!
 //! There is no timer and no linger: a lone call is never held back. Nor is there a task while
-//! nothing is queued: the call that finds no sender running spawns one, which sends batch after
-//! batch until it finds the queue empty, and ends. The sender is a task of its own so that a
+//! nothing is queued: a call that finds fewer senders running than may be spawns one, which sends
+//! batch after batch until it finds the queue empty, and ends. The sender is a task of its own so that a
 //! caller that goes away (its future dropped) takes nothing down with it: every other caller of
 //! its batch still gets its answer.
 
@@ -33,7 +33,7 @@ pub(crate) struct Bounds {
     /// The most bytes (as the caller weighs its item) in one batch; an item heavier than this
     /// goes alone.
     pub(crate) bytes: usize,
-    /// The most batches on the wire at once. At 1 a call waits for at most one call ahead of it.
+    /// The most batches on the wire at once: a call that finds fewer goes at once.
     pub(crate) in_flight: usize,
 }
 
