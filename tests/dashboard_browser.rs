@@ -152,6 +152,16 @@ async fn a_person_sees_the_wheel_finds_a_key_and_requeues_a_dead_letter() {
         .await;
     assert!(due.is_some(), "{}", chromium.eval("document.getElementById('due-note').textContent").await);
 
+    // The leader and the workers: this process's worker runs and leads.
+    let nodes = chromium
+        .wait_for(
+            "(() => { const t = document.getElementById('nodes').textContent; \
+             return t.includes('led by') && t.includes('worker ') ? t : null; })()",
+            SHOWN_WITHIN,
+        )
+        .await;
+    assert!(nodes.is_some(), "{}", chromium.eval("document.getElementById('nodes').textContent").await);
+
     // The search box finds a scheduled key, and not one that is not pending.
     for (key, found) in [("invoice-7:remind", "true"), ("order-3:review", "false")] {
         let search = format!(

@@ -232,3 +232,34 @@ fn stats(timers: &DurableScheduler) -> tokio_timewheel::durable::DurableStats {
         tokio::runtime::Handle::current().block_on(async move { timers.stats().await.expect("stats") })
     })
 }
+
+/// The workers that run are listed from any node, and the leader among them; a worker that
+/// shuts down is taken out of the list at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_and_leaders_are_listed() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "nodes").connect().await.expect("connect");
+    let other = builder(&server, "nodes").connect().await.expect("connect another node");
+    assert!(timers.workers().await.unwrap().is_empty());
+    assert_eq!(timers.leaders().await.unwrap(), [None]);
+    let first = timers.run(|_: Task| async { Ok::<(), std::io::Error>(()) });
+    let second = other.run(|_: Task| async { Ok::<(), std::io::Error>(()) });
+    first.ready().await;
+    second.ready().await;
+    assert!(wait_until(Duration::from_secs(5), || listed(&timers).len() == 2).await, "{:?}", listed(&timers));
+    let workers = listed(&timers);
+    let leader = timers.leaders().await.unwrap()[0].clone().expect("a leader");
+    assert!(workers.contains(&leader), "the leader {leader} is not among the workers {workers:?}");
+    assert_eq!(first.is_leader() as usize + second.is_leader() as usize, 1);
+    second.shutdown().await;
+    assert!(wait_until(Duration::from_secs(2), || listed(&timers).len() == 1).await, "{:?}", listed(&timers));
+    first.shutdown().await;
+    assert!(wait_until(Duration::from_secs(2), || listed(&timers).is_empty()).await);
+}
+
+fn listed(timers: &DurableScheduler) -> Vec<String> {
+    let timers = timers.clone();
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(async move { timers.workers().await.expect("workers") })
+    })
+}

@@ -160,6 +160,12 @@ impl WheelKeys {
         self.fixed("lead")
     }
 
+    /// The sorted set of the workers that run: their node ids, scored by when each last said so
+    /// (ms on Redis's clock as the node estimates it). No script touches it.
+    pub fn workers(&self) -> String {
+        self.fixed("workers")
+    }
+
     /// What the call `id` answered, kept a while so that its retry gets the same answer.
     pub fn request(&self, id: &str) -> String {
         format!("{}{REQUEST}{id}", self.prefix)

@@ -934,6 +934,22 @@ impl DurableScheduler {
         Ok(out)
     }
 
+    /// The node ids of the workers that run on this wheel, from any node: each worker says so
+    /// every 2 s, and one not heard from for 6 s is left out (a clean `shutdown` takes it out at
+    /// once). The ids are those [`leaders`](Self::leaders) names.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn workers(&self) -> Result<Vec<String>, Error> {
+        let since = self.wheel.clock.now_ms().saturating_sub(super::worker::HEARD_WITHIN.as_millis() as u64);
+        let mut cmd = redis::cmd("ZRANGEBYSCORE");
+        cmd.arg(self.wheel.base.workers()).arg(since).arg("+inf");
+        self.wheel.conn.command(&cmd).await
+    }
+
     /// Starts a [`Worker`] on the current Tokio runtime: it takes part in ticking the wheel (one
     /// node at a time holds the leadership) and runs `handler` on due tasks, up to `concurrency`
     /// at once.

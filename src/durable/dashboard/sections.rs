@@ -134,8 +134,8 @@ const DUE_BUCKET: Duration = Duration::from_secs(60);
 /// How many bars: an hour.
 const DUE_BUCKETS: usize = 60;
 
-/// The node that leads each partition ([`DurableScheduler::leaders`]), which app.js's
-/// `showNodes` lists. Workers keep no record in Redis, so none are listed.
+/// The node that leads each partition ([`DurableScheduler::leaders`]) and the workers that run
+/// ([`DurableScheduler::workers`]), which app.js's `showNodes` lists.
 pub(super) async fn leader_and_workers(timers: &DurableScheduler) -> Result<Value, Error> {
     let leaders: Vec<Value> = timers
         .leaders()
@@ -144,7 +144,8 @@ pub(super) async fn leader_and_workers(timers: &DurableScheduler) -> Result<Valu
         .enumerate()
         .map(|(partition, node)| json!({ "partition": partition, "node": node.unwrap_or_else(|| "nobody".into()) }))
         .collect();
-    Ok(json!({ "available": true, "leaders": leaders, "workers": [] }))
+    let workers: Vec<Value> = timers.workers().await?.into_iter().map(|node| json!({ "node": node })).collect();
+    Ok(json!({ "available": true, "leaders": leaders, "workers": workers }))
 }
 
 /// What an action did, for its answer: the HTTP status and the JSON body.

@@ -231,6 +231,10 @@ async fn supervise(
         let (w, s) = (wheel.clone(), stop.clone());
         claimers.spawn(async move { gauges::publish_gauges(&w, s).await });
     }
+    {
+        let (w, n, s) = (wheel.clone(), node.clone(), stop.clone());
+        claimers.spawn(async move { heartbeat(&w, &n, s).await });
+    }
     for part in 0..wheel.partitions.len() {
         // Told by the partition's idle workers that its leader gave up the lead: bid at once.
         let bid_now = Arc::new(Notify::new());
@@ -245,4 +249,35 @@ async fn supervise(
     while claimers.join_next().await.is_some() {}
     let _ = leader_stop.send(true);
     while leaders.join_next().await.is_some() {}
+}
+
+/// How often a worker says it runs, in the wheel's `workers` set.
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
+/// A worker not heard from for this long is taken for gone.
+pub(crate) const HEARD_WITHIN: Duration = Duration::from_secs(6);
+
+/// Says that worker `node` runs every [`HEARTBEAT`] (one `ZADD` to the wheel's `workers` set;
+/// every tenth also drops the entries of workers not heard from for a minute), until stopped;
+/// then takes it out. For `DurableScheduler::workers` and the dashboard; nothing depends on it.
+async fn heartbeat(wheel: &Wheel, node: &str, mut stop: watch::Receiver<bool>) {
+    let key = wheel.base.workers();
+    let mut beats = 0u64;
+    loop {
+        let now = wheel.clock.now_ms();
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(&key).arg(now).arg(node);
+        // A failed beat is only a gap in the list: the next one mends it.
+        let _ = wheel.conn.command::<i64>(&cmd).await;
+        if beats.is_multiple_of(10) {
+            let mut trim = redis::cmd("ZREMRANGEBYSCORE");
+            trim.arg(&key).arg("-inf").arg(now.saturating_sub(60_000));
+            let _ = wheel.conn.command::<i64>(&trim).await;
+        }
+        beats += 1;
+        tokio::select! {
+            () = tokio::time::sleep(HEARTBEAT) => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    let _ = wheel.conn.command::<i64>(redis::cmd("ZREM").arg(&key).arg(node)).await;
 }
