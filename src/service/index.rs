@@ -116,7 +116,14 @@ fn room(slots: usize) -> usize {
 impl KeyIndex {
     pub fn new() -> Self {
         let tagging = random_word(2) | 1;
-        KeyIndex { slots: Vec::new(), len: 0, tagging, fold: true, placement: Placement::random(), redraw: Placement::random }
+        KeyIndex {
+            slots: Vec::new(),
+            len: 0,
+            tagging,
+            fold: true,
+            placement: Placement::random(),
+            redraw: Placement::random,
+        }
     }
 
     /// A table that tags keys by the low 32 bits of their hash and places them by the low bits
