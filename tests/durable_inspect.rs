@@ -96,14 +96,14 @@ async fn get_and_deadline_follow_a_task_through_its_states() {
     assert_eq!(timers.stats().await.unwrap().dead, 0);
 }
 
-/// Reads a task's state from inside a synchronous `wait_until` condition.
+/// Runs `future` to its end from inside a synchronous `wait_until` condition.
+fn sync<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
+}
+
+/// A task's state, read inside a `wait_until` condition.
 fn state_of(timers: &DurableScheduler, key: &str) -> Option<TaskState> {
-    let timers = timers.clone();
-    let key = key.to_string();
-    tokio::task::block_in_place(|| {
-        tokio::runtime::Handle::current().block_on(async move { timers.get(&key).await.ok().flatten() })
-    })
-    .map(|t| t.state())
+    sync(timers.get(key)).ok().flatten().map(|t| t.state())
 }
 
 /// Two nodes race `schedule_or_reset` on the same keys: each key is scheduled once (one `true`
@@ -227,10 +227,7 @@ async fn dead_letters_page_and_their_retention_trims_them() {
 }
 
 fn stats(timers: &DurableScheduler) -> tokio_timewheel::durable::DurableStats {
-    let timers = timers.clone();
-    tokio::task::block_in_place(|| {
-        tokio::runtime::Handle::current().block_on(async move { timers.stats().await.expect("stats") })
-    })
+    sync(timers.stats()).expect("stats")
 }
 
 /// The workers that run are listed from any node, and the leader among them; a worker that
@@ -258,8 +255,5 @@ async fn workers_and_leaders_are_listed() {
 }
 
 fn listed(timers: &DurableScheduler) -> Vec<String> {
-    let timers = timers.clone();
-    tokio::task::block_in_place(|| {
-        tokio::runtime::Handle::current().block_on(async move { timers.workers().await.expect("workers") })
-    })
+    sync(timers.workers()).expect("workers")
 }

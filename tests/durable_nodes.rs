@@ -145,6 +145,17 @@ impl Drop for Node {
     }
 }
 
+/// Node 1, alone on the wheel, once it has taken the lead.
+fn first_node_leading(server: &RedisServer) -> Node {
+    let node = Node::spawn(&server.url(), 1);
+    let started = Instant::now();
+    while leader_value(server).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(20), "node 1 never took the lead");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    node
+}
+
 fn leader_value(server: &RedisServer) -> Option<String> {
     support::durable::leader_value(server, NAME)
 }
@@ -182,12 +193,7 @@ fn three_nodes_survive_the_leaders_sigkill() {
     let url = server.url();
 
     // Node 1 first, so that it is the leader.
-    let mut nodes = vec![Node::spawn(&url, 1)];
-    let started = Instant::now();
-    while leader_value(&server).is_none() {
-        assert!(started.elapsed() < Duration::from_secs(20), "node 1 never took the lead");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut nodes = vec![first_node_leading(&server)];
     let first_leader = leader_value(&server).unwrap();
     nodes.push(Node::spawn(&url, 2));
     nodes.push(Node::spawn(&url, 3));
@@ -305,12 +311,7 @@ fn a_recurring_task_fires_once_per_period_across_the_leaders_sigkill() {
     const RUNS: usize = 20;
     let Some(server) = RedisServer::start() else { return };
     let url = server.url();
-    let mut nodes = vec![Node::spawn(&url, 1)];
-    let started = Instant::now();
-    while leader_value(&server).is_none() {
-        assert!(started.elapsed() < Duration::from_secs(20), "node 1 never took the lead");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut nodes = vec![first_node_leading(&server)];
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let before = SystemTime::now();
     rt.block_on(async {
