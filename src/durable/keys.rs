@@ -201,16 +201,19 @@ fn hash_slot(tag: &[u8]) -> u16 {
 /// The Lua that binds the key names for a script, on one line: one local per fixed key
 /// (`READY = KEYS[6]`, ...); `CALL_KEY` and `PREVIOUS_KEY`, the call's own keys after them (nil
 /// when the call has none); `FIXED_KEYS`, how many fixed keys there are; and
-/// `declared_slots(from)`, the slot keys declared from `KEYS[from]` on, as a set of names, with
-/// `slot_key(i)` to look one up (a script touches only the slot keys its caller declared).
+/// `declared_slots(from)`, the slot keys declared from `KEYS[from]` on, as a map from slot index
+/// to key name, so that a script finds a slot's key without formatting a number (a script
+/// touches only the slot keys its caller declared).
 pub(crate) fn lua_bindings() -> String {
     let names: Vec<String> = FIXED.iter().map(|(name, _)| name.to_uppercase()).collect();
     let slots: Vec<String> = (1..=FIXED.len()).map(|i| format!("KEYS[{i}]")).collect();
     format!(
         "local {} = {} local CALL_KEY, PREVIOUS_KEY = KEYS[{n1}], KEYS[{n2}] local FIXED_KEYS = {n} \
          local P = string.sub(META, 1, #META - 4) \
-         local function slot_key(i) return P .. '{SLOT}' .. i end \
-         local function declared_slots(from) local set = {{}} for i = from, #KEYS do set[KEYS[i]] = true end return set end",
+         local SLOT_P = P .. '{SLOT}' \
+         local function declared_slots(from) local map, n = {{}}, #SLOT_P for i = from, #KEYS do local k = KEYS[i] \
+           if string.sub(k, 1, n) == SLOT_P then local idx = tonumber(string.sub(k, n + 1)) if idx then map[idx] = k end end end \
+           return map end",
         names.join(", "),
         slots.join(", "),
         n = FIXED.len(),
@@ -283,6 +286,6 @@ mod tests {
         assert!(lua.starts_with("local META, CURSOR, TASKS, RING, FAR, READY, "), "{lua}");
         assert!(lua.contains("= KEYS[1], KEYS[2], KEYS[3]"), "{lua}");
         assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[15], KEYS[16] local FIXED_KEYS = 14"), "{lua}");
-        assert!(lua.contains("return P .. 'slot:' .. i end"), "{lua}");
+        assert!(lua.contains("local SLOT_P = P .. 'slot:'"), "{lua}");
     }
 }

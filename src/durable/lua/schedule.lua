@@ -1,6 +1,7 @@
---[[ Schedules a batch of tasks, each under a key that must not be pending: per task one HSETNX
-  (the check and the write in one) and one ZADD to its slot (the far tier's and `ready`'s
-  entries go in one ZADD each for the whole call).
+--[[ Schedules a batch of tasks, each under a key that must not be pending: one HMGET (is each
+  key pending?) and one HSET (the new records) for the whole call, and one ZADD per ring slot, one
+  for the far tier and one for `ready`. With ARGV[4] '1', task by task: an HSETNX, and for a
+  pending key its move.
 
   Safe to retry: the call's answer is kept under its request id (CALL_KEY) for `ttl` ms, so a
   retry whose first attempt landed answers 2 for what it scheduled, even if those tasks have
@@ -27,6 +28,7 @@
 -- @include request
 -- @include place
 -- @include zrem_all
+-- @include hmget_all
 -- @include wake
 local tick_ms, slots, ttl, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local every, runs, missed = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
@@ -38,29 +40,57 @@ if kept then
 end
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2)
 local out, created, batch = {}, 0, new_batch()
-for i = 8, #ARGV, 4 do
-  local k, mode, ms = ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local due = ms
-  if mode == 'd' then due = w.up + ms end
-  if redis.call('HSETNX', TASKS, k, new_record(due, ARGV[i + 1], every, runs, missed)) == 1 then
-    place(k, due, w, batch)
-    created = created + 1
-    out[#out + 1] = 1
-  elseif not reset then
-    out[#out + 1] = 0
-  else
-    local t = decode(redis.call('HGET', TASKS, k))
-    if t.tok ~= '0' and tonumber(redis.call('ZSCORE', LEASED, k) or 0) > w.down then
-      out[#out + 1] = 3
+if not reset then
+  -- One HMGET reads whether each key is pending, one HSET writes the new records, and `flush`
+  -- one ZADD per slot: per task only its record and its ring entry. A key twice in one call is
+  -- scheduled once, by its first item.
+  local names = {}
+  for i = 8, #ARGV, 4 do names[#names + 1] = ARGV[i] end
+  local pending, fresh, taken = hmget_all(TASKS, names), {}, {}
+  local tail = string.format(':0:0:%d:%d:%s:0:', every, runs, missed)
+  for j, k in ipairs(names) do
+    local i = 4 * j + 4
+    if pending[j] or taken[k] then
+      out[j] = 0
     else
-      -- Its old place: a far or ready entry goes now, a slot entry when the cursor passes it.
-      t.due, t.tok = due, '0'
-      redis.call('HSET', TASKS, k, encode(t))
-      zrem_all(FAR, {k})
-      zrem_all(READY, {k})
-      zrem_all(LEASED, {k})
+      taken[k] = true
+      local due = tonumber(ARGV[i + 3])
+      if ARGV[i + 2] == 'd' then due = w.up + due end
+      local dues = string.format('%d', due)
+      fresh[#fresh + 1] = k
+      fresh[#fresh + 1] = dues .. tail .. ARGV[i + 1]
+      place(k, due, w, batch, dues)
+      created = created + 1
+      out[j] = 1
+    end
+  end
+  for i = 1, #fresh, 4000 do redis.call('HSET', TASKS, unpack(fresh, i, math.min(i + 3999, #fresh))) end
+else
+  for i = 8, #ARGV, 4 do
+    local k, mode, ms = ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3])
+    local due = ms
+    if mode == 'd' then due = w.up + ms end
+    if redis.call('HSETNX', TASKS, k, new_record(due, ARGV[i + 1], every, runs, missed)) == 1 then
       place(k, due, w, batch)
-      out[#out + 1] = 4
+      created = created + 1
+      out[#out + 1] = 1
+    else
+      local t = decode(redis.call('HGET', TASKS, k))
+      if t.tok ~= '0' and tonumber(redis.call('ZSCORE', LEASED, k) or 0) > w.down then
+        out[#out + 1] = 3
+      else
+        -- Its old place: a far or ready entry goes now, a slot entry when the cursor passes it.
+        -- What this call placed already is written first, so that nothing of it is left behind.
+        flush(batch)
+        batch = new_batch()
+        t.due, t.tok = due, '0'
+        redis.call('HSET', TASKS, k, encode(t))
+        zrem_all(FAR, {k})
+        zrem_all(READY, {k})
+        zrem_all(LEASED, {k})
+        place(k, due, w, batch)
+        out[#out + 1] = 4
+      end
     end
   end
 end

@@ -35,6 +35,7 @@
 -- @include due_tick
 -- @include zadd_all
 -- @include zrem_all
+-- @include hmget_all
 -- @include wake
 -- @include advance
 -- @include bury
@@ -82,36 +83,44 @@ end
 -- The last tick after the cursor whose slot, and every slot before it, was declared.
 local function window_end(cursor)
   local t = cursor
-  while t < cursor + slots and declared[slot_key((t + 1) % slots)] do t = t + 1 end
+  while t < cursor + slots and declared[(t + 1) % slots] do t = t + 1 end
   return t
 end
 
 -- The far tier's tasks due by the end of the declared window: those already due by Redis's clock
 -- go to `ready`, the others into their (declared) slot. A task the cursor passed but the clock
 -- has not reached (it stepped back) stays, waiting for the clock. The lowest-scored come first,
--- so they are removed by rank in one command. Returns how many left the far tier and how many
--- of them became ready.
+-- so they are removed by rank in one command; the ring entries go in one ZADD per slot. Scores
+-- are written as Redis gave them (strings). Returns how many left the far tier and how many of
+-- them became ready.
 local function promote_far(cursor, now_tick, room)
   local horizon = math.max(window_end(cursor), now_tick)
   local far = redis.call('ZRANGEBYSCORE', FAR, '-inf', horizon * tick_ms, 'WITHSCORES', 'LIMIT', 0, room)
   if #far == 0 then return 0, 0 end
   redis.call('ZREMRANGEBYRANK', FAR, 0, #far / 2 - 1)
-  local to_ready, into_ring, keep = {}, 0, {}
+  local to_ready, ring, keep, into_ring = {}, {}, {}, 0
   for i = 1, #far, 2 do
-    local k, due = far[i], tonumber(far[i + 1])
-    local tick = due_tick(due, tick_ms)
+    local k, score = far[i], far[i + 1]
+    local tick = due_tick(tonumber(score), tick_ms)
+    local list = keep
     if tick <= now_tick then
-      to_ready[#to_ready + 1] = due
-      to_ready[#to_ready + 1] = k
-    elseif tick > cursor and declared[slot_key(tick % slots)] then
-      into_ring = into_ring + redis.call('ZADD', slot_key(tick % slots), due, k)
+      list = to_ready
     else
-      keep[#keep + 1] = due
-      keep[#keep + 1] = k
+      local sk = tick > cursor and declared[tick % slots]
+      if sk then
+        list = ring[sk]
+        if not list then
+          list = {}
+          ring[sk] = list
+        end
+      end
     end
+    list[#list + 1] = score
+    list[#list + 1] = k
   end
   zadd_all(READY, to_ready)
   zadd_all(FAR, keep)
+  for sk, entries in pairs(ring) do into_ring = into_ring + zadd_all(sk, entries) end
   if into_ring > 0 then redis.call('INCRBY', RING, into_ring) end
   return (#far - #keep) / 2, #to_ready / 2
 end
@@ -122,22 +131,23 @@ end
 -- tasks became ready.
 local function step_ring(cursor, room)
   local c = cursor + 1
-  local sk = slot_key(c % slots)
-  if not declared[sk] then return cursor, 0, 0 end
+  local sk = declared[c % slots]
+  if not sk then return cursor, 0, 0 end
   local popped = redis.call('ZPOPMIN', sk, room)
   local to_ready, to_far = {}, {}
   if #popped > 0 then
     redis.call('DECRBY', RING, #popped / 2)
-    for i = 1, #popped, 2 do
-      local k, score = popped[i], popped[i + 1]
-      local rec = redis.call('HGET', TASKS, k)
+    local names = {}
+    for i = 1, #popped, 2 do names[#names + 1] = popped[i] end
+    local recs = hmget_all(TASKS, names)
+    for j, k in ipairs(names) do
+      local rec, score = recs[j], popped[2 * j]
       -- Its record still places it here: due at this score, not claimed.
       if rec and string.match(rec, '^(%d+):%d+:0:') == score then
-        local due = tonumber(score)
         local list = to_ready
         -- Not this revolution's (cannot happen while the ring invariant holds): keep it safe.
-        if due_tick(due, tick_ms) > c then list = to_far end
-        list[#list + 1] = due
+        if due_tick(tonumber(score), tick_ms) > c then list = to_far end
+        list[#list + 1] = score
         list[#list + 1] = k
       end
     end

@@ -102,6 +102,19 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     let d = dump(&server, keys);
     assert_eq!(d["ring"], "2", "the delayed task did not go to its slot: {d:?}");
 
+    // A key pending from an earlier call is a duplicate; two tasks of one tick share its slot.
+    let same = (c + 7) * TICK_MS;
+    let tasks2 = [new_task("c", soon), new_task("e", same - 10), new_task("f", same)];
+    let got = scripts::schedule(w, keys, "r3", &tasks2, false, None).await.unwrap();
+    assert_eq!(got, [Scheduled::Duplicate, Scheduled::Created, Scheduled::Created]);
+    let d = dump(&server, keys);
+    assert_eq!(d[&format!("slot:{}", (c + 7) % SLOTS)], format!("e@{} f@{same}", same - 10), "{d:?}");
+    assert_eq!(d["ring"], "4", "{d:?}");
+    assert_eq!(meta(&server, keys, "scheduled"), 7);
+    server.command(&["HDEL", &keys.tasks(), "e", "f"]);
+    server.command(&["DEL", &keys.slot((c + 7) % SLOTS)]);
+    server.command(&["SET", &keys.ring(), "2"]);
+
     // The same call again (its reply was lost) answers as the first did, writing nothing, even
     // after its tasks finished.
     server.command(&["HDEL", &keys.tasks(), "a", "b", "p"]);
