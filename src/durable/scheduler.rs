@@ -18,8 +18,11 @@ use crate::{Error, Lateness};
 
 /// The most tasks or dead letters one page of `due_next` or `dead_letters_page` holds.
 pub const MAX_PAGE: usize = 1000;
-/// How many `schedule_many` script calls are in flight at once.
-const SCHEDULE_PIPELINE: usize = 8;
+/// How many `schedule_many` script calls are in flight at once. Two, as for coalesced calls: a
+/// worker's claims and acks and the leader's ticks share the connection and wait behind every
+/// call already on it, so a deeper pipeline makes tasks late while a big batch goes in (eight
+/// made D3's p99 235-315 ms, two 109 ms; BENCHMARKS.md) and gains about 5% of its throughput.
+const SCHEDULE_PIPELINE: usize = 2;
 /// How many dead letters one `dead_letters` script call reads at most (payloads included).
 const DEAD_LETTERS_PAGE: usize = 128;
 
