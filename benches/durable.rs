@@ -13,12 +13,14 @@
 //!
 //! Workloads (the same keys `order-{i}`, 32-byte payload and delays for everyone):
 //! - D1 schedule N tasks with delays U[1 s, 3600 s]: one call each with 64 in flight, and (`-batch` rows) through
-//!   the implementation's batch call, 1,024 per call: tasks per second;
+//!   the implementation's batch call, 1,024 per call: tasks per second; and Redis's CPU time (`INFO cpu`) and
+//!   script calls (`EVALSHA`, `EVAL`) over that timed phase, per task (`server::Work`, read alike for everyone);
 //! - D2 Redis `used_memory` after D1 minus before, per task;
 //! - D3 fire N tasks with delays U[0, 10 s] with 4 workers of 16 handlers each: lateness (handler start minus due)
 //!   p50 / p99 / max, duplicates, early starts, wall time until the last acknowledgement; and p50 / p99 of the
 //!   tasks due after the insert phase, which do not wait behind the schedule calls;
-//! - D4 cancel D1's tasks in a random order (the in-process benchmark's W2 order): cancels per second;
+//! - D4 cancel D1's tasks in a random order (the in-process benchmark's W2 order): cancels per second, and Redis's
+//!   CPU time and script calls per task as in D1;
 //! - D5 N tasks an hour away and the 4 workers idle: Redis commands per second over the window
 //!   (`INFO commandstats`, which counts the commands that scripts run inside Redis too; the benchmark's own
 //!   `INFO` calls left out), and the calls clients send (round trips, counted through `MONITOR`); for

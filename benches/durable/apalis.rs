@@ -62,11 +62,13 @@ async fn push_all(storage: &Storage, tasks: Vec<Task<String>>) {
 }
 
 /// D1 (one `push_task` per task, 64 in flight, or `push_all` of 1,024), D2, and D4 (one script call per task,
-/// 64 in flight; the batched run has no batch cancel to measure).
+/// 64 in flight; the batched run has no batch cancel to measure); D1 and D4 with Redis's work over their timed
+/// phases ([`server::Work`]), read as for tokio-timewheel.
 pub async fn d124(server: &RedisServer, inputs: &Inputs, batch: bool) -> Vec<(&'static str, Fields)> {
     let storage = storage(server).await;
     let n = inputs.n;
     let before = server::used_memory(server).await;
+    let work = server::Work::read(server);
     let started = Instant::now();
     if batch {
         for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
@@ -85,9 +87,10 @@ pub async fn d124(server: &RedisServer, inputs: &Inputs, batch: bool) -> Vec<(&'
             .await;
     }
     let d1_s = started.elapsed().as_secs_f64();
+    let d1_work = work.per_task(server, n);
     let after = server::used_memory(server).await;
     let mut out = vec![
-        ("D1", vec![("tasks_per_s", n as f64 / d1_s)]),
+        ("D1", [("tasks_per_s", n as f64 / d1_s)].into_iter().chain(d1_work).collect()),
         ("D2", vec![("redis_bytes_per_task", (after - before) / n as f64)]),
     ];
     if batch {
@@ -97,6 +100,7 @@ pub async fn d124(server: &RedisServer, inputs: &Inputs, batch: bool) -> Vec<(&'
     let config = storage.get_config().clone();
     let script = redis::Script::new(CANCEL_LUA);
     let conn = storage.clone().get_connection().clone();
+    let work = server::Work::read(server);
     let started = Instant::now();
     let cancelled: usize = futures::stream::iter(inputs.cancel_order.iter())
         .map(|&i| {
@@ -112,8 +116,9 @@ pub async fn d124(server: &RedisServer, inputs: &Inputs, batch: bool) -> Vec<(&'
         .fold(0, |a, b| async move { a + b })
         .await;
     let d4_s = started.elapsed().as_secs_f64();
+    let d4_work = work.per_task(server, n);
     assert_eq!(cancelled, n, "apalis-redis: every scheduled task cancelled once");
-    out.push(("D4", vec![("cancels_per_s", n as f64 / d4_s)]));
+    out.push(("D4", [("cancels_per_s", n as f64 / d4_s)].into_iter().chain(d4_work).collect()));
     out
 }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::redis_server::Persistence;
 pub use crate::redis_server::RedisServer;
+use crate::Fields;
 
 /// A fresh server; the caller has checked that one is installed.
 pub fn start() -> RedisServer {
@@ -34,6 +35,37 @@ pub fn cpu_seconds(server: &RedisServer) -> f64 {
     let info = tokio::task::block_in_place(|| server.info("cpu"));
     let field = |name: &str| info.get(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     field("used_cpu_sys") + field("used_cpu_user")
+}
+
+/// Redis's work so far, read before and after a timed phase (the caller's clock stopped first, so the readings
+/// stay out of its throughput figure): the server's CPU time, which counts the same work the same on a busy or
+/// a quiet machine, unlike the throughput beside it; and the script calls it has run, which say how many tasks
+/// one call carried.
+pub struct Work {
+    cpu_s: f64,
+    script_calls: u64,
+}
+
+impl Work {
+    pub fn read(server: &RedisServer) -> Work {
+        Work { cpu_s: cpu_seconds(server), script_calls: script_calls(server) }
+    }
+
+    /// `redis_cpu_us_per_task` and `script_calls_per_task` of the phase from this reading until now, over its
+    /// `n` tasks: the fields every implementation's D1 and D4 lines carry.
+    pub fn per_task(&self, server: &RedisServer, n: usize) -> Fields {
+        let now = Work::read(server);
+        vec![
+            ("redis_cpu_us_per_task", (now.cpu_s - self.cpu_s) * 1e6 / n as f64),
+            ("script_calls_per_task", now.script_calls.saturating_sub(self.script_calls) as f64 / n as f64),
+        ]
+    }
+}
+
+/// The script calls (`EVALSHA` and `EVAL`) the server has run so far.
+fn script_calls(server: &RedisServer) -> u64 {
+    let calls = command_calls(server);
+    ["evalsha", "eval"].iter().map(|name| calls.get(*name).copied().unwrap_or(0)).sum()
 }
 
 /// Calls per command from `INFO commandstats` (see [`RedisServer::command_calls`]).

@@ -41,7 +41,8 @@ async fn schedule_batches(timers: &DurableScheduler, keys: &[String], delay_ms: 
 }
 
 /// D1 (`schedule` per task with 64 in flight, or `schedule_many` of 1,024), D2, and D4 (`cancel` per task with 64
-/// in flight, or `cancel_many` of 1,024).
+/// in flight, or `cancel_many` of 1,024); D1 and D4 with Redis's work over their timed phases
+/// ([`server::Work`]).
 pub async fn d124(
     server: &RedisServer,
     options: &Options,
@@ -51,7 +52,7 @@ pub async fn d124(
     let timers = connect(server, options).await;
     let n = inputs.n;
     let before = server::used_memory(server).await;
-    let (cpu, calls) = (server::cpu_seconds(server), script_calls(server));
+    let work = server::Work::read(server);
     let started = Instant::now();
     if batch {
         schedule_batches(&timers, &inputs.keys, |i| inputs.d1_delays_ms[i]).await;
@@ -68,10 +69,10 @@ pub async fn d124(
             .await;
     }
     let d1_s = started.elapsed().as_secs_f64();
-    let (d1_cpu, d1_calls) = (server::cpu_seconds(server) - cpu, script_calls(server) - calls);
+    let d1_work = work.per_task(server, n);
     let after = server::used_memory(server).await;
 
-    let (cpu, calls) = (server::cpu_seconds(server), script_calls(server));
+    let work = server::Work::read(server);
     let started = Instant::now();
     let cancelled = if batch {
         let mut cancelled = 0;
@@ -92,34 +93,13 @@ pub async fn d124(
             .await
     };
     let d4_s = started.elapsed().as_secs_f64();
-    let (d4_cpu, d4_calls) = (server::cpu_seconds(server) - cpu, script_calls(server) - calls);
+    let d4_work = work.per_task(server, n);
     assert_eq!(cancelled, n, "tokio-timewheel: every pending task cancelled once");
-    let per_task = |x: f64| x / n as f64;
     vec![
-        (
-            "D1",
-            vec![
-                ("tasks_per_s", n as f64 / d1_s),
-                ("redis_cpu_us_per_task", per_task(d1_cpu * 1e6)),
-                ("script_calls_per_task", per_task(d1_calls as f64)),
-            ],
-        ),
+        ("D1", [("tasks_per_s", n as f64 / d1_s)].into_iter().chain(d1_work).collect()),
         ("D2", vec![("redis_bytes_per_task", (after - before) / n as f64)]),
-        (
-            "D4",
-            vec![
-                ("cancels_per_s", n as f64 / d4_s),
-                ("redis_cpu_us_per_task", per_task(d4_cpu * 1e6)),
-                ("script_calls_per_task", per_task(d4_calls as f64)),
-            ],
-        ),
+        ("D4", [("cancels_per_s", n as f64 / d4_s)].into_iter().chain(d4_work).collect()),
     ]
-}
-
-/// The script calls (`EVALSHA` and `EVAL`) the server has run so far.
-fn script_calls(server: &RedisServer) -> u64 {
-    let calls = server::command_calls(server);
-    ["evalsha", "eval"].iter().map(|name| calls.get(*name).copied().unwrap_or(0)).sum()
 }
 
 fn start_workers(timers: &DurableScheduler, sink: Arc<Sink>) -> Vec<Worker> {

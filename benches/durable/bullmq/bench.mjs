@@ -6,7 +6,10 @@
 //   node bench.mjs fire     <port> <inputs.json>             D3: 4 workers x concurrency 16, jobs via addBulk
 //   node bench.mjs idle     <port> <inputs.json>             D5: n jobs an hour away, 4 workers; prints "ready",
 //                                                            runs until stdin closes
-// Prints one flat JSON object on stdout (the field names of the durable workloads).
+// Prints one flat JSON object on stdout (the field names of the durable workloads). `schedule` and `cancel` also
+// print `start` just before they start their clock and `stop` just after they stop it, and wait for a line on stdin
+// each time: the Rust side reads Redis's work (CPU time, script calls) there, as it does around the other
+// implementations' timed phases, so that the readings bracket this timed phase and nothing else.
 //
 // Best normal configuration: job id = the key (BullMQ's unique key; a second add with the same id is ignored),
 // `removeOnComplete: true` (completed jobs would otherwise stay in Redis), workers with `concurrency: 16`
@@ -14,6 +17,7 @@
 // themselves and block on the queue's marker until the next one is due).
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
 import { Queue, Worker } from 'bullmq';
 
 const [mode, port, inputsPath, variant] = process.argv.slice(2);
@@ -26,6 +30,15 @@ const nowMs = () => performance.timeOrigin + performance.now();
 
 function emit(fields) {
   process.stdout.write(JSON.stringify(fields) + '\n');
+}
+
+// Says `name` (`start` or `stop`) and waits for the Rust side's line back: it has read Redis's work.
+let stdinLines;
+async function phase(name) {
+  stdinLines ??= createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+  process.stdout.write(name + '\n');
+  const { done } = await stdinLines.next();
+  if (done) throw new Error(`bench.mjs: stdin closed at ${name}`);
 }
 
 // Runs f(0..n) with at most `limit` promises in flight.
@@ -53,6 +66,7 @@ async function addAll(queue, delayOf) {
 async function schedule() {
   const queue = new Queue(QUEUE, { connection });
   await queue.waitUntilReady();
+  await phase('start');
   const started = nowMs();
   if (variant === 'batch') {
     await addAll(queue, (i) => inputs.d1_delays_ms[i]);
@@ -61,6 +75,7 @@ async function schedule() {
       queue.add('review', { p: inputs.payload }, { ...jobOpts, jobId: key(i), delay: inputs.d1_delays_ms[i] }));
   }
   const s = (nowMs() - started) / 1e3;
+  await phase('stop');
   await queue.close();
   emit({ tasks_per_s: inputs.n / s });
 }
@@ -69,12 +84,14 @@ async function cancel() {
   const queue = new Queue(QUEUE, { connection });
   await queue.waitUntilReady();
   let removed = 0;
+  await phase('start');
   const started = nowMs();
   await inFlight(inputs.n, inputs.in_flight, async (k) => {
     const r = await queue.remove(key(inputs.cancel_order[k])); // not `removed += await ...`: that reads first
     removed += r;
   });
   const s = (nowMs() - started) / 1e3;
+  await phase('stop');
   await queue.close();
   emit({ cancels_per_s: inputs.n / s, cancelled: removed });
 }
