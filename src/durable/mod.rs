@@ -212,22 +212,26 @@
 //! that tick when Redis's clock has passed it, so nothing is ever early.
 //!
 //! What Redis does per task, and why:
-//! - `schedule`: one `HSETNX` (the duplicate check and the write in one) and one `ZADD` to its
-//!   slot; the far tier's and `ready`'s entries, the counters, the wake-up and the retry record
-//!   are one command each per call. Retry safety costs one `SET` per call, not a read per task:
-//!   a retried call finds its answer under its request id. The caller names the slots its tasks
-//!   may go to from its estimate of Redis's clock (within 25 ms); a task whose slot it did not
-//!   name waits in the far tier instead, and is promoted into the ring as the cursor nears.
-//! - `cancel` and `reschedule`: one `HGET` and `HDEL` (or `HSET`), and a `ZREM` from the far
-//!   tier and `ready`, batched per call. The task's entry in its ring slot is left there: the
-//!   caller cannot name a slot it does not know, and the cursor drops an entry that no longer
-//!   matches its task's record (due ms and no claim) when it passes it. So a cancelled task
+//! - `schedule`: per call, one `HMGET` (which keys are pending) and one `HSET` (the new records),
+//!   one `ZADD` per ring slot the call's tasks go to, and one each for the far tier, `ready`, the
+//!   counters, the wake-up and the retry record; so per task a field in each hash command and
+//!   usually a `ZADD` of its own (tasks of one tick share theirs). Retry safety costs one `SET`
+//!   per call, not a read per task: a retried call finds its answer under its request id. The
+//!   caller names the slots its tasks may go to from its estimate of Redis's clock (within
+//!   25 ms); a task whose slot it did not name waits in the far tier instead, and is promoted
+//!   into the ring as the cursor nears.
+//! - `cancel`: one `HMGET`, one `HDEL` and a `ZREM` from the far tier and from `ready` for the
+//!   lot; `reschedule`: an `HGET` and an `HSET` per task and those `ZREM`s for the lot. The
+//!   task's entry in its ring slot is left there: the caller cannot name a slot it does not
+//!   know, and the cursor drops an entry that no longer matches its task's record (due ms and no
+//!   claim) when it passes it. So a cancelled task
 //!   holds its slot entry (about 30 bytes) until its due time, and `cancel` costs O(1) plus a
 //!   far-tier or `ready` `ZREM`: O(log n), never a scan.
-//! - the leader's tick: one `ZPOPMIN` per slot and one `ZADD` to `ready` for the lot, and an
-//!   `HGET` per entry to check it against its record.
-//! - a claim: one `ZPOPMIN`, then an `HGET` and `HSET` per task (its delivery count and claim
-//!   token); an acknowledgement an `HGET` per task and one `HDEL` and `ZREM` for the lot.
+//! - the leader's tick: one `ZPOPMIN` and one `HMGET` per slot (each entry checked against its
+//!   record) and one `ZADD` to `ready` for the lot; far-tier tasks it promotes go in one `ZADD`
+//!   per slot.
+//! - a claim: one `ZPOPMIN`, one `HMGET` and one `HSET` (each task's delivery count and claim
+//!   token) for the lot; an acknowledgement one `HMGET`, one `HDEL` and one `ZREM` for the lot.
 //!
 //! A wheel written by an earlier version of this crate (one hash per task, keys the scripts
 //! named themselves) is taken over by `connect` when it holds no task, and refused while it

@@ -19,16 +19,21 @@
 -- @include advance
 -- @include place
 -- @include zrem_all
+-- @include hmget_all
 -- @include wake
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 local out, acked, done, w, batch = {}, {}, {}, nil, new_batch()
-for i = 3, #ARGV, 2 do
-  local k, tok = ARGV[i], ARGV[i + 1]
-  local rec = redis.call('HGET', TASKS, k)
+local names, seen = {}, {}
+for i = 3, #ARGV, 2 do names[#names + 1] = ARGV[i] end
+local recs = hmget_all(TASKS, names)
+for j, k in ipairs(names) do
+  local rec, tok = recs[j], ARGV[2 * j + 2]
   local _, current, every
   if rec then _, current, every = head_of(rec) end
-  if rec and current == tok then
+  -- A key twice in one call is acknowledged once: the records were read before any change.
+  if rec and current == tok and not seen[k] then
+    seen[k] = true
     acked[#acked + 1] = k
     local t = every ~= '0' and decode(rec)
     w = w or (t and wheel_now(tick_ms, slots, #KEYS + 1))

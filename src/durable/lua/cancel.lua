@@ -21,22 +21,25 @@
 -- @include record
 -- @include request
 -- @include zrem_all
+-- @include hmget_all
 local ttl = ARGV[1]
 
 local kept = replayed()
 if kept then return kept end
-local out, seen, gone = {}, {}, {}
+local out, seen, gone, held = {}, {}, {}, {}
 local now
-for i = 2, #ARGV do
-  local k = ARGV[i]
-  local rec = not seen[k] and redis.call('HGET', TASKS, k)
+local names = {}
+for i = 2, #ARGV do names[#names + 1] = ARGV[i] end
+local recs = hmget_all(TASKS, names)
+for j, k in ipairs(names) do
+  local rec = not seen[k] and recs[j]
   seen[k] = true
   if not rec then
     -- None pending, or the same key again in this call (the first of them cancelled it).
     out[#out + 1] = 0
   else
-    local running = false
-    if token_of(rec) ~= '0' then
+    local running, claimed = false, token_of(rec) ~= '0'
+    if claimed then
       now = now or clock()
       running = tonumber(redis.call('ZSCORE', LEASED, k) or 0) > now
     end
@@ -44,6 +47,8 @@ for i = 2, #ARGV do
       out[#out + 1] = 2
     else
       gone[#gone + 1] = k
+      -- Only a claimed task has a lease entry.
+      if claimed then held[#held + 1] = k end
       out[#out + 1] = 1
     end
   end
@@ -52,7 +57,7 @@ if #gone > 0 then
   zrem_all(TASKS, gone, 'HDEL')
   zrem_all(FAR, gone)
   zrem_all(READY, gone)
-  zrem_all(LEASED, gone)
+  zrem_all(LEASED, held)
   redis.call('HINCRBY', META, 'cancelled', #gone)
 end
 remember(out, ttl)

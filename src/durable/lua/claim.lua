@@ -24,6 +24,7 @@
 -- @include clock
 -- @include record
 -- @include zadd_all
+-- @include hmget_all
 local n, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local replay_only, record_ms = ARGV[3] == '1', tonumber(ARGV[4])
 
@@ -55,16 +56,19 @@ if #popped == 0 then return {} end
 local _, now = clock()
 local count = #popped / 2
 local last = redis.call('INCRBY', SEQ, count)
-local leases, claimed = {}, {tostring(now)}
+local leases, claimed, records = {}, {tostring(now)}, {}
 out[1] = tostring(now)
-for i = 1, #popped, 2 do
-  local k = popped[i]
-  local rec = redis.call('HGET', TASKS, k)
+local names = {}
+for i = 1, #popped, 2 do names[#names + 1] = popped[i] end
+local recs = hmget_all(TASKS, names)
+for j, k in ipairs(names) do
+  local rec = recs[j]
   if rec then
     local t = decode(rec)
-    t.tok = tostring(last - count + (i + 1) / 2)
+    t.tok = tostring(last - count + j)
     t.a = t.a + 1
-    redis.call('HSET', TASKS, k, encode(t))
+    records[#records + 1] = k
+    records[#records + 1] = encode(t)
     leases[#leases + 1] = now + lease
     leases[#leases + 1] = k
     claimed[#claimed + 1] = k
@@ -77,6 +81,7 @@ for i = 1, #popped, 2 do
   end
 end
 zadd_all(LEASED, leases)
+if #records > 0 then redis.call('HSET', TASKS, unpack(records)) end
 if #claimed > 1 then
   redis.call('RPUSH', CALL_KEY, unpack(claimed))
   redis.call('PEXPIRE', CALL_KEY, math.min(lease, record_ms))

@@ -286,8 +286,10 @@ async fn ack_finishes_a_task_under_its_token_only() {
     let now = redis_now_ms(&server);
     seed_running(&server, keys, "a", 5, 1, now + 60_000);
     seed_running(&server, keys, "b", 5, 1, now + 60_000);
-    let got = scripts::ack(w, keys, &[("a", "7"), ("b", "6"), ("gone", "1")], Window::Default).await.unwrap();
-    assert_eq!(got, [true, false, false]);
+    // `a` twice in one call: acknowledged once.
+    let got =
+        scripts::ack(w, keys, &[("a", "7"), ("b", "6"), ("gone", "1"), ("a", "7")], Window::Default).await.unwrap();
+    assert_eq!(got, [true, false, false, false]);
     let d = dump(&server, keys);
     assert_eq!(d["tasks"], hash(&[("b", rec(5, 1, 7, "", "x"))]));
     assert_eq!(d["leased"], format!("b@{}", now + 60_000));
