@@ -7,6 +7,7 @@
 //! cargo bench -p tokio-timewheel-benches --bench durable -- --quick    # N = 10,000, D5 over 10 s, 1 repetition
 //! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5[,...]
 //!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
+//!          --flavor=multi|current (the Rust implementations' Tokio runtime: two workers, the default, or one thread)
 //!          --report-from=A.jsonl[,B.jsonl] (report earlier runs together instead of measuring; pass the --n,
 //!          --tick-ms and --d5-window they ran with for the heading and targets)
 //! ```
@@ -161,6 +162,11 @@ impl Options {
                 "--tick-ms" => tick_ms = number(value),
                 "--slots" => slots = number(value) as usize,
                 "--report-from" => report_from = Some(value.to_string()),
+                "--flavor" => match value {
+                    "multi" => {}
+                    "current" => CURRENT_THREAD.store(true, std::sync::atomic::Ordering::Relaxed),
+                    _ => fail(&format!("bad {arg}: multi or current")),
+                },
                 "--impl" => {
                     impls = value
                         .split(',')
@@ -217,14 +223,23 @@ pub fn parse_fields(line: &str) -> Option<Fields> {
     Some(results::figures(line)?.into_iter().map(|(name, value)| (leak(name), value)).collect())
 }
 
-/// Runs `f` on a fresh two-worker runtime (one per core of the benchmark machine) against a fresh server, and
-/// drops both afterwards, so nothing of one measurement (tasks, connections, keys) reaches the next.
+/// `--flavor=current`: the Rust implementations run on a current-thread runtime instead.
+static CURRENT_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Runs `f` on a fresh runtime against a fresh server, and drops both afterwards, so nothing of one measurement
+/// (tasks, connections, keys) reaches the next: a two-worker multi-thread runtime (one worker per core of the
+/// benchmark machine), or with `--flavor=current` a current-thread one (the client then takes one core and
+/// leaves the other to Redis).
 fn measure<F, Fut, T>(f: F) -> T
 where
     F: FnOnce(RedisServer) -> Fut,
     Fut: Future<Output = T>,
 {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = if CURRENT_THREAD.load(std::sync::atomic::Ordering::Relaxed) {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+    };
     let out = rt.block_on(f(server::start()));
     rt.shutdown_timeout(Duration::from_secs(5));
     out

@@ -25,14 +25,14 @@ pub fn start() -> RedisServer {
 /// calls just made have drained.
 pub async fn used_memory(server: &RedisServer) -> f64 {
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let info = tokio::task::block_in_place(|| server.info("memory"));
+    let info = crate::server::blocking(|| server.info("memory"));
     info["used_memory"].parse().expect("used_memory")
 }
 
 /// The server's CPU time so far (`used_cpu_sys + used_cpu_user` from `INFO cpu`), in seconds: Redis's work
 /// whatever the machine's load, unlike the wall-clock `usec` of `INFO commandstats`.
 pub fn cpu_seconds(server: &RedisServer) -> f64 {
-    let info = tokio::task::block_in_place(|| server.info("cpu"));
+    let info = crate::server::blocking(|| server.info("cpu"));
     let field = |name: &str| info.get(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     field("used_cpu_sys") + field("used_cpu_user")
 }
@@ -70,7 +70,7 @@ fn script_calls(server: &RedisServer) -> u64 {
 
 /// Calls per command from `INFO commandstats` (see [`RedisServer::command_calls`]).
 pub fn command_calls(server: &RedisServer) -> BTreeMap<String, u64> {
-    tokio::task::block_in_place(|| server.command_calls())
+    crate::server::blocking(|| server.command_calls())
 }
 
 /// A `MONITOR` connection counting the commands that clients send (round trips), by command, apart from those
@@ -136,4 +136,13 @@ pub fn calls_between(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u6
         .map(|(k, &v)| (k.clone(), v.saturating_sub(before.get(k).copied().unwrap_or(0))))
         .filter(|&(_, v)| v > 0)
         .collect()
+}
+
+/// Runs a short blocking read of the harness's own connection: through `block_in_place` on a multi-thread
+/// runtime, directly on a current-thread one (which has no other worker to hand its tasks to).
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::current().runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::CurrentThread => f(),
+        _ => tokio::task::block_in_place(f),
+    }
 }
