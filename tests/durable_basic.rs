@@ -114,6 +114,28 @@ async fn works_on_a_current_thread_runtime() {
     assert_eq!(timers.len().await.unwrap(), 0);
 }
 
+/// The batch calls with the iterators people write (closures over borrowed keys) run inside a
+/// spawned task: their futures are `Send`. This fails to compile if `schedule_many` holds the
+/// caller's iterator across an await.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_calls_with_borrowing_iterators_run_in_spawned_tasks() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "spawned").connect().await.expect("connect");
+    let handle = tokio::spawn(async move {
+        let keys: Vec<String> = (0..100).map(|i| format!("s{i}")).collect();
+        let items =
+            keys.iter().enumerate().map(|(i, k)| (k.as_str(), Duration::from_secs(60 + i as u64), b"p".as_slice()));
+        let scheduled = timers.schedule_many(items).await.unwrap();
+        let cancelled = timers.cancel_many(keys.iter().filter(|k| k.ends_with('7'))).await.unwrap();
+        (
+            scheduled.iter().filter(|r| r.is_ok()).count(),
+            cancelled.iter().filter(|&&c| c).count(),
+            timers.len().await.unwrap(),
+        )
+    });
+    assert_eq!(handle.await.unwrap(), (100, 10, 90));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_freed_by_cancel_ack_and_death() {
     let Some(server) = RedisServer::start() else { return };

@@ -232,29 +232,39 @@ impl DurableScheduler {
         K: AsRef<str>,
         P: Into<Vec<u8>>,
     {
-        let mut results: Vec<Result<(), Error>> = Vec::new();
+        // Every item is checked and made a task before the first await, so that the caller's
+        // iterator (often a closure over borrowed keys) is not held across one: it would keep
+        // the future from being `Send` in a spawned task (rustc cannot prove a closure with
+        // borrowed arguments `Send` for every lifetime). A bad item is its own error.
+        let checked: Vec<Result<(usize, NewTask), Error>> = items
+            .into_iter()
+            .map(|(key, delay, payload)| {
+                let (key, payload) = (key.as_ref(), payload.into());
+                self.check(key, &payload)
+                    .and_then(|()| When::delay(delay))
+                    .map(|when| (self.wheel.partition_of(key).index, NewTask { key: key.to_string(), when, payload }))
+            })
+            .collect();
+        let mut results: Vec<Result<(), Error>> = Vec::with_capacity(checked.len());
         // One batch a partition, each sent as it fills (a partition's calls go to its own node).
         let mut batches: Vec<(Vec<(usize, NewTask)>, usize)> =
             self.wheel.partitions.iter().map(|_| (Vec::new(), 0)).collect();
         // Batches go out a few at a time over the one connection, so round trips overlap.
         let mut in_flight = JoinSet::new();
-        for (key, delay, payload) in items {
-            let (key, payload) = (key.as_ref(), payload.into());
-            let checked = self.check(key, &payload).and_then(|()| When::delay(delay));
-            match checked {
+        for item in checked {
+            match item {
                 Err(e) => results.push(Err(e)),
-                Ok(when) => {
-                    let part = self.wheel.partition_of(key).index;
+                Ok((part, task)) => {
                     let (batch, bytes) = &mut batches[part];
-                    if batch.len() == SCHEDULE_BATCH || (*bytes + payload.len() > BATCH_BYTES && !batch.is_empty()) {
+                    if batch.len() == SCHEDULE_BATCH || (*bytes + task.payload.len() > BATCH_BYTES && !batch.is_empty())
+                    {
                         if in_flight.len() >= SCHEDULE_PIPELINE {
                             settle(in_flight.join_next().await, &mut results)?;
                         }
                         in_flight.spawn(send_batch(self.wheel.clone(), part, std::mem::take(batch)));
                         *bytes = 0;
                     }
-                    *bytes += payload.len();
-                    let task = NewTask { key: key.to_string(), when, payload };
+                    *bytes += task.payload.len();
                     batch.push((results.len(), task));
                     results.push(Ok(()));
                 }
