@@ -8,6 +8,8 @@
 //! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5[,...]
 //!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
 //!          --flavor=multi|current (the Rust implementations' Tokio runtime: two workers, the default, or one thread)
+//!          --driver=blocking|spawned (the workload's calls on the thread that blocks on the runtime, the default,
+//!          or in a task of the runtime as a service's handlers make them)
 //!          --report-from=A.jsonl[,B.jsonl] (report earlier runs together instead of measuring; pass the --n,
 //!          --tick-ms and --d5-window they ran with for the heading and targets)
 //! ```
@@ -162,6 +164,11 @@ impl Options {
                 "--tick-ms" => tick_ms = number(value),
                 "--slots" => slots = number(value) as usize,
                 "--report-from" => report_from = Some(value.to_string()),
+                "--driver" => match value {
+                    "blocking" => {}
+                    "spawned" => SPAWNED.store(true, std::sync::atomic::Ordering::Relaxed),
+                    _ => fail(&format!("bad {arg}: blocking or spawned")),
+                },
                 "--flavor" => match value {
                     "multi" => {}
                     "current" => CURRENT_THREAD.store(true, std::sync::atomic::Ordering::Relaxed),
@@ -225,22 +232,34 @@ pub fn parse_fields(line: &str) -> Option<Fields> {
 
 /// `--flavor=current`: the Rust implementations run on a current-thread runtime instead.
 static CURRENT_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// `--driver=spawned`: each measurement runs as a task of its runtime instead of on the thread that blocks on it.
+static SPAWNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Runs `f` on a fresh runtime against a fresh server, and drops both afterwards, so nothing of one measurement
 /// (tasks, connections, keys) reaches the next: a two-worker multi-thread runtime (one worker per core of the
 /// benchmark machine), or with `--flavor=current` a current-thread one (the client then takes one core and
 /// leaves the other to Redis).
+///
+/// By default the measurement (the workload's calls) runs on the thread that blocks on it, which on a
+/// multi-thread runtime is not one of the workers; with `--driver=spawned` it runs as a task of the runtime, as a
+/// service's calls do (from its request handlers' tasks).
 fn measure<F, Fut, T>(f: F) -> T
 where
     F: FnOnce(RedisServer) -> Fut,
-    Fut: Future<Output = T>,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
 {
     let rt = if CURRENT_THREAD.load(std::sync::atomic::Ordering::Relaxed) {
         tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
     } else {
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
     };
-    let out = rt.block_on(f(server::start()));
+    let measurement = f(server::start());
+    let out = if SPAWNED.load(std::sync::atomic::Ordering::Relaxed) {
+        rt.block_on(async move { tokio::spawn(measurement).await.expect("the measurement panicked") })
+    } else {
+        rt.block_on(measurement)
+    };
     rt.shutdown_timeout(Duration::from_secs(5));
     out
 }
@@ -274,7 +293,14 @@ async fn idle_commands<G>(server: &RedisServer, options: &Options, setup: impl F
     fields
 }
 
-fn run_one(rows: &mut Vec<Row>, options: &Options, inputs: &Inputs, json: &std::path::Path, imp: Impl, w: Workload) {
+fn run_one(
+    rows: &mut Vec<Row>,
+    options: &'static Options,
+    inputs: &'static Inputs,
+    json: &'static std::path::Path,
+    imp: Impl,
+    w: Workload,
+) {
     let n = inputs.n;
     match w {
         Workload::D124 | Workload::D124Batch => {
@@ -341,9 +367,12 @@ fn main() {
             impls.retain(|&i| i != Impl::Bullmq);
         }
     }
-    let inputs = Inputs::new(options.n);
-    let json = std::env::temp_dir().join(format!("tw-durable-bench-inputs-{}.json", std::process::id()));
-    inputs.write_json(&json).expect("write the inputs for node");
+    // For the whole run: a spawned measurement borrows them for `'static`.
+    let inputs: &'static Inputs = Box::leak(Box::new(Inputs::new(options.n)));
+    let json: &'static std::path::Path =
+        Box::leak(std::env::temp_dir().join(format!("tw-durable-bench-inputs-{}.json", std::process::id())).into());
+    inputs.write_json(json).expect("write the inputs for node");
+    let options: &'static Options = Box::leak(Box::new(options));
 
     let mut rows = Vec::new();
     let total = options.reps * impls.len() * options.workloads.len();
@@ -357,10 +386,10 @@ fn main() {
             for &imp in &order {
                 done += 1;
                 eprintln!("[{done}/{total}] rep {}/{}: {} {w:?} N={}", rep + 1, options.reps, imp.name(), options.n);
-                run_one(&mut rows, &options, &inputs, &json, imp, w);
+                run_one(&mut rows, options, inputs, json, imp, w);
             }
         }
     }
-    let _ = std::fs::remove_file(&json);
-    report::write(&options, &rows);
+    let _ = std::fs::remove_file(json);
+    report::write(options, &rows);
 }

@@ -102,8 +102,8 @@ pub async fn d124(server: &RedisServer, inputs: &Inputs, batch: bool) -> Vec<(&'
     let conn = storage.clone().get_connection().clone();
     let work = server::Work::read(server);
     let started = Instant::now();
-    let cancelled: usize = futures::stream::iter(inputs.cancel_order.iter())
-        .map(|&i| {
+    let cancelled: usize = futures::stream::iter(inputs.cancel_order.iter().copied())
+        .map(|i| {
             let mut conn = conn.clone();
             let mut call = script.prepare_invoke();
             call.key(config.scheduled_jobs_set())

@@ -82,8 +82,8 @@ pub async fn d124(
         }
         cancelled
     } else {
-        futures::stream::iter(inputs.cancel_order.iter())
-            .map(|&i| {
+        futures::stream::iter(inputs.cancel_order.iter().copied())
+            .map(|i| {
                 let timers = &timers;
                 let key = inputs.keys[i as usize].as_str();
                 async move { timers.cancel(key).await.expect("cancel") as usize }
