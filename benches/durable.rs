@@ -8,8 +8,8 @@
 //! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5[,...]
 //!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
 //!          --flavor=multi|current (the Rust implementations' Tokio runtime: two workers, the default, or one thread)
-//!          --driver=blocking|spawned (the workload's calls on the thread that blocks on the runtime, the default,
-//!          or in a task of the runtime as a service's handlers make them)
+//!          --driver=spawned|blocking (the workload's calls in a task of the runtime, as a service's handlers make
+//!          them, the default; or on the thread that blocks on the runtime, as before `f38074e`)
 //!          --report-from=A.jsonl[,B.jsonl] (report earlier runs together instead of measuring; pass the --n,
 //!          --tick-ms and --d5-window they ran with for the heading and targets)
 //! ```
@@ -165,8 +165,8 @@ impl Options {
                 "--slots" => slots = number(value) as usize,
                 "--report-from" => report_from = Some(value.to_string()),
                 "--driver" => match value {
-                    "blocking" => {}
-                    "spawned" => SPAWNED.store(true, std::sync::atomic::Ordering::Relaxed),
+                    "spawned" => {}
+                    "blocking" => BLOCKING.store(true, std::sync::atomic::Ordering::Relaxed),
                     _ => fail(&format!("bad {arg}: blocking or spawned")),
                 },
                 "--flavor" => match value {
@@ -232,17 +232,17 @@ pub fn parse_fields(line: &str) -> Option<Fields> {
 
 /// `--flavor=current`: the Rust implementations run on a current-thread runtime instead.
 static CURRENT_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// `--driver=spawned`: each measurement runs as a task of its runtime instead of on the thread that blocks on it.
-static SPAWNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// `--driver=blocking`: each measurement runs on the thread that blocks on its runtime instead of as a task of it.
+static BLOCKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Runs `f` on a fresh runtime against a fresh server, and drops both afterwards, so nothing of one measurement
 /// (tasks, connections, keys) reaches the next: a two-worker multi-thread runtime (one worker per core of the
 /// benchmark machine), or with `--flavor=current` a current-thread one (the client then takes one core and
 /// leaves the other to Redis).
 ///
-/// By default the measurement (the workload's calls) runs on the thread that blocks on it, which on a
-/// multi-thread runtime is not one of the workers; with `--driver=spawned` it runs as a task of the runtime, as a
-/// service's calls do (from its request handlers' tasks).
+/// The measurement (the workload's calls) runs as a task of the runtime, as a service's calls do (from its
+/// request handlers' tasks); with `--driver=blocking` on the thread that blocks on the runtime, which on a
+/// multi-thread runtime is not one of its workers (every answer then crosses to it).
 fn measure<F, Fut, T>(f: F) -> T
 where
     F: FnOnce(RedisServer) -> Fut,
@@ -255,10 +255,10 @@ where
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
     };
     let measurement = f(server::start());
-    let out = if SPAWNED.load(std::sync::atomic::Ordering::Relaxed) {
-        rt.block_on(async move { tokio::spawn(measurement).await.expect("the measurement panicked") })
-    } else {
+    let out = if BLOCKING.load(std::sync::atomic::Ordering::Relaxed) {
         rt.block_on(measurement)
+    } else {
+        rt.block_on(async move { tokio::spawn(measurement).await.expect("the measurement panicked") })
     };
     rt.shutdown_timeout(Duration::from_secs(5));
     out
