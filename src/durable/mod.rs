@@ -192,13 +192,13 @@
 //! |----------------|--------|-------|
 //! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout` and the counters of [`DurableStats`] |
 //! | `cursor`       | string | the last tick processed: every task due at or before it has left the ring |
-//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<error length>:<error><payload>` |
+//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<missed runs>:<error length>:<error><payload>` |
 //! | `ring`         | string | how many entries the ring's slots hold together |
 //! | `far`          | zset   | keys of the tasks due beyond the ring's revolution, scored by due ms; promoted into the ring as the cursor nears |
 //! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first) |
-//! | `leased`       | zset   | claimed keys, scored by lease expiry in ms on Redis's clock |
+//! | `leased`       | zset   | claimed keys, scored by lease expiry in ms on Redis's clock; a key is here exactly while its record's claim token is not 0 |
 //! | `dead`         | zset   | dead keys, scored by when they died |
-//! | `dead_tasks`   | hash   | the dead letters by key, each `<deliveries>:<error length>:<error><payload>` |
+//! | `dead_tasks`   | hash   | the dead letters by key, each `<due ms>:<deliveries>:<error length>:<error><payload>` |
 //! | `leader`       | string | `<node>:<epoch>` of the node ticking the wheel, expiring after the lease |
 //! | `epoch`        | string | leaderships so far; the fencing token's counter |
 //! | `seq`          | string | claim tokens handed out so far |
@@ -221,17 +221,19 @@
 //!   25 ms); a task whose slot it did not name waits in the far tier instead, and is promoted
 //!   into the ring as the cursor nears.
 //! - `cancel`: one `HMGET`, one `HDEL` and a `ZREM` from the far tier and from `ready` for the
-//!   lot; `reschedule`: an `HGET` and an `HSET` per task and those `ZREM`s for the lot. The
+//!   lot, and for a claimed task a `ZSCORE` of its lease (and a `ZREM` from `leased` if it ran
+//!   out); `reschedule`: an `HGET` and an `HSET` per task and those `ZREM`s for the lot. The
 //!   task's entry in its ring slot is left there: the caller cannot name a slot it does not
 //!   know, and the cursor drops an entry that no longer matches its task's record (due ms and no
-//!   claim) when it passes it. So a cancelled task
-//!   holds its slot entry (about 30 bytes) until its due time, and `cancel` costs O(1) plus a
-//!   far-tier or `ready` `ZREM`: O(log n), never a scan.
-//! - the leader's tick: one `ZPOPMIN` and one `HMGET` per slot (each entry checked against its
-//!   record) and one `ZADD` to `ready` for the lot; far-tier tasks it promotes go in one `ZADD`
-//!   per slot.
+//!   claim) when it passes it. So a cancelled task holds its slot entry (about 30 bytes) until
+//!   its due time, and `cancel` costs O(1) plus a far-tier or `ready` `ZREM`: O(log n), never a
+//!   scan.
+//! - the leader's tick: per slot it steps, one `ZPOPMIN`, one `HMGET` (each entry checked
+//!   against its record), one `ZADD` to `ready` and an `EXISTS`; far-tier tasks it promotes go
+//!   in one `ZADD` per slot.
 //! - a claim: one `ZPOPMIN`, one `HMGET` and one `HSET` (each task's delivery count and claim
-//!   token) for the lot; an acknowledgement one `HMGET`, one `HDEL` and one `ZREM` for the lot.
+//!   token) for the lot; an acknowledgement one `HMGET`, one `HDEL` and one `ZREM` for the lot
+//!   (and an `HSET` per recurring task, its next run).
 //!
 //! A wheel written by an earlier version of this crate (one hash per task, keys the scripts
 //! named themselves) is taken over by `connect` when it holds no task, and refused while it

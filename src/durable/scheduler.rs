@@ -206,6 +206,9 @@ impl DurableScheduler {
     /// scheduled once and the other item reports `DuplicateKey` (batches overlap, so which one
     /// wins is not fixed unless both are among the same 64 items, where the first wins).
     ///
+    /// The items are checked (and their payloads taken) before the first call goes out, so the
+    /// whole input is in memory at once; schedule millions in chunks.
+    ///
     /// # Examples
     /// ```no_run
     /// # use std::time::{Duration, SystemTime};

@@ -81,7 +81,7 @@ for j, k in ipairs(names) do
   end
 end
 zadd_all(LEASED, leases)
-if #records > 0 then redis.call('HSET', TASKS, unpack(records)) end
+for i = 1, #records, 4000 do redis.call('HSET', TASKS, unpack(records, i, math.min(i + 3999, #records))) end
 if #claimed > 1 then
   redis.call('RPUSH', CALL_KEY, unpack(claimed))
   redis.call('PEXPIRE', CALL_KEY, math.min(lease, record_ms))

@@ -39,7 +39,7 @@ if kept then
   return kept
 end
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2)
-local out, created, batch = {}, 0, new_batch()
+local out, created, batch, woke = {}, 0, new_batch(), false
 if not reset then
   -- One HMGET reads whether each key is pending, one HSET writes the new records, and `flush`
   -- one ZADD per slot: per task only its record and its ring entry. A key twice in one call is
@@ -81,7 +81,7 @@ else
       else
         -- Its old place: a far or ready entry goes now, a slot entry when the cursor passes it.
         -- What this call placed already is written first, so that nothing of it is left behind.
-        flush(batch)
+        woke = flush(batch) or woke
         batch = new_batch()
         t.due, t.tok = due, '0'
         redis.call('HSET', TASKS, k, encode(t))
@@ -94,7 +94,7 @@ else
     end
   end
 end
-if flush(batch) then wake() end
+if flush(batch) or woke then wake() end
 if created > 0 then redis.call('HINCRBY', META, 'scheduled', created) end
 remember(out, ttl)
 return out

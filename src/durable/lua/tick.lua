@@ -53,7 +53,8 @@ local function requeue_expired(now)
   local to_ready, dead, buried = {}, {}, 0
   for _, k in ipairs(expired) do
     local rec = redis.call('HGET', TASKS, k)
-    if rec then
+    -- A lease entry belongs to a claimed task (token not 0); any other is stale and just goes.
+    if rec and token_of(rec) ~= '0' then
       local t = decode(rec)
       if t.a >= max_attempts then
         bury(k, t, 'lease expired', now)

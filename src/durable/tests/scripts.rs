@@ -129,6 +129,23 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     assert!(ttl > 0 && ttl as u64 <= w.cfg.request_ttl_ms, "{ttl}");
 }
 
+/// With `reset`, a call that makes one task ready and then moves a pending one still wakes a
+/// worker: the move writes what the call placed before it, and that task's wake-up counts.
+#[tokio::test]
+async fn schedule_or_reset_wakes_for_a_ready_task_placed_before_a_move() {
+    let Some((server, timers)) = wheel("s-reset-wake").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let c = cursor(&server, keys);
+    seed_waiting(&server, keys, "pending", c + 3);
+    let past = redis_now_ms(&server) - 1_000;
+    let tasks = [new_task("now", past), new_task("pending", (c + 4) * TICK_MS)];
+    let got = scripts::schedule(w, keys, "r-reset", &tasks, true, None).await.unwrap();
+    assert_eq!(got, [Scheduled::Created, Scheduled::Moved]);
+    let d = dump(&server, keys);
+    assert_eq!(d["ready"], format!("now@{past}"), "{d:?}");
+    assert_eq!(d.get("wake").map(String::as_str), Some("1"), "no wake-up for the ready task: {d:?}");
+}
+
 /// What cancel answers and leaves, for every state a task can be in.
 #[tokio::test]
 async fn cancel_takes_waiting_ready_and_expired_tasks_and_leaves_running_ones() {
@@ -404,6 +421,8 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     seed_running(&server, keys, "expired", 5, 1, now - 10);
     seed_far(&server, keys, "near", (now_tick + 2) * TICK_MS);
     seed_far(&server, keys, "later", (now_tick + 40) * TICK_MS);
+    // A stale lease entry of a task no worker holds (token 0): dropped, the task left waiting.
+    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "later"]);
 
     // Given only the first two slots after the cursor, it stops after them.
     let reply = scripts::tick(w, keys, "me:1", 128, start + 1..=start + 2).await.unwrap();
@@ -411,6 +430,7 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     let d = dump(&server, keys);
     assert_eq!(d["ready"], format!("expired@5 due@{}", (now_tick - 2) * TICK_MS));
     assert_eq!(d["ring"], "1", "the cancelled and moved tasks' entries were not dropped: {d:?}");
+    assert!(!d.contains_key("leased"), "{d:?}");
 
     // Given the rest, it catches up; the far task due soon enters its slot.
     let reply = scripts::tick(w, keys, "me:1", 128, start + 3..=now_tick + 4).await.unwrap();
