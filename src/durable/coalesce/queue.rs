@@ -224,6 +224,12 @@ mod tests {
 
     const ONE: Bounds = Bounds { items: 4, bytes: 100, in_flight: 1 };
 
+    /// Calls `f`'s coalescer with item `i` of `bytes` from a task of its own.
+    fn call(f: &Arc<Fake>, i: u32, bytes: usize) -> tokio::task::JoinHandle<Result<u32, Error>> {
+        let f = f.clone();
+        tokio::spawn(async move { f.coalescer.call(i, bytes).await })
+    }
+
     /// Lets the spawned tasks run until they wait.
     async fn settle() {
         for _ in 0..10 {
@@ -234,14 +240,10 @@ mod tests {
     #[tokio::test]
     async fn a_lone_call_goes_at_once_and_the_rest_wait_for_it_to_return() {
         let f = Arc::new(fake(ONE));
-        let call = |i: u32, bytes: usize| {
-            let f = f.clone();
-            tokio::spawn(async move { f.coalescer.call(i, bytes).await })
-        };
-        let first = call(1, 1);
+        let first = call(&f, 1, 1);
         settle().await;
         assert_eq!(*f.batches.lock().unwrap(), [vec![1]], "the lone call was held back");
-        let rest: Vec<_> = (2..=7).map(|i| call(i, 1)).collect();
+        let rest: Vec<_> = (2..=7).map(|i| call(&f, i, 1)).collect();
         settle().await;
         assert_eq!(f.batches.lock().unwrap().len(), 1, "a second batch went while one was on the wire");
         f.go.notify_one();
@@ -263,13 +265,7 @@ mod tests {
     #[tokio::test]
     async fn each_caller_gets_its_own_error() {
         let f = Arc::new(fake(ONE));
-        let calls: Vec<_> = [12, 13, 14]
-            .into_iter()
-            .map(|i| {
-                let f = f.clone();
-                tokio::spawn(async move { f.coalescer.call(i, 1).await })
-            })
-            .collect();
+        let calls: Vec<_> = [12, 13, 14].into_iter().map(|i| call(&f, i, 1)).collect();
         settle().await;
         assert_eq!(*f.batches.lock().unwrap(), [vec![12, 13, 14]]);
         f.go.notify_one();
@@ -287,15 +283,11 @@ mod tests {
     #[tokio::test]
     async fn a_heavy_item_goes_alone_and_holds_back_no_lighter_one() {
         let f = Arc::new(fake(ONE));
-        let call = |i: u32, bytes: usize| {
-            let f = f.clone();
-            tokio::spawn(async move { f.coalescer.call(i, bytes).await })
-        };
-        let first = call(1, 1);
+        let first = call(&f, 1, 1);
         settle().await;
         // Waiting behind the first: 60 + 50 bytes would pass 100, so 3 waits for the next batch
         // and 4 and 5 (light) go with 2; 6 (over the bound alone) goes alone.
-        let rest = vec![call(2, 60), call(3, 50), call(4, 10), call(5, 10), call(6, 500)];
+        let rest = vec![call(&f, 2, 60), call(&f, 3, 50), call(&f, 4, 10), call(&f, 5, 10), call(&f, 6, 500)];
         settle().await;
         for _ in 0..4 {
             f.go.notify_one();
@@ -309,13 +301,9 @@ mod tests {
     #[tokio::test]
     async fn a_caller_that_went_away_is_not_sent_and_breaks_no_batch() {
         let f = Arc::new(fake(ONE));
-        let call = |i: u32| {
-            let f = f.clone();
-            tokio::spawn(async move { f.coalescer.call(i, 1).await })
-        };
-        let first = call(1);
+        let first = call(&f, 1, 1);
         settle().await;
-        let (gone, stays) = (call(2), call(3));
+        let (gone, stays) = (call(&f, 2, 1), call(&f, 3, 1));
         settle().await;
         gone.abort();
         settle().await;
@@ -323,7 +311,7 @@ mod tests {
         settle().await;
         assert_eq!(f.batches.lock().unwrap()[1], [3], "a call whose caller had gone was sent");
         // Going away while on the wire: the others of the batch still get their answers.
-        let (a, b) = (call(4), call(5));
+        let (a, b) = (call(&f, 4, 1), call(&f, 5, 1));
         settle().await;
         stays.abort();
         f.go.notify_one();
@@ -336,17 +324,13 @@ mod tests {
     #[tokio::test]
     async fn two_in_flight_send_two_batches_at_once() {
         let f = Arc::new(fake(Bounds { in_flight: 2, ..ONE }));
-        let call = |i: u32| {
-            let f = f.clone();
-            tokio::spawn(async move { f.coalescer.call(i, 1).await })
-        };
         let mut calls = Vec::new();
         for i in 1..=2 {
-            calls.push(call(i));
+            calls.push(call(&f, i, 1));
             settle().await;
         }
         assert_eq!(f.on_wire.load(Ordering::SeqCst), 2, "the second call waited for the first");
-        calls.extend([call(3), call(4)]);
+        calls.extend([call(&f, 3, 1), call(&f, 4, 1)]);
         settle().await;
         f.go.notify_waiters();
         settle().await;

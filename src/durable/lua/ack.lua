@@ -19,14 +19,13 @@
 -- @include advance
 -- @include place
 -- @include zrem_all
--- @include hmget_all
+-- @include hash_all
 -- @include wake
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 local out, acked, done, w, batch = {}, {}, {}, nil, new_batch()
-local names, seen = {}, {}
-for i = 3, #ARGV, 2 do names[#names + 1] = ARGV[i] end
-local recs = hmget_all(TASKS, names)
+local seen = {}
+local names, recs = records_of(ARGV, 3, 2)
 for j, k in ipairs(names) do
   local rec, tok = recs[j], ARGV[2 * j + 2]
   local _, current, every

@@ -21,16 +21,14 @@
 -- @include record
 -- @include request
 -- @include zrem_all
--- @include hmget_all
+-- @include hash_all
 local ttl = ARGV[1]
 
 local kept = replayed()
 if kept then return kept end
 local out, seen, gone, held = {}, {}, {}, {}
 local now
-local names = {}
-for i = 2, #ARGV do names[#names + 1] = ARGV[i] end
-local recs = hmget_all(TASKS, names)
+local names, recs = records_of(ARGV, 2, 1)
 for j, k in ipairs(names) do
   local rec = not seen[k] and recs[j]
   seen[k] = true

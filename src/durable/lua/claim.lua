@@ -24,7 +24,7 @@
 -- @include clock
 -- @include record
 -- @include zadd_all
--- @include hmget_all
+-- @include hash_all
 local n, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local replay_only, record_ms = ARGV[3] == '1', tonumber(ARGV[4])
 
@@ -58,9 +58,7 @@ local count = #popped / 2
 local last = redis.call('INCRBY', SEQ, count)
 local leases, claimed, records = {}, {tostring(now)}, {}
 out[1] = tostring(now)
-local names = {}
-for i = 1, #popped, 2 do names[#names + 1] = popped[i] end
-local recs = hmget_all(TASKS, names)
+local names, recs = records_of(popped, 1, 2)
 for j, k in ipairs(names) do
   local rec = recs[j]
   if rec then
@@ -81,7 +79,7 @@ for j, k in ipairs(names) do
   end
 end
 zadd_all(LEASED, leases)
-for i = 1, #records, 4000 do redis.call('HSET', TASKS, unpack(records, i, math.min(i + 3999, #records))) end
+hset_all(TASKS, records)
 if #claimed > 1 then
   redis.call('RPUSH', CALL_KEY, unpack(claimed))
   redis.call('PEXPIRE', CALL_KEY, math.min(lease, record_ms))

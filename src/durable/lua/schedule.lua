@@ -28,7 +28,7 @@
 -- @include request
 -- @include place
 -- @include zrem_all
--- @include hmget_all
+-- @include hash_all
 -- @include wake
 local tick_ms, slots, ttl, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local every, runs, missed = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
@@ -44,9 +44,8 @@ if not reset then
   -- One HMGET reads whether each key is pending, one HSET writes the new records, and `flush`
   -- one ZADD per slot: per task only its record and its ring entry. A key twice in one call is
   -- scheduled once, by its first item.
-  local names = {}
-  for i = 8, #ARGV, 4 do names[#names + 1] = ARGV[i] end
-  local pending, fresh, taken = hmget_all(TASKS, names), {}, {}
+  local names, pending = records_of(ARGV, 8, 4)
+  local fresh, taken = {}, {}
   local tail = string.format(':0:0:%d:%d:%s:0:', every, runs, missed)
   for j, k in ipairs(names) do
     local i = 4 * j + 4
@@ -64,7 +63,7 @@ if not reset then
       out[j] = 1
     end
   end
-  for i = 1, #fresh, 4000 do redis.call('HSET', TASKS, unpack(fresh, i, math.min(i + 3999, #fresh))) end
+  hset_all(TASKS, fresh)
 else
   for i = 8, #ARGV, 4 do
     local k, mode, ms = ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3])

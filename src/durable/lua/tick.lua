@@ -35,7 +35,7 @@
 -- @include due_tick
 -- @include zadd_all
 -- @include zrem_all
--- @include hmget_all
+-- @include hash_all
 -- @include wake
 -- @include advance
 -- @include bury
@@ -138,9 +138,7 @@ local function step_ring(cursor, room)
   local to_ready, to_far = {}, {}
   if #popped > 0 then
     redis.call('DECRBY', RING, #popped / 2)
-    local names = {}
-    for i = 1, #popped, 2 do names[#names + 1] = popped[i] end
-    local recs = hmget_all(TASKS, names)
+    local names, recs = records_of(popped, 1, 2)
     for j, k in ipairs(names) do
       local rec, score = recs[j], popped[2 * j]
       -- Its record still places it here: due at this score, not claimed.

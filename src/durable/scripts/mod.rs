@@ -43,7 +43,7 @@ const INCLUDES: &[(&str, &str)] = &[
     ("wheel_now", include_str!("../lua/includes/wheel_now.lua")),
     ("zadd_all", include_str!("../lua/includes/zadd_all.lua")),
     ("zrem_all", include_str!("../lua/includes/zrem_all.lua")),
-    ("hmget_all", include_str!("../lua/includes/hmget_all.lua")),
+    ("hash_all", include_str!("../lua/includes/hash_all.lua")),
     ("wake", include_str!("../lua/includes/wake.lua")),
     ("bury", include_str!("../lua/includes/bury.lua")),
     ("advance", include_str!("../lua/includes/advance.lua")),

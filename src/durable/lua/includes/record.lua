@@ -1,10 +1,11 @@
 -- A pending task's record, the value under its key in TASKS, one string:
 --   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:<error length>:<error><payload>
--- The claim token is 0 while no worker holds the task, and a task is in LEASED exactly while
--- its token is not 0 (every script that sets it to 0 removes the lease entry in the same call); the period is 0 for a task that runs
--- once, else it is recurring: `runs left` counts the runs of its series still to come, this one
--- included (-1: forever), and `missed runs` is its policy (0 burst, 1 delay, 2 skip). The error
--- is the last failure's (empty if none). The payload is last so that it is never parsed.
+-- The claim token is 0 while no worker holds the task, and a task is in LEASED exactly while its
+-- token is not 0 (every script that sets it to 0 removes the lease entry in the same call). The
+-- period is 0 for a task that runs once, else it is recurring: `runs left` counts the runs of its
+-- series still to come, this one included (-1: forever), and `missed runs` is its policy (0
+-- burst, 1 delay, 2 skip). The error is the last failure's (empty if none). The payload is last
+-- so that it is never parsed.
 -- `decode` gives a table of those fields (strings, but `due` and `a` numbers); `encode` the string.
 local function decode(rec)
   local due, a, tok, every, runs, missed, n, at = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d):(%d+):()')
