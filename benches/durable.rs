@@ -21,7 +21,8 @@
 //! - D2 Redis `used_memory` after D1 minus before, per task;
 //! - D3 fire N tasks with delays U[0, 10 s] with 4 workers of 16 handlers each: lateness (handler start minus due)
 //!   p50 / p99 / max, duplicates, early starts, wall time until the last acknowledgement; and p50 / p99 of the
-//!   tasks due after the insert phase, which do not wait behind the schedule calls;
+//!   tasks due after the insert phase, which do not wait behind the schedule calls; and Redis's CPU time and script
+//!   calls per task from the first insert to the last acknowledgement;
 //! - D4 cancel D1's tasks in a random order (the in-process benchmark's W2 order): cancels per second, and Redis's
 //!   CPU time and script calls per task as in D1;
 //! - D5 N tasks an hour away and the 4 workers idle: Redis commands per second over the window
@@ -322,7 +323,7 @@ fn run_one(
                 match imp {
                     Impl::Timewheel => timewheel::d3(&server, options, inputs).await,
                     Impl::Apalis => apalis::d3(&server, inputs).await,
-                    Impl::Bullmq => bullmq::d3(&server, json).await,
+                    Impl::Bullmq => bullmq::d3(&server, json, n).await,
                 }
             });
             emit(rows, imp.name(), "D3", n, &fields);

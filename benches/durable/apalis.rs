@@ -175,6 +175,7 @@ pub async fn d3(server: &RedisServer, inputs: &Inputs) -> Fields {
         due_us: (0..n).map(|_| std::sync::atomic::AtomicI64::new(i64::MAX)).collect(),
     });
     let workers = start_workers(&storage, shared.clone());
+    let work = server::Work::read(server);
     let started = Instant::now();
     for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
         let tasks = chunk
@@ -191,9 +192,10 @@ pub async fn d3(server: &RedisServer, inputs: &Inputs) -> Fields {
     let all = shared.sink.wait_all(crate::D3_LIMIT).await;
     // Acknowledged: nothing left in the scheduled set, the ready list or any worker's in-flight set.
     let wall_ms = wait_acked(server, all).await.map_or(-1.0, |_| started.elapsed().as_secs_f64() * 1e3);
+    let cpu = work.per_task(server, n);
     tokio::time::sleep(crate::D3_DUPLICATE_WATCH).await;
     stop(workers).await;
-    shared.sink.fields(wall_ms)
+    shared.sink.fields(wall_ms).into_iter().chain(cpu).collect()
 }
 
 /// Polls every 5 ms until apalis holds no pending task (scheduled, active or in flight).

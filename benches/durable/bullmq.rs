@@ -60,14 +60,6 @@ fn result(mode: &str, status: std::process::ExitStatus, last: Option<String>) ->
     crate::parse_fields(&line).unwrap_or_else(|| panic!("bench.mjs {mode}: unparsed {line:?}"))
 }
 
-/// Runs one mode to its end and returns the numbers of its JSON line.
-async fn run(mode: &str, server: &RedisServer, inputs: &Path, variant: Option<&str>) -> Fields {
-    let child = spawn(mode, server, inputs, variant);
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().expect("node output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    result(mode, out.status, stdout.lines().last().map(String::from))
-}
-
 /// Runs a mode with a timed phase of `n` jobs (`schedule`, `cancel`) to its end and returns the numbers of its
 /// JSON line followed by Redis's work over that phase ([`server::Work`]), read here when the script says `start`
 /// (before it starts its clock) and `stop` (after it stops it): the same readings as around the other
@@ -116,8 +108,9 @@ pub async fn d124(server: &RedisServer, inputs: &Path, n: usize, batch: bool) ->
     out
 }
 
-pub async fn d3(server: &RedisServer, inputs: &Path) -> Fields {
-    run("fire", server, inputs, None).await
+/// D3, with Redis's work from the start of the inserts to the last acknowledgement (`run_timed`).
+pub async fn d3(server: &RedisServer, inputs: &Path, n: usize) -> Fields {
+    run_timed("fire", server, inputs, None, n).await
 }
 
 /// D5's setup: the node process holding 100,000 jobs an hour away and four idle workers, once it says ready.

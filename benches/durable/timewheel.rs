@@ -120,6 +120,7 @@ pub async fn d3(server: &RedisServer, options: &Options, inputs: &Inputs) -> Fie
     let timers = connect(server, options).await;
     let sink = Arc::new(Sink::new(inputs.n));
     let workers = start_workers(&timers, sink.clone());
+    let work = server::Work::read(server);
     let started = Instant::now();
     schedule_batches(&timers, &inputs.keys, |i| inputs.d3_delays_ms[i]).await;
     sink.insert_done();
@@ -134,11 +135,12 @@ pub async fn d3(server: &RedisServer, options: &Options, inputs: &Inputs) -> Fie
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let cpu = work.per_task(server, inputs.n);
     tokio::time::sleep(crate::D3_DUPLICATE_WATCH).await;
     for w in workers {
         w.shutdown().await;
     }
-    sink.fields(wall_ms)
+    sink.fields(wall_ms).into_iter().chain(cpu).collect()
 }
 
 /// D5: 100,000 tasks an hour away and four idle workers; the caller measures.

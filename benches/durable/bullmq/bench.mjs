@@ -6,7 +6,7 @@
 //   node bench.mjs fire     <port> <inputs.json>             D3: 4 workers x concurrency 16, jobs via addBulk
 //   node bench.mjs idle     <port> <inputs.json>             D5: n jobs an hour away, 4 workers; prints "ready",
 //                                                            runs until stdin closes
-// Prints one flat JSON object on stdout (the field names of the durable workloads). `schedule` and `cancel` also
+// Prints one flat JSON object on stdout (the field names of the durable workloads). `schedule`, `cancel` and `fire` also
 // print `start` just before they start their clock and `stop` just after they stop it, and wait for a line on stdin
 // each time: the Rust side reads Redis's work (CPU time, script calls) there, as it does around the other
 // implementations' timed phases, so that the readings bracket this timed phase and nothing else.
@@ -136,6 +136,7 @@ async function fire() {
   await Promise.all(workers.map((w) => w.waitUntilReady()));
   const queue = new Queue(QUEUE, { connection });
   await queue.waitUntilReady();
+  await phase('start');
   started = nowMs();
   await addAll(queue, (i) => inputs.d3_delays_ms[i]);
   const insertEnd = nowMs();
@@ -143,6 +144,7 @@ async function fire() {
   await done;
   clearTimeout(limit);
   const wall = completed >= n ? lastCompleted - started : -1;
+  await phase('stop');
   await new Promise((r) => setTimeout(r, 2000)); // watch for duplicates a little longer
   await Promise.all(workers.map((w) => w.close()));
   await queue.close();
