@@ -57,14 +57,6 @@ impl When {
         }
         Ok(When::At(ms))
     }
-
-    /// The two script arguments: `'d'` or `'a'`, and the milliseconds.
-    pub(crate) fn args(self) -> (&'static str, u64) {
-        match self {
-            When::Delay(ms) => ("d", ms),
-            When::At(ms) => ("a", ms),
-        }
-    }
 }
 
 /// This process's estimate of Redis's clock: the local clock plus the offset last seen in a

@@ -8,7 +8,7 @@ use super::config::Config;
 use super::conn::Conn;
 use super::ids::Ids;
 use super::keys::WheelKeys;
-use super::time::{RedisClock, When};
+use super::time::{RedisClock, When, GUESS_MS};
 use crate::metrics::WheelMetrics;
 use crate::service::lateness::{Histogram, Recent};
 use crate::Lateness;
@@ -50,17 +50,22 @@ impl Wheel {
         &self.cfg.name
     }
 
-    /// The ring slot keys of `keys` that tasks due `whens` may go to, each once: the caller's
-    /// declaration of the slots a placing script may touch.
-    pub(crate) fn slot_keys(&self, keys: &WheelKeys, whens: impl IntoIterator<Item = When>) -> Vec<String> {
+    /// The ring slots that tasks due `whens` may go to, each once: what the caller declares to a
+    /// placing script ([`declare_slots`](super::scripts::declare_slots)). A tick more than a
+    /// revolution past Redis's clock (by this process's estimate) is left out: the cursor is never
+    /// past Redis's clock, so such a task waits in the far tier whatever is declared.
+    pub(crate) fn slot_indices(&self, whens: impl IntoIterator<Item = When>) -> Vec<u64> {
+        let (tick_ms, slots) = (self.cfg.tick_ms, self.cfg.slots);
+        let last = (self.clock.now_ms() + GUESS_MS).div_ceil(tick_ms) + slots;
         let mut slots: Vec<u64> = whens
             .into_iter()
-            .flat_map(|when| self.clock.ticks(when, self.cfg.tick_ms))
-            .map(|tick| tick % self.cfg.slots)
+            .flat_map(|when| self.clock.ticks(when, tick_ms))
+            .filter(|&tick| tick <= last)
+            .map(|tick| tick % slots)
             .collect();
         slots.sort_unstable();
         slots.dedup();
-        slots.into_iter().map(|i| keys.slot(i)).collect()
+        slots
     }
 
     /// Records how late deliveries were claimed: `late` for each, in one lock.

@@ -35,7 +35,7 @@ for j, k in ipairs(names) do
     seen[k] = true
     acked[#acked + 1] = k
     local t = every ~= '0' and decode(rec)
-    w = w or (t and wheel_now(tick_ms, slots, #KEYS + 1))
+    w = w or (t and wheel_now(tick_ms, slots, #KEYS + 1, nil))
     if t and advance(t, w.down) then
       redis.call('HSET', TASKS, k, encode(t))
       place(k, t.due, w, batch)

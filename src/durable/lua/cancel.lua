@@ -11,7 +11,7 @@
     KEYS     the wheel's keys, then CALL_KEY
     ARGV[1]  ms to keep the answer   ARGV[2 ..] keys
   Output:
-    one integer per key: 1 cancelled (by this call), 0 none pending, 2 running (left alone).
+    one digit per key: 1 cancelled (by this call), 0 none pending, 2 running (left alone).
   Keys: CALL_KEY, TASKS, FAR, READY, LEASED, META. A cancelled task's ring entry is left in its
   slot (its key is not known here, and need not be): the cursor drops it when it passes it,
   since no record matches it any more (see tick.lua).
@@ -34,7 +34,7 @@ for j, k in ipairs(names) do
   seen[k] = true
   if not rec then
     -- None pending, or the same key again in this call (the first of them cancelled it).
-    out[#out + 1] = 0
+    out[#out + 1] = '0'
   else
     local running, claimed = false, token_of(rec) ~= '0'
     if claimed then
@@ -42,12 +42,12 @@ for j, k in ipairs(names) do
       running = tonumber(redis.call('ZSCORE', LEASED, k) or 0) > now
     end
     if running then
-      out[#out + 1] = 2
+      out[#out + 1] = '2'
     else
       gone[#gone + 1] = k
       -- Only a claimed task has a lease entry.
       if claimed then held[#held + 1] = k end
-      out[#out + 1] = 1
+      out[#out + 1] = '1'
     end
   end
 end
@@ -58,5 +58,4 @@ if #gone > 0 then
   zrem_all(LEASED, held)
   redis.call('HINCRBY', META, 'cancelled', #gone)
 end
-remember(out, ttl)
-return out
+return remember(table.concat(out), ttl)

@@ -7,7 +7,8 @@
     KEYS     the wheel's keys, then the ring slot keys the retry may go to
     ARGV[1]  key   ARGV[2] claim token   ARGV[3] error text
     ARGV[4]  max attempts   ARGV[5] backoff base in ms   ARGV[6] backoff cap in ms
-    ARGV[7]  tick in ms   ARGV[8] slots
+    ARGV[7]  tick in ms   ARGV[8] slots   ARGV[9] the declared slots' indices (packed, as for
+             schedule)
   Output:
     1 retried, 2 dead, 0 refused.
   Keys: TASKS, LEASED, the declared slots, RING, FAR, READY, CURSOR, META, WAKE, and when it
@@ -27,7 +28,7 @@ local tick_ms, slots = tonumber(ARGV[7]), tonumber(ARGV[8])
 local rec = redis.call('HGET', TASKS, k)
 if not rec or token_of(rec) ~= tok then return 0 end
 local t = decode(rec)
-local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1)
+local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, ARGV[9])
 local up = w.up
 redis.call('ZREM', LEASED, k)
 if t.a >= max_attempts then

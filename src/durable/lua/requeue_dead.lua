@@ -16,7 +16,7 @@
 local k, ttl = ARGV[1], ARGV[2]
 
 local kept = replayed()
-if kept then return kept[1] end
+if kept then return tonumber(kept) end
 local out = 0
 local dead = redis.call('HGET', DEAD_TASKS, k)
 if dead then
@@ -33,5 +33,5 @@ if dead then
     out = 1
   end
 end
-remember({out}, ttl)
+remember(tostring(out), ttl)
 return out

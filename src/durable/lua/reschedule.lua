@@ -6,9 +6,12 @@
   Input:
     KEYS     the wheel's keys, then the ring slot keys the tasks may go to (as for schedule)
     ARGV[1]  tick in ms   ARGV[2] slots
-    ARGV[3 + 3i ..]  per task: key, 'd' (delay) or 'a' (at), milliseconds
+    ARGV[3]  the declared slots' indices (packed, as for schedule)
+    ARGV[4]  per task, milliseconds (packed)   ARGV[5] 'd', 'a', or one of those per task (as
+             for schedule)
+    ARGV[6 ..]  the tasks' keys
   Output:
-    one integer per task: 1 moved, 0 none pending, 2 running (left alone).
+    one digit per task: 1 moved, 0 none pending, 2 running (left alone).
   Keys: TASKS, the declared slots, RING, FAR, READY, LEASED, CURSOR, WAKE. The task's old
   slot entry is left behind: the cursor drops it when it passes it, since it no longer matches
   the task's record (see tick.lua).
@@ -17,28 +20,30 @@
 -- @include wheel_now
 -- @include record
 -- @include place
+-- @include due_times
 -- @include zrem_all
 -- @include wake
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
 
-local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1)
+local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, ARGV[3])
+local dues = due_times(ARGV[4], ARGV[5], w.up)
 local out, moved, due_of = {}, {}, {}
-for i = 3, #ARGV, 3 do
-  local k, mode, ms = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+for i = 6, #ARGV do
+  local j = i - 5
+  local k = ARGV[i]
   local rec = redis.call('HGET', TASKS, k)
   if not rec then
-    out[#out + 1] = 0
+    out[j] = '0'
   else
     local t = decode(rec)
     if t.tok ~= '0' and tonumber(redis.call('ZSCORE', LEASED, k) or 0) > w.down then
-      out[#out + 1] = 2
+      out[j] = '2'
     else
-      t.due, t.tok = ms, '0'
-      if mode == 'd' then t.due = w.up + ms end
+      t.due, t.tok = dues[j], '0'
       redis.call('HSET', TASKS, k, encode(t))
       if not due_of[k] then moved[#moved + 1] = k end
       due_of[k] = t.due
-      out[#out + 1] = 1
+      out[j] = '1'
     end
   end
 end
@@ -49,4 +54,4 @@ zrem_all(LEASED, moved)
 local batch = new_batch()
 for _, k in ipairs(moved) do place(k, due_of[k], w, batch) end
 if flush(batch) then wake() end
-return out
+return table.concat(out)

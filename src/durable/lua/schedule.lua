@@ -7,6 +7,11 @@
   retry whose first attempt landed answers 2 for what it scheduled, even if those tasks have
   since been acknowledged, cancelled or buried, and schedules nothing again.
 
+  What Redis does per task is what the task needs (its record, its ring entry) and little else:
+  the numbers come packed (one `cmsgpack.unpack` each for the slots and the times, not a
+  `tonumber` per argument), the due time is formatted once for both the record and the score,
+  and the answer is one string.
+
   Input:
     KEYS     the wheel's keys, then CALL_KEY (the call's request record), then the ring slot
              keys the tasks may go to (the caller's guess from its estimate of Redis's clock; a
@@ -15,9 +20,12 @@
     ARGV[4]  '1' to move a pending task to the new due time instead (schedule_or_reset), else '0'
     ARGV[5]  the period of a recurring task in ms (0: each task runs once)   ARGV[6] its runs
              (-1: forever)   ARGV[7] its missed-run policy (0 burst, 1 delay, 2 skip)
-    ARGV[8 + 4i ..]  per task: key, payload, 'd' (delay) or 'a' (at), milliseconds
+    ARGV[8]  the declared slots' indices, in the order of their keys (packed, see keys.rs)
+    ARGV[9]  per task, milliseconds: a delay from Redis's now, or a time on Redis's clock (packed)
+    ARGV[10] 'd' if every time is a delay, 'a' if every one is a time, else one of those per task
+    ARGV[11 + 2i], ARGV[12 + 2i]  per task: key, payload
   Output:
-    one integer per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
+    one digit per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
     is pending (DuplicateKey); with ARGV[4] '1', 4 a pending task was moved (keeping its
     payload) and 3 a running one was left alone.
   Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CURSOR, META, WAKE.
@@ -26,6 +34,7 @@
 -- @include wheel_now
 -- @include record
 -- @include request
+-- @include due_times
 -- @include place
 -- @include zrem_all
 -- @include hash_all
@@ -34,49 +43,45 @@ local tick_ms, slots, ttl, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local every, runs, missed = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 
 local kept = replayed()
-if kept then
-  for i, r in ipairs(kept) do if r == 1 then kept[i] = 2 end end
-  return kept
-end
-local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2)
+if kept then return (string.gsub(kept, '1', '2')) end
+local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2, ARGV[8])
+local dues = due_times(ARGV[9], ARGV[10], w.up)
 local out, created, batch, woke = {}, 0, new_batch(), false
+local names = {}
+for i = 11, #ARGV, 2 do names[#names + 1] = ARGV[i] end
 if not reset then
   -- One HMGET reads whether each key is pending, one HSET writes the new records, and `flush`
   -- one ZADD per slot: per task only its record and its ring entry. A key twice in one call is
   -- scheduled once, by its first item.
-  local names, pending = records_of(ARGV, 8, 4)
+  local pending = hmget_all(TASKS, names)
   local fresh, taken = {}, {}
   local tail = string.format(':0:0:%d:%d:%s:0:', every, runs, missed)
   for j, k in ipairs(names) do
-    local i = 4 * j + 4
     if pending[j] or taken[k] then
-      out[j] = 0
+      out[j] = '0'
     else
       taken[k] = true
-      local due = tonumber(ARGV[i + 3])
-      if ARGV[i + 2] == 'd' then due = w.up + due end
-      local dues = string.format('%d', due)
+      local due = dues[j]
+      local text = string.format('%d', due)
       fresh[#fresh + 1] = k
-      fresh[#fresh + 1] = dues .. tail .. ARGV[i + 1]
-      place(k, due, w, batch, dues)
+      fresh[#fresh + 1] = text .. tail .. ARGV[10 + 2 * j]
+      place(k, due, w, batch, text)
       created = created + 1
-      out[j] = 1
+      out[j] = '1'
     end
   end
   hset_all(TASKS, fresh)
 else
-  for i = 8, #ARGV, 4 do
-    local k, mode, ms = ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3])
-    local due = ms
-    if mode == 'd' then due = w.up + ms end
-    if redis.call('HSETNX', TASKS, k, new_record(due, ARGV[i + 1], every, runs, missed)) == 1 then
+  for j, k in ipairs(names) do
+    local due = dues[j]
+    if redis.call('HSETNX', TASKS, k, new_record(due, ARGV[10 + 2 * j], every, runs, missed)) == 1 then
       place(k, due, w, batch)
       created = created + 1
-      out[#out + 1] = 1
+      out[j] = '1'
     else
       local t = decode(redis.call('HGET', TASKS, k))
       if t.tok ~= '0' and tonumber(redis.call('ZSCORE', LEASED, k) or 0) > w.down then
-        out[#out + 1] = 3
+        out[j] = '3'
       else
         -- Its old place: a far or ready entry goes now, a slot entry when the cursor passes it.
         -- What this call placed already is written first, so that nothing of it is left behind.
@@ -88,12 +93,11 @@ else
         zrem_all(READY, {k})
         zrem_all(LEASED, {k})
         place(k, due, w, batch)
-        out[#out + 1] = 4
+        out[j] = '4'
       end
     end
   end
 end
 if flush(batch) or woke then wake() end
 if created > 0 then redis.call('HINCRBY', META, 'scheduled', created) end
-remember(out, ttl)
-return out
+return remember(table.concat(out), ttl)

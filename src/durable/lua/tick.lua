@@ -23,6 +23,7 @@
     ARGV[4]  the leadership's lease in ms   ARGV[5] budget   ARGV[6] max attempts
     ARGV[7]  the most dead letters kept (0: no limit)   ARGV[8] the longest a dead letter is
              kept in ms (0: no limit); the oldest beyond either go, at most `budget` per call
+    ARGV[9]  the declared slots' indices (packed, as for schedule)
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready}.
@@ -42,7 +43,7 @@
 local token, tick_ms, slots, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local budget, max_attempts = tonumber(ARGV[5]), tonumber(ARGV[6])
 local dead_max, dead_max_age = tonumber(ARGV[7]), tonumber(ARGV[8])
-local declared = declared_slots(FIXED_KEYS + 1)
+local declared = declared_slots(FIXED_KEYS + 1, ARGV[9])
 
 -- Leases that ran out: each task goes back to `ready`, or to the dead letters after its last
 -- try. Returns how many leases it looked at and how many tasks it made ready.

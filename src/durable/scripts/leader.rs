@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{invoke, SCRIPTS};
+use super::{declare_slots, invoke, SCRIPTS};
 use crate::durable::conn::Window;
 use crate::durable::wheel::Wheel;
 use crate::durable::WheelKeys;
@@ -86,9 +86,8 @@ pub(crate) async fn tick(
     ticks: std::ops::RangeInclusive<u64>,
 ) -> Result<TickReply, Error> {
     let mut inv = invoke(keys, &SCRIPTS.tick);
-    for t in ticks.take(wheel.cfg.slots as usize) {
-        inv.key(keys.slot(t % wheel.cfg.slots));
-    }
+    let indices: Vec<u64> = ticks.take(wheel.cfg.slots as usize).map(|t| t % wheel.cfg.slots).collect();
+    let slots = declare_slots(&mut inv, keys, &indices);
     inv.arg(token)
         .arg(wheel.cfg.tick_ms)
         .arg(wheel.cfg.slots)
@@ -96,7 +95,8 @@ pub(crate) async fn tick(
         .arg(budget)
         .arg(wheel.cfg.max_attempts)
         .arg(wheel.cfg.dead_letter_limit)
-        .arg(wheel.cfg.dead_letter_max_age_ms);
+        .arg(wheel.cfg.dead_letter_max_age_ms)
+        .arg(slots);
     let reply: Vec<String> = wheel.conn.call(&inv, Window::Response).await?;
     let number = |i: usize| reply.get(i).and_then(|n| n.parse().ok()).unwrap_or(0);
     if let Some(now_ms) = reply.get(2).and_then(|n| n.parse().ok()) {

@@ -1,7 +1,7 @@
 //! The scripts a [`DurableScheduler`](crate::durable::DurableScheduler) calls for one task or a
 //! batch: `schedule.lua`, `cancel.lua`, `reschedule.lua`, `requeue_dead.lua`.
 
-use super::{invoke, SCRIPTS};
+use super::{declare_slots, invoke, packed, SCRIPTS};
 use crate::durable::conn::Window;
 use crate::durable::time::When;
 use crate::durable::wheel::Wheel;
@@ -23,6 +23,24 @@ pub(crate) struct Recurrence {
     pub(crate) every_ms: u64,
     pub(crate) runs: Option<u64>,
     pub(crate) missed: crate::MissedRuns,
+}
+
+/// The two script arguments that carry the times of a call's tasks (see `due_times.lua`): their
+/// milliseconds, [`packed`], and what each is, `d` (a delay) or `a` (a time), one letter for all
+/// of them when they agree, else one per task.
+fn pack_times(whens: impl ExactSizeIterator<Item = When> + Clone) -> (Vec<u8>, String) {
+    let letter = |when: When| match when {
+        When::Delay(_) => 'd',
+        When::At(_) => 'a',
+    };
+    let mut modes: String = whens.clone().map(letter).collect();
+    if modes.bytes().all(|m| modes.as_bytes().first() == Some(&m)) {
+        modes.truncate(1);
+    }
+    let times = packed(whens.map(|when| match when {
+        When::Delay(ms) | When::At(ms) => ms,
+    }));
+    (times, modes)
 }
 
 /// What `schedule.lua` did with one task.
@@ -54,9 +72,7 @@ pub(crate) async fn schedule(
 ) -> Result<Vec<Scheduled>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.schedule);
     inv.key(keys.request(request_id));
-    for slot in wheel.slot_keys(keys, tasks.iter().map(|t| t.when)) {
-        inv.key(slot);
-    }
+    let slots = declare_slots(&mut inv, keys, &wheel.slot_indices(tasks.iter().map(|t| t.when)));
     inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(wheel.cfg.request_ttl_ms).arg(if reset { "1" } else { "0" });
     match repeat {
         None => inv.arg(0).arg(0).arg(0),
@@ -69,18 +85,19 @@ pub(crate) async fn schedule(
             inv.arg(r.every_ms).arg(r.runs.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX))).arg(missed)
         }
     };
+    let (times, modes) = pack_times(tasks.iter().map(|t| t.when));
+    inv.arg(slots).arg(times).arg(modes);
     for task in tasks {
-        let (mode, ms) = task.when.args();
-        inv.arg(&task.key).arg(task.payload.as_slice()).arg(mode).arg(ms);
+        inv.arg(&task.key).arg(task.payload.as_slice());
     }
-    let reply: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
+    let reply: Vec<u8> = wheel.conn.call(&inv, Window::Default).await?;
     Ok(reply
         .into_iter()
         .map(|r| match r {
-            1 => Scheduled::Created,
-            2 => Scheduled::AlreadyByThisRequest,
-            3 => Scheduled::Running,
-            4 => Scheduled::Moved,
+            b'1' => Scheduled::Created,
+            b'2' => Scheduled::AlreadyByThisRequest,
+            b'3' => Scheduled::Running,
+            b'4' => Scheduled::Moved,
             _ => Scheduled::Duplicate,
         })
         .collect())
@@ -110,12 +127,12 @@ pub(crate) async fn cancel(
     for key in task_keys {
         inv.arg(key.as_ref());
     }
-    let reply: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
+    let reply: Vec<u8> = wheel.conn.call(&inv, Window::Default).await?;
     Ok(reply
         .into_iter()
         .map(|r| match r {
-            1 => Cancelled::Yes,
-            2 => Cancelled::Running,
+            b'1' => Cancelled::Yes,
+            b'2' => Cancelled::Running,
             _ => Cancelled::NotPending,
         })
         .collect())
@@ -137,20 +154,18 @@ pub(crate) async fn reschedule(
     moves: &[(impl AsRef<str>, When)],
 ) -> Result<Vec<Moved>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.reschedule);
-    for slot in wheel.slot_keys(keys, moves.iter().map(|(_, when)| *when)) {
-        inv.key(slot);
+    let slots = declare_slots(&mut inv, keys, &wheel.slot_indices(moves.iter().map(|(_, when)| *when)));
+    let (times, modes) = pack_times(moves.iter().map(|(_, when)| *when));
+    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(slots).arg(times).arg(modes);
+    for (key, _) in moves {
+        inv.arg(key.as_ref());
     }
-    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots);
-    for (key, when) in moves {
-        let (mode, ms) = when.args();
-        inv.arg(key.as_ref()).arg(mode).arg(ms);
-    }
-    let reply: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
+    let reply: Vec<u8> = wheel.conn.call(&inv, Window::Default).await?;
     Ok(reply
         .into_iter()
         .map(|r| match r {
-            1 => Moved::Yes,
-            2 => Moved::Running,
+            b'1' => Moved::Yes,
+            b'2' => Moved::Running,
             _ => Moved::NotPending,
         })
         .collect())

@@ -1,7 +1,7 @@
 //! The scripts a worker calls for the tasks it runs: `claim.lua`, `ack.lua`, `fail.lua`,
 //! `renew.lua`.
 
-use super::{invoke, number, text, SCRIPTS};
+use super::{declare_slots, invoke, number, text, SCRIPTS};
 use crate::durable::conn::Window;
 use crate::durable::time::{from_unix_ms, When};
 use crate::durable::wheel::Wheel;
@@ -97,9 +97,7 @@ pub(crate) async fn fail(
     // not know: the slots of every backoff it may be (a miss waits in the far tier).
     let backoffs = (0..cfg.max_attempts.min(24))
         .map(|a| When::Delay(cfg.backoff_ms.saturating_mul(1 << a).min(cfg.max_backoff_ms())));
-    for slot in wheel.slot_keys(keys, backoffs) {
-        inv.key(slot);
-    }
+    let slots = declare_slots(&mut inv, keys, &wheel.slot_indices(backoffs));
     inv.arg(key)
         .arg(token)
         .arg(why)
@@ -107,7 +105,8 @@ pub(crate) async fn fail(
         .arg(cfg.backoff_ms)
         .arg(cfg.max_backoff_ms())
         .arg(cfg.tick_ms)
-        .arg(cfg.slots);
+        .arg(cfg.slots)
+        .arg(slots);
     Ok(match wheel.conn.call::<i64>(&inv, window).await? {
         1 => Failed::Retried,
         2 => Failed::Dead,

@@ -85,7 +85,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
         ("far", &format!("b@{far}")),
         ("ready", &format!("p@{past}")),
         ("wake", "1"),
-        ("req:r1", "1,1,1,0"),
+        ("req:r1", "1110"),
     ]);
     assert_eq!(d, want);
     assert_eq!(meta(&server, keys, "scheduled"), 3);
@@ -129,6 +129,36 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     assert!(ttl > 0 && ttl as u64 <= w.cfg.request_ttl_ms, "{ttl}");
 }
 
+/// One call may carry times on Redis's clock and delays side by side (the coalescer merges
+/// `schedule_at` and `schedule` calls): each task gets its own kind of due time, with or without
+/// `reset`.
+#[tokio::test]
+async fn a_call_mixes_delays_and_times_on_redis_clock() {
+    let Some((server, timers)) = wheel("s-mixed").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let c = cursor(&server, keys);
+    let delayed = |key: &str, ms: u64| NewTask { key: key.into(), when: When::Delay(ms), payload: b"y".to_vec() };
+    let (soon, far) = ((c + 3) * TICK_MS, (c + SLOTS + 5) * TICK_MS);
+    for (reset, tag) in [(false, "n"), (true, "r")] {
+        let before = redis_now_ms(&server);
+        let tasks = [
+            new_task(&format!("{tag}1"), soon),
+            delayed(&format!("{tag}2"), 40_000),
+            new_task(&format!("{tag}3"), far),
+        ];
+        let got = scripts::schedule(w, keys, &format!("mixed-{tag}"), &tasks, reset, None).await.unwrap();
+        assert_eq!(got, [Scheduled::Created; 3]);
+        let after = redis_now_ms(&server);
+        let due = |k: &str| -> u64 {
+            let rec = server.command(&["HGET", &keys.tasks(), k]);
+            rec.as_str().unwrap().split(':').next().unwrap().parse().unwrap()
+        };
+        assert_eq!(due(&format!("{tag}1")), soon);
+        let delayed_due = due(&format!("{tag}2"));
+        assert!(delayed_due >= before + 40_000 && delayed_due <= after + 40_001, "{delayed_due}: {before}..{after}");
+        assert_eq!(due(&format!("{tag}3")), far);
+    }
+}
 /// With `reset`, a call that makes one task ready and then moves a pending one still wakes a
 /// worker: the move writes what the call placed before it, and that task's wake-up counts.
 #[tokio::test]
@@ -171,7 +201,7 @@ async fn cancel_takes_waiting_ready_and_expired_tasks_and_leaves_running_ones() 
     want.remove("far");
     want.remove("ready");
     want.insert("leased".into(), format!("running@{}", now + 60_000));
-    want.insert("req:c1".into(), "1,1,1,2,1,0,0".into());
+    want.insert("req:c1".into(), "1112100".into());
     assert_eq!(dump(&server, keys), want);
     assert_eq!(meta(&server, keys, "cancelled"), 4);
 

@@ -6,6 +6,7 @@
 -- gathered in `batch` and written by `flush`: one ZADD for `ready`, one for the far tier and one
 -- per slot, whatever the number of tasks. `dues`, if given, is `due` as a string (the score
 -- written, so that Redis does not format a Lua number). Returns true if ready.
+-- It runs once per task of a schedule call: each field is read once.
 -- Keys: the declared slot keys, and through flush READY, FAR, RING.
 -- @include keys
 -- @include due_tick
@@ -14,24 +15,26 @@ local function new_batch()
   return {ready = {}, far = {}, ring = {}}
 end
 local function place(k, due, w, batch, dues)
+  local cursor = w.cursor
   local t = due_tick(due, w.tick_ms)
   local list
-  if t <= w.cursor and t <= w.now_tick then
+  if t <= cursor and t <= w.now_tick then
     list = batch.ready
   else
-    local sk = t > w.cursor and t <= w.cursor + w.slots and w.declared[t % w.slots]
+    local sk = t > cursor and t <= cursor + w.slots and w.declared[t % w.slots]
     if sk then
       list = batch.ring[sk]
       if not list then
-        list = {}
-        batch.ring[sk] = list
+        batch.ring[sk] = {dues or due, k}
+        return false
       end
     else
       list = batch.far
     end
   end
-  list[#list + 1] = dues or due
-  list[#list + 1] = k
+  local n = #list
+  list[n + 1] = dues or due
+  list[n + 2] = k
   return list == batch.ready
 end
 -- Writes the gathered entries; returns true if any task became ready.
