@@ -22,9 +22,10 @@ impl Medians {
 }
 
 /// The columns of the table: title, workload, field. Redis CPU per task is the server's CPU time (`INFO cpu`)
-/// over the timed phase of D1, D3 (from the first insert to the last acknowledgement) or D4 divided by N, read the same way around every implementation: what a task
-/// costs Redis, which does not depend on how busy this shared machine was as the throughput does; lower is
-/// better, so a ratio below 1x there favours tokio-timewheel, as in D2.
+/// over the timed phase of D1, D3 (from the first insert to the last acknowledgement) or D4 divided by N, read
+/// the same way around every implementation: what a task costs Redis, which does not depend on how busy this
+/// shared machine was as the throughput does; lower is better, so a ratio below 1x there favours
+/// tokio-timewheel, as in D2.
 const COLUMNS: [(&str, &str, &str); 16] = [
     ("D1 tasks/s", "D1", "tasks_per_s"),
     ("D1 Redis CPU µs/task (lower is better)", "D1", "redis_cpu_us_per_task"),
@@ -67,10 +68,14 @@ fn table(m: &Medians) -> Table {
                 None => "-".to_string(),
                 Some(v) => match rivals {
                     Some(rivals) if RATIO_COLUMNS.contains(&field) => {
+                        // A rival whose D3 workers stopped before handling every task has no figure for
+                        // the whole run to compare with (its CPU was spent on part of the tasks).
+                        let stopped =
+                            |r: &str| workload == "D3" && m.get(r, "D3", "handled") < m.get(name, "D3", "handled");
                         let ratios: Vec<String> = rivals
                             .iter()
                             .map(|r| match m.get(r, workload, field) {
-                                Some(b) if b != 0.0 => format!("{:.2}x", v / b),
+                                Some(b) if b != 0.0 && !stopped(r) => format!("{:.2}x", v / b),
                                 _ => "-".into(),
                             })
                             .collect();

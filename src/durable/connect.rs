@@ -65,9 +65,10 @@ async fn open(wheel: &Wheel) -> Result<(), Error> {
             }
             Opened::OldLayout { tasks } => {
                 return Err(Error::invalid(format!(
-                    "the wheel {:?} in Redis was written by an earlier version of tokio-timewheel (one key per task) and \
-                     still holds {tasks} task(s): let that version's workers drain it, or use another name; a \
-                     wheel of the old layout without tasks is taken over",
+                    "the wheel {:?} in Redis was written by an earlier version of tokio-timewheel (another Redis \
+                     layout) and still holds {tasks} task(s) or ring entries: let that version's leader and \
+                     workers drain it (its cursor clears the ring within a revolution), or use another name; a \
+                     wheel of an older layout that holds nothing is taken over",
                     wheel.name(),
                 )));
             }

@@ -104,8 +104,8 @@ impl WheelKeys {
         self.fixed("ring")
     }
 
-    /// The sorted set of slot `i`: keys of the tasks due at a tick `t` with `t % slots == i`,
-    /// for `t` in `cursor+1 ..= cursor+slots`, by due ms.
+    /// The list of slot `i`: keys of the tasks due at a tick `t` with `t % slots == i`, for `t`
+    /// in `cursor+1 ..= cursor+slots`.
     pub fn slot(&self, i: u64) -> String {
         format!("{}{SLOT}{i}", self.prefix)
     }

@@ -204,7 +204,7 @@
 //! | `seq`          | string | claim tokens handed out so far |
 //! | `wake`         | list   | wake-up tokens for idle workers, pushed when tasks become ready |
 //! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
-//! | `slot:<i>`     | zset   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots`, scored by due ms |
+//! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
 //! | `claim:<id>`   | list   | the keys and claim tokens one claim took, for a lease, so that a retry of the claim gets them back |
 //!
@@ -213,31 +213,35 @@
 //!
 //! What Redis does per task, and why:
 //! - `schedule`: per call, one `HMGET` (which keys are pending) and one `HSET` (the new records),
-//!   one `ZADD` per ring slot the call's tasks go to, and one each for the far tier, `ready`, the
-//!   counters, the wake-up and the retry record; so per task a field in each hash command and
-//!   usually a `ZADD` of its own (tasks of one tick share theirs). Retry safety costs one `SET`
-//!   per call, not a read per task: a retried call finds its answer under its request id. The
-//!   caller names the slots its tasks may go to from its estimate of Redis's clock (within
-//!   25 ms); a task whose slot it did not name waits in the far tier instead, and is promoted
-//!   into the ring as the cursor nears.
+//!   one `RPUSH` per ring slot the call's tasks go to, and a `ZADD` each for the far tier and
+//!   `ready`, the counters, the wake-up and the retry record; so per task a field in each hash
+//!   command and usually an `RPUSH` of its own (tasks of one tick share theirs). Retry safety
+//!   costs one `SET` per call, not a read per task: a retried call finds its answer under its
+//!   request id. The caller names the slots its tasks may go to from its estimate of Redis's
+//!   clock (within 25 ms); a task whose slot it did not name waits in the far tier instead, and
+//!   is promoted into the ring as the cursor nears. The numbers travel packed (the slots' indices
+//!   and the tasks' times as two MessagePack arrays, read by `cmsgpack`), and the answer is one
+//!   digit per task in one string: parsing and formatting numbers one argument at a time had
+//!   been a fifth of Redis's work per task.
 //! - `cancel`: one `HMGET`, one `HDEL` and a `ZREM` from the far tier and from `ready` for the
 //!   lot, and for a claimed task a `ZSCORE` of its lease (and a `ZREM` from `leased` if it ran
 //!   out); `reschedule`: an `HGET` and an `HSET` per task and those `ZREM`s for the lot. The
 //!   task's entry in its ring slot is left there: the caller cannot name a slot it does not
-//!   know, and the cursor drops an entry that no longer matches its task's record (due ms and no
-//!   claim) when it passes it. So a cancelled task holds its slot entry (about 30 bytes) until
-//!   its due time, and `cancel` costs O(1) plus a far-tier or `ready` `ZREM`: O(log n), never a
-//!   scan.
-//! - the leader's tick: per slot it steps, one `ZPOPMIN`, one `HMGET` (each entry checked
-//!   against its record), one `ZADD` to `ready` and an `EXISTS`; far-tier tasks it promotes go
-//!   in one `ZADD` per slot.
+//!   know, and the cursor drops an entry whose task's record no longer places it at that tick
+//!   (unclaimed) when it passes it. So a cancelled task holds its slot entry (its key and a few
+//!   bytes) until its due time, and `cancel` costs O(1) plus a far-tier or `ready` `ZREM`:
+//!   O(log n), never a scan.
+//! - the leader's tick: per slot it steps, one `LPOP` (up to its budget), one `HMGET` (each
+//!   entry checked against its record), one `ZADD` to `ready` and an `EXISTS`; far-tier tasks it
+//!   promotes go in one `RPUSH` per slot.
 //! - a claim: one `ZPOPMIN`, one `HMGET` and one `HSET` (each task's delivery count and claim
 //!   token) for the lot; an acknowledgement one `HMGET`, one `HDEL` and one `ZREM` for the lot
 //!   (and an `HSET` per recurring task, its next run).
 //!
-//! A wheel written by an earlier version of this crate (one hash per task, keys the scripts
-//! named themselves) is taken over by `connect` when it holds no task, and refused while it
-//! does: drain it with the version that wrote it.
+//! A wheel written by an earlier version of this crate in another layout (1: one hash per task,
+//! keys the scripts named themselves; 2: ring slots as sorted sets, scored by due ms) is taken
+//! over by `connect` when it holds no task and no ring entry, and refused while it does: drain
+//! it with the version that wrote it.
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
 // time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, coalesce, scheduler,

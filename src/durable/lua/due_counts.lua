@@ -24,6 +24,6 @@ end
 for i = FIXED_KEYS + 1, #KEYS do
   local tick = first_tick + i - FIXED_KEYS - 1
   local b = math.max(1, math.floor((tick * tick_ms - from) / bucket) + 1)
-  if b <= buckets then out[b] = out[b] + redis.call('ZCARD', KEYS[i]) end
+  if b <= buckets then out[b] = out[b] + redis.call('LLEN', KEYS[i]) end
 end
 return out

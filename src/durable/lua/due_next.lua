@@ -1,7 +1,9 @@
 --[[ Lists the waiting and ready tasks due next, by due time then key, from a cursor: those due in
   [from ms, until ms] that come after (from ms, after key) (all of `from ms` when the key is
-  empty), at most `limit`. Running tasks are not listed. A slot entry is listed only if it
-  matches its task's record (see tick.lua).
+  empty), at most `limit`. Running tasks are not listed. A slot holds keys alone: a slot entry
+  is listed at its task's due time (from the record), if the task is not claimed, once, and not
+  if its key was found in `ready` or the far tier (the entry is then an old place; see
+  tick.lua).
 
   The caller names the ring slots of the ticks in the range (the range is cut to what the slots
   named cover); the far tier and `ready` are read by score.
@@ -17,11 +19,14 @@
 ]]
 -- @include keys
 -- @include record
+-- @include hash_all
 local from, after, until_ms, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
-local found = {}
+local found, seen = {}, {}
 local function consider(k, due, state)
-  if due == from and after ~= '' and k <= after then return end
+  if seen[k] then return end
+  seen[k] = true
+  if due < from or due > until_ms or (due == from and after ~= '' and k <= after) then return end
   found[#found + 1] = {k, due, state}
 end
 -- Enough of each sorted set to fill `limit` even after ties at `from` are skipped.
@@ -31,9 +36,15 @@ local function read(key, state)
 end
 read(READY, 'ready')
 read(FAR, 'waiting')
+local names = {}
 for i = FIXED_KEYS + 1, #KEYS do
-  local r = redis.call('ZRANGEBYSCORE', KEYS[i], from, until_ms, 'WITHSCORES')
-  for j = 1, #r, 2 do consider(r[j], tonumber(r[j + 1]), 'slot') end
+  for _, k in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do names[#names + 1] = k end
+end
+local recs = hmget_all(TASKS, names)
+for j, k in ipairs(names) do
+  local due, tok
+  if recs[j] then due, tok = string.match(recs[j], '^(%d+):%d+:(%d+):') end
+  if tok == '0' then consider(k, tonumber(due), 'slot') end
 end
 table.sort(found, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
 local out = {}
@@ -42,14 +53,11 @@ for _, f in ipairs(found) do
   local rec = redis.call('HGET', TASKS, f[1])
   if rec then
     local t = decode(rec)
-    -- A slot entry must match its record; ready and far entries always do.
-    if f[3] ~= 'slot' or (t.due == f[2] and t.tok == '0') then
-      out[#out + 1] = f[1]
-      out[#out + 1] = f[3] == 'ready' and 'ready' or 'waiting'
-      out[#out + 1] = tostring(t.due)
-      out[#out + 1] = tostring(t.a)
-      out[#out + 1] = t.p
-    end
+    out[#out + 1] = f[1]
+    out[#out + 1] = f[3] == 'ready' and 'ready' or 'waiting'
+    out[#out + 1] = tostring(t.due)
+    out[#out + 1] = tostring(t.a)
+    out[#out + 1] = t.p
   end
 end
 return out

@@ -2,10 +2,10 @@
   first use, refuses a mismatch afterwards, and starts the cursor at the current tick if there
   is none (for a partition; the record of a partitioned wheel has no cursor).
 
-  A wheel recorded by a version before layout 2 (one hash per task and keys named by the
-  scripts, not declared) is
-  taken over when it holds no task; with tasks it is refused, so that none is lost: drain it
-  with the version that wrote it first.
+  A wheel recorded by a version of an earlier layout (1: one hash per task, keys named by the
+  scripts; 2: ring slots as sorted sets) is taken over when it holds no task and no ring entry
+  (a slot of layout 2 would be of the wrong type); otherwise it is refused, so that none is
+  lost: drain it with the version that wrote it first.
 
   Input:
     KEYS     the wheel's keys
@@ -17,7 +17,7 @@
 ]]
 -- @include keys
 -- @include clock
-local LAYOUT = '2'
+local LAYOUT = '3'
 local tick_ms, slots, partitions, start_cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 
 local m = redis.call('HMGET', META, 'tick_ms', 'slots', 'partitions', 'layout')

@@ -8,9 +8,9 @@
   a slot that is not declared; the reply then says 'more', with the cursor and the clock for the
   next call's slots.
 
-  A slot entry is moved only if it matches its task's record (the same due ms, no claim token):
-  `cancel` and `reschedule` leave the old entry in its slot (they do not know its key), and this
-  is where it is dropped.
+  A slot entry is moved only if its task's record still places it there (due at that tick, no
+  claim token): `cancel` and `reschedule` leave the old entry in its slot (they do not know its
+  key), and this is where it is dropped.
 
   Bounded: at most `budget` tasks per call; the reply says when more is left, and the caller
   calls again at once. A retried or repeated call is harmless: a task is moved to `ready` only
@@ -35,6 +35,7 @@
 -- @include record
 -- @include due_tick
 -- @include zadd_all
+-- @include rpush_all
 -- @include zrem_all
 -- @include hash_all
 -- @include wake
@@ -92,7 +93,7 @@ end
 -- The far tier's tasks due by the end of the declared window: those already due by Redis's clock
 -- go to `ready`, the others into their (declared) slot. A task the cursor passed but the clock
 -- has not reached (it stepped back) stays, waiting for the clock. The lowest-scored come first,
--- so they are removed by rank in one command; the ring entries go in one ZADD per slot. Scores
+-- so they are removed by rank in one command; the ring entries go in one RPUSH per slot. Scores
 -- are written as Redis gave them (strings). Returns how many left the far tier and how many of
 -- them became ready.
 local function promote_far(cursor, now_tick, room)
@@ -104,58 +105,51 @@ local function promote_far(cursor, now_tick, room)
   for i = 1, #far, 2 do
     local k, score = far[i], far[i + 1]
     local tick = due_tick(tonumber(score), tick_ms)
-    local list = keep
-    if tick <= now_tick then
-      list = to_ready
+    local sk = tick > now_tick and tick > cursor and declared[tick % slots]
+    if sk then
+      local entries = ring[sk]
+      if entries then entries[#entries + 1] = k else ring[sk] = {k} end
     else
-      local sk = tick > cursor and declared[tick % slots]
-      if sk then
-        list = ring[sk]
-        if not list then
-          list = {}
-          ring[sk] = list
-        end
-      end
+      local list = tick <= now_tick and to_ready or keep
+      list[#list + 1] = score
+      list[#list + 1] = k
     end
-    list[#list + 1] = score
-    list[#list + 1] = k
   end
   zadd_all(READY, to_ready)
   zadd_all(FAR, keep)
-  for sk, entries in pairs(ring) do into_ring = into_ring + zadd_all(sk, entries) end
+  for sk, entries in pairs(ring) do into_ring = into_ring + rpush_all(sk, entries) end
   if into_ring > 0 then redis.call('INCRBY', RING, into_ring) end
   return (#far - #keep) / 2, #to_ready / 2
 end
 
 -- Moves the entries of the tick after the cursor from their slot to `ready`, up to `room` of
--- them, those that match their task's record. Returns the new cursor (unchanged while the slot
--- still holds entries, or when its key was not declared), how many entries it took and how many
--- tasks became ready.
+-- them, those whose task's record still places it at this tick, unclaimed. Any other entry is an
+-- old place of a task cancelled, moved or claimed since (whatever changed its record placed it
+-- anew, or ended it), and is dropped; a key twice in the slot becomes ready once. Returns the
+-- new cursor (unchanged while the slot still holds entries, or when its key was not declared),
+-- how many entries it took and how many tasks became ready.
 local function step_ring(cursor, room)
   local c = cursor + 1
   local sk = declared[c % slots]
   if not sk then return cursor, 0, 0 end
-  local popped = redis.call('ZPOPMIN', sk, room)
-  local to_ready, to_far = {}, {}
+  local popped = redis.call('LPOP', sk, room) or {}
+  local made = 0
   if #popped > 0 then
-    redis.call('DECRBY', RING, #popped / 2)
-    local names, recs = records_of(popped, 1, 2)
-    for j, k in ipairs(names) do
-      local rec, score = recs[j], popped[2 * j]
-      -- Its record still places it here: due at this score, not claimed.
-      if rec and string.match(rec, '^(%d+):%d+:0:') == score then
-        local list = to_ready
-        -- Not this revolution's (cannot happen while the ring invariant holds): keep it safe.
-        if due_tick(tonumber(score), tick_ms) > c then list = to_far end
-        list[#list + 1] = score
-        list[#list + 1] = k
+    redis.call('DECRBY', RING, #popped)
+    local recs = hmget_all(TASKS, popped)
+    local to_ready = {}
+    for j, k in ipairs(popped) do
+      local due, tok
+      if recs[j] then due, tok = string.match(recs[j], '^(%d+):%d+:(%d+):') end
+      if tok == '0' and due_tick(tonumber(due), tick_ms) == c then
+        to_ready[#to_ready + 1] = due
+        to_ready[#to_ready + 1] = k
       end
     end
-    zadd_all(READY, to_ready)
-    zadd_all(FAR, to_far)
+    made = zadd_all(READY, to_ready)
   end
-  if redis.call('EXISTS', sk) == 1 then return cursor, #popped / 2, #to_ready / 2 end
-  return c, #popped / 2, #to_ready / 2
+  if redis.call('EXISTS', sk) == 1 then return cursor, #popped, made end
+  return c, #popped, made
 end
 
 -- The dead letters past their retention, oldest first: by age, then beyond the count.

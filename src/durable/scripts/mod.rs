@@ -43,6 +43,7 @@ const INCLUDES: &[(&str, &str)] = &[
     ("place", include_str!("../lua/includes/place.lua")),
     ("wheel_now", include_str!("../lua/includes/wheel_now.lua")),
     ("zadd_all", include_str!("../lua/includes/zadd_all.lua")),
+    ("rpush_all", include_str!("../lua/includes/rpush_all.lua")),
     ("zrem_all", include_str!("../lua/includes/zrem_all.lua")),
     ("hash_all", include_str!("../lua/includes/hash_all.lua")),
     ("wake", include_str!("../lua/includes/wake.lua")),

@@ -4,13 +4,15 @@
 -- (beyond the revolution, a slot not declared, or a tick the cursor passed but the clock has
 -- not: the clock stepped back, and the slot would belong to the next revolution). Every entry is
 -- gathered in `batch` and written by `flush`: one ZADD for `ready`, one for the far tier and one
--- per slot, whatever the number of tasks. `dues`, if given, is `due` as a string (the score
--- written, so that Redis does not format a Lua number). Returns true if ready.
+-- RPUSH per slot, whatever the number of tasks. A slot holds keys alone: its tick says when they
+-- are due. `dues`, if given, is `due` as a string (the score written to `ready` or the far tier,
+-- so that Redis does not format a Lua number). Returns true if ready.
 -- It runs once per task of a schedule call: each field is read once.
 -- Keys: the declared slot keys, and through flush READY, FAR, RING.
 -- @include keys
 -- @include due_tick
 -- @include zadd_all
+-- @include rpush_all
 local function new_batch()
   return {ready = {}, far = {}, ring = {}}
 end
@@ -23,14 +25,11 @@ local function place(k, due, w, batch, dues)
   else
     local sk = t > cursor and t <= cursor + w.slots and w.declared[t % w.slots]
     if sk then
-      list = batch.ring[sk]
-      if not list then
-        batch.ring[sk] = {dues or due, k}
-        return false
-      end
-    else
-      list = batch.far
+      local entries = batch.ring[sk]
+      if entries then entries[#entries + 1] = k else batch.ring[sk] = {k} end
+      return false
     end
+    list = batch.far
   end
   local n = #list
   list[n + 1] = dues or due
@@ -42,7 +41,7 @@ local function flush(batch)
   zadd_all(READY, batch.ready)
   zadd_all(FAR, batch.far)
   local added = 0
-  for sk, entries in pairs(batch.ring) do added = added + zadd_all(sk, entries) end
+  for sk, entries in pairs(batch.ring) do added = added + rpush_all(sk, entries) end
   if added > 0 then redis.call('INCRBY', RING, added) end
   return #batch.ready > 0
 end
