@@ -1,8 +1,8 @@
 //! BullMQ delayed jobs (Node): `bullmq/bench.mjs` runs each measurement in its own `node` process against the
 //! server this process started, with the inputs written to a JSON file. `npm install` installs BullMQ into
 //! `benches/durable/bullmq/node_modules` on the first run, at the versions of `package-lock.json` (not `npm ci`,
-//! which refuses a lock file that lacks the optional native packages of other platforms); without `node` the
-//! rival is skipped with a note.
+//! which refuses a lock file that lacks the optional native packages of other platforms), with `--no-save` so
+//! that npm leaves the lock file as committed; without `node` the rival is skipped with a note.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
@@ -29,7 +29,7 @@ pub fn prepare() -> Result<(), String> {
     }
     eprintln!("installing BullMQ: npm install in {}", dir.display());
     let status = Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+        .args(["install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error"])
         .current_dir(&dir)
         .stdout(Stdio::null())
         .status()
