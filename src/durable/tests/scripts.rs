@@ -527,6 +527,44 @@ async fn requeue_dead_puts_a_dead_letter_back_and_recognises_its_retry() {
     assert_eq!(scripts::requeue_dead(w, keys, "a", "q2").await.unwrap(), Requeued::KeyPending);
 }
 
+/// A slot is a list: a key scheduled, cancelled and scheduled again into the same tick has two
+/// entries there, and becomes ready once; an entry whose record moved to the tick after stays
+/// out of `ready` (the later slot holds the task), and a claimed task's entry is dropped; when
+/// the slot holds more than the budget, the rest waits for the next call and the cursor with it.
+#[tokio::test]
+async fn tick_hands_out_a_slot_entry_once_and_only_at_its_records_tick() {
+    let Some((server, timers)) = wheel("s-tick-list").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    server.command(&["SET", &keys.leader(), "me:1"]);
+    let now_tick = redis_now_ms(&server) / TICK_MS;
+    let t = now_tick - 2;
+    server.command(&["SET", &keys.cursor(), &(t - 1).to_string()]);
+    seed_waiting(&server, keys, "twice", t);
+    seed_waiting(&server, keys, "twice", t);
+    seed_waiting(&server, keys, "later", t);
+    server.command(&["HSET", &keys.tasks(), "later", &rec((t + 1) * TICK_MS, 0, 0, "", "x")]);
+    seed_waiting(&server, keys, "claimed", t);
+    server.command(&["HSET", &keys.tasks(), "claimed", &rec(t * TICK_MS, 1, 7, "", "x")]);
+    for k in ["after0", "after1", "after2", "again", "again"] {
+        seed_waiting(&server, keys, k, t);
+    }
+    // A budget of 5 takes the first five entries: `twice` twice, `later`, `claimed`, `after0`.
+    let reply = scripts::tick(w, keys, "me:1", 5, t..=t + 4).await.unwrap();
+    assert!(matches!(reply, TickReply::More { cursor, .. } if cursor == t - 1), "{reply:?}");
+    let d = dump(&server, keys);
+    assert_eq!(d["ready"], format!("after0@{} twice@{}", t * TICK_MS, t * TICK_MS), "{d:?}");
+    assert_eq!(d[&format!("slot:{}", t % SLOTS)], "after1 after2 again again", "{d:?}");
+    assert_eq!(d["ring"], "4");
+    let reply = scripts::tick(w, keys, "me:1", 128, t..=now_tick + 4).await.unwrap();
+    let TickReply::Done { cursor, made_ready, .. } = reply else { panic!("{reply:?}") };
+    assert!(cursor >= now_tick, "{reply:?}");
+    assert_eq!(made_ready, 3, "after1, after2 and again (once)");
+    let d = dump(&server, keys);
+    assert!(!d.contains_key(&format!("slot:{}", t % SLOTS)), "{d:?}");
+    assert!(!d["ready"].contains("later") && !d["ready"].contains("claimed"), "{d:?}");
+    assert_eq!(d["ring"], "0");
+}
+
 #[tokio::test]
 async fn stats_and_dead_letters_read_what_the_keys_hold() {
     let Some((server, timers)) = wheel("s-read").await else { return };
