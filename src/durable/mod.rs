@@ -241,7 +241,9 @@
 //! A wheel written by an earlier version of this crate in another layout (1: one hash per task,
 //! keys the scripts named themselves; 2: ring slots as sorted sets, scored by due ms) is taken
 //! over by `connect` when it holds no task and no ring entry, and refused while it does: drain
-//! it with the version that wrote it.
+//! it with the version that wrote it. Nodes of two layouts must not serve one wheel at once (a
+//! node checks the layout when it connects, not on every call): stop the old nodes before the
+//! new ones connect.
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
 // time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, coalesce, scheduler,
