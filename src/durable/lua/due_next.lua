@@ -43,7 +43,7 @@ end
 local recs = hmget_all(TASKS, names)
 for j, k in ipairs(names) do
   local due, tok
-  if recs[j] then due, tok = string.match(recs[j], '^(%d+):%d+:(%d+):') end
+  if recs[j] then due, tok = head_of(recs[j]) end
   if tok == '0' then consider(k, tonumber(due), 'slot') end
 end
 table.sort(found, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)

@@ -1,6 +1,6 @@
 --[[ Schedules a batch of tasks, each under a key that must not be pending: one HMGET (is each
-  key pending?) and one HSET (the new records) for the whole call, and one ZADD per ring slot, one
-  for the far tier and one for `ready`. With ARGV[4] '1', task by task: an HSETNX, and for a
+  key pending?) and one HSET (the new records) for the whole call, and one RPUSH per ring slot, a
+  ZADD for the far tier and one for `ready`. With ARGV[4] '1', task by task: an HSETNX, and for a
   pending key its move.
 
   Safe to retry: the call's answer is kept under its request id (CALL_KEY) for `ttl` ms, so a
@@ -51,7 +51,7 @@ local names = {}
 for i = 11, #ARGV, 2 do names[#names + 1] = ARGV[i] end
 if not reset then
   -- One HMGET reads whether each key is pending, one HSET writes the new records, and `flush`
-  -- one ZADD per slot: per task only its record and its ring entry. A key twice in one call is
+  -- one RPUSH per slot: per task only its record and its ring entry. A key twice in one call is
   -- scheduled once, by its first item.
   local pending = hmget_all(TASKS, names)
   local fresh, taken = {}, {}

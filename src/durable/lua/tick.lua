@@ -140,7 +140,7 @@ local function step_ring(cursor, room)
     local to_ready = {}
     for j, k in ipairs(popped) do
       local due, tok
-      if recs[j] then due, tok = string.match(recs[j], '^(%d+):%d+:(%d+):') end
+      if recs[j] then due, tok = head_of(recs[j]) end
       if tok == '0' and due_tick(tonumber(due), tick_ms) == c then
         to_ready[#to_ready + 1] = due
         to_ready[#to_ready + 1] = k

@@ -26,8 +26,8 @@ end
 local function new_record(due, payload, every, runs, missed)
   return string.format('%d:0:0:%d:%d:%s:0:', due, every or 0, runs or 0, missed or '0') .. payload
 end
--- The due time, claim token and period alone, without copying the payload.
+-- The due time (as written: a string, to pass on as a score unformatted), claim token and
+-- period alone, without copying the payload.
 local function head_of(rec)
-  local due, tok, every = string.match(rec, '^(%d+):%d+:(%d+):(%d+):')
-  return tonumber(due), tok, every
+  return string.match(rec, '^(%d+):%d+:(%d+):(%d+):')
 end
