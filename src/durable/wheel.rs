@@ -32,6 +32,17 @@ pub(crate) struct Wheel {
     pub(crate) metrics: WheelMetrics,
 }
 
+/// The ring slots a call's tasks may go to ([`Wheel::slot_guess`]).
+pub(crate) struct SlotGuess {
+    /// Each slot once, in order.
+    pub(crate) indices: Vec<u64>,
+    /// No slot was named for two tasks (nor twice for one), so no two of them can share a slot:
+    /// a placing script may then push each task's slot entry as it goes rather than gather the
+    /// entries slot by slot (`place.lua`'s `new_batch`). Only a hint: a wrong one costs a few
+    /// more pushes, never a task.
+    pub(crate) own_slots: bool,
+}
+
 /// One partition of a wheel: a whole wheel of its own under its own hash tag (its own cursor,
 /// ring, ready queue and leadership), holding the tasks whose keys hash to it.
 pub(crate) struct Partition {
@@ -55,17 +66,24 @@ impl Wheel {
     /// revolution past Redis's clock (by this process's estimate) is left out: the cursor is never
     /// past Redis's clock, so such a task waits in the far tier whatever is declared.
     pub(crate) fn slot_indices(&self, whens: impl IntoIterator<Item = When>) -> Vec<u64> {
+        self.slot_guess(whens).indices
+    }
+
+    /// [`slot_indices`](Self::slot_indices), and whether each task has slots of its own.
+    pub(crate) fn slot_guess(&self, whens: impl IntoIterator<Item = When>) -> SlotGuess {
         let (tick_ms, slots) = (self.cfg.tick_ms, self.cfg.slots);
         let last = (self.clock.now_ms() + GUESS_MS).div_ceil(tick_ms) + slots;
-        let mut slots: Vec<u64> = whens
+        let mut indices: Vec<u64> = whens
             .into_iter()
             .flat_map(|when| self.clock.ticks(when, tick_ms))
             .filter(|&tick| tick <= last)
             .map(|tick| tick % slots)
             .collect();
-        slots.sort_unstable();
-        slots.dedup();
-        slots
+        let named = indices.len();
+        indices.sort_unstable();
+        indices.dedup();
+        let own_slots = indices.len() == named;
+        SlotGuess { indices, own_slots }
     }
 
     /// Records how late deliveries were claimed: `late` for each, in one lock.

@@ -23,7 +23,8 @@
     ARGV[8]  the declared slots' indices, in the order of their keys (packed, see keys.rs)
     ARGV[9]  per task, milliseconds: a delay from Redis's now, or a time on Redis's clock (packed)
     ARGV[10] 'd' if every time is a delay, 'a' if every one is a time, else one of those per task
-    ARGV[11 + 2i], ARGV[12 + 2i]  per task: key, payload
+    ARGV[11] '1' if the caller named no slot for two tasks (see place.lua's `new_batch`), else '0'
+    ARGV[12 + 2i], ARGV[13 + 2i]  per task: key, payload
   Output:
     one digit per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
     is pending (DuplicateKey); with ARGV[4] '1', 4 a pending task was moved (keeping its
@@ -46,9 +47,9 @@ local kept = replayed()
 if kept then return (string.gsub(kept, '1', '2')) end
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2, ARGV[8])
 local dues = due_times(ARGV[9], ARGV[10], w.up)
-local out, created, batch, woke = {}, 0, new_batch(), false
+local out, created, batch, woke = {}, 0, new_batch(not reset and ARGV[11] == '1'), false
 local names = {}
-for i = 11, #ARGV, 2 do names[#names + 1] = ARGV[i] end
+for i = 12, #ARGV, 2 do names[#names + 1] = ARGV[i] end
 if not reset then
   -- One HMGET reads whether each key is pending, one HSET writes the new records, and `flush`
   -- one RPUSH per slot: per task only its record and its ring entry. A key twice in one call is
@@ -64,7 +65,7 @@ if not reset then
       local due = dues[j]
       local text = string.format('%d', due)
       fresh[#fresh + 1] = k
-      fresh[#fresh + 1] = text .. tail .. ARGV[10 + 2 * j]
+      fresh[#fresh + 1] = text .. tail .. ARGV[11 + 2 * j]
       place(k, due, w, batch, text)
       created = created + 1
       out[j] = '1'
@@ -74,7 +75,7 @@ if not reset then
 else
   for j, k in ipairs(names) do
     local due = dues[j]
-    if redis.call('HSETNX', TASKS, k, new_record(due, ARGV[10 + 2 * j], every, runs, missed)) == 1 then
+    if redis.call('HSETNX', TASKS, k, new_record(due, ARGV[11 + 2 * j], every, runs, missed)) == 1 then
       place(k, due, w, batch)
       created = created + 1
       out[j] = '1'

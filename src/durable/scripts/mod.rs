@@ -23,6 +23,8 @@ use super::keys::{self, WheelKeys};
 
 pub(crate) use inspect::{dead_letters, delete_dead, due_counts, due_next, get, stats};
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
+#[cfg(test)]
+pub(crate) use tasks::schedule_in;
 pub(crate) use tasks::{
     cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Recurrence, Requeued, Scheduled,
 };

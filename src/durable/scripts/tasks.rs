@@ -4,7 +4,7 @@
 use super::{declare_slots, invoke, packed, SCRIPTS};
 use crate::durable::conn::Window;
 use crate::durable::time::When;
-use crate::durable::wheel::Wheel;
+use crate::durable::wheel::{SlotGuess, Wheel};
 use crate::durable::WheelKeys;
 use crate::Error;
 
@@ -70,9 +70,23 @@ pub(crate) async fn schedule(
     reset: bool,
     repeat: Option<Recurrence>,
 ) -> Result<Vec<Scheduled>, Error> {
+    let guess = wheel.slot_guess(tasks.iter().map(|t| t.when));
+    schedule_in(wheel, keys, request_id, tasks, reset, repeat, &guess).await
+}
+
+/// [`schedule`] into the slots of `guess` (a test gives a wrong one).
+pub(crate) async fn schedule_in(
+    wheel: &Wheel,
+    keys: &WheelKeys,
+    request_id: &str,
+    tasks: &[NewTask],
+    reset: bool,
+    repeat: Option<Recurrence>,
+    guess: &SlotGuess,
+) -> Result<Vec<Scheduled>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.schedule);
     inv.key(keys.request(request_id));
-    let slots = declare_slots(&mut inv, keys, &wheel.slot_indices(tasks.iter().map(|t| t.when)));
+    let slots = declare_slots(&mut inv, keys, &guess.indices);
     inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(wheel.cfg.request_ttl_ms).arg(if reset { "1" } else { "0" });
     match repeat {
         None => inv.arg(0).arg(0).arg(0),
@@ -86,7 +100,7 @@ pub(crate) async fn schedule(
         }
     };
     let (times, modes) = pack_times(tasks.iter().map(|t| t.when));
-    inv.arg(slots).arg(times).arg(modes);
+    inv.arg(slots).arg(times).arg(modes).arg(if guess.own_slots { "1" } else { "0" });
     for task in tasks {
         inv.arg(&task.key).arg(task.payload.as_slice());
     }

@@ -159,6 +159,59 @@ async fn a_call_mixes_delays_and_times_on_redis_clock() {
         assert_eq!(due(&format!("{tag}3")), far);
     }
 }
+/// The caller's hint that its tasks have slots of their own (each task's entry then goes at
+/// once, not gathered by slot) is right only when no slot was named twice; and a wrong hint
+/// changes how the entries are written, never what: the same call with the hint right and wrong
+/// leaves the same keys.
+#[tokio::test]
+async fn own_slots_is_a_hint_that_changes_how_entries_are_written_not_what() {
+    let Some((server, timers)) = wheel("s-own-slots").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let c = cursor(&server, keys);
+    let at = |tick: u64| When::At(tick * TICK_MS);
+    assert!(w.slot_guess([at(c + 5), at(c + 9)]).own_slots);
+    assert!(!w.slot_guess([at(c + 5), at(c + 9), at(c + 5)]).own_slots, "two tasks of one tick");
+    // A tick the cursor has passed and the one a revolution later name the same slot; a tick more
+    // than a revolution ahead names none (it waits in the far tier).
+    let apart = w.slot_guess([at(c - 1), at(c - 1 + SLOTS)]);
+    assert!(!apart.own_slots && apart.indices == [(c - 1) % SLOTS], "one slot, a revolution apart");
+    assert!(w.slot_guess([at(c + 5), at(c + 5 + 2 * SLOTS)]).own_slots);
+
+    // x and y share tick c + 5's slot; w2 is a key given twice.
+    let tasks = [
+        new_task("x", (c + 5) * TICK_MS),
+        new_task("z", (c + 6) * TICK_MS),
+        new_task("y", (c + 5) * TICK_MS - 40),
+        new_task("w2", (c + 7) * TICK_MS),
+        new_task("w2", (c + 8) * TICK_MS),
+    ];
+    let right = w.slot_guess(tasks.iter().map(|t| t.when));
+    assert!(!right.own_slots);
+    let mut after = Vec::new();
+    for (request, own_slots) in [("right", false), ("wrong", true)] {
+        let guess = crate::durable::wheel::SlotGuess { indices: right.indices.clone(), own_slots };
+        let got = scripts::schedule_in(w, keys, request, &tasks, false, None, &guess).await.unwrap();
+        assert_eq!(
+            got,
+            [Scheduled::Created, Scheduled::Created, Scheduled::Created, Scheduled::Created, Scheduled::Duplicate]
+        );
+        let mut d = dump(&server, keys);
+        d.remove(&format!("req:{request}"));
+        after.push(d);
+        for k in ["x", "y", "z", "w2"] {
+            server.command(&["HDEL", &keys.tasks(), k]);
+        }
+        for t in 5..=8 {
+            server.command(&["DEL", &keys.slot((c + t) % SLOTS)]);
+        }
+        server.command(&["DEL", &keys.ring(), &keys.request(request)]);
+    }
+    assert_eq!(after[0][&format!("slot:{}", (c + 5) % SLOTS)], "x y", "{:?}", after[0]);
+    assert_eq!(after[0][&format!("slot:{}", (c + 7) % SLOTS)], "w2", "{:?}", after[0]);
+    assert_eq!(after[0]["ring"], "4", "{:?}", after[0]);
+    assert_eq!(after[1], after[0], "a wrong hint changed what was written");
+}
+
 /// With `reset`, a call that makes one task ready and then moves a pending one still wakes a
 /// worker: the move writes what the call placed before it, and that task's wake-up counts.
 #[tokio::test]

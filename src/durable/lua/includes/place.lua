@@ -7,14 +7,18 @@
 -- RPUSH per slot, whatever the number of tasks. A slot holds keys alone: its tick says when they
 -- are due. `dues`, if given, is `due` as a string (the score written to `ready` or the far tier,
 -- so that Redis does not format a Lua number). Returns true if ready.
+-- `new_batch(own_slots)`: with `own_slots` true (the caller named no slot for two tasks, so no
+-- two share one) a slot entry is pushed at once, which costs less than gathering it by slot when
+-- every slot gets one. Gathered, a slot's first entry is kept as a string and only its second
+-- makes a list of them.
 -- It runs once per task of a schedule call: each field is read once.
 -- Keys: the declared slot keys, and through flush READY, FAR, RING.
 -- @include keys
 -- @include due_tick
 -- @include zadd_all
 -- @include rpush_all
-local function new_batch()
-  return {ready = {}, far = {}, ring = {}}
+local function new_batch(own_slots)
+  return {ready = {}, far = {}, ring = {}, own_slots = own_slots, pushed = 0}
 end
 local function place(k, due, w, batch, dues)
   local cursor = w.cursor
@@ -25,8 +29,19 @@ local function place(k, due, w, batch, dues)
   else
     local sk = t > cursor and t <= cursor + w.slots and w.declared[t % w.slots]
     if sk then
+      if batch.own_slots then
+        redis.call('RPUSH', sk, k)
+        batch.pushed = batch.pushed + 1
+        return false
+      end
       local entries = batch.ring[sk]
-      if entries then entries[#entries + 1] = k else batch.ring[sk] = {k} end
+      if entries == nil then
+        batch.ring[sk] = k
+      elseif type(entries) == 'string' then
+        batch.ring[sk] = {entries, k}
+      else
+        entries[#entries + 1] = k
+      end
       return false
     end
     list = batch.far
@@ -40,8 +55,15 @@ end
 local function flush(batch)
   zadd_all(READY, batch.ready)
   zadd_all(FAR, batch.far)
-  local added = 0
-  for sk, entries in pairs(batch.ring) do added = added + rpush_all(sk, entries) end
+  local added = batch.pushed
+  for sk, entries in pairs(batch.ring) do
+    if type(entries) == 'string' then
+      redis.call('RPUSH', sk, entries)
+      added = added + 1
+    else
+      added = added + rpush_all(sk, entries)
+    end
+  end
   if added > 0 then redis.call('INCRBY', RING, added) end
   return #batch.ready > 0
 end
