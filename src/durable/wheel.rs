@@ -36,10 +36,11 @@ pub(crate) struct Wheel {
 pub(crate) struct SlotGuess {
     /// Each slot once, in order.
     pub(crate) indices: Vec<u64>,
-    /// No slot was named for two tasks (nor twice for one), so no two of them can share a slot:
-    /// a placing script may then push each task's slot entry as it goes rather than gather the
-    /// entries slot by slot (`place.lua`'s `new_batch`). Only a hint: a wrong one costs a few
-    /// more pushes, never a task.
+    /// No slot was named for two tasks (nor twice for one), so no two of them should share a
+    /// slot: a placing script may then push each task's slot entry as it goes rather than gather
+    /// the entries slot by slot (`place.lua`'s `new_batch`). Only a hint: should this process's
+    /// estimate of Redis's clock be off by more than its guess, two tasks may share a slot after
+    /// all, which costs a push more, never a task.
     pub(crate) own_slots: bool,
 }
 

@@ -1,6 +1,7 @@
 --[[ Schedules a batch of tasks, each under a key that must not be pending: one HMGET (is each
-  key pending?) and one HSET (the new records) for the whole call, and one RPUSH per ring slot, a
-  ZADD for the far tier and one for `ready`. With ARGV[4] '1', task by task: an HSETNX, and for a
+  key pending?) and one HSET (the new records) for the whole call, and one RPUSH per ring slot
+  (per task when ARGV[11] says the tasks have slots of their own), a ZADD for the far tier and
+  one for `ready`. With ARGV[4] '1', task by task: an HSETNX, and for a
   pending key its move.
 
   Safe to retry: the call's answer is kept under its request id (CALL_KEY) for `ttl` ms, so a
@@ -23,7 +24,8 @@
     ARGV[8]  the declared slots' indices, in the order of their keys (packed, see keys.rs)
     ARGV[9]  per task, milliseconds: a delay from Redis's now, or a time on Redis's clock (packed)
     ARGV[10] 'd' if every time is a delay, 'a' if every one is a time, else one of those per task
-    ARGV[11] '1' if the caller named no slot for two tasks (see place.lua's `new_batch`), else '0'
+    ARGV[11] '1' if the caller named no slot for two tasks (see place.lua's `new_batch`), else '0';
+             not read with ARGV[4] '1'
     ARGV[12 + 2i], ARGV[13 + 2i]  per task: key, payload
   Output:
     one digit per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
@@ -51,9 +53,9 @@ local out, created, batch, woke = {}, 0, new_batch(not reset and ARGV[11] == '1'
 local names = {}
 for i = 12, #ARGV, 2 do names[#names + 1] = ARGV[i] end
 if not reset then
-  -- One HMGET reads whether each key is pending, one HSET writes the new records, and `flush`
-  -- one RPUSH per slot: per task only its record and its ring entry. A key twice in one call is
-  -- scheduled once, by its first item.
+  -- One HMGET reads whether each key is pending, one HSET writes the new records, and `place`
+  -- or `flush` the ring entries: per task only its record and its ring entry. A key twice in one
+  -- call is scheduled once, by its first item.
   local pending = hmget_all(TASKS, names)
   local fresh, taken = {}, {}
   local tail = string.format(':0:0:%d:%d:%s:0:', every, runs, missed)

@@ -161,8 +161,8 @@ async fn a_call_mixes_delays_and_times_on_redis_clock() {
 }
 /// The caller's hint that its tasks have slots of their own (each task's entry then goes at
 /// once, not gathered by slot) is right only when no slot was named twice; and a wrong hint
-/// changes how the entries are written, never what: the same call with the hint right and wrong
-/// leaves the same keys.
+/// changes how the entries are written (one RPUSH a task rather than one a slot), never what:
+/// the same call with the hint right and wrong leaves the same keys.
 #[tokio::test]
 async fn own_slots_is_a_hint_that_changes_how_entries_are_written_not_what() {
     let Some((server, timers)) = wheel("s-own-slots").await else { return };
@@ -175,7 +175,7 @@ async fn own_slots_is_a_hint_that_changes_how_entries_are_written_not_what() {
     // than a revolution ahead names none (it waits in the far tier).
     let apart = w.slot_guess([at(c - 1), at(c - 1 + SLOTS)]);
     assert!(!apart.own_slots && apart.indices == [(c - 1) % SLOTS], "one slot, a revolution apart");
-    assert!(w.slot_guess([at(c + 5), at(c + 5 + 2 * SLOTS)]).own_slots);
+    assert!(w.slot_guess([at(c + 5), at(c + 5 + 1000 * SLOTS)]).own_slots);
 
     // x and y share tick c + 5's slot; w2 is a key given twice.
     let tasks = [
@@ -187,10 +187,12 @@ async fn own_slots_is_a_hint_that_changes_how_entries_are_written_not_what() {
     ];
     let right = w.slot_guess(tasks.iter().map(|t| t.when));
     assert!(!right.own_slots);
-    let mut after = Vec::new();
+    let (mut after, mut pushes) = (Vec::new(), Vec::new());
     for (request, own_slots) in [("right", false), ("wrong", true)] {
         let guess = crate::durable::wheel::SlotGuess { indices: right.indices.clone(), own_slots };
+        server.command(&["CONFIG", "RESETSTAT"]);
         let got = scripts::schedule_in(w, keys, request, &tasks, false, None, &guess).await.unwrap();
+        pushes.push(server.command_calls().get("rpush").copied().unwrap_or(0));
         assert_eq!(
             got,
             [Scheduled::Created, Scheduled::Created, Scheduled::Created, Scheduled::Created, Scheduled::Duplicate]
@@ -210,6 +212,7 @@ async fn own_slots_is_a_hint_that_changes_how_entries_are_written_not_what() {
     assert_eq!(after[0][&format!("slot:{}", (c + 7) % SLOTS)], "w2", "{:?}", after[0]);
     assert_eq!(after[0]["ring"], "4", "{:?}", after[0]);
     assert_eq!(after[1], after[0], "a wrong hint changed what was written");
+    assert_eq!(pushes, [3, 4], "gathered: one RPUSH a slot; at once: one a task");
 }
 
 /// With `reset`, a call that makes one task ready and then moves a pending one still wakes a

@@ -2,15 +2,15 @@
 -- clock (`now_tick`, rounded down) have reached it; its ring slot when `t` is within the
 -- revolution after the cursor and the caller declared that slot's key; the far tier otherwise
 -- (beyond the revolution, a slot not declared, or a tick the cursor passed but the clock has
--- not: the clock stepped back, and the slot would belong to the next revolution). Every entry is
+-- not: the clock stepped back, and the slot would belong to the next revolution). Entries are
 -- gathered in `batch` and written by `flush`: one ZADD for `ready`, one for the far tier and one
--- RPUSH per slot, whatever the number of tasks. A slot holds keys alone: its tick says when they
--- are due. `dues`, if given, is `due` as a string (the score written to `ready` or the far tier,
--- so that Redis does not format a Lua number). Returns true if ready.
--- `new_batch(own_slots)`: with `own_slots` true (the caller named no slot for two tasks, so no
--- two share one) a slot entry is pushed at once, which costs less than gathering it by slot when
--- every slot gets one. Gathered, a slot's first entry is kept as a string and only its second
--- makes a list of them.
+-- RPUSH per slot, whatever the number of tasks (a slot's first entry is kept as a string, and
+-- only a second makes a list of them). Except with `new_batch(own_slots)` true, which a caller
+-- passes when it named no slot for two tasks, so that every slot most likely gets one entry: then
+-- `place` pushes each slot entry at once, one RPUSH a task, which costs less than gathering.
+-- Either way the same entries are written. A slot holds keys alone: its tick says when they are
+-- due. `dues`, if given, is `due` as a string (the score written to `ready` or the far tier, so
+-- that Redis does not format a Lua number). Returns true if ready.
 -- It runs once per task of a schedule call: each field is read once.
 -- Keys: the declared slot keys, and through flush READY, FAR, RING.
 -- @include keys
