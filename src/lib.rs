@@ -7,12 +7,13 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod durable;
 mod error;
+mod lateness;
+#[cfg(test)]
+mod layering;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
-// Without the feature: the same calls, doing nothing.
-#[cfg(not(feature = "metrics"))]
-mod metrics;
+mod recurrence;
 mod service;
 pub mod wheel;
 
@@ -22,8 +23,9 @@ pub mod wheel;
 extern crate self as tokio_timewheel;
 
 pub use error::Error;
+pub use lateness::{Lateness, LATENESS_WINDOW};
+pub use recurrence::{MissedRuns, Repeat};
 pub use service::{
-    Advance, Builder, CancelOnDrop, Expirations, Lateness, MissedRuns, Repeat, Scheduled, Scheduler, Stats, TimerGuard,
-    TimerHandle, TimerQueue, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_NAME, DEFAULT_SLOTS,
-    DEFAULT_TICK, LATENESS_WINDOW,
+    Advance, Builder, CancelOnDrop, Expirations, Scheduled, Scheduler, Stats, TimerGuard, TimerHandle, TimerQueue,
+    WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_NAME, DEFAULT_SLOTS, DEFAULT_TICK,
 };

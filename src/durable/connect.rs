@@ -7,11 +7,11 @@ use super::config::{Config, Settings};
 use super::conn::{unreachable, Conn};
 use super::ids::Ids;
 use super::keys::WheelKeys;
+use super::metrics::WheelMetrics;
 use super::scripts::{self, Opened};
 use super::time::RedisClock;
 use super::wheel::Wheel;
 use super::DurableScheduler;
-use crate::metrics::WheelMetrics;
 use crate::Error;
 
 /// The oldest Redis the scripts run on (`ZRANGE ... WITHSCORES` forms, `SPOP` with a count, ...).

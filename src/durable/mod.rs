@@ -246,8 +246,8 @@
 //! new ones connect.
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
-// time, config, keys, ids, task, link, conn, wheel, scripts, leader, worker, coalesce, scheduler,
-// connect, builder, dashboard), which `tests::no_import_runs_back_up` checks.
+// time, config, keys, ids, task, metrics, link, conn, wheel, scripts, leader, worker, coalesce,
+// scheduler, connect, builder, dashboard), which the crate's `layering` tests check.
 mod builder;
 mod coalesce;
 mod config;
@@ -260,6 +260,7 @@ mod ids;
 mod keys;
 mod leader;
 mod link;
+mod metrics;
 mod scheduler;
 mod scripts;
 mod task;
@@ -270,6 +271,8 @@ mod wheel;
 mod worker;
 
 pub use crate::error::RedisFailure;
+// What both modes' recurring tasks take, here too, so that durable code needs one import.
+pub use crate::recurrence::{MissedRuns, Repeat};
 // The crate's one error type, here too, so that durable code needs one import.
 pub use crate::Error;
 pub use builder::DurableBuilder;

@@ -8,9 +8,9 @@ use super::config::Config;
 use super::conn::Conn;
 use super::ids::Ids;
 use super::keys::WheelKeys;
+use super::metrics::WheelMetrics;
 use super::time::{RedisClock, When, GUESS_MS};
-use crate::metrics::WheelMetrics;
-use crate::service::lateness::{Histogram, Recent};
+use crate::lateness::{Histogram, Recent};
 use crate::Lateness;
 
 /// What every handle and worker of one `connect` shares: the checked settings, the connection,

@@ -20,7 +20,7 @@
 //!   between handles and actor (`wake.rs`), the watchers behind `Scheduled` (`watch.rs`);
 //! - `timer.rs` (what a wheel entry holds), `job.rs` (how jobs start), `key.rs` and `index.rs`
 //!   (keys and the key map), `clock.rs` (instants to ticks), `stats.rs`, `config.rs`,
-//!   `lateness.rs`, `publish.rs` (the metrics, every second, with the `metrics` feature), and
+//!   `publish.rs` (the metrics, every second, with the `metrics` feature), and
 //!   `sync.rs` (std's or loom's locks and atomics).
 
 mod actor;
@@ -31,8 +31,7 @@ mod handle;
 mod index;
 mod job;
 mod key;
-// The durable mode keeps its lateness in the same histogram.
-pub(crate) mod lateness;
+mod metrics;
 #[cfg(feature = "metrics")]
 mod publish;
 mod queue;
@@ -48,8 +47,7 @@ pub use config::{
     Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_NAME, DEFAULT_SLOTS, DEFAULT_TICK,
 };
 pub use handle::{TimerGuard, TimerHandle};
-pub use lateness::{Lateness, LATENESS_WINDOW};
 pub use queue::{Expirations, TimerQueue};
 pub use scheduled::{CancelOnDrop, Scheduled};
-pub use scheduler::{MissedRuns, Repeat, Scheduler};
+pub use scheduler::Scheduler;
 pub use stats::Stats;

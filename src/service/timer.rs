@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::clock::Clock;
 use super::job::{Job, JobRef, OnceJob};
 use super::key::Key;
-use super::scheduler::MissedRuns;
+use crate::recurrence::MissedRuns;
 
 /// A timer: the value a shard's wheel holds for it. 40 bytes, so that a wheel entry holding one
 /// is 64 bytes, one cache line.

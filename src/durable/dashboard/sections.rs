@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use crate::durable::{DurableScheduler, TaskState};
-use crate::service::lateness::Histogram;
+use crate::lateness::Histogram;
 use crate::Error;
 
 /// The counts by state and the counters, as [`DurableScheduler::stats`] reads them.

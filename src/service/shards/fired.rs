@@ -8,9 +8,9 @@ use tokio::time::Instant;
 use super::super::clock::Clock;
 use super::super::job::JobRef;
 use super::super::key::Key;
-use super::super::lateness::Histogram;
 use super::super::timer::Timer;
 use super::shard::Shard;
+use crate::lateness::Histogram;
 use crate::wheel::Expired;
 
 /// What the actor collects from the shards in one advance, to be acted on with no lock held.

@@ -1,4 +1,5 @@
-//! How late timers fire: a fixed-size histogram the actor fills, and the recent window it keeps.
+//! How late timers fire, in both modes: a fixed-size histogram that the in-process actor and the
+//! durable workers fill, and the recent window each keeps.
 
 use std::time::Duration;
 
