@@ -81,11 +81,7 @@ async fn open(wheel: &Wheel) -> Result<(), Error> {
 /// holds the wheel's record, in a cluster).
 async fn check_server(wheel: &Wheel) -> Result<(), Error> {
     let beside = wheel.base.meta();
-    let mut info = redis::cmd("INFO");
-    info.arg("server");
-    let info: String = wheel.conn.command_beside(&info, &beside).await?;
-    let version =
-        info.lines().find_map(|l| l.strip_prefix("redis_version:")).map(|v| v.trim().to_string()).unwrap_or_default();
+    let version = scripts::server_version(wheel, &beside).await?;
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     if (major, minor) < MIN_REDIS {
@@ -95,16 +91,12 @@ async fn check_server(wheel: &Wheel) -> Result<(), Error> {
         )));
     }
     for (setting, safe) in [("maxmemory-policy", "noeviction"), ("appendonly", "yes")] {
-        let mut get = redis::cmd("CONFIG");
-        get.arg("GET").arg(setting);
-        match wheel.conn.command_beside::<Vec<String>>(&get, &beside).await {
-            Ok(pair) => match pair.get(1) {
-                Some(value) if value != safe => tracing::warn!(
-                    wheel = %wheel.name(),
-                    "Redis runs with {setting} {value}: it can lose scheduled tasks; set {setting} {safe}"
-                ),
-                _ => {}
-            },
+        match scripts::config_value(wheel, setting, &beside).await {
+            Ok(Some(value)) if value != safe => tracing::warn!(
+                wheel = %wheel.name(),
+                "Redis runs with {setting} {value}: it can lose scheduled tasks; set {setting} {safe}"
+            ),
+            Ok(_) => {}
             Err(e) => tracing::debug!(wheel = %wheel.name(), error = %e, "could not read {setting} with CONFIG GET"),
         }
     }

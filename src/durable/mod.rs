@@ -248,6 +248,7 @@
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
 // time, config, keys, ids, task, metrics, link, conn, wheel, scripts, leader, worker, coalesce,
 // scheduler, connect, builder, dashboard), which the crate's `layering` tests check.
+mod admin;
 mod builder;
 mod coalesce;
 mod config;
@@ -275,6 +276,7 @@ pub use crate::error::RedisFailure;
 pub use crate::recurrence::{MissedRuns, Repeat};
 // The crate's one error type, here too, so that durable code needs one import.
 pub use crate::Error;
+pub use admin::MAX_PAGE;
 pub use builder::DurableBuilder;
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDLER_TIMEOUT, DEFAULT_LEASE,
@@ -282,6 +284,6 @@ pub use config::{
     MAX_PARTITIONS, MAX_SLOTS,
 };
 pub use keys::WheelKeys;
-pub use scheduler::{DurableScheduler, MAX_PAGE};
+pub use scheduler::DurableScheduler;
 pub use task::{DeadTask, DueCursor, DuePage, DurableStats, Task, TaskInfo, TaskState};
 pub use worker::Worker;

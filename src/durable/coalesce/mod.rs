@@ -2,16 +2,18 @@
 //! one handle (and its clones) go to Redis as one script call per partition and kind while calls
 //! of that kind are on the wire, the way a batching client sends (`queue`); and what one
 //! script call of a batch sends and how its answers go back to each caller, which `schedule_many`
-//! and `cancel_many` use for their own batches too.
+//! and `cancel_many` use for their own batches too (`many`).
 //!
 //! Each caller gets its own answer (its `DuplicateKey`, `false`, `NotFound`) and its own error; a
 //! failure of the whole call (Redis away, say) is every caller's. A batch is retried as a unit
 //! (the same script call, with the same request ids), so a batch is as safe to retry as one call.
 
+mod many;
 mod queue;
 
 use std::sync::Arc;
 
+pub(crate) use many::{cancel_many, schedule_many};
 use queue::{Answers, Bounds, Coalescer, SendBatch};
 
 use super::scripts::{self, Cancelled, Moved, NewTask, Scheduled};

@@ -132,3 +132,23 @@ pub(crate) async fn due_counts(
     inv.arg(from_ms).arg(bucket_ms).arg(buckets).arg(first).arg(wheel.cfg.tick_ms);
     wheel.conn.call(&inv, Window::Default).await
 }
+
+/// Whether a task is pending under `key` (`HEXISTS` on the partition's records).
+pub(crate) async fn contains(wheel: &Wheel, keys: &WheelKeys, key: &str) -> Result<bool, Error> {
+    let mut exists = redis::cmd("HEXISTS");
+    exists.arg(keys.tasks()).arg(key);
+    wheel.conn.command(&exists).await
+}
+
+/// The partition's cursor: the last tick the leader moved (`GET cursor`); `None` before the
+/// first tick.
+pub(crate) async fn cursor(wheel: &Wheel, keys: &WheelKeys) -> Result<Option<u64>, Error> {
+    wheel.conn.command(redis::cmd("GET").arg(keys.cursor())).await
+}
+
+/// The node that leads the partition, from its fencing token `<node>:<epoch>` (`GET leader`);
+/// `None` while no node leads it.
+pub(crate) async fn leader(wheel: &Wheel, keys: &WheelKeys) -> Result<Option<String>, Error> {
+    let token: Option<String> = wheel.conn.command(redis::cmd("GET").arg(keys.leader())).await?;
+    Ok(token.map(|t| t.rsplit_once(':').map_or(t.clone(), |(node, _)| node.to_string())))
+}

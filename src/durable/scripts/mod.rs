@@ -1,6 +1,8 @@
-//! The Lua scripts of the wheel and the one Rust function that calls each: its arguments named
-//! and in their order, its reply read into a type. Nothing else in the crate builds a script's
-//! arguments or parses its reply.
+//! Every Redis call of the wheel: the Lua scripts and the one Rust function that calls each (its
+//! arguments named and in their order, its reply read into a type), and the few plain commands
+//! beside them (`inspect.rs`'s reads, the workers' `registry.rs`, the wake-up lists of
+//! `wake.rs`, the server's checks in `server.rs`). Nothing else in the crate builds a call or
+//! parses its reply.
 //!
 //! Each script in `lua/` opens with a header naming its `KEYS`, `ARGV`, output and the keys it
 //! touches, then the shared helpers it uses as `-- @include <name>` lines. [`assemble`] puts
@@ -11,7 +13,10 @@
 
 mod inspect;
 mod leader;
+pub(crate) mod registry;
+mod server;
 mod tasks;
+pub(crate) mod wake;
 mod worker;
 
 use std::collections::HashSet;
@@ -21,8 +26,9 @@ use redis::{Script, ScriptInvocation};
 
 use super::keys::{self, WheelKeys};
 
-pub(crate) use inspect::{dead_letters, delete_dead, due_counts, due_next, get, stats};
+pub(crate) use inspect::{contains, cursor, dead_letters, delete_dead, due_counts, due_next, get, leader, stats};
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
+pub(crate) use server::{config_value, server_version};
 #[cfg(test)]
 pub(crate) use tasks::schedule_in;
 pub(crate) use tasks::{

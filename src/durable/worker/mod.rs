@@ -23,6 +23,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::leader::Lead;
+use super::scripts::registry;
 use super::wheel::Wheel;
 use super::Task;
 use claim::Signals;
@@ -251,33 +252,16 @@ async fn supervise(
     while leaders.join_next().await.is_some() {}
 }
 
-/// How often a worker says it runs, in the wheel's `workers` set.
-pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
-/// A worker not heard from for this long is taken for gone.
-pub(crate) const HEARD_WITHIN: Duration = Duration::from_secs(6);
-
-/// Says that worker `node` runs every [`HEARTBEAT`] (one `ZADD` to the wheel's `workers` set;
-/// every tenth also drops the entries of workers not heard from for a minute), until stopped;
-/// then takes it out. For `DurableScheduler::workers` and the dashboard; nothing depends on it.
+/// Says that worker `node` runs (in the wheel's registry of workers, `scripts::registry`) every
+/// heartbeat until stopped, then takes it out.
 async fn heartbeat(wheel: &Wheel, node: &str, mut stop: watch::Receiver<bool>) {
-    let key = wheel.base.workers();
-    let mut beats = 0u64;
-    loop {
-        let now = wheel.clock.now_ms();
-        let mut cmd = redis::cmd("ZADD");
-        cmd.arg(&key).arg(now).arg(node);
+    for beat in 0u64.. {
         // A failed beat is only a gap in the list: the next one mends it.
-        let _ = wheel.conn.command::<i64>(&cmd).await;
-        if beats.is_multiple_of(10) {
-            let mut trim = redis::cmd("ZREMRANGEBYSCORE");
-            trim.arg(&key).arg("-inf").arg(now.saturating_sub(60_000));
-            let _ = wheel.conn.command::<i64>(&trim).await;
-        }
-        beats += 1;
+        registry::beat(wheel, node, wheel.clock.now_ms(), beat).await;
         tokio::select! {
-            () = tokio::time::sleep(HEARTBEAT) => {}
+            () = tokio::time::sleep(registry::HEARTBEAT) => {}
             _ = stop.wait_for(|s| *s) => break,
         }
     }
-    let _ = wheel.conn.command::<i64>(redis::cmd("ZREM").arg(&key).arg(node)).await;
+    registry::leave(wheel, node).await;
 }

@@ -8,21 +8,14 @@ use tokio::sync::{watch, Notify};
 use super::stop::{pause, stopped};
 use crate::durable::config::MIN_WAIT;
 use crate::durable::link::Link;
-use crate::durable::scripts::WAKE_TOKENS;
+use crate::durable::scripts::{wake, WAKE_TOKENS};
 use crate::durable::wheel::Wheel;
 use crate::durable::WheelKeys;
 
 /// Lets one more idle worker of the partition whose keys are `keys` know that tasks are ready.
 pub(super) async fn pass_on_wake(wheel: &Wheel, keys: &WheelKeys) {
     // As `wake()` in the scripts: at most WAKE_TOKENS tokens wait.
-    push_token(wheel, &keys.wake(), WAKE_TOKENS - 1).await;
-}
-
-/// Pushes a token on the list `key`, keeping at most `keep + 1`.
-async fn push_token(wheel: &Wheel, key: &str, keep: usize) {
-    let Some(mut conn) = wheel.conn.shared().await else { return };
-    let _: Result<(), _> =
-        redis::pipe().lpush(key, 1).ignore().ltrim(key, 0, keep as isize).ignore().query_async(&mut conn).await;
+    wake::push_token(wheel, &keys.wake(), WAKE_TOKENS - 1).await;
 }
 
 /// The connection an idle worker blocks on, and its client id on the server (to unblock it).
@@ -59,7 +52,7 @@ pub(super) async fn wait_for_wake(
     let id = match w.id {
         Some(id) => Some(id),
         // On the node that holds the partition's lists, which the `BLPOP` below goes to.
-        None => match w.conn.beside::<i64>(redis::cmd("CLIENT").arg("ID"), &keys.wake()).await {
+        None => match wake::client_id(&mut w.conn, &keys.wake()).await {
             Ok(id) => Some(*w.id.insert(id)),
             // A server that refuses `CLIENT ID` (renamed away, say): wait without it.
             Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => None,
@@ -73,8 +66,7 @@ pub(super) async fn wait_for_wake(
     };
     // Also on `lead`, where a leader giving up the lead leaves a token: this node then bids.
     let (wake, lead) = (keys.wake(), keys.lead());
-    let mut cmd = redis::cmd("BLPOP");
-    cmd.arg(&wake).arg(&lead).arg(wait.as_secs_f64());
+    let cmd = wake::wait_for_token(&wake, &lead, wait.as_secs_f64());
     let r = {
         let mut blpop = std::pin::pin!(cmd.query_async::<Option<(String, redis::Value)>>(&mut w.conn));
         tokio::select! {
@@ -89,17 +81,15 @@ pub(super) async fn wait_for_wake(
                     return;
                 };
                 let r = loop {
-                    let mut unblock = redis::cmd("CLIENT");
-                    unblock.arg("UNBLOCK").arg(id);
-                    if let Some(mut conn) = wheel.conn.shared().await {
-                        let _: Result<i64, _> = conn.beside(&unblock, &wake).await;
-                    }
+                    wake::unblock(wheel, id, &wake).await;
                     if let Ok(r) = tokio::time::timeout(MIN_WAIT, &mut blpop).await {
                         break r;
                     }
                 };
                 match r {
-                    Ok(Some((key, _))) => push_token(wheel, &key, if key == lead { 0 } else { WAKE_TOKENS - 1 }).await,
+                    Ok(Some((key, _))) => {
+                        wake::push_token(wheel, &key, if key == lead { 0 } else { WAKE_TOKENS - 1 }).await
+                    }
                     Ok(None) => {}
                     // Perhaps it took one, its reply lost: one spare token costs an empty claim.
                     Err(_) => pass_on_wake(wheel, keys).await,

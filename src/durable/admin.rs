@@ -1,0 +1,421 @@
+//! The reading and administering calls of [`DurableScheduler`]: what is pending and when it is
+//! due, one task, the wheel's figures, the dead letters and their upkeep, the leaders and the
+//! workers. The handle's scheduling calls are in `scheduler.rs`; every Redis call these make goes
+//! through `scripts`.
+
+use std::time::{Duration, SystemTime};
+
+use super::scripts::{self, Requeued};
+use super::time::{unix_ms, MAX_DUE_MS};
+use super::{DeadTask, DueCursor, DuePage, DurableScheduler, DurableStats, TaskInfo, TaskState, WheelKeys};
+use crate::{Error, Lateness};
+
+/// The most tasks or dead letters one page of `due_next` or `dead_letters_page` holds.
+pub const MAX_PAGE: usize = 1000;
+/// How many dead letters one `dead_letters` script call reads at most (payloads included).
+const DEAD_LETTERS_PAGE: usize = 128;
+
+impl DurableScheduler {
+    /// Whether a task with this key is pending: waiting, ready or running (claimed by a worker
+    /// and not yet acknowledged; a running task cannot be cancelled or moved).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// if !timers.contains("order-42:review").await? {
+    ///     timers.schedule("order-42:review", Duration::from_secs(60), Vec::new()).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn contains(&self, key: impl AsRef<str>) -> Result<bool, Error> {
+        let key = key.as_ref();
+        scripts::contains(&self.wheel, &self.wheel.partition_of(key).keys, key).await
+    }
+
+    /// How many tasks are pending: scheduled and not yet acknowledged, cancelled or dead.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// println!("{} tasks pending", timers.len().await?);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn len(&self) -> Result<usize, Error> {
+        Ok(self.stats().await?.pending)
+    }
+
+    /// Whether no task is pending.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// assert!(timers.is_empty().await? == (timers.len().await? == 0));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.len().await? == 0)
+    }
+
+    /// A snapshot of the wheel's gauges and counters. With the `metrics` feature, the call also
+    /// publishes the gauges (see [`metrics`]).
+    ///
+    /// [`metrics`]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/metrics/index.html
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let stats = timers.stats().await?;
+    /// println!("{} pending, {} dead, cursor {} ticks behind", stats.pending, stats.dead, stats.cursor_lag_ticks);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn stats(&self) -> Result<DurableStats, Error> {
+        let mut total = DurableStats::default();
+        for part in &self.wheel.partitions {
+            let stats = scripts::stats(&self.wheel, &part.keys).await?;
+            self.wheel.metrics.partition(part.index).gauges(&stats);
+            total.add(&stats);
+        }
+        Ok(total)
+    }
+
+    /// How late this process's workers claimed their deliveries over the last
+    /// [`LATENESS_WINDOW`](crate::LATENESS_WINDOW) to twice that: p50, p99 and max of the claim
+    /// time minus the due time ([`Task::claimed_at`] minus [`Task::due`], both on Redis's clock,
+    /// in whole milliseconds), for every delivery claimed by a [`Worker`] started from this
+    /// handle or a clone of it (another `connect`, in this process or another, keeps its own).
+    /// Each partition's deliveries count alike.
+    ///
+    /// A task is claimed on the first tick at or after its due time, when a worker is free: a
+    /// lateness of a tick or two is the wheel at work; more says the workers are too few or too
+    /// slow for the load, or that no leader ticked for a while.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let late = timers.lateness();
+    /// println!("{} claimed, p99 {:?} late", late.count, late.p99);
+    /// # Ok(()) }
+    /// ```
+    pub fn lateness(&self) -> Lateness {
+        self.wheel.lateness().0
+    }
+
+    /// Up to `limit` dead letters, oldest first (read a page of 128 per call, so a large
+    /// `limit` does not hold Redis up; a list that changes meanwhile can skip or repeat one).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// for dead in timers.dead_letters(100).await? {
+    ///     println!("{} died after {} attempts: {}", dead.key(), dead.attempts(), dead.last_error());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadTask>, Error> {
+        let mut out = Vec::new();
+        // Each partition's oldest `limit`, a page per call (so a large `limit` never holds Redis
+        // up for long), then the oldest `limit` of them all.
+        for part in &self.wheel.partitions {
+            let mut read = 0;
+            while read < limit {
+                let page = (limit - read).min(DEAD_LETTERS_PAGE);
+                let got = scripts::dead_letters(&self.wheel, &part.keys, page, read).await?;
+                let full = got.len() == page;
+                read += got.len();
+                out.extend(got);
+                if !full {
+                    break;
+                }
+            }
+        }
+        out.sort_by(|a, b| a.died.cmp(&b.died).then_with(|| a.key.cmp(&b.key)));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// Puts the dead task under `key` back, due at once with its attempts reset to 0. Returns
+    /// whether there was such a dead letter (true also when a retry after an ambiguous failure
+    /// finds that its first attempt did put it back).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// for dead in timers.dead_letters(100).await? {
+    ///     timers.requeue_dead(dead.key()).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::DuplicateKey`] if a new task with this key is pending (the dead letter stays);
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still requeue the task.
+    pub async fn requeue_dead(&self, key: impl AsRef<str>) -> Result<bool, Error> {
+        let key = key.as_ref();
+        let keys = &self.wheel.partition_of(key).keys;
+        match scripts::requeue_dead(&self.wheel, keys, key, &self.wheel.ids.next()).await? {
+            Requeued::Yes => self.wheel.conn.replicate(&keys.meta()).await.map(|()| true),
+            Requeued::KeyPending => Err(Error::DuplicateKey(key.to_string())),
+            Requeued::NotDead => Ok(false),
+        }
+    }
+
+    /// Reads the task under `key`: its payload, due time, deliveries so far, state and last
+    /// error, whether it is pending or a dead letter; `None` if there is neither.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tokio_timewheel::{durable::{DurableScheduler, TaskState}, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// timers.schedule("order-950:review", Duration::from_secs(48 * 3600), "order 950").await?;
+    /// let task = timers.get("order-950:review").await?.expect("pending");
+    /// assert_eq!(task.state(), TaskState::Waiting);
+    /// assert_eq!(task.payload(), b"order 950");
+    /// println!("due at {:?}, {} deliveries so far", task.due(), task.attempt());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn get(&self, key: impl AsRef<str>) -> Result<Option<TaskInfo>, Error> {
+        let key = key.as_ref();
+        scripts::get(&self.wheel, &self.wheel.partition_of(key).keys, key).await
+    }
+
+    /// When the pending task under `key` is due, on Redis's clock; `None` if no task is pending
+    /// under it (a dead letter is not pending). A running task answers its delivery's due time.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn deadline(&self, key: impl AsRef<str>) -> Result<Option<SystemTime>, Error> {
+        Ok(self.get(key).await?.filter(|t| t.state() != TaskState::Dead).map(|t| t.due()))
+    }
+
+    /// Deletes the dead letter under `key` for good; false if there was none.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still delete it.
+    pub async fn delete_dead(&self, key: impl AsRef<str>) -> Result<bool, Error> {
+        let key = key.as_ref();
+        let keys = &self.wheel.partition_of(key).keys;
+        let deleted = scripts::delete_dead(&self.wheel, keys, key).await?;
+        if deleted {
+            self.wheel.conn.replicate(&keys.meta()).await?;
+        }
+        Ok(deleted)
+    }
+
+    /// The waiting and ready tasks due next, by due time then key, `limit` at a time (at most
+    /// [`MAX_PAGE`]): pass the page's [`next`](DuePage::next) to read on. Running tasks are not
+    /// listed (see [`get`](Self::get)); a task overdue and ready comes first.
+    ///
+    /// Each page takes a few bounded script calls per partition (one per 64 ticks of the ring
+    /// that it reads, and one for the far tier), never a scan of the whole wheel.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let mut page = timers.due_next(100, None).await?;
+    /// loop {
+    ///     for task in page.tasks() {
+    ///         println!("{} due at {:?}", task.key(), task.due());
+    ///     }
+    ///     let Some(next) = page.next().cloned() else { break };
+    ///     page = timers.due_next(100, Some(&next)).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::Invalid`] for a `limit` of 0 or over [`MAX_PAGE`];
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn due_next(&self, limit: usize, after: Option<&DueCursor>) -> Result<DuePage, Error> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(Error::invalid(format!("a page holds 1 to {MAX_PAGE} tasks (got {limit})")));
+        }
+        let (from_ms, after_key) = after.map_or((0, ""), |c| (c.due_ms, c.key.as_str()));
+        let mut tasks = Vec::new();
+        for part in &self.wheel.partitions {
+            tasks.extend(self.due_next_in(&part.keys, (from_ms, after_key), limit).await?);
+        }
+        tasks.sort_by(|a, b| a.due.cmp(&b.due).then_with(|| a.key.cmp(&b.key)));
+        let full = tasks.len() >= limit;
+        tasks.truncate(limit);
+        let next = tasks.last().filter(|_| full).map(|t| DueCursor { due_ms: unix_ms(t.due), key: t.key.clone() });
+        Ok(DuePage { tasks, next })
+    }
+
+    /// One partition's first `limit` tasks after the cursor: the ring a window of ticks at a
+    /// time (its slots named), then the far tier beyond it.
+    async fn due_next_in(
+        &self,
+        keys: &WheelKeys,
+        (from_ms, after): (u64, &str),
+        limit: usize,
+    ) -> Result<Vec<TaskInfo>, Error> {
+        const WINDOW_TICKS: u64 = 64;
+        let (tick_ms, slots) = (self.wheel.cfg.tick_ms, self.wheel.cfg.slots);
+        let cursor = scripts::cursor(&self.wheel, keys).await?.unwrap_or_else(|| self.wheel.clock.now_ms() / tick_ms);
+        let horizon = cursor + slots;
+        let mut found: Vec<TaskInfo> = Vec::new();
+        let (mut from, mut after) = (from_ms, after.to_string());
+        loop {
+            let first = from.div_ceil(tick_ms).max(cursor + 1);
+            // The ring's ticks this call reads (none beyond the ring: the far tier only).
+            let (ticks, until) = if first > horizon {
+                (None, MAX_DUE_MS)
+            } else {
+                let last = (first + WINDOW_TICKS - 1).min(horizon);
+                let until = if last == horizon { MAX_DUE_MS } else { last * tick_ms };
+                (Some(first..=last), until)
+            };
+            let got = scripts::due_next(&self.wheel, keys, (from, &after), until, ticks, limit - found.len()).await?;
+            found.extend(got);
+            if found.len() >= limit || until == MAX_DUE_MS {
+                return Ok(found);
+            }
+            (from, after) = (until + 1, String::new());
+        }
+    }
+
+    /// How many waiting and ready tasks fall due in each of `buckets` spans of `bucket` from
+    /// `from` (on Redis's clock): the plot of what comes next. Tasks already due count in the
+    /// first span. Ring slots count whole by their tick, so a task cancelled within a revolution
+    /// of its due time still counts until the cursor passes it.
+    ///
+    /// # Errors
+    /// - [`Error::Invalid`] for a bucket under a millisecond, or 0 or over 1,000 buckets;
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn due_counts(&self, from: SystemTime, bucket: Duration, buckets: usize) -> Result<Vec<u64>, Error> {
+        let bucket_ms = u64::try_from(bucket.as_millis()).unwrap_or(u64::MAX);
+        if bucket_ms == 0 || buckets == 0 || buckets > 1000 {
+            return Err(Error::invalid("due_counts takes 1 to 1,000 buckets of at least a millisecond"));
+        }
+        let (tick_ms, slots) = (self.wheel.cfg.tick_ms, self.wheel.cfg.slots);
+        let from_ms = unix_ms(from);
+        let mut counts = vec![0u64; buckets];
+        for part in &self.wheel.partitions {
+            let cursor =
+                scripts::cursor(&self.wheel, &part.keys).await?.unwrap_or_else(|| self.wheel.clock.now_ms() / tick_ms);
+            let ticks = cursor + 1..=cursor + slots;
+            let got = scripts::due_counts(&self.wheel, &part.keys, from_ms, bucket_ms, buckets, ticks).await?;
+            for (c, n) in counts.iter_mut().zip(got) {
+                *c += n;
+            }
+        }
+        Ok(counts)
+    }
+
+    /// The dead letters from rank `offset` on, oldest first, at most `limit` (at most
+    /// [`MAX_PAGE`]): pages through the whole list where [`dead_letters`](Self::dead_letters)
+    /// reads its start. A letter requeued or deleted meanwhile shifts the ranks after it.
+    ///
+    /// # Errors
+    /// - [`Error::Invalid`] for a `limit` of 0 or over [`MAX_PAGE`];
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn dead_letters_page(&self, offset: usize, limit: usize) -> Result<Vec<DeadTask>, Error> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(Error::invalid(format!("a page holds 1 to {MAX_PAGE} dead letters (got {limit})")));
+        }
+        if self.wheel.partitions.len() == 1 {
+            return scripts::dead_letters(&self.wheel, &self.wheel.base, limit, offset).await;
+        }
+        // Each partition's first offset + limit, merged: the page's place in the whole list.
+        let mut all = self.dead_letters(offset + limit).await?;
+        Ok(all.drain(offset.min(all.len())..).collect())
+    }
+
+    /// The node that leads each partition (its id, as its worker logs it), `None` for a
+    /// partition no node leads now (no worker runs, or a takeover is under way).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn leaders(&self) -> Result<Vec<Option<String>>, Error> {
+        let mut out = Vec::with_capacity(self.wheel.partitions.len());
+        for part in &self.wheel.partitions {
+            out.push(scripts::leader(&self.wheel, &part.keys).await?);
+        }
+        Ok(out)
+    }
+
+    /// The node ids of the workers that run on this wheel, from any node: each worker says so
+    /// every 2 s, and one not heard from for 6 s is left out (a clean `shutdown` takes it out at
+    /// once). The ids are those [`leaders`](Self::leaders) names.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn workers(&self) -> Result<Vec<String>, Error> {
+        scripts::registry::heard(&self.wheel, self.wheel.clock.now_ms()).await
+    }
+}
