@@ -22,12 +22,14 @@
 -- @include hash_all
 -- @include wake
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
+-- The deliveries: delivery j's key is ARGV[DELIVERIES_FROM + 2j - 2], its claim token the next.
+local DELIVERIES_FROM = 3
 
 local out, acked, done, w, batch = {}, {}, {}, nil, new_batch()
 local seen = {}
-local names, recs = records_of(ARGV, 3, 2)
+local names, recs = records_of(ARGV, DELIVERIES_FROM, 2)
 for j, k in ipairs(names) do
-  local rec, tok = recs[j], ARGV[2 * j + 2]
+  local rec, tok = recs[j], ARGV[DELIVERIES_FROM + 2 * j - 1]
   local _, current, every
   if rec then _, current, every = head_of(rec) end
   -- A key twice in one call is acknowledged once: the records were read before any change.

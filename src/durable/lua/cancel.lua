@@ -23,12 +23,14 @@
 -- @include zrem_all
 -- @include hash_all
 local ttl = ARGV[1]
+-- The keys to cancel, from ARGV[KEYS_FROM] on.
+local KEYS_FROM = 2
 
 local kept = replayed()
 if kept then return kept end
 local out, seen, gone, held = {}, {}, {}, {}
 local now
-local names, recs = records_of(ARGV, 2, 1)
+local names, recs = records_of(ARGV, KEYS_FROM, 1)
 for j, k in ipairs(names) do
   local rec = not seen[k] and recs[j]
   seen[k] = true

@@ -10,19 +10,18 @@
   Keys: DEAD, DEAD_TASKS.
 ]]
 -- @include keys
+-- @include record
 local limit, offset = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 local ks = redis.call('ZRANGE', DEAD, offset, offset + limit - 1, 'WITHSCORES')
 local out = {}
 for i = 1, #ks, 2 do
-  local rec = redis.call('HGET', DEAD_TASKS, ks[i]) or '0:0:0:'
-  local due, a, n, at = string.match(rec, '^(%d+):(%d+):(%d+):()')
-  n = tonumber(n)
+  local d = decode_dead(redis.call('HGET', DEAD_TASKS, ks[i]) or '0:0:0:')
   out[#out + 1] = ks[i]
-  out[#out + 1] = string.sub(rec, at + n)
-  out[#out + 1] = a
-  out[#out + 1] = string.sub(rec, at, at + n - 1)
+  out[#out + 1] = d.p
+  out[#out + 1] = d.a
+  out[#out + 1] = d.err
   out[#out + 1] = ks[i + 1]
-  out[#out + 1] = due
+  out[#out + 1] = d.due
 end
 return out

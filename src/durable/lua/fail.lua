@@ -23,12 +23,12 @@
 -- @include bury
 local k, tok, err = ARGV[1], ARGV[2], ARGV[3]
 local max_attempts, backoff_ms, backoff_cap_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local tick_ms, slots = tonumber(ARGV[7]), tonumber(ARGV[8])
+local tick_ms, slots, declared = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
 
 local rec = redis.call('HGET', TASKS, k)
 if not rec or token_of(rec) ~= tok then return 0 end
 local t = decode(rec)
-local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, ARGV[9])
+local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, declared)
 local up = w.up
 redis.call('ZREM', LEASED, k)
 if t.a >= max_attempts then

@@ -28,6 +28,5 @@ if rec then
 end
 local dead = redis.call('HGET', DEAD_TASKS, k)
 if not dead then return {} end
-local due, a, n, at = string.match(dead, '^(%d+):(%d+):(%d+):()')
-n = tonumber(n)
-return {'dead', due, a, string.sub(dead, at, at + n - 1), string.sub(dead, at + n)}
+local d = decode_dead(dead)
+return {'dead', d.due, d.a, d.err, d.p}

@@ -20,11 +20,13 @@
 -- @include clock
 -- @include record
 local lease = tonumber(ARGV[1])
+-- The deliveries: a key then its claim token, from ARGV[DELIVERIES_FROM] on.
+local DELIVERIES_FROM = 2
 
 local _, up = clock()
 local until_ms = up + lease
 local out = {}
-for i = 2, #ARGV, 2 do
+for i = DELIVERIES_FROM, #ARGV, 2 do
   local k, tok = ARGV[i], ARGV[i + 1]
   local rec = redis.call('HGET', TASKS, k)
   if rec and token_of(rec) == tok and redis.call('ZSCORE', LEASED, k) then

@@ -23,9 +23,8 @@ if dead then
   if redis.call('HEXISTS', TASKS, k) == 1 then
     out = -1
   else
-    local n, at = string.match(dead, '^%d+:%d+:(%d+):()')
     local now = clock()
-    redis.call('HSET', TASKS, k, new_record(now, string.sub(dead, at + tonumber(n))))
+    redis.call('HSET', TASKS, k, new_record(now, decode_dead(dead).p))
     redis.call('ZADD', READY, now, k)
     redis.call('HDEL', DEAD_TASKS, k)
     redis.call('ZREM', DEAD, k)

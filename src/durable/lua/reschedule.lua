@@ -24,12 +24,15 @@
 -- @include zrem_all
 -- @include wake
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
+local declared, times, modes = ARGV[3], ARGV[4], ARGV[5]
+-- The tasks' keys: task j's is ARGV[KEYS_FROM + j - 1].
+local KEYS_FROM = 6
 
-local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, ARGV[3])
-local dues = due_times(ARGV[4], ARGV[5], w.up)
+local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, declared)
+local dues = due_times(times, modes, w.up)
 local out, moved, due_of = {}, {}, {}
-for i = 6, #ARGV do
-  local j = i - 5
+for i = KEYS_FROM, #ARGV do
+  local j = i - KEYS_FROM + 1
   local k = ARGV[i]
   local rec = redis.call('HGET', TASKS, k)
   if not rec then

@@ -44,21 +44,24 @@
 -- @include wake
 local tick_ms, slots, ttl, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local every, runs, missed = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local declared, times, modes, own_slots = ARGV[8], ARGV[9], ARGV[10], ARGV[11] == '1'
+-- The tasks: task j's key is ARGV[TASKS_FROM + 2j - 2], its payload the argument after it.
+local TASKS_FROM = 12
 
 local kept = replayed()
 if kept then return (string.gsub(kept, '1', '2')) end
-local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2, ARGV[8])
-local dues = due_times(ARGV[9], ARGV[10], w.up)
-local out, created, batch, woke = {}, 0, new_batch(not reset and ARGV[11] == '1'), false
-local names = {}
-for i = 12, #ARGV, 2 do names[#names + 1] = ARGV[i] end
+local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2, declared)
+local dues = due_times(times, modes, w.up)
+local out, created, batch, woke = {}, 0, new_batch(not reset and own_slots), false
+local names, payload_of = {}, function(j) return ARGV[TASKS_FROM + 2 * j - 1] end
+for i = TASKS_FROM, #ARGV, 2 do names[#names + 1] = ARGV[i] end
 if not reset then
   -- One HMGET reads whether each key is pending, one HSET writes the new records, and `place`
   -- or `flush` the ring entries: per task only its record and its ring entry. A key twice in one
   -- call is scheduled once, by its first item.
   local pending = hmget_all(TASKS, names)
   local fresh, taken = {}, {}
-  local tail = string.format(':0:0:%d:%d:%s:0:', every, runs, missed)
+  local tail = new_tail(every, runs, missed)
   for j, k in ipairs(names) do
     if pending[j] or taken[k] then
       out[j] = '0'
@@ -67,7 +70,7 @@ if not reset then
       local due = dues[j]
       local text = string.format('%d', due)
       fresh[#fresh + 1] = k
-      fresh[#fresh + 1] = text .. tail .. ARGV[11 + 2 * j]
+      fresh[#fresh + 1] = text .. tail .. payload_of(j)
       place(k, due, w, batch, text)
       created = created + 1
       out[j] = '1'
@@ -77,7 +80,7 @@ if not reset then
 else
   for j, k in ipairs(names) do
     local due = dues[j]
-    if redis.call('HSETNX', TASKS, k, new_record(due, ARGV[11 + 2 * j], every, runs, missed)) == 1 then
+    if redis.call('HSETNX', TASKS, k, new_record(due, payload_of(j), every, runs, missed)) == 1 then
       place(k, due, w, batch)
       created = created + 1
       out[j] = '1'

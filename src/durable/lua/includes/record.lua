@@ -22,12 +22,31 @@ end
 local function token_of(rec)
   return string.match(rec, '^%d+:%d+:(%d+):')
 end
--- A new task's record: one that runs once, or (with `every` > 0) a recurring one.
+-- What follows the due time in the record of a new task (no delivery, no claim, no error)
+-- before its payload: one that runs once, or (with `every` > 0) a recurring one. A call that
+-- writes many new records of one kind makes it once.
+local function new_tail(every, runs, missed)
+  return string.format(':0:0:%d:%d:%s:0:', every or 0, runs or 0, missed or '0')
+end
+-- A new task's record: `due` (a number, or its text as written) then `new_tail`'s, then the payload.
 local function new_record(due, payload, every, runs, missed)
-  return string.format('%d:0:0:%d:%d:%s:0:', due, every or 0, runs or 0, missed or '0') .. payload
+  return (type(due) == 'string' and due or string.format('%d', due)) .. new_tail(every, runs, missed) .. payload
 end
 -- The due time (as written: a string, to pass on as a score unformatted), claim token and
 -- period alone, without copying the payload.
 local function head_of(rec)
   return string.match(rec, '^(%d+):%d+:(%d+):(%d+):')
+end
+-- A dead letter's record, the value under its key in DEAD_TASKS, one string:
+--   <due ms>:<deliveries>:<error length>:<error><payload>
+-- (the live record's due time, deliveries, last error and payload). `decode_dead` gives a table
+-- of those fields (`due` and `a` as written, strings); `encode_dead` the string of a live
+-- record's table `t` with the error `err`.
+local function decode_dead(rec)
+  local due, a, n, at = string.match(rec, '^(%d+):(%d+):(%d+):()')
+  n = tonumber(n)
+  return { due = due, a = a, err = string.sub(rec, at, at + n - 1), p = string.sub(rec, at + n) }
+end
+local function encode_dead(t, err)
+  return string.format('%d:%d:%d:', t.due, t.a, #err) .. err .. t.p
 end
