@@ -39,10 +39,10 @@ pub(crate) struct Bounds {
 
 /// The calls of one kind on one partition, and their batches on the wire.
 pub(crate) struct Coalescer<I, A> {
-    shared: Arc<Shared<I, A>>,
+    shared: Arc<State<I, A>>,
 }
 
-struct Shared<I, A> {
+struct State<I, A> {
     queue: Mutex<Queue<I, A>>,
     bounds: Bounds,
     send: SendBatch<I, A>,
@@ -67,7 +67,7 @@ impl<I: Send + 'static, A: Send + 'static> Coalescer<I, A> {
     pub(crate) fn new(bounds: Bounds, send: SendBatch<I, A>) -> Self {
         debug_assert!(bounds.items >= 1 && bounds.in_flight >= 1, "a batch of none, or none in flight: {bounds:?}");
         let queue = Mutex::new(Queue { waiting: VecDeque::new(), senders: 0 });
-        Coalescer { shared: Arc::new(Shared { queue, bounds, send }) }
+        Coalescer { shared: Arc::new(State { queue, bounds, send }) }
     }
 
     /// Queues `item` (weighing `bytes` against the batch's bound) and waits for its answer. It
@@ -94,7 +94,7 @@ impl<I: Send + 'static, A: Send + 'static> Coalescer<I, A> {
     }
 }
 
-impl<I, A> Shared<I, A> {
+impl<I, A> State<I, A> {
     fn lock(&self) -> MutexGuard<'_, Queue<I, A>> {
         // No code that can panic runs under the lock; a poisoned one holds a sound queue.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
@@ -132,8 +132,8 @@ impl<I, A> Queue<I, A> {
 }
 
 /// A sender task: sends the queue's batches one after the other until it finds none, then ends.
-async fn send_batches<I, A>(shared: Arc<Shared<I, A>>) {
-    let mut running = Running { shared: &shared, finished: false };
+async fn send_batches<I, A>(shared: Arc<State<I, A>>) {
+    let mut slot = SenderSlot { shared: &shared, finished: false };
     loop {
         let batch = {
             let mut queue = shared.lock();
@@ -141,7 +141,7 @@ async fn send_batches<I, A>(shared: Arc<Shared<I, A>>) {
             if batch.is_empty() {
                 // Under the lock: a call queued after this starts a sender of its own.
                 queue.senders -= 1;
-                running.finished = true;
+                slot.finished = true;
                 return;
             }
             batch
@@ -161,12 +161,12 @@ async fn send_batches<I, A>(shared: Arc<Shared<I, A>>) {
 /// A sender task that ends before it has emptied the queue (it panicked, or its runtime shut
 /// down) gives up its place and, if it was the last, fails the calls still queued rather than
 /// leave their callers waiting for a sender that never comes.
-struct Running<'a, I, A> {
-    shared: &'a Shared<I, A>,
+struct SenderSlot<'a, I, A> {
+    shared: &'a State<I, A>,
     finished: bool,
 }
 
-impl<I, A> Drop for Running<'_, I, A> {
+impl<I, A> Drop for SenderSlot<'_, I, A> {
     fn drop(&mut self) {
         if self.finished {
             return;

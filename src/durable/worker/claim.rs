@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::handler::{start_handlers, Handler, Handlers};
-use super::lease::{renew_leases, Running};
+use super::lease::{renew_leases, Deliveries};
 use super::outcome::{lost, record_outcomes};
 use super::stop::{abandoned, pause, stopped, stopping};
 use super::wake::{pass_on_wake, wait_for_wake, Waker};
@@ -51,10 +51,11 @@ pub(super) async fn claim_loop(
     let mut backlog = false;
     let mut claimed_once = false;
     let (done_tx, done_rx) = mpsc::unbounded_channel();
-    let running = Arc::new(Running::default());
-    let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, done_rx, running.clone()));
-    let renewer = tokio::spawn(renew_leases(wheel.clone(), part, running.clone()));
-    let handlers = Handlers { handler, timeout: wheel.cfg.handler_timeout, done: done_tx, running: running.clone() };
+    let deliveries = Arc::new(Deliveries::default());
+    let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, done_rx, deliveries.clone()));
+    let renewer = tokio::spawn(renew_leases(wheel.clone(), part, deliveries.clone()));
+    let handlers =
+        Handlers { handler, timeout: wheel.cfg.handler_timeout, done: done_tx, deliveries: deliveries.clone() };
     // A claim that failed, perhaps after it landed (its reply lost): it is made again with the
     // same id and the same handlers, so that it gets back the tasks its first attempt took.
     let mut unanswered: Option<(String, Vec<OwnedSemaphorePermit>)> = None;
@@ -137,7 +138,7 @@ pub(super) async fn claim_loop(
     drop(handlers);
     tokio::select! {
         _ = permits.acquire_many(u32::try_from(concurrency).unwrap_or(u32::MAX)) => {}
-        () = abandoned(&mut abandon) => running.abandon(wheel, part).await,
+        () = abandoned(&mut abandon) => deliveries.abandon(wheel, part).await,
     }
     let _ = recorder.await;
     renewer.abort();

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tracing::Instrument;
 
-use super::lease::Running;
+use super::lease::Deliveries;
 use super::outcome::Outcome;
 use crate::durable::scripts::Claimed;
 use crate::durable::wheel::Wheel;
@@ -30,7 +30,7 @@ pub(super) struct Handlers {
     pub(super) handler: Handler,
     pub(super) timeout: Duration,
     pub(super) done: mpsc::UnboundedSender<Outcome>,
-    pub(super) running: Arc<Running>,
+    pub(super) deliveries: Arc<Deliveries>,
 }
 
 /// Runs the handler on each task claimed from partition `part`, one permit each (released once
@@ -59,7 +59,7 @@ pub(super) fn start_handlers(
         );
         let h = handlers.clone();
         let (listed_key, listed_token) = (task.key.clone(), token.clone());
-        handlers.running.start(&listed_key, &listed_token, move || {
+        handlers.deliveries.start(&listed_key, &listed_token, move || {
             tokio::spawn(
                 async move {
                     let key = task.key.clone();
@@ -69,7 +69,7 @@ pub(super) fn start_handlers(
                     };
                     // A delivery whose lease went to another worker, or that was abandoned at a
                     // shutdown, has no outcome to record: Redis would refuse it.
-                    if h.running.finish(&token) {
+                    if h.deliveries.finish(&token) {
                         // The permit goes with the outcome and is released once it is recorded.
                         let _ = h.done.send(Outcome { key, token, outcome, _permit: permit });
                     }

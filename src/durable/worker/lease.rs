@@ -1,6 +1,6 @@
-//! The leases of the deliveries a worker runs: [`Running`] lists them (by claim token) from the
+//! The leases of the deliveries a worker runs: [`Deliveries`] lists them (by claim token) from the
 //! claim until their outcome is recorded; [`renew_leases`] renews them all every third of the
-//! lease, in one script call per round; [`Running::abandon`] drops the handlers still running at
+//! lease, in one script call per round; [`Deliveries::abandon`] drops the handlers still running at
 //! the end of `shutdown_timeout` and gives their leases back.
 
 use std::collections::HashMap;
@@ -28,7 +28,7 @@ enum State {
     /// Its handler runs, under a lease this worker renews.
     Running,
     /// Its handler has finished and its outcome is on the way to Redis: still renewed until
-    /// the outcome is recorded, and no longer dropped by [`Running::abandon`]. A refused
+    /// the outcome is recorded, and no longer dropped by [`Deliveries::abandon`]. A refused
     /// renewal is then no news (the outcome may have landed first).
     Finished,
     /// A renewal was refused: its lease went to another worker. Its handler runs on (it may be
@@ -40,14 +40,14 @@ enum State {
 /// The deliveries of one partition that this worker holds, by claim token (unique within a
 /// partition), from the claim until their outcome is recorded.
 #[derive(Default)]
-pub(super) struct Running {
+pub(super) struct Deliveries {
     held: Mutex<HashMap<String, Held>>,
     /// Held through each renewal round and through [`abandon`](Self::abandon), so that a round
     /// that read a delivery before it was given back cannot renew it after.
     round: tokio::sync::Mutex<()>,
 }
 
-impl Running {
+impl Deliveries {
     fn held(&self) -> MutexGuard<'_, HashMap<String, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -148,7 +148,7 @@ impl Running {
 /// dropped (the claim loop aborts it once the last outcome is recorded). A delivery whose
 /// renewal is refused lost its lease to another worker: it is logged and no longer renewed, and
 /// its outcome will be refused too.
-pub(super) async fn renew_leases(wheel: Arc<Wheel>, part: usize, running: Arc<Running>) {
+pub(super) async fn renew_leases(wheel: Arc<Wheel>, part: usize, deliveries: Arc<Deliveries>) {
     let every = wheel.cfg.renew_every();
     let keys = &wheel.partitions[part].keys;
     let mut rounds = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -156,8 +156,8 @@ pub(super) async fn renew_leases(wheel: Arc<Wheel>, part: usize, running: Arc<Ru
     let mut failures = 0u32;
     loop {
         rounds.tick().await;
-        let _round = running.round.lock().await;
-        let held = running.renewable();
+        let _round = deliveries.round.lock().await;
+        let held = deliveries.renewable();
         for chunk in held.chunks(RENEW_BATCH) {
             let pairs: Vec<(&str, &str)> = chunk.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
             match scripts::renew(&wheel, keys, &pairs, wheel.cfg.lease_ms, Window::Response).await {
@@ -167,7 +167,7 @@ pub(super) async fn renew_leases(wheel: Arc<Wheel>, part: usize, running: Arc<Ru
                         failures = 0;
                     }
                     for ((key, token), renewed) in chunk.iter().zip(renewed) {
-                        if !renewed && running.lost(token) {
+                        if !renewed && deliveries.lost(token) {
                             tracing::warn!(
                                 wheel = %wheel.name(), key = %key,
                                 "a running handler's lease went to another worker (this one was cut off from Redis \

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 
-use super::lease::Running;
+use super::lease::Deliveries;
 use crate::durable::conn::Window;
 use crate::durable::scripts::{self, Failed};
 use crate::durable::wheel::Wheel;
@@ -35,7 +35,7 @@ pub(super) async fn record_outcomes(
     wheel: Arc<Wheel>,
     part: usize,
     mut done: mpsc::UnboundedReceiver<Outcome>,
-    running: Arc<Running>,
+    deliveries: Arc<Deliveries>,
 ) {
     let keys = &wheel.partitions[part].keys;
     // Keep trying while the lease lasts: after it the task is handed out again anyway.
@@ -49,10 +49,10 @@ pub(super) async fn record_outcomes(
                 Ok(()) => acks.push(o),
                 Err(why) => {
                     let Outcome { key, token, _permit: permit, .. } = o;
-                    let (wheel, running) = (wheel.clone(), running.clone());
+                    let (wheel, deliveries) = (wheel.clone(), deliveries.clone());
                     failures.spawn(async move {
                         record_failure(wheel, part, &key, &token, &why, window).await;
-                        running.forget(&token);
+                        deliveries.forget(&token);
                         drop(permit);
                     });
                 }
@@ -77,7 +77,7 @@ pub(super) async fn record_outcomes(
         }
         // Recorded: their leases are no longer renewed, and their permits go back.
         for o in acks {
-            running.forget(&o.token);
+            deliveries.forget(&o.token);
         }
     }
     while failures.join_next().await.is_some() {}
