@@ -204,6 +204,7 @@
 //! | `seq`          | string | claim tokens handed out so far |
 //! | `wake`         | list   | wake-up tokens for idle workers, pushed when tasks become ready |
 //! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
+//! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
 //! | `claim:<id>`   | list   | the keys and claim tokens one claim took, for a lease, so that a retry of the claim gets them back |

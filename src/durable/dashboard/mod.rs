@@ -38,11 +38,11 @@
 //! | `GET api/stats` | the counts by state and the counters |
 //! | `GET api/lateness` | p50, p99, max and the histogram of how late deliveries were claimed |
 //! | `GET api/dead?limit=n` | the oldest `n` dead letters (default 50, at most 500): key, attempts, last error, when it died |
-//! | `GET api/task?key=k` | whether a task is pending under `k` |
-//! | `GET api/due` | what falls due over the next hour (`"available": false` in this version) |
-//! | `GET api/nodes` | the leader and the workers (`"available": false` in this version) |
+//! | `GET api/task?key=k` | the task under `k`, pending or dead: its state, due time, deliveries, payload size and last error |
+//! | `GET api/due` | what falls due over the next hour, a count a minute |
+//! | `GET api/nodes` | the node that leads each partition, and the workers heard from |
 //! | `POST api/dead/requeue` | `{"key": k}`: puts the dead letter back; 404 if there is none, 409 if a task under `k` is pending |
-//! | `POST api/dead/delete` | `{"key": k}`: deletes the dead letter (`501` in this version) |
+//! | `POST api/dead/delete` | `{"key": k}`: deletes the dead letter; 404 if there is none |
 //!
 //! A failed Redis call answers `503` when it is worth trying again (the page does, at its next
 //! refresh) and `500` otherwise, with `{"error": "..."}`.
@@ -225,7 +225,7 @@ async fn info(State(d): Shared) -> Response {
     Json(json!({
         "wheel": d.timers.wheel.name(),
         "actions": d.actions,
-        "delete": d.actions && sections::DELETE_AVAILABLE,
+        "delete": d.actions,
         "refresh_ms": REFRESH_MS,
         "dead_letters_shown": DEAD_LETTERS_SHOWN,
     }))

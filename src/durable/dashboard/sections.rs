@@ -1,8 +1,5 @@
 //! What each section of the page shows, read through the wheel's public calls: one small
 //! function a section, each answering the JSON its endpoint sends.
-//!
-//! A section that cannot be read says so (`"available": false`), and the page says "not
-//! available"; nothing is made up.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -122,7 +119,6 @@ pub(super) async fn due_plot(timers: &DurableScheduler) -> Result<Value, Error> 
     let now = SystemTime::now();
     let counts = timers.due_counts(now, DUE_BUCKET, DUE_BUCKETS).await?;
     Ok(json!({
-        "available": true,
         "from_ms": unix_ms(now),
         "bucket_s": DUE_BUCKET.as_secs(),
         "counts": counts,
@@ -145,7 +141,7 @@ pub(super) async fn leader_and_workers(timers: &DurableScheduler) -> Result<Valu
         .map(|(partition, node)| json!({ "partition": partition, "node": node.unwrap_or_else(|| "nobody".into()) }))
         .collect();
     let workers: Vec<Value> = timers.workers().await?.into_iter().map(|node| json!({ "node": node })).collect();
-    Ok(json!({ "available": true, "leaders": leaders, "workers": workers }))
+    Ok(json!({ "leaders": leaders, "workers": workers }))
 }
 
 /// What an action did, for its answer: the HTTP status and the JSON body.
@@ -174,9 +170,6 @@ pub(super) async fn delete_dead_letter(timers: &DurableScheduler, key: &str) -> 
         (StatusCode::NOT_FOUND, json!({ "key": key, "error": "no dead letter under this key" }))
     })
 }
-
-/// Whether `delete_dead_letter` can delete: the page shows its button only then.
-pub(super) const DELETE_AVAILABLE: bool = true;
 
 /// Milliseconds since the Unix epoch (0 before it).
 fn unix_ms(t: SystemTime) -> u64 {

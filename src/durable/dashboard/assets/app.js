@@ -115,13 +115,6 @@ function showLateness(late) {
 
 function showDue(due) {
   const svg = $("due-plot");
-  if (!due.available) {
-    svg.replaceChildren();
-    svg.classList.add("unavailable");
-    $("due-note").textContent = "Not available in this version of tokio-timewheel.";
-    return;
-  }
-  svg.classList.remove("unavailable");
   const labels = due.counts.map((_, i) => "+" + Math.round((i * due.bucket_s) / 60) + " min");
   drawBars(svg, due.counts, labels, 10, "tasks due");
   const total = due.counts.reduce((a, b) => a + b, 0);
@@ -131,10 +124,6 @@ function showDue(due) {
 function showNodes(nodes) {
   const box = $("nodes");
   box.replaceChildren();
-  if (!nodes.available) {
-    box.appendChild(el("p", { class: "note unavailable-text" }, "Not available in this version of tokio-timewheel."));
-    return;
-  }
   const list = el("ul", { class: "nodes" });
   for (const leader of nodes.leaders || []) {
     list.appendChild(el("li", {}, "partition " + leader.partition + ": led by " + leader.node));
