@@ -112,9 +112,10 @@ impl DurableScheduler {
 
     /// How late this process's workers claimed their deliveries over the last
     /// [`LATENESS_WINDOW`](crate::LATENESS_WINDOW) to twice that: p50, p99 and max of the claim
-    /// time minus the due time ([`Task::claimed_at`](super::Task::claimed_at) minus [`Task::due`](super::Task::due), both on Redis's clock,
-    /// in whole milliseconds), for every delivery claimed by a [`Worker`](super::Worker) started from this
-    /// handle or a clone of it (another `connect`, in this process or another, keeps its own).
+    /// time minus the due time ([`Task::claimed_at`](super::Task::claimed_at) minus
+    /// [`Task::due`](super::Task::due), both on Redis's clock, in whole milliseconds), for every
+    /// delivery claimed by a [`Worker`](super::Worker) started from this handle or a clone of it
+    /// (another `connect`, in this process or another, keeps its own).
     /// Each partition's deliveries count alike.
     ///
     /// A task is claimed on the first tick at or after its due time, when a worker is free: a
