@@ -26,12 +26,13 @@ const LATE: Duration = Duration::from_millis(150);
 /// `SystemTime::now() + delay` read just before the call.
 const SLACK: Duration = Duration::from_millis(1);
 
+/// The tests' settings (`support::durable::builder`) with a tick of 100 ms, which `LATE` is
+/// measured against, 64 slots, a lease of 5 s and a response timeout of a second.
 fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
-    DurableScheduler::builder(server.url(), name)
+    support::durable::builder(&server.url(), name)
         .tick(TICK)
         .slots(64)
         .lease(Duration::from_secs(5))
-        .backoff(Duration::from_millis(100))
         .response_timeout(Duration::from_secs(1))
         .connect_timeout(Duration::from_secs(3))
 }

@@ -16,13 +16,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::future::join_all;
 use support::durable::keys;
 use support::redis_server::RedisServer;
-use tokio_timewheel::durable::{DurableBuilder, DurableScheduler};
+use tokio_timewheel::durable::DurableBuilder;
 use tokio_timewheel::Error;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// The tests' settings (`support::durable::builder`) with a tick of 100 ms, 64 slots and a
+/// response timeout of a second.
 fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
-    DurableScheduler::builder(server.url(), name)
+    support::durable::builder(&server.url(), name)
         .tick(Duration::from_millis(100))
         .slots(64)
         .response_timeout(Duration::from_secs(1))

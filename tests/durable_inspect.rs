@@ -17,9 +17,10 @@ use tokio::sync::Notify;
 use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, TaskState};
 use tokio_timewheel::Error;
 
+/// The tests' settings (`support::durable::builder`) with a lease of 10 s, one attempt (a
+/// failure is a dead letter at once) and a response timeout of a second.
 fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
-    DurableScheduler::builder(server.url(), name)
-        .tick(Duration::from_millis(50))
+    support::durable::builder(&server.url(), name)
         .lease(Duration::from_secs(10))
         .max_attempts(1)
         .response_timeout(Duration::from_secs(1))

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use support::redis_server::RedisServer;
-use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Error, Task};
+use tokio_timewheel::durable::{DurableBuilder, Error, Task};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Review {
@@ -22,12 +22,9 @@ struct Review {
     note: Option<String>,
 }
 
+/// The tests' settings (`support::durable::builder`) with a lease of 5 s.
 fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
-    DurableScheduler::builder(server.url(), name)
-        .tick(Duration::from_millis(50))
-        .slots(32)
-        .lease(Duration::from_secs(5))
-        .backoff(Duration::from_millis(100))
+    support::durable::builder(&server.url(), name).lease(Duration::from_secs(5))
 }
 
 /// A struct scheduled with `schedule_json` reaches the handler as the same struct.

@@ -19,12 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use support::durable::{builder, LEASE, TICK};
 use support::redis_server::{command_at, RedisServer};
-use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task};
+use tokio_timewheel::durable::Task;
 
 const NAME: &str = "nodes";
-const TICK: Duration = Duration::from_millis(50);
-const LEASE: Duration = Duration::from_secs(1);
 /// The list every node appends `key node attempt handled_ms due_ms` to.
 const HANDLED: &str = "test:handled";
 /// Set by the parent when the nodes should shut down.
@@ -35,16 +34,6 @@ const ENV_ID: &str = "TIMEWHEEL_NODE_ID";
 const ENV_HANDLER_MS: &str = "TIMEWHEEL_NODE_HANDLER_MS";
 /// A node stops by itself after this long, should the parent be gone.
 const NODE_LIFETIME: Duration = Duration::from_secs(60);
-
-fn builder(url: &str) -> DurableBuilder {
-    DurableScheduler::builder(url, NAME)
-        .tick(TICK)
-        .slots(32)
-        .lease(LEASE)
-        .backoff(Duration::from_millis(100))
-        .response_timeout(Duration::from_millis(500))
-        .concurrency(8)
-}
 
 fn millis(t: SystemTime) -> u128 {
     t.duration_since(UNIX_EPOCH).unwrap().as_millis()
@@ -57,7 +46,7 @@ fn node_process() {
     let run = Duration::from_millis(std::env::var(ENV_HANDLER_MS).ok().and_then(|ms| ms.parse().ok()).unwrap_or(0));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async move {
-        let timers = builder(&url).connect().await.expect("node: connect");
+        let timers = builder(&url, NAME).concurrency(8).connect().await.expect("node: connect");
         let client = redis::Client::open(url.as_str()).expect("node: redis url");
         let conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
         let worker = timers.run(move |task: Task| {
@@ -229,7 +218,7 @@ fn three_nodes_survive_the_leaders_sigkill() {
     // Key -> the earliest time it may be handled, in ms.
     let mut expected: HashMap<String, u128> = HashMap::new();
     rt.block_on(async {
-        let timers = builder(&url).connect().await.expect("connect");
+        let timers = builder(&url, NAME).concurrency(8).connect().await.expect("connect");
         for i in 0..600u64 {
             if i == 300 {
                 assert_eq!(leader_value(&server).as_ref(), Some(&first_leader), "node 1 lost the lead unprovoked");
@@ -315,7 +304,7 @@ fn a_recurring_task_fires_once_per_period_across_the_leaders_sigkill() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let before = SystemTime::now();
     rt.block_on(async {
-        let timers = builder(&url).connect().await.expect("connect");
+        let timers = builder(&url, NAME).concurrency(8).connect().await.expect("connect");
         let repeat = tokio_timewheel::Repeat::Times(RUNS as u64);
         timers.schedule_repeating("every", PERIOD, repeat, "tick").await.expect("schedule_repeating");
     });
@@ -372,7 +361,7 @@ fn a_node_killed_mid_handler_has_its_task_handed_out_again_within_a_lease() {
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let timers = builder(&url).connect().await.expect("connect");
+        let timers = builder(&url, NAME).concurrency(8).connect().await.expect("connect");
         timers.schedule("long", Duration::from_millis(100), vec![]).await.expect("schedule");
     });
     let of_long = || handled(&server).into_iter().filter(|h| h.key == "long").collect::<Vec<_>>();

@@ -13,22 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::durable::{wait_until, Log};
+use support::durable::{builder, wait_until, Log, LEASE, TICK};
 use support::redis_server::RedisServer;
-use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Error, Task};
-
-const TICK: Duration = Duration::from_millis(50);
-const LEASE: Duration = Duration::from_secs(1);
-
-fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
-    DurableScheduler::builder(server.url(), name)
-        .tick(TICK)
-        .slots(32)
-        .lease(LEASE)
-        .backoff(Duration::from_millis(100))
-        .response_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_secs(5))
-}
+use tokio_timewheel::durable::{DurableScheduler, Error, Task};
 
 /// A handler that records its delivery (as `node`), sleeps `run`, and acknowledges.
 fn sleeper(
@@ -63,7 +50,7 @@ async fn gone(timers: &DurableScheduler, key: &str, within: Duration) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_three_times_the_lease_runs_once_and_is_acknowledged() {
     let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "long").connect().await.expect("connect");
+    let timers = builder(&server.url(), "long").connect().await.expect("connect");
     let log = Log::default();
     let workers = [timers.run(sleeper(&log, 1, LEASE * 3)), timers.run(sleeper(&log, 2, LEASE * 3))];
     for w in &workers {
@@ -92,7 +79,7 @@ async fn a_handler_three_times_the_lease_runs_once_and_is_acknowledged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_a_handler_longer_than_the_lease_and_acknowledges_it() {
     let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "drain").connect().await.expect("connect");
+    let timers = builder(&server.url(), "drain").connect().await.expect("connect");
     let log = Log::default();
     let worker = timers.run(sleeper(&log, 1, LEASE * 2));
     timers.schedule("draining", Duration::ZERO, "x").await.unwrap();
@@ -113,7 +100,7 @@ async fn shutdown_waits_for_a_handler_longer_than_the_lease_and_acknowledges_it(
 async fn shutdown_timeout_returns_within_its_bound_and_gives_the_lease_back() {
     let Some(server) = RedisServer::start() else { return };
     let lease = Duration::from_secs(5);
-    let timers = builder(&server, "bounded").lease(lease).connect().await.expect("connect");
+    let timers = builder(&server.url(), "bounded").lease(lease).connect().await.expect("connect");
     let log = Log::default();
     let dropped = Arc::new(AtomicUsize::new(0));
     let worker = timers.run({
@@ -175,7 +162,8 @@ impl Drop for DropCounter {
 async fn the_handler_timeout_turns_a_hung_handler_into_a_failure() {
     let Some(server) = RedisServer::start() else { return };
     let timeout = Duration::from_millis(300);
-    let timers = builder(&server, "hung").handler_timeout(timeout).max_attempts(2).connect().await.expect("connect");
+    let timers =
+        builder(&server.url(), "hung").handler_timeout(timeout).max_attempts(2).connect().await.expect("connect");
     let log = Log::default();
     let worker = timers.run({
         let log = log.clone();
@@ -208,7 +196,7 @@ async fn the_handler_timeout_turns_a_hung_handler_into_a_failure() {
     assert!(gap < LEASE, "retried {gap:?} after the first delivery: by the lease, not the timeout");
     worker.shutdown().await;
 
-    let zero = builder(&server, "hung").handler_timeout(Duration::ZERO).connect().await;
+    let zero = builder(&server.url(), "hung").handler_timeout(Duration::ZERO).connect().await;
     assert!(matches!(zero, Err(Error::Invalid(_))), "{zero:?}");
 }
 
@@ -218,7 +206,7 @@ async fn the_handler_timeout_turns_a_hung_handler_into_a_failure() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_then_is_leader_tells_who_ticks() {
     let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "who").partitions(3).connect().await.expect("connect");
+    let timers = builder(&server.url(), "who").partitions(3).connect().await.expect("connect");
     let log = Log::default();
     let first = log.worker(&timers);
     tokio::time::timeout(Duration::from_secs(5), first.ready()).await.expect("the first worker never ran");

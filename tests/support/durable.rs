@@ -2,11 +2,11 @@
 //! condition, and the wheel's key names (from the crate's own [`WheelKeys`], never rebuilt by
 //! hand). Also compiled into the crate's own durable tests (`src/durable/tests/`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio_timewheel::durable::{DurableScheduler, Task, WheelKeys, Worker};
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, WheelKeys, Worker};
 
 use super::redis_server::RedisServer;
 
@@ -101,4 +101,88 @@ pub fn keys(name: &str) -> WheelKeys {
 /// The fencing token of the node that leads the wheel `name`, if one does.
 pub fn leader_value(server: &RedisServer, name: &str) -> Option<String> {
     server.command(&["GET", &keys(name).leader()]).as_str().map(str::to_owned)
+}
+
+/// The tests' tick, ring and lease: short, so that a test runs in seconds.
+pub const TICK: Duration = Duration::from_millis(50);
+pub const SLOTS: usize = 32;
+pub const LEASE: Duration = Duration::from_secs(1);
+
+/// The settings every durable test starts from (a test changes what it needs): a 50 ms tick, 32
+/// slots, a lease of a second, retries after 100 ms, a response timeout of 500 ms.
+pub fn builder(url: &str, name: &str) -> DurableBuilder {
+    DurableScheduler::builder(url, name)
+        .tick(TICK)
+        .slots(SLOTS)
+        .lease(LEASE)
+        .max_attempts(5)
+        .backoff(Duration::from_millis(100))
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(5))
+}
+
+/// Redis's `TIME` is read in whole milliseconds inside the scripts, so a due time can sit up to
+/// 1 ms before `SystemTime::now() + delay` taken just before the call.
+pub const CLOCK_SLACK: Duration = Duration::from_millis(1);
+
+/// What a run must show: every key in `expected` handled at least once, none before its bound,
+/// nothing handled that was never scheduled.
+pub struct Expectations {
+    /// Key -> the earliest time it may be handled (`now() + delay` read before its `schedule`).
+    pub expected: HashMap<String, SystemTime>,
+    /// Keys whose `schedule` was attempted but did not return `Ok` (they may fire or not).
+    pub uncertain: HashSet<String>,
+}
+
+/// The problems found in `log` against `want`, or `Ok` with a short summary.
+pub fn verify(want: &Expectations, log: &[Handled]) -> Result<String, String> {
+    let mut problems = Vec::new();
+    let mut seen: HashMap<&str, Vec<&Handled>> = HashMap::new();
+    for h in log {
+        seen.entry(&h.key).or_default().push(h);
+    }
+    let missing: Vec<&String> = want.expected.keys().filter(|k| !seen.contains_key(k.as_str())).collect();
+    if !missing.is_empty() {
+        let mut sample: Vec<_> = missing.iter().take(5).collect();
+        sample.sort();
+        problems.push(format!("{} of {} acknowledged tasks lost, e.g. {sample:?}", missing.len(), want.expected.len()));
+    }
+    let unknown: Vec<&&str> =
+        seen.keys().filter(|k| !want.expected.contains_key(**k) && !want.uncertain.contains(**k)).collect();
+    if !unknown.is_empty() {
+        problems.push(format!("{} tasks handled that were never scheduled, e.g. {:?}", unknown.len(), &unknown[..1]));
+    }
+    for (key, deliveries) in &seen {
+        for h in deliveries {
+            if let Some(&not_before) = want.expected.get(*key) {
+                if h.at + CLOCK_SLACK < not_before || h.due + CLOCK_SLACK < not_before {
+                    problems.push(format!(
+                        "{key} early: handled {:?} / due {:?} before its earliest time",
+                        not_before.duration_since(h.at).unwrap_or_default(),
+                        not_before.duration_since(h.due).unwrap_or_default()
+                    ));
+                }
+            }
+            if h.at + CLOCK_SLACK < h.due {
+                problems.push(format!("{key} handed out {:?} before its due()", h.due.duration_since(h.at).unwrap()));
+            }
+        }
+    }
+    let redelivered = seen.values().filter(|d| d.len() > 1).count();
+    if problems.is_empty() {
+        Ok(format!("{} tasks handled, {} of them more than once", seen.len(), redelivered))
+    } else {
+        problems.truncate(10);
+        Err(problems.join("\n"))
+    }
+}
+
+/// Each key handled exactly once.
+pub fn assert_once(log: &Log) {
+    let mut count: HashMap<String, Vec<u32>> = HashMap::new();
+    for h in log.all() {
+        count.entry(h.key).or_default().push(h.attempt);
+    }
+    let twice: Vec<_> = count.iter().filter(|(_, attempts)| attempts.len() > 1).take(5).collect();
+    assert!(twice.is_empty(), "tasks handled more than once (key, attempts): {twice:?}");
 }

@@ -8,26 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::support::durable::{keys, wait_until, Log};
+use super::support::durable::{builder, keys, wait_until, Log, LEASE, TICK};
 use super::support::redis_server::{RedisServer, Reply};
-use crate::durable::{DurableBuilder, DurableScheduler};
 use crate::Error;
 
-const TICK: Duration = Duration::from_millis(50);
-const LEASE: Duration = Duration::from_secs(1);
 /// Redis's `TIME` is read in whole milliseconds, so a due time can sit up to 1 ms before
 /// `SystemTime::now() + delay` read just before the call.
 const SLACK: Duration = Duration::from_millis(1);
-
-fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
-    DurableScheduler::builder(server.url(), name)
-        .tick(TICK)
-        .slots(32)
-        .lease(LEASE)
-        .backoff(Duration::from_millis(100))
-        .response_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_secs(5))
-}
 
 /// A `schedule` retried with its request id (its first reply was lost) answers `Ok` and creates
 /// no second task: while the task is pending, and after it fired and was acknowledged. Another
@@ -35,7 +22,7 @@ fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_schedule_is_recognised_by_its_request_id_before_and_after_it_fired() {
     let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "retry").connect().await.expect("connect");
+    let timers = builder(&server.url(), "retry").connect().await.expect("connect");
     let delay = Duration::from_millis(300);
     timers.schedule_with_request_id("r", delay, b"1".to_vec(), "req-1").await.unwrap();
     timers.schedule_with_request_id("r", delay, b"1".to_vec(), "req-1").await.unwrap();
@@ -75,7 +62,7 @@ async fn a_retried_schedule_is_recognised_by_its_request_id_before_and_after_it_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_retry_of_a_cancelled_schedule_creates_nothing() {
     let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "retry-cancel").connect().await.expect("connect");
+    let timers = builder(&server.url(), "retry-cancel").connect().await.expect("connect");
     let key = String::from("c");
     timers.schedule_with_request_id(&key, Duration::from_secs(60), b"1".to_vec(), "req-1").await.unwrap();
     assert!(timers.contains(key.clone()).await.unwrap());
@@ -98,7 +85,7 @@ async fn a_stale_token_moves_neither_cursor_nor_tasks() {
     let Some(server) = RedisServer::start() else { return };
     let name = "fenced";
     let keys = keys(name);
-    let timers = builder(&server, name).connect().await.expect("connect");
+    let timers = builder(&server.url(), name).connect().await.expect("connect");
     let int = |reply: Reply| reply.as_int().unwrap_or(0);
 
     server.command(&["SET", &keys.leader(), "old:1", "PX", "300"]);
@@ -143,8 +130,8 @@ async fn a_stale_token_moves_neither_cursor_nor_tasks() {
 async fn concurrent_tickers_hand_each_task_out_once() {
     let Some(server) = RedisServer::start() else { return };
     let name = "tickers";
-    let a = builder(&server, name).lease(Duration::from_secs(30)).connect().await.expect("connect");
-    let b = builder(&server, name).lease(Duration::from_secs(30)).connect().await.expect("connect");
+    let a = builder(&server.url(), name).lease(Duration::from_secs(30)).connect().await.expect("connect");
+    let b = builder(&server.url(), name).lease(Duration::from_secs(30)).connect().await.expect("connect");
     server.command(&["SET", &keys(name).leader(), "both:1"]);
     const N: usize = 600;
     let mut items = Vec::new();
