@@ -67,12 +67,12 @@ pub(crate) fn spawn(
     config: Config,
 ) {
     let actor = Actor {
+        starts: Starts::new(&shared.name),
         shared,
         clock: config.clock,
         lag_warning: config.lag_warning,
         warned_at: None,
         fired: Fired::default(),
-        starts: Starts::default(),
     };
     drop(runtime.spawn(run(rx, actor, config.advance, config.tick)));
 }
@@ -206,7 +206,7 @@ impl Actor {
         // sort them by deadline (a stable sort, cheap on the runs of one tick it mostly sees).
         self.fired.jobs.sort_by_key(|&(deadline, ..)| deadline);
         for (_, job, key) in self.fired.jobs.drain(..) {
-            self.starts.push(job, key.as_str().to_owned(), &self.shared.name);
+            self.starts.push(job, key);
         }
         self.starts.spawn();
         self.fired.trim();
