@@ -291,13 +291,16 @@ impl DurableBuilder {
     ///   characters, a zero or fractional-millisecond tick, zero slots or more than
     ///   [`MAX_SLOTS`], a lease of zero or over 365 days, zero `max_attempts` or `concurrency`, a `max_payload` over
     ///   512 MiB, a zero timeout (response, connect or handler), a replica wait not shorter than
-    ///   the response timeout, a malformed URL, a server older than Redis 6.2, a wheel recorded
+    ///   the response timeout, a malformed URL (the message names what is wrong), a server older than Redis 6.2, a wheel recorded
     ///   in Redis with another tick, slot or partition count, or one written by an earlier
     ///   version of this crate that still holds tasks (its layout differs: drain it with that
     ///   version first);
     /// - [`Error::Redis`] when Redis does not answer within the connect timeout (category
     ///   `"timed out"`, retryable), when nothing listens at the address (category `"refused"`,
-    ///   at once, retryable: a Redis that is starting refuses too), or when the server turns the
+    ///   at once, retryable: a Redis that is starting refuses too), when the server at the
+    ///   address does not answer as Redis (category `"not Redis"`, at once, not retryable), when
+    ///   the TLS handshake fails (category `"TLS"`, not retryable: a certificate refused, or a
+    ///   `rediss://` URL at a port that speaks plain text), or when the server turns the
     ///   connection down (a wrong password, say; not retryable).
     ///
     /// # Cancel safety

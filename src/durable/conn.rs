@@ -9,7 +9,7 @@ use redis::{FromRedisValue, ScriptInvocation};
 use tokio::time::Instant;
 
 use super::config::{Config, TlsSettings, Topology};
-use super::link::{Link, Source};
+use super::link::{addresses, speaks_plain_text, Link, Source};
 use super::time::ceil_ms;
 use crate::error::RedisFailure;
 use crate::Error;
@@ -48,6 +48,8 @@ impl Conn {
         deadline: Instant,
     ) -> Result<Self, Error> {
         let source = Source::new(topology, tls, cfg, long_response)?;
+        let addrs = addresses(topology);
+        let secure = topology.urls().iter().any(|url| url.starts_with("rediss://"));
         let settings = ConnSettings {
             retry_window: cfg.retry_window(),
             response_timeout: cfg.response_timeout,
@@ -58,16 +60,25 @@ impl Conn {
         let mut conn = Conn { name: cfg.name.clone(), source, fixed: None, cfg: settings };
         // Connecting retries transient failures (a cluster still electing, a sentinel naming a
         // primary that is not one yet) until the deadline, as every call does.
-        // A refused connection is not retried here: nothing listens at the address, which
-        // waiting out the connect timeout would only hide behind "timed out".
+        // A refused connection, or a server that does not answer as Redis, is not retried here:
+        // waiting out the connect timeout would only hide what is wrong behind "timed out".
         let window = deadline.saturating_duration_since(Instant::now());
-        let link = conn
-            .retrying_unless(window, redis::RedisError::is_connection_refusal, |link| async move { Ok(link) })
-            .await
-            .map_err(|e| match e {
-                Error::Redis(f) if f.category() == "timed out" => unreachable(cfg.connect_timeout),
-                e => e,
-            })?;
+        let connecting =
+            conn.retrying_unless(window, |err| connect_failure(err, &addrs), |link| async move { Ok(link) });
+        // A plain-text Redis answers no TLS handshake: it waits for the end of a command line that
+        // never comes. If the handshake has not finished soon, ask the port in plain text.
+        let connected = if secure {
+            tokio::select! {
+                connected = connecting => connected,
+                addr = plain_text_port(&addrs) => Err(not_tls(&addr)),
+            }
+        } else {
+            connecting.await
+        };
+        let link = connected.map_err(|e| match e {
+            Error::Redis(f) if f.category() == "timed out" => unreachable(cfg.connect_timeout),
+            e => e,
+        })?;
         if !conn.source.follows_failover() {
             conn.fixed = Some(link);
         }
@@ -137,15 +148,15 @@ impl Conn {
         F: FnMut(Link) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        self.retrying_unless(window, |_| false, attempt).await
+        self.retrying_unless(window, |_| None, attempt).await
     }
 
     /// [`retrying`](Self::retrying), except that a failure to connect for which `fail_fast`
-    /// holds is returned at once, as [`refused`].
+    /// gives an error is returned at once, as that error.
     async fn retrying_unless<T, F, Fut>(
         &self,
         window: Duration,
-        fail_fast: impl Fn(&redis::RedisError) -> bool,
+        fail_fast: impl Fn(&redis::RedisError) -> Option<Error>,
         mut attempt: F,
     ) -> Result<T, Error>
     where
@@ -157,8 +168,10 @@ impl Conn {
         loop {
             let failure = match tokio::time::timeout_at(deadline, self.link()).await {
                 Err(_) => timed_out(window),
-                Ok(Err(err)) if fail_fast(&err) => return Err(refused(&err)),
-                Ok(Err(err)) => self.failure(err),
+                Ok(Err(err)) => match fail_fast(&err) {
+                    Some(error) => return Err(error),
+                    None => self.failure(err),
+                },
                 Ok(Ok(link)) => match tokio::time::timeout_at(deadline, attempt(link.clone())).await {
                     Ok(Ok(value)) => return Ok(value),
                     Ok(Err(err)) => {
@@ -223,6 +236,15 @@ impl Conn {
                 format!("{err}: the sentinels name no primary yet (a failover under way, or a wrong master name)"),
                 true,
             ),
+            _ if is_not_tls(&err) => RedisFailure::new(
+                "TLS",
+                format!(
+                    "the TLS handshake with Redis failed: {err}; the server may not speak TLS on that port: use \
+                     redis:// for it, or check the port (Redis serves TLS on its tls-port)"
+                ),
+                false,
+            )
+            .caused_by(err),
             _ if is_tls_refusal(&err) => RedisFailure::new(
                 "TLS",
                 format!(
@@ -263,6 +285,13 @@ impl Conn {
     }
 }
 
+/// Whether `err` is a TLS handshake that met something other than TLS: rustls reports a reply
+/// that is no TLS record (a plain-text error, an HTTP response) as a corrupt message.
+fn is_not_tls(err: &redis::RedisError) -> bool {
+    let text = err.to_string().to_lowercase();
+    text.contains("corrupt message") || text.contains("invalidcontenttype")
+}
+
 /// Whether `err` is a TLS handshake refused for a certificate (the server's not trusted, or
 /// the client's missing or refused), which no retry mends. rustls reports it through an I/O
 /// error whose text names the certificate or the alert.
@@ -283,6 +312,63 @@ fn timed_out(window: Duration) -> RedisFailure {
         format!("no answer from Redis within {window:?} (the connect timeout bounds how long a call retries)"),
         true,
     )
+}
+
+/// What a failure to connect means at once, with no retry: a refused connection, or a reply
+/// that is not Redis's protocol (the URL names some other server's port). `addrs` are the
+/// addresses of the URLs, for the message.
+fn connect_failure(err: &redis::RedisError, addrs: &[String]) -> Option<Error> {
+    if err.is_connection_refusal() {
+        return Some(refused(err));
+    }
+    if err.kind() == redis::ErrorKind::Parse {
+        let at = match addrs {
+            [addr] => format!("the server at {addr}"),
+            addrs => format!("a server at {}", addrs.join(", ")),
+        };
+        return Some(Error::Redis(
+            RedisFailure::new(
+                "not Redis",
+                format!(
+                    "{at} did not answer as Redis (its reply is not the Redis protocol): is it a Redis port? Check \
+                     the host and port of the URL"
+                ),
+                false,
+            )
+            .caused_by(err.clone()),
+        ));
+    }
+    None
+}
+
+/// How long a TLS connection may take before [`plain_text_port`] asks whether the port speaks
+/// plain text: far longer than a handshake on a local network, far shorter than a connect
+/// timeout.
+const PLAIN_TEXT_CHECK_AFTER: Duration = Duration::from_millis(300);
+
+/// The first of `addrs` whose server answers a plain-text `PING` as Redis does, asked once
+/// [`PLAIN_TEXT_CHECK_AFTER`] has passed; pending for ever if none does (a TLS server, or one
+/// that is slow to answer at all, is left to the connect timeout).
+async fn plain_text_port(addrs: &[String]) -> String {
+    tokio::time::sleep(PLAIN_TEXT_CHECK_AFTER).await;
+    for addr in addrs {
+        if speaks_plain_text(addr, Duration::from_secs(1)).await {
+            return addr.clone();
+        }
+    }
+    std::future::pending().await
+}
+
+/// The error of a `rediss://` connect to a server that answers in plain text.
+fn not_tls(addr: &str) -> Error {
+    Error::Redis(RedisFailure::new(
+        "TLS",
+        format!(
+            "the TLS handshake with Redis at {addr} failed: the server there answers in plain text, so it may not \
+             speak TLS on that port: use redis:// for it, or check the port (Redis serves TLS on its tls-port)"
+        ),
+        false,
+    ))
 }
 
 /// The error of a `connect` whose connection was refused: nothing listens at the address.
