@@ -25,5 +25,5 @@ pub use error::Error;
 pub use service::{
     Advance, Builder, CancelOnDrop, Expirations, Lateness, MissedRuns, Repeat, Scheduled, Scheduler, Stats, TimerGuard,
     TimerHandle, TimerQueue, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_NAME, DEFAULT_SLOTS,
-    DEFAULT_TICK, LATENESS_WINDOW,
+    DEFAULT_TICK, LATENESS_WINDOW, MIN_TICK,
 };
