@@ -787,7 +787,8 @@ impl Scheduler {
         self.shared.contains(key.as_bytes())
     }
 
-    /// The number of pending timers.
+    /// The number of pending timers, counted at one instant: never more than
+    /// [`max_pending`](crate::Builder::max_pending).
     pub fn len(&self) -> usize {
         self.shared.stats().pending
     }
@@ -802,9 +803,9 @@ impl Scheduler {
         &self.shared.name
     }
 
-    /// A snapshot of the counters. Each field is read on its own, so under concurrent use they
-    /// may be a moment apart from one another. With the `metrics` feature, the call also
-    /// publishes them (see [`metrics`]).
+    /// A snapshot of the counters, all read at one instant (every shard's lock is held for the
+    /// read, briefly holding up the calls on the service's keys). With the `metrics` feature,
+    /// the call also publishes them (see [`metrics`]).
     ///
     /// [`metrics`]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/metrics/index.html
     pub fn stats(&self) -> Stats {
