@@ -147,7 +147,9 @@ impl DurableBuilder {
     }
 
     /// How long Redis has to answer one command before the call fails with a retryable
-    /// [`Error::Redis`]. Default [`DEFAULT_RESPONSE_TIMEOUT`].
+    /// [`Error::Redis`]. A worker's leader, claim and lease renewal loops, whose calls come
+    /// round again soon, also retry a failing call for this long only (their log of a failure
+    /// names it). Default [`DEFAULT_RESPONSE_TIMEOUT`].
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.settings.response_timeout = timeout;
         self
@@ -155,8 +157,9 @@ impl DurableBuilder {
 
     /// How long this node waits for an unreachable or failing Redis, in two places:
     /// [`connect`](Self::connect) fails after this long, and **every call** (`schedule`,
-    /// `cancel`, `stats`, ... and a worker's own) keeps retrying a transient failure (a dropped
-    /// connection, a timeout, `LOADING`, a failover) for this long before it returns the error,
+    /// `cancel`, `stats`, ... and a worker's outcomes; its leader, claim and renewal loops retry
+    /// for the [response timeout](Self::response_timeout)) keeps retrying a transient failure (a
+    /// dropped connection, a timeout, `LOADING`, a failover) for this long before it returns the error,
     /// so no call waits much longer than this for a Redis that is away. A refused connection
     /// (nothing listening) fails `connect` at once. Default [`DEFAULT_CONNECT_TIMEOUT`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {

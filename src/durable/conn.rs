@@ -63,8 +63,12 @@ impl Conn {
         // A refused connection, or a server that does not answer as Redis, is not retried here:
         // waiting out the connect timeout would only hide what is wrong behind "timed out".
         let window = deadline.saturating_duration_since(Instant::now());
-        let connecting =
-            conn.retrying_unless(window, |err| connect_failure(err, &addrs), |link| async move { Ok(link) });
+        let connecting = conn.retrying_unless(
+            window,
+            CONNECT_TIMEOUT,
+            |err| connect_failure(err, &addrs),
+            |link| async move { Ok(link) },
+        );
         // A plain-text Redis answers no TLS handshake: it waits for the end of a command line that
         // never comes. If the handshake has not finished soon, ask the port in plain text.
         let connected = if secure {
@@ -121,18 +125,31 @@ impl Conn {
     /// script is safe to run twice, so a retry after an ambiguous failure (a timeout whose
     /// request did reach Redis) does no harm.
     pub(crate) async fn call<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>, window: Window) -> Result<T, Error> {
-        self.retrying(self.window(window), |mut link| async move { inv.invoke_async::<T>(&mut link).await }).await
+        self.retrying(
+            self.window(window),
+            window.bound(),
+            |mut link| async move { inv.invoke_async::<T>(&mut link).await },
+        )
+        .await
     }
 
     /// Runs one command that names a key the same way, in the default window.
     pub(crate) async fn command<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
-        self.retrying(self.cfg.retry_window, |mut link| async move { cmd.query_async::<T>(&mut link).await }).await
+        self.retrying(self.cfg.retry_window, CONNECT_TIMEOUT, |mut link| async move {
+            cmd.query_async::<T>(&mut link).await
+        })
+        .await
     }
 
     /// Runs one command that names no key (`INFO`, `CONFIG GET`, `WAIT`) on the node that holds
     /// `key` (the primary of its slot, in a cluster), in the default window.
     pub(crate) async fn command_beside<T: FromRedisValue>(&self, cmd: &redis::Cmd, key: &str) -> Result<T, Error> {
-        self.retrying(self.cfg.retry_window, |mut link| async move { link.beside::<T>(cmd, key).await }).await
+        self.retrying(
+            self.cfg.retry_window,
+            CONNECT_TIMEOUT,
+            |mut link| async move { link.beside::<T>(cmd, key).await },
+        )
+        .await
     }
 
     fn window(&self, window: Window) -> Duration {
@@ -143,12 +160,14 @@ impl Conn {
         }
     }
 
-    async fn retrying<T, F, Fut>(&self, window: Duration, attempt: F) -> Result<T, Error>
+    /// Runs `attempt` on the link, retrying transient failures for up to `window`, which the
+    /// setting named `bound` set (for the message of a call that runs out of it).
+    async fn retrying<T, F, Fut>(&self, window: Duration, bound: &'static str, attempt: F) -> Result<T, Error>
     where
         F: FnMut(Link) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        self.retrying_unless(window, |_| None, attempt).await
+        self.retrying_unless(window, bound, |_| None, attempt).await
     }
 
     /// [`retrying`](Self::retrying), except that a failure to connect for which `fail_fast`
@@ -156,6 +175,7 @@ impl Conn {
     async fn retrying_unless<T, F, Fut>(
         &self,
         window: Duration,
+        bound: &'static str,
         fail_fast: impl Fn(&redis::RedisError) -> Option<Error>,
         mut attempt: F,
     ) -> Result<T, Error>
@@ -167,7 +187,7 @@ impl Conn {
         let mut wait = Duration::from_millis(10);
         loop {
             let failure = match tokio::time::timeout_at(deadline, self.link()).await {
-                Err(_) => timed_out(window),
+                Err(_) => timed_out(window, bound),
                 Ok(Err(err)) => match fail_fast(&err) {
                     Some(error) => return Err(error),
                     None => self.failure(err),
@@ -182,11 +202,14 @@ impl Conn {
                     }
                     Err(_) => {
                         self.source.suspect(&link);
-                        timed_out(window)
+                        timed_out(window, bound)
                     }
                 },
             };
             if !failure.is_retryable() || Instant::now() + wait >= deadline {
+                // A call that ran out of its window on a timeout (the redis crate's own says
+                // only "timed out") says how long it tried, and which setting set that.
+                let failure = if failure.category() == "timed out" { timed_out(window, bound) } else { failure };
                 return Err(Error::Redis(failure));
             }
             tracing::debug!(wheel = %self.name, error = %failure, "retrying a Redis call");
@@ -306,13 +329,17 @@ fn may_be_failover(err: &redis::RedisError) -> bool {
     err.is_io_error() || err.is_timeout() || err.is_connection_dropped() || err.code() == Some("READONLY")
 }
 
-fn timed_out(window: Duration) -> RedisFailure {
+/// The failure of a call that had no answer within `window`, set by the setting named `bound`.
+fn timed_out(window: Duration, bound: &str) -> RedisFailure {
     RedisFailure::new(
         "timed out",
-        format!("no answer from Redis within {window:?} (the connect timeout bounds how long a call retries)"),
+        format!("no answer from Redis within {window:?} ({bound}, which bounds how long this call retries)"),
         true,
     )
 }
+
+/// The setting behind [`Window::Default`], and the window of `connect`.
+const CONNECT_TIMEOUT: &str = "the connect timeout";
 
 /// What a failure to connect means at once, with no retry: a refused connection, or a reply
 /// that is not Redis's protocol (the URL names some other server's port). `addrs` are the
@@ -394,6 +421,17 @@ pub(crate) enum Window {
     Response,
     /// As long as this: recording an outcome keeps trying while the lease lasts.
     Within(Duration),
+}
+
+impl Window {
+    /// The setting that sets this window, named as its builder method is documented.
+    fn bound(self) -> &'static str {
+        match self {
+            Window::Default => CONNECT_TIMEOUT,
+            Window::Response => "the response timeout",
+            Window::Within(_) => "the task's lease, or the connect timeout if longer",
+        }
+    }
 }
 
 /// The error of a `connect` that did not get through within the connect timeout.
