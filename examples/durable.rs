@@ -16,7 +16,7 @@
 //! payload (an audit record as JSON, read back with `Task::json`), and a task read back with
 //! `get` before it fires.
 //!
-//! Run it with `cargo run --release --features redis --example durable` (about fifteen seconds).
+//! Run it with `cargo run --release --features redis --example durable` (about eight seconds).
 //! It starts its own `redis-server` (append-only file on, in a temp directory) unless `REDIS_URL`
 //! names one, in which case it uses a wheel of its own there and does not kill the server.
 

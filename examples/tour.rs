@@ -1,5 +1,5 @@
 //! A tour of tokio-timewheel on its defaults (1 ms tick, hierarchical wheel, next-deadline advance),
-//! in real time, in about three seconds:
+//! in real time, in about two seconds:
 //!
 //! 1. connection timeouts: a few thousand connections each get a 1.5 s idle timeout; traffic
 //!    arrives on most of them (timeout cancelled, or pushed back with the keep-alive call

@@ -536,6 +536,91 @@ async fn unreachable_redis_says_refused_at_once_or_timed_out_within_the_connect_
     assert!(took < timeout + Duration::from_millis(500), "took {took:?}");
 }
 
+/// How long `connect` may take to report a wrong URL or port, against a connect timeout of
+/// [`PATIENT`]: the errors come within a second, and half the timeout leaves room for a loaded
+/// machine while still telling them from a wait for the timeout.
+const SOON: Duration = Duration::from_secs(5);
+const PATIENT: Duration = Duration::from_secs(10);
+
+/// `rediss://` at a plain-text Redis: the server never answers the TLS handshake (it waits for
+/// the end of a command line), so `connect` asks the port in plain text and says that the
+/// handshake failed and the server may not speak TLS there, instead of waiting out the connect
+/// timeout and asking whether Redis runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_at_a_plain_text_port_says_the_server_may_not_speak_tls() {
+    let Some(server) = RedisServer::start() else { return };
+    let url = server.url().replace("redis://", "rediss://");
+    let started = Instant::now();
+    let result = DurableScheduler::builder(&url, "w").connect_timeout(PATIENT).connect().await;
+    let took = started.elapsed();
+    eprintln!("rediss:// at a plain-text port failed after {took:?}");
+    let Err(Error::Redis(failure)) = &result else { panic!("connected over TLS to a plain-text port: {result:?}") };
+    let text = failure.to_string();
+    assert_eq!(failure.category(), "TLS", "{text}");
+    assert!(text.contains("TLS handshake") && text.contains("may not speak TLS"), "{text}");
+    assert!(text.contains("use redis://") && text.contains("check the port"), "{text}");
+    assert!(text.contains(&format!("127.0.0.1:{}", server.port())), "names the address: {text}");
+    assert!(!failure.is_retryable(), "{text}");
+    assert!(took < SOON, "took {took:?} of a {PATIENT:?} connect timeout");
+}
+
+/// A port where some other server answers (here an HTTP server's `400 Bad Request`): `connect`
+/// says at once that the server at that address did not answer as Redis, not the parser's
+/// raw complaint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_that_does_not_speak_redis_says_so() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            });
+        }
+    });
+    let started = Instant::now();
+    let result = DurableScheduler::builder(format!("redis://{addr}/"), "w").connect_timeout(PATIENT).connect().await;
+    let took = started.elapsed();
+    let Err(Error::Redis(failure)) = &result else { panic!("connected to an HTTP server: {result:?}") };
+    let text = failure.to_string();
+    assert_eq!(failure.category(), "not Redis", "{text}");
+    assert!(text.contains(&format!("the server at {addr} did not answer as Redis")), "{text}");
+    assert!(text.contains("is it a Redis port?"), "{text}");
+    assert!(!text.contains('\n'), "one line, not the parser's: {text}");
+    assert!(!failure.is_retryable(), "{text}");
+    assert!(took < SOON, "took {took:?} of a {PATIENT:?} connect timeout");
+}
+
+/// A malformed URL is `Invalid` at once, and the message names what is wrong with it and the
+/// form expected (and never shows the password).
+#[tokio::test]
+async fn a_malformed_url_says_what_is_wrong_and_the_form_expected() {
+    let cases = [
+        ("127.0.0.1:6379", "does not start with redis://"),
+        ("redis//127.0.0.1:6379/", "does not start with redis://"),
+        ("http://127.0.0.1:6379/", "its scheme is \"http\""),
+        ("redis://:6379/", "names no host"),
+        ("redis://127.0.0.1:notaport/", "its port \"notaport\" is not a number"),
+        ("redis://user:hunter2@127.0.0.1:99999/", "its port \"99999\" is not a number"),
+        ("redis://127.0.0.1:6379/orders", "its database \"orders\""),
+    ];
+    for (url, what) in cases {
+        let started = Instant::now();
+        let result = DurableScheduler::builder(url, "w").connect_timeout(PATIENT).connect().await;
+        let took = started.elapsed();
+        let Err(Error::Invalid(_)) = &result else { panic!("{url}: {result:?}") };
+        let text = result.err().unwrap().to_string();
+        assert!(text.contains("is malformed") && text.contains(what), "{url}: {text}");
+        assert!(text.contains("redis://[user:pass@]host:port/[db]") && text.contains("rediss://"), "{url}: {text}");
+        assert!(!text.contains("hunter2") && !text.contains("InvalidClientConfig"), "{url}: {text}");
+        assert!(took < SOON, "{url}: took {took:?}");
+    }
+}
+
 /// A server that answers slowly at each step of `connect` (here: `INFO` just inside the connect
 /// timeout, then nothing for the scripts) still fails within the connect timeout as a whole, not
 /// within one timeout per step.

@@ -21,7 +21,7 @@ use futures::FutureExt;
 use proptest::prelude::*;
 use tokio::time::Instant;
 use tokio_timewheel::wheel::{EntryId, HierarchicalWheel, RoundsWheel, Wheel, MAX_SLOTS};
-use tokio_timewheel::{Advance, Builder, Error, Repeat, Scheduled, Scheduler, WheelKind};
+use tokio_timewheel::{Advance, Builder, Error, Repeat, Scheduled, Scheduler, WheelKind, MIN_TICK};
 
 // ---------------------------------------------------------------------------------------------
 // The guard allocator.
@@ -341,9 +341,8 @@ struct Settings {
 
 fn settings() -> impl Strategy<Value = Settings> {
     let tick = prop_oneof![
-        3 => Just(Duration::from_millis(1)),
-        2 => Just(Duration::from_nanos(1)),
-        1 => Just(Duration::from_nanos(7)),
+        5 => Just(MIN_TICK),
+        1 => Just(MIN_TICK + Duration::from_nanos(7)),
         1 => Just(Duration::from_secs(1)),
         1 => Just(Duration::from_secs(3600)),
         1 => Just(Duration::from_nanos(u64::MAX)),
@@ -643,7 +642,8 @@ fn any_tick() -> impl Strategy<Value = Duration> {
     prop_oneof![
         Just(Duration::ZERO),
         Just(Duration::from_nanos(1)),
-        Just(Duration::from_millis(1)),
+        Just(MIN_TICK - Duration::from_nanos(1)),
+        Just(MIN_TICK),
         Just(Duration::from_nanos(u64::MAX)),
         Just(Duration::from_nanos(u64::MAX) + Duration::from_nanos(1)),
         Just(Duration::from_secs(u64::MAX)),
@@ -695,7 +695,7 @@ proptest! {
                 .channel_capacity(channel)
                 .lag_warning(lag);
             let _ = format!("{:?}", builder.clone());
-            let valid = (1..=u128::from(u64::MAX)).contains(&tick.as_nanos())
+            let valid = (MIN_TICK.as_nanos()..=u128::from(u64::MAX)).contains(&tick.as_nanos())
                 && (if rounds { 1 } else { 2 }..=MAX_SLOTS).contains(&slots)
                 && max_pending >= 1
                 && (1..=MAX_PERMITS).contains(&channel);
@@ -719,17 +719,18 @@ fn builder_defaults_and_outside_a_runtime() {
     runtime.block_on(async { invalid(&Scheduler::builder().start(), "start without a time driver") });
 }
 
-/// `MAX_SLOTS` works for both wheels, with a timer at the far end of `u64` ticks.
+/// `MAX_SLOTS` works for both wheels, with a timer near the far end of `u64` ticks (a second
+/// short of it, so that the moment between `start` and `schedule` cannot push it past).
 #[test]
 fn max_slots_work_for_both_wheels() {
     let _one = memory_heavy();
     for wheel in [WheelKind::Hierarchical, WheelKind::Rounds] {
         run(move || async move {
-            let timer =
-                Scheduler::builder().slots(MAX_SLOTS).wheel(wheel).tick(Duration::from_nanos(1)).start().unwrap();
-            timer.schedule("far", Duration::from_nanos(u64::MAX), |_| async {}).await.unwrap();
+            let timer = Scheduler::builder().slots(MAX_SLOTS).wheel(wheel).tick(MIN_TICK).start().unwrap();
+            let far = Duration::from_millis(u64::MAX - 1_000);
+            timer.schedule("far", far, |_| async {}).await.unwrap();
             timer.schedule_at("near", Instant::now(), |_| async {}).await.unwrap();
-            still_works(&timer, &["far".into()], Duration::from_nanos(1)).await;
+            still_works(&timer, &["far".into()], MIN_TICK).await;
         });
     }
 }

@@ -216,3 +216,67 @@ async fn flush_and_stop_are_answered_while_threads_stream_requests() {
     assert_eq!(stats.stopped, dropped as u64);
     assert!(stats.fired > 0 && stats.cancelled > 0, "both ways of ending were exercised: {stats:?}");
 }
+
+/// `len()` (and `stats().pending`) never reads above `max_pending`, whatever the interleaving:
+/// eight tasks on four worker threads schedule, cancel and read the count of the same keys, spread
+/// over every shard, at once, while the timers also fire. A count summed shard by shard while
+/// other threads move timers between shards once read 41 with `max_pending(40)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn len_never_reads_above_max_pending() {
+    const MAX: usize = 40;
+    const TASKS: u64 = 8;
+    const ROUNDS: u64 = 80_000;
+    const KEYS: u64 = 400;
+    let timer = Scheduler::builder().max_pending(MAX).start().unwrap();
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let timer = timer.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rng = 0x2545_F491_4F6C_DD1Du64 ^ (task + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let mut next = move |n: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % n
+            };
+            let (mut highest, mut full) = (0, 0u64);
+            for _ in 0..ROUNDS {
+                let key = format!("k{}", next(KEYS));
+                match next(8) {
+                    0..=2 => match timer.schedule(key.as_str(), Duration::from_micros(next(3_000)), |_| async {}).await
+                    {
+                        Ok(_) | Err(Error::DuplicateKey(_)) => {}
+                        Err(Error::Full(max)) => {
+                            assert_eq!(max, MAX);
+                            full += 1;
+                        }
+                        Err(e) => panic!("unexpected {e}"),
+                    },
+                    3..=4 => drop(timer.cancel_now(&key)),
+                    5 => {
+                        let pending = timer.stats().pending;
+                        assert!(pending <= MAX, "stats().pending read {pending} with max_pending({MAX})");
+                    }
+                    _ => {
+                        let len = timer.len();
+                        assert!(len <= MAX, "len() read {len} with max_pending({MAX})");
+                        highest = highest.max(len);
+                    }
+                }
+                if next(256) == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            (highest, full)
+        }));
+    }
+    let (mut highest, mut full) = (0, 0);
+    for task in tasks {
+        let (h, f) = task.await.unwrap();
+        highest = highest.max(h);
+        full += f;
+    }
+    // The bound was pressed on: schedules were refused as Full, and len() reached it.
+    assert!(full > 0 && highest == MAX, "the race never filled the service: highest {highest}, {full} refused");
+    assert!(timer.len() <= MAX);
+}

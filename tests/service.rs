@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_timewheel::{Advance, Error, Repeat, Scheduler, WheelKind};
+use tokio_timewheel::{Advance, Error, Repeat, Scheduler, WheelKind, MIN_TICK};
 
 const COMBOS: [(WheelKind, Advance); 4] = [
     (WheelKind::Hierarchical, Advance::NextDeadline),
@@ -319,6 +319,26 @@ async fn bad_input_is_an_error_never_a_panic() {
     assert!(Scheduler::builder().capacity(10_000).start().is_ok());
     let err = Scheduler::builder().tick(Duration::ZERO).start().unwrap_err();
     assert!(err.to_string().contains("tick"), "the message names the setting: {err}");
+}
+
+/// A tick below Tokio's timer's resolution is refused, saying the minimum and why: the service
+/// cannot wake more often, and at a 1 ns tick an idle service counted itself millions of ticks
+/// late. `MIN_TICK` itself, and a tick just past it, are accepted.
+#[tokio::test(start_paused = true)]
+async fn a_tick_below_tokios_resolution_is_refused() {
+    assert_eq!(MIN_TICK, Duration::from_millis(1));
+    for tick in [Duration::from_nanos(1), Duration::from_micros(100), MIN_TICK - Duration::from_nanos(1)] {
+        let Err(Error::Invalid(why)) = Scheduler::builder().tick(tick).start() else {
+            panic!("a {tick:?} tick started")
+        };
+        assert!(why.contains("at least 1ms") && why.contains("resolution of Tokio's timer"), "{tick:?}: {why}");
+        assert!(why.contains(&format!("{tick:?}")), "names the tick given: {why}");
+    }
+    for tick in [MIN_TICK, MIN_TICK + Duration::from_nanos(7)] {
+        let timer = Scheduler::builder().tick(tick).start().expect("a tick of 1 ms or more");
+        let done = timer.schedule("t", tick, |_| async {}).await.unwrap();
+        assert_eq!(done.await, Ok(()));
+    }
 }
 
 #[test]

@@ -147,7 +147,9 @@ impl DurableBuilder {
     }
 
     /// How long Redis has to answer one command before the call fails with a retryable
-    /// [`Error::Redis`]. Default [`DEFAULT_RESPONSE_TIMEOUT`].
+    /// [`Error::Redis`]. A worker's leader, claim and lease renewal loops, whose calls come
+    /// round again soon, also retry a failing call for this long only (their log of a failure
+    /// names it). Default [`DEFAULT_RESPONSE_TIMEOUT`].
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.settings.response_timeout = timeout;
         self
@@ -155,8 +157,9 @@ impl DurableBuilder {
 
     /// How long this node waits for an unreachable or failing Redis, in two places:
     /// [`connect`](Self::connect) fails after this long, and **every call** (`schedule`,
-    /// `cancel`, `stats`, ... and a worker's own) keeps retrying a transient failure (a dropped
-    /// connection, a timeout, `LOADING`, a failover) for this long before it returns the error,
+    /// `cancel`, `stats`, ... and a worker's outcomes; its leader, claim and renewal loops retry
+    /// for the [response timeout](Self::response_timeout)) keeps retrying a transient failure (a
+    /// dropped connection, a timeout, `LOADING`, a failover) for this long before it returns the error,
     /// so no call waits much longer than this for a Redis that is away. A refused connection
     /// (nothing listening) fails `connect` at once. Default [`DEFAULT_CONNECT_TIMEOUT`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
@@ -291,13 +294,16 @@ impl DurableBuilder {
     ///   characters, a zero or fractional-millisecond tick, zero slots or more than
     ///   [`MAX_SLOTS`], a lease of zero or over 365 days, zero `max_attempts` or `concurrency`, a `max_payload` over
     ///   512 MiB, a zero timeout (response, connect or handler), a replica wait not shorter than
-    ///   the response timeout, a malformed URL, a server older than Redis 6.2, a wheel recorded
+    ///   the response timeout, a malformed URL (the message names what is wrong), a server older than Redis 6.2, a wheel recorded
     ///   in Redis with another tick, slot or partition count, or one written by an earlier
     ///   version of this crate that still holds tasks (its layout differs: drain it with that
     ///   version first);
     /// - [`Error::Redis`] when Redis does not answer within the connect timeout (category
     ///   `"timed out"`, retryable), when nothing listens at the address (category `"refused"`,
-    ///   at once, retryable: a Redis that is starting refuses too), or when the server turns the
+    ///   at once, retryable: a Redis that is starting refuses too), when the server at the
+    ///   address does not answer as Redis (category `"not Redis"`, at once, not retryable), when
+    ///   the TLS handshake fails (category `"TLS"`, not retryable: a certificate refused, or a
+    ///   `rediss://` URL at a port that speaks plain text), or when the server turns the
     ///   connection down (a wrong password, say; not retryable).
     ///
     /// # Cancel safety

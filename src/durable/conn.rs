@@ -9,7 +9,7 @@ use redis::{FromRedisValue, ScriptInvocation};
 use tokio::time::Instant;
 
 use super::config::{Config, TlsSettings, Topology};
-use super::link::{Link, Source};
+use super::link::{addresses, speaks_plain_text, Link, Source};
 use super::time::ceil_ms;
 use crate::error::RedisFailure;
 use crate::Error;
@@ -48,6 +48,8 @@ impl Conn {
         deadline: Instant,
     ) -> Result<Self, Error> {
         let source = Source::new(topology, tls, cfg, long_response)?;
+        let addrs = addresses(topology);
+        let secure = topology.urls().iter().any(|url| url.starts_with("rediss://"));
         let settings = ConnSettings {
             retry_window: cfg.retry_window(),
             response_timeout: cfg.response_timeout,
@@ -58,16 +60,29 @@ impl Conn {
         let mut conn = Conn { name: cfg.name.clone(), source, fixed: None, cfg: settings };
         // Connecting retries transient failures (a cluster still electing, a sentinel naming a
         // primary that is not one yet) until the deadline, as every call does.
-        // A refused connection is not retried here: nothing listens at the address, which
-        // waiting out the connect timeout would only hide behind "timed out".
+        // A refused connection, or a server that does not answer as Redis, is not retried here:
+        // waiting out the connect timeout would only hide what is wrong behind "timed out".
         let window = deadline.saturating_duration_since(Instant::now());
-        let link = conn
-            .retrying_unless(window, redis::RedisError::is_connection_refusal, |link| async move { Ok(link) })
-            .await
-            .map_err(|e| match e {
-                Error::Redis(f) if f.category() == "timed out" => unreachable(cfg.connect_timeout),
-                e => e,
-            })?;
+        let connecting = conn.retrying_unless(
+            window,
+            CONNECT_TIMEOUT,
+            |err| connect_failure(err, &addrs),
+            |link| async move { Ok(link) },
+        );
+        // A plain-text Redis answers no TLS handshake: it waits for the end of a command line that
+        // never comes. If the handshake has not finished soon, ask the port in plain text.
+        let connected = if secure {
+            tokio::select! {
+                connected = connecting => connected,
+                addr = plain_text_port(&addrs) => Err(not_tls(&addr)),
+            }
+        } else {
+            connecting.await
+        };
+        let link = connected.map_err(|e| match e {
+            Error::Redis(f) if f.category() == "timed out" => unreachable(cfg.connect_timeout),
+            e => e,
+        })?;
         if !conn.source.follows_failover() {
             conn.fixed = Some(link);
         }
@@ -110,18 +125,31 @@ impl Conn {
     /// script is safe to run twice, so a retry after an ambiguous failure (a timeout whose
     /// request did reach Redis) does no harm.
     pub(crate) async fn call<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>, window: Window) -> Result<T, Error> {
-        self.retrying(self.window(window), |mut link| async move { inv.invoke_async::<T>(&mut link).await }).await
+        self.retrying(
+            self.window(window),
+            window.bound(),
+            |mut link| async move { inv.invoke_async::<T>(&mut link).await },
+        )
+        .await
     }
 
     /// Runs one command that names a key the same way, in the default window.
     pub(crate) async fn command<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
-        self.retrying(self.cfg.retry_window, |mut link| async move { cmd.query_async::<T>(&mut link).await }).await
+        self.retrying(self.cfg.retry_window, CONNECT_TIMEOUT, |mut link| async move {
+            cmd.query_async::<T>(&mut link).await
+        })
+        .await
     }
 
     /// Runs one command that names no key (`INFO`, `CONFIG GET`, `WAIT`) on the node that holds
     /// `key` (the primary of its slot, in a cluster), in the default window.
     pub(crate) async fn command_beside<T: FromRedisValue>(&self, cmd: &redis::Cmd, key: &str) -> Result<T, Error> {
-        self.retrying(self.cfg.retry_window, |mut link| async move { link.beside::<T>(cmd, key).await }).await
+        self.retrying(
+            self.cfg.retry_window,
+            CONNECT_TIMEOUT,
+            |mut link| async move { link.beside::<T>(cmd, key).await },
+        )
+        .await
     }
 
     fn window(&self, window: Window) -> Duration {
@@ -132,20 +160,23 @@ impl Conn {
         }
     }
 
-    async fn retrying<T, F, Fut>(&self, window: Duration, attempt: F) -> Result<T, Error>
+    /// Runs `attempt` on the link, retrying transient failures for up to `window`, which the
+    /// setting named `bound` set (for the message of a call that runs out of it).
+    async fn retrying<T, F, Fut>(&self, window: Duration, bound: &'static str, attempt: F) -> Result<T, Error>
     where
         F: FnMut(Link) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        self.retrying_unless(window, |_| false, attempt).await
+        self.retrying_unless(window, bound, |_| None, attempt).await
     }
 
     /// [`retrying`](Self::retrying), except that a failure to connect for which `fail_fast`
-    /// holds is returned at once, as [`refused`].
+    /// gives an error is returned at once, as that error.
     async fn retrying_unless<T, F, Fut>(
         &self,
         window: Duration,
-        fail_fast: impl Fn(&redis::RedisError) -> bool,
+        bound: &'static str,
+        fail_fast: impl Fn(&redis::RedisError) -> Option<Error>,
         mut attempt: F,
     ) -> Result<T, Error>
     where
@@ -156,9 +187,11 @@ impl Conn {
         let mut wait = Duration::from_millis(10);
         loop {
             let failure = match tokio::time::timeout_at(deadline, self.link()).await {
-                Err(_) => timed_out(window),
-                Ok(Err(err)) if fail_fast(&err) => return Err(refused(&err)),
-                Ok(Err(err)) => self.failure(err),
+                Err(_) => timed_out(window, bound),
+                Ok(Err(err)) => match fail_fast(&err) {
+                    Some(error) => return Err(error),
+                    None => self.failure(err),
+                },
                 Ok(Ok(link)) => match tokio::time::timeout_at(deadline, attempt(link.clone())).await {
                     Ok(Ok(value)) => return Ok(value),
                     Ok(Err(err)) => {
@@ -169,11 +202,14 @@ impl Conn {
                     }
                     Err(_) => {
                         self.source.suspect(&link);
-                        timed_out(window)
+                        timed_out(window, bound)
                     }
                 },
             };
             if !failure.is_retryable() || Instant::now() + wait >= deadline {
+                // A call that ran out of its window on a timeout (the redis crate's own says
+                // only "timed out") says how long it tried, and which setting set that.
+                let failure = if failure.category() == "timed out" { timed_out(window, bound) } else { failure };
                 return Err(Error::Redis(failure));
             }
             tracing::debug!(wheel = %self.name, error = %failure, "retrying a Redis call");
@@ -223,6 +259,15 @@ impl Conn {
                 format!("{err}: the sentinels name no primary yet (a failover under way, or a wrong master name)"),
                 true,
             ),
+            _ if is_not_tls(&err) => RedisFailure::new(
+                "TLS",
+                format!(
+                    "the TLS handshake with Redis failed: {err}; the server may not speak TLS on that port: use \
+                     redis:// for it, or check the port (Redis serves TLS on its tls-port)"
+                ),
+                false,
+            )
+            .caused_by(err),
             _ if is_tls_refusal(&err) => RedisFailure::new(
                 "TLS",
                 format!(
@@ -263,6 +308,13 @@ impl Conn {
     }
 }
 
+/// Whether `err` is a TLS handshake that met something other than TLS: rustls reports a reply
+/// that is no TLS record (a plain-text error, an HTTP response) as a corrupt message.
+fn is_not_tls(err: &redis::RedisError) -> bool {
+    let text = err.to_string().to_lowercase();
+    text.contains("corrupt message") || text.contains("invalidcontenttype")
+}
+
 /// Whether `err` is a TLS handshake refused for a certificate (the server's not trusted, or
 /// the client's missing or refused), which no retry mends. rustls reports it through an I/O
 /// error whose text names the certificate or the alert.
@@ -277,12 +329,73 @@ fn may_be_failover(err: &redis::RedisError) -> bool {
     err.is_io_error() || err.is_timeout() || err.is_connection_dropped() || err.code() == Some("READONLY")
 }
 
-fn timed_out(window: Duration) -> RedisFailure {
+/// The failure of a call that had no answer within `window`, set by the setting named `bound`.
+fn timed_out(window: Duration, bound: &str) -> RedisFailure {
     RedisFailure::new(
         "timed out",
-        format!("no answer from Redis within {window:?} (the connect timeout bounds how long a call retries)"),
+        format!("no answer from Redis within {window:?} ({bound}, which bounds how long this call retries)"),
         true,
     )
+}
+
+/// The setting behind [`Window::Default`], and the window of `connect`.
+const CONNECT_TIMEOUT: &str = "the connect timeout";
+
+/// What a failure to connect means at once, with no retry: a refused connection, or a reply
+/// that is not Redis's protocol (the URL names some other server's port). `addrs` are the
+/// addresses of the URLs, for the message.
+fn connect_failure(err: &redis::RedisError, addrs: &[String]) -> Option<Error> {
+    if err.is_connection_refusal() {
+        return Some(refused(err));
+    }
+    if err.kind() == redis::ErrorKind::Parse {
+        let at = match addrs {
+            [addr] => format!("the server at {addr}"),
+            addrs => format!("a server at {}", addrs.join(", ")),
+        };
+        return Some(Error::Redis(
+            RedisFailure::new(
+                "not Redis",
+                format!(
+                    "{at} did not answer as Redis (its reply is not the Redis protocol): is it a Redis port? Check \
+                     the host and port of the URL"
+                ),
+                false,
+            )
+            .caused_by(err.clone()),
+        ));
+    }
+    None
+}
+
+/// How long a TLS connection may take before [`plain_text_port`] asks whether the port speaks
+/// plain text: far longer than a handshake on a local network, far shorter than a connect
+/// timeout.
+const PLAIN_TEXT_CHECK_AFTER: Duration = Duration::from_millis(300);
+
+/// The first of `addrs` whose server answers a plain-text `PING` as Redis does, asked once
+/// [`PLAIN_TEXT_CHECK_AFTER`] has passed; pending for ever if none does (a TLS server, or one
+/// that is slow to answer at all, is left to the connect timeout).
+async fn plain_text_port(addrs: &[String]) -> String {
+    tokio::time::sleep(PLAIN_TEXT_CHECK_AFTER).await;
+    for addr in addrs {
+        if speaks_plain_text(addr, Duration::from_secs(1)).await {
+            return addr.clone();
+        }
+    }
+    std::future::pending().await
+}
+
+/// The error of a `rediss://` connect to a server that answers in plain text.
+fn not_tls(addr: &str) -> Error {
+    Error::Redis(RedisFailure::new(
+        "TLS",
+        format!(
+            "the TLS handshake with Redis at {addr} failed: the server there answers in plain text, so it may not \
+             speak TLS on that port: use redis:// for it, or check the port (Redis serves TLS on its tls-port)"
+        ),
+        false,
+    ))
 }
 
 /// The error of a `connect` whose connection was refused: nothing listens at the address.
@@ -308,6 +421,17 @@ pub(crate) enum Window {
     Response,
     /// As long as this: recording an outcome keeps trying while the lease lasts.
     Within(Duration),
+}
+
+impl Window {
+    /// The setting that sets this window, named as its builder method is documented.
+    fn bound(self) -> &'static str {
+        match self {
+            Window::Default => CONNECT_TIMEOUT,
+            Window::Response => "the response timeout",
+            Window::Within(_) => "the task's lease, or the connect timeout if longer",
+        }
+    }
 }
 
 /// The error of a `connect` that did not get through within the connect timeout.

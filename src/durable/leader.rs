@@ -74,6 +74,8 @@ pub(crate) async fn run(
     let renew = (wheel.cfg.leader_lease() / 3).max(Duration::from_millis(1));
     let bid = (wheel.cfg.leader_lease() / BID_EVERY).max(Duration::from_millis(1));
     let mut token: Option<String> = None;
+    // The token of a lead the tick script just refused, until the next bid tells why.
+    let mut refused: Option<String> = None;
     let mut failures = 0u32;
     let mut answered = false;
     loop {
@@ -85,6 +87,21 @@ pub(crate) async fn run(
             None => match scripts::acquire(wheel, &part.keys, &node, wheel.cfg.leader_lease_ms()).await {
                 Ok(answer) => {
                     failures = 0;
+                    if let Some(old) = refused.take() {
+                        report_refusal(wheel, part, &old, &answer);
+                    }
+                    if let (false, Bid::Lost(left)) = (answered, &answer) {
+                        // Most often another live node; after a restart, possibly this node's
+                        // previous run, whose lead nobody gave up: it comes to a bidder once its
+                        // lease runs out.
+                        let left = left.map_or_else(|| "no expiry".to_owned(), |left| format!("{left:.1?} left"));
+                        tracing::info!(
+                            wheel = %wheel.name(),
+                            partition = part.index,
+                            "another node leads ({left} on its lease): if that is this node's previous run, which \
+                             did not give the lead up, a node that bids takes it once the lease runs out"
+                        );
+                    }
                     let wait = match answer {
                         Bid::Won(t) => {
                             tracing::info!(wheel = %wheel.name(), partition = part.index, token = %t, "took the leadership");
@@ -113,10 +130,11 @@ pub(crate) async fn run(
                     failures = 0;
                     next.min(renew)
                 }
+                // The lead is no longer this token's: its lease ran out, and another node may
+                // have taken it or nobody. The bid that follows at once tells which, and says so.
                 Ok(Round::Refused) => {
-                    tracing::warn!(wheel = %wheel.name(), token = %t, "lost the leadership: another node ticks");
                     lead.set(None);
-                    token = None;
+                    refused = token.take();
                     Duration::ZERO
                 }
                 Err(e) => backoff(wheel, &mut failures, &e),
@@ -136,6 +154,31 @@ pub(crate) async fn run(
         if let Err(e) = scripts::release(wheel, &part.keys, &t).await {
             tracing::warn!(wheel = %wheel.name(), error = %e, "could not give up the leadership; it lapses after the lease");
         }
+    }
+}
+
+/// Says why the lead held under `old` was refused, from the bid made just after: won back, it
+/// had lapsed with no other node taking it (Redis restarted or was out of reach, or this process
+/// stalled, for longer than the leadership's lease); lost, another node took it meanwhile.
+fn report_refusal(wheel: &Wheel, part: &Partition, old: &str, bid: &Bid) {
+    let lease = wheel.cfg.leader_lease();
+    match bid {
+        Bid::Won(_) => tracing::warn!(
+            wheel = %wheel.name(),
+            partition = part.index,
+            token = %old,
+            "the leadership lapsed and this node took it back: no other node held it, but its lease of {lease:?} \
+             ran out before this node renewed it (Redis restarted or was out of reach, or this process stalled, for \
+             that long)"
+        ),
+        Bid::Lost(_) => tracing::warn!(
+            wheel = %wheel.name(),
+            partition = part.index,
+            token = %old,
+            "lost the leadership to another node: its lease of {lease:?} ran out before this node renewed it (Redis \
+             was out of reach, or this process stalled, for that long), and another node took it; this node bids \
+             again when that node's lease runs out"
+        ),
     }
 }
 

@@ -123,6 +123,9 @@ impl Source {
                 "tls_root_ca or tls_client_auth was given, but the URL is redis://: use rediss:// for TLS",
             ));
         }
+        for url in &urls {
+            url.into_connection_info().map_err(|e| malformed_url(url, &e))?;
+        }
         let malformed = |e: redis::RedisError| Error::invalid(format!("a Redis URL is malformed: {e}"));
         Ok(match topology {
             Topology::Node(url) => {
@@ -275,6 +278,93 @@ impl Source {
         }
         Ok(conn)
     }
+}
+
+/// The form of the URLs the durable mode takes, for the errors about a malformed one.
+const URL_FORM: &str = "redis://[user:pass@]host:port/[db], or rediss://[user:pass@]host:port/[db] for TLS";
+
+/// The error of a URL the redis crate refused (with `err`): what is wrong with it, where the
+/// URL's shape says, and the form expected. The URL is shown without its password.
+fn malformed_url(url: &str, err: &redis::RedisError) -> Error {
+    let what = what_is_wrong(url).unwrap_or_else(|| err.to_string());
+    Error::invalid(format!("the Redis URL {:?} is malformed: {what}; write it as {URL_FORM}", redacted(url)))
+}
+
+/// What is wrong with a URL the redis crate refused, if its shape tells: the scheme, the host,
+/// the port or the database number. `None` if it looks right (the redis crate's reason stands).
+fn what_is_wrong(url: &str) -> Option<String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Some("it does not start with redis:// (or rediss://)".to_owned());
+    };
+    if !matches!(scheme, "redis" | "rediss" | "valkey" | "valkeys" | "redis+unix" | "unix") {
+        return Some(format!("its scheme is {scheme:?}, not redis or rediss"));
+    }
+    if scheme.ends_with("unix") {
+        return None;
+    }
+    let (authority, path) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, host_port)| host_port);
+    let (host, port) = match host_port.strip_prefix('[') {
+        // An IPv6 address: `[::1]:6379`.
+        Some(v6) => match v6.split_once(']') {
+            Some((host, after)) => (host, after.strip_prefix(':')),
+            None => return Some(format!("its IPv6 host {host_port:?} has no closing `]`")),
+        },
+        None => match host_port.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        },
+    };
+    if host.is_empty() {
+        return Some("it names no host".to_owned());
+    }
+    if let Some(port) = port.filter(|port| !matches!(port.parse::<u16>(), Ok(1..))) {
+        return Some(format!("its port {port:?} is not a number from 1 to 65535"));
+    }
+    let db = path.strip_prefix('/').unwrap_or(path);
+    let db = &db[..db.find(['?', '#']).unwrap_or(db.len())];
+    if !db.is_empty() && db.parse::<i64>().is_err() {
+        return Some(format!("its database {db:?} (after the host's slash) is not a number"));
+    }
+    None
+}
+
+/// `url` with the password of its user part, if any, replaced by `***`.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rsplit_once('@') {
+        Some((user, _)) => {
+            let shown = user.split_once(':').map_or(user.to_owned(), |(name, _)| format!("{name}:***"));
+            format!("{scheme}://{shown}@{}", &rest[user.len() + 1..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// The addresses (`host:port`) that the URLs of `topology` name, for errors and
+/// [`speaks_plain_text`]. Called once [`Source::new`] has checked the URLs.
+pub(crate) fn addresses(topology: &Topology) -> Vec<String> {
+    topology
+        .urls()
+        .into_iter()
+        .filter_map(|url| url.into_connection_info().ok())
+        .map(|i| i.addr().to_string())
+        .collect()
+}
+
+/// Whether the server at `addr` answers a plain-text `PING` as Redis does (`+PONG`, or an error
+/// such as `-NOAUTH`): then it does not speak TLS on that port. A TLS server answers with an
+/// alert or closes the connection; that, or no answer within `wait`, is `false`.
+pub(crate) async fn speaks_plain_text(addr: &str, wait: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let first = stream.read_u8().await.ok()?;
+        Some(matches!(first, b'+' | b'-'))
+    };
+    matches!(tokio::time::timeout(wait, probe).await, Ok(Some(true)))
 }
 
 /// The settings of a one-node connection: these timeouts, and a reconnect that retries twice

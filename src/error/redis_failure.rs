@@ -24,6 +24,12 @@ impl RedisFailure {
         RedisFailure { category: category.into(), message: message.into(), retryable, source: None }
     }
 
+    /// This failure, with `err` as its [`source`](std::error::Error::source).
+    pub(crate) fn caused_by(mut self, err: redis::RedisError) -> Self {
+        self.source = Some(Arc::new(err));
+        self
+    }
+
     /// What kind of failure this is, in a few words ("I/O error", "busy loading", "timed out", ...).
     pub fn category(&self) -> &str {
         &self.category

@@ -9,6 +9,7 @@ use super::actor;
 use super::clock::Clock;
 use super::config::{
     Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_NAME, DEFAULT_SLOTS, DEFAULT_TICK,
+    MIN_TICK,
 };
 use super::scheduler::Scheduler;
 use super::shards::Shared;
@@ -82,8 +83,21 @@ impl Default for Builder {
 impl Builder {
     /// The wheel's resolution: deadlines round up to a tick (default [`DEFAULT_TICK`]).
     ///
-    /// Tokio's own timer has a resolution of 1 ms, so a shorter tick makes the wheel finer but
-    /// not the wake-ups: allow 1 ms plus a tick of lateness then.
+    /// At least [`MIN_TICK`] (1 ms): Tokio's timer has a resolution of 1 ms, so the service
+    /// cannot wake more often than that, and with a shorter tick every timer would be counted
+    /// late by many ticks (an idle service at a 1 ns tick would warn that it fires millions of
+    /// ticks late). [`start`](Self::start) refuses a shorter tick with [`Error::Invalid`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler, MIN_TICK};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().tick(Duration::from_millis(10)).start()?;
+    /// assert!(matches!(Scheduler::builder().tick(MIN_TICK / 2).start(), Err(Error::Invalid(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick;
         self
@@ -203,7 +217,7 @@ impl Builder {
     /// Checks the settings and spawns the actor on the current Tokio runtime.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a zero tick, a slot count the wheel refuses, a zero `max_pending`
+    /// [`Error::Invalid`] for a tick shorter than [`MIN_TICK`], a slot count the wheel refuses, a zero `max_pending`
     /// or channel capacity, a `capacity` that cannot be allocated, or when called outside a
     /// Tokio runtime or on one built without its time driver (`enable_time()`). The check for
     /// the time driver makes a `tokio::time::sleep` and catches its panic, so the default panic
@@ -218,6 +232,14 @@ impl Builder {
                 "the Tokio runtime has no time driver: build it with `enable_time()` (or `enable_all()`), \
                  as #[tokio::main] and #[tokio::test] do",
             ));
+        }
+        if self.tick < MIN_TICK {
+            return Err(Error::invalid(format!(
+                "the tick must be at least {MIN_TICK:?}, the resolution of Tokio's timer, got {:?}: the service \
+                 cannot wake more often than that, so a shorter tick only counts every timer late; use a tick of \
+                 1 ms or more",
+                self.tick
+            )));
         }
         if self.max_pending == 0 {
             return Err(Error::invalid("max_pending must be at least 1"));

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 /// The default tick: 1 ms, the resolution of Tokio's own timer.
 pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
+/// The shortest tick [`Builder::start`](super::Builder::start) accepts: 1 ms, the resolution of
+/// Tokio's timer, which cannot wake the service more often than that.
+pub const MIN_TICK: Duration = Duration::from_millis(1);
 /// The default number of buckets per wheel level (or in the rounds ring).
 pub const DEFAULT_SLOTS: usize = 64;
 /// The default capacity of the channel that carries `flush` and `stop` to the actor.

@@ -10,6 +10,7 @@
 //! tick share is the first step of each, so a job that blocks its thread (it should use
 //! `spawn_blocking`) delays the others due with it.
 
+use std::any::Any;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -18,13 +19,15 @@ use std::task::{Context, Poll};
 
 use tracing::Instrument;
 
+use super::key::Key;
+
 /// A started job: the future its closure returned.
 pub(crate) type JobFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A repeating timer's job: the actor can start it any number of times (once per run).
 pub(crate) trait Job: Send + Sync + 'static {
-    /// Calls the user's closure with the key. A closure that panics before returning its
-    /// future is reported and does not unwind into the actor.
+    /// Calls the user's closure with the key. It may panic: [`Starts::push`] catches and
+    /// reports that, so it never unwinds into the actor.
     fn call(&self, key: String) -> Option<JobFuture>;
 }
 
@@ -61,24 +64,13 @@ impl OnceJob for Wake {
     }
 }
 
-/// Calls `f`, catching a panic before it returns its future.
-fn guarded<Fut: Future<Output = ()> + Send + 'static>(f: impl FnOnce() -> Fut) -> Option<JobFuture> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(future) => Some(Box::pin(future)),
-        Err(_) => {
-            tracing::error!("a timer job panicked before returning its future");
-            None
-        }
-    }
-}
-
 impl<F, Fut> Job for F
 where
     F: Fn(String) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     fn call(&self, key: String) -> Option<JobFuture> {
-        guarded(|| self(key))
+        Some(Box::pin(self(key)))
     }
 }
 
@@ -91,7 +83,7 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     fn call_once(self: Box<Self>, key: String) -> Option<JobFuture> {
-        guarded(|| (self.0)(key))
+        Some(Box::pin((self.0)(key)))
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
@@ -116,26 +108,37 @@ impl JobRef {
     }
 }
 
-/// The jobs due in one advance, to be started together.
-#[derive(Default)]
+/// The jobs due in one advance, to be started together, each with its timer's key (which a
+/// job's panic is reported with).
 pub(crate) struct Starts {
-    futures: Vec<JobFuture>,
+    futures: Vec<(JobFuture, Key)>,
+    /// The service's name, for the jobs' spans and the report of a panic.
+    wheel: Arc<str>,
 }
 
 impl Starts {
-    /// Calls the job of the timer `key` of the service `wheel`, inside a `tracing` span at the
-    /// `DEBUG` level (target `tokio_timewheel::job`) that carries both and goes with the
+    /// An empty list for the jobs of the service `wheel`.
+    pub fn new(wheel: &str) -> Self {
+        Starts { futures: Vec::new(), wheel: wheel.into() }
+    }
+
+    /// Calls the job of the timer `key` inside a `tracing` span at the `DEBUG` level (target
+    /// `tokio_timewheel::job`) that carries the service's name and the key and goes with the
     /// job's future. A span that no subscriber wants costs one check of the level, and the job
-    /// is kept as it is: at a million firings a second, a span each is not free, so it is
-    /// there for whoever asks for it.
-    pub fn push(&mut self, job: JobRef, key: String, wheel: &str) {
-        let span = tracing::debug_span!(target: "tokio_timewheel::job", "timer", wheel, key = key.as_str());
-        if span.is_disabled() {
-            self.futures.extend(job.call(key));
-            return;
+    /// is kept as it is: at a million firings a second, a span each is not free, so it is there
+    /// for whoever asks for it. A closure that panics is reported (see [`report`]) and does not
+    /// unwind into the actor.
+    pub fn push(&mut self, job: JobRef, key: Key) {
+        let span =
+            tracing::debug_span!(target: "tokio_timewheel::job", "timer", wheel = &*self.wheel, key = key.as_str());
+        let call = || catch_unwind(AssertUnwindSafe(|| job.call(key.as_str().to_owned())));
+        let (started, span) = if span.is_disabled() { (call(), None) } else { (span.in_scope(call), Some(span)) };
+        match (started, span) {
+            (Ok(Some(future)), None) => self.futures.push((future, key)),
+            (Ok(Some(future)), Some(span)) => self.futures.push((Box::pin(future.instrument(span)), key)),
+            (Ok(None), _) => {}
+            (Err(panic), _) => report(&self.wheel, &key, &*panic),
         }
-        let future = span.in_scope(|| job.call(key));
-        self.futures.extend(future.map(|future| Box::pin(future.instrument(span)) as JobFuture));
     }
 
     /// Gives back the room of the list.
@@ -146,27 +149,76 @@ impl Starts {
     /// Spawns one task that starts every collected job.
     pub fn spawn(&mut self) {
         if !self.futures.is_empty() {
-            drop(tokio::spawn(StartAll(std::mem::take(&mut self.futures))));
+            drop(tokio::spawn(StartAll { futures: std::mem::take(&mut self.futures), wheel: self.wheel.clone() }));
         }
     }
 }
 
+/// Logs that the job of timer `key` of the service `wheel` panicked, at `ERROR` (target
+/// `tokio_timewheel::job`), with the panic's message: whatever the level of the jobs' spans,
+/// the line says which timer it was and why.
+fn report(wheel: &str, key: &Key, panic: &(dyn Any + Send)) {
+    let key = key.as_str();
+    let message = panic_message(panic);
+    tracing::error!(
+        target: "tokio_timewheel::job",
+        wheel,
+        key,
+        panic = message,
+        "the job of timer {key:?} panicked: {message} (the timer counts as fired; the service goes on)"
+    );
+}
+
+/// The message of a panic: its payload as text, as `panic!` makes it (`&str` or `String`).
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(message), _) => message,
+        (None, Some(message)) => message,
+        (None, None) => "non-string panic payload",
+    }
+}
+
 /// Polls each job once; those still pending go on as tasks of their own.
-struct StartAll(Vec<JobFuture>);
+struct StartAll {
+    futures: Vec<(JobFuture, Key)>,
+    wheel: Arc<str>,
+}
 
 impl Future for StartAll {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        for mut future in self.0.drain(..) {
+        let this = &mut *self;
+        for (mut future, key) in this.futures.drain(..) {
             // The waker a pending job registers here is this task's, which is finished by the
             // time it fires; the job's own task polls it again first and registers its own.
             match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
                 Ok(Poll::Ready(())) => {}
-                Ok(Poll::Pending) => drop(tokio::spawn(future)),
-                Err(_) => tracing::error!("a timer job panicked"),
+                Ok(Poll::Pending) => drop(tokio::spawn(Reported { future, key, wheel: this.wheel.clone() })),
+                Err(panic) => report(&this.wheel, &key, &*panic),
             }
         }
         Poll::Ready(())
+    }
+}
+
+/// A job that went on as a task of its own: a panic in a later poll is reported the same way.
+struct Reported {
+    future: JobFuture,
+    key: Key,
+    wheel: Arc<str>,
+}
+
+impl Future for Reported {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match catch_unwind(AssertUnwindSafe(|| self.future.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(panic) => {
+                report(&self.wheel, &self.key, &*panic);
+                Poll::Ready(())
+            }
+        }
     }
 }

@@ -45,6 +45,7 @@ mod timer;
 pub use builder::Builder;
 pub use config::{
     Advance, WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_NAME, DEFAULT_SLOTS, DEFAULT_TICK,
+    MIN_TICK,
 };
 pub use handle::{TimerGuard, TimerHandle};
 pub use queue::{Expirations, TimerQueue};

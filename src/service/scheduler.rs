@@ -97,9 +97,10 @@ impl Scheduler {
     /// in the same advance; a job that finishes in that poll (log, count, send, close) costs no
     /// task, and one that has to wait goes on as a Tokio task of its own. So a job that awaits
     /// never delays another; what the jobs due together share is the synchronous part of each,
-    /// so keep it short (use `spawn_blocking` for heavy work). A panic in the closure or in the
-    /// first poll is caught and logged through `tracing`; a later panic ends the job's own task,
-    /// as any Tokio task's would. Either way the run counts as fired. Each job runs inside a
+    /// so keep it short (use `spawn_blocking` for heavy work). A panic in the closure or in any
+    /// poll of its future is caught and logged through `tracing` at `ERROR` (target
+    /// `tokio_timewheel::job`), with the timer's key and the panic's message; the run counts as
+    /// fired. Each job runs inside a
     /// `tracing` span `timer` with the fields `wheel` ([`Builder::name`](crate::Builder::name))
     /// and `key`, at the `DEBUG` level under the target `tokio_timewheel::job`, so that its logs
     /// say which timer they come from; a span that no subscriber wants costs one level check.
@@ -742,7 +743,8 @@ impl Scheduler {
         self.shared.contains(key.as_bytes())
     }
 
-    /// The number of pending timers.
+    /// The number of pending timers, counted at one instant: never more than
+    /// [`max_pending`](crate::Builder::max_pending).
     pub fn len(&self) -> usize {
         self.shared.stats().pending
     }
@@ -757,9 +759,9 @@ impl Scheduler {
         &self.shared.name
     }
 
-    /// A snapshot of the counters. Each field is read on its own, so under concurrent use they
-    /// may be a moment apart from one another. With the `metrics` feature, the call also
-    /// publishes them (see [`metrics`]).
+    /// A snapshot of the counters, all read at one instant (every shard's lock is held for the
+    /// read, briefly holding up the calls on the service's keys). With the `metrics` feature,
+    /// the call also publishes them (see [`metrics`]).
     ///
     /// [`metrics`]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/metrics/index.html
     pub fn stats(&self) -> Stats {

@@ -489,12 +489,28 @@ impl Shared {
         self.lock(shard).find(hash, key, None).is_some()
     }
 
-    /// The counters, summed over the shards; published as metrics too.
+    /// The counters, summed over the shards at one instant; published as metrics too.
+    ///
+    /// Every shard is locked at once for the sum (in order, and this is the only call that holds
+    /// more than one shard's lock, so none can deadlock). Summed one shard at a time, the count
+    /// of pending timers could pass `max_pending`: a timer cancelled in a shard already read
+    /// frees room that another thread's timer takes in a shard not yet read, and both were
+    /// counted. Each shard counts a timer only while it holds room in `max_pending` (the room is
+    /// reserved before the count goes up and given back after it goes down), so a sum taken at
+    /// one instant never does.
     pub fn stats(&self) -> Stats {
+        let shards: Vec<_> = (0..self.shards.len()).map(|shard| self.lock(shard)).collect();
         let mut total = Stats::default();
-        for shard in 0..self.shards.len() {
-            total.add(&self.lock(shard).counts);
+        for shard in &shards {
+            total.add(&shard.counts);
         }
+        drop(shards);
+        debug_assert!(
+            total.pending <= self.max_pending,
+            "{} timers pending past max_pending {}",
+            total.pending,
+            self.max_pending
+        );
         self.metrics.publish(&total);
         total
     }
