@@ -174,6 +174,8 @@ fn modes_share_only_what_lies_below_both() {
         include_str!("error/redis_failure.rs"),
         include_str!("lateness.rs"),
         include_str!("recurrence/mod.rs"),
+        include_str!("recurrence/series.rs"),
+        include_str!("recurrence/cron.rs"),
     ];
     for source in shared {
         for line in code(source) {
