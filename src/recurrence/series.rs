@@ -2,6 +2,7 @@
 //! clock: every question takes the time it is about, so both modes (and tests) ask it with
 //! their own idea of now.
 
+use std::fmt;
 use std::time::{Duration, SystemTime};
 
 #[cfg(feature = "cron")]
@@ -430,6 +431,35 @@ impl Recurrence {
                 runs
             }
         }
+    }
+}
+
+/// A recurrence by reference, for the calls that take one by value
+/// ([`Scheduler::schedule_recurring`](crate::Scheduler::schedule_recurring)): cloned.
+impl From<&Recurrence> for Recurrence {
+    fn from(recurrence: &Recurrence) -> Self {
+        recurrence.clone()
+    }
+}
+
+/// As it was built, for messages: `every 100ms, limit 5`, `cron "0 3 * * *" in Europe/Berlin`.
+impl fmt::Display for Recurrence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.cadence {
+            Cadence::Every(period) => write!(f, "every {period:?}")?,
+            #[cfg(feature = "cron")]
+            Cadence::Cron(cron) => write!(f, "cron {:?} in {}", cron.expression(), cron.zone())?,
+        }
+        if let Some(start) = self.start {
+            write!(f, ", starting {start:?}")?;
+        }
+        if let Some(end) = self.until {
+            write!(f, ", until {end:?}")?;
+        }
+        if let Some(limit) = self.limit {
+            write!(f, ", limit {limit}")?;
+        }
+        Ok(())
     }
 }
 

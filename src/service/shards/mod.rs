@@ -21,6 +21,7 @@
 //! through the shard's watchers (see `watch.rs`).
 
 mod fired;
+mod replace;
 mod shard;
 mod wake;
 mod watch;
