@@ -92,6 +92,7 @@ const SERVICE: &[File] = &[
     inner!("service", "shards", "service/shards/wake.rs"),
     inner!("service", "shards", "service/shards/watch.rs"),
     inner!("service", "shards", "service/shards/replace.rs"),
+    inner!("service", "shards", "service/shards/pause.rs"),
     top!("service", "handle", "service/handle.rs"),
     top!("service", "scheduled", "service/scheduled.rs"),
     top!("service", "actor", "service/actor.rs"),

@@ -1,11 +1,11 @@
 //! Recurring timers in process: `schedule_recurring`, `upsert_recurring`, the bounds of a
-//! `Recurrence`; under `tokio::time::pause()` where the runtime allows.
+//! `Recurrence`, pausing and resuming; under `tokio::time::pause()` where the runtime allows.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
-use tokio_timewheel::{Error, MissedRuns, Recurrence, Repeat, Scheduler};
+use tokio_timewheel::{Advance, Error, MissedRuns, Recurrence, Repeat, Scheduler, WheelKind};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
@@ -246,6 +246,73 @@ async fn bad_recurrences_are_invalid_and_say_what_is_wrong() {
     let why = invalid(timer.schedule_recurring("", every(10), job).await);
     assert!(why.contains("key"), "{why}");
     assert!(timer.is_empty(), "nothing was scheduled");
+}
+
+/// Every wheel and advance mode (at a 10 ms tick, to keep the interval modes short): a parked
+/// deadline is past anything either wheel reaches.
+#[tokio::test(start_paused = true)]
+async fn a_paused_timer_keeps_its_time_left_and_counts_it_again_when_resumed() {
+    for wheel in [WheelKind::Hierarchical, WheelKind::Rounds] {
+        for advance in [Advance::NextDeadline, Advance::Interval] {
+            let timer = Scheduler::builder().tick(10 * MS).slots(64).wheel(wheel).advance(advance).start().unwrap();
+            let log = Log::default();
+            let start = Instant::now();
+            let buff = timer.schedule("buff", 10 * SEC, log.job("buff")).await.unwrap();
+            tokio::time::sleep(4 * SEC).await;
+            assert_eq!(timer.pause("buff").await, Ok(6 * SEC));
+            assert_eq!(timer.pause("buff").await, Ok(6 * SEC), "paused already: nothing changes");
+            assert_eq!(timer.deadline("buff"), None);
+            assert!(timer.contains("buff"));
+            tokio::time::sleep(100 * SEC).await;
+            assert_eq!(log.runs(), [], "a paused timer does not fire ({wheel:?}, {advance:?})");
+            assert_eq!(timer.resume("buff").await, Ok(6 * SEC));
+            assert_eq!(timer.resume("buff").await, Ok(6 * SEC), "running already: nothing changes");
+            assert_eq!(timer.deadline("buff"), Some(start + 110 * SEC));
+            assert_eq!(buff.await, Ok(()));
+            assert_eq!(log.offsets("buff", start), [110 * SEC], "{wheel:?}, {advance:?}");
+            assert_eq!(timer.pause("buff").await, Err(Error::NotFound));
+            assert_eq!(timer.resume("nothing").await, Err(Error::NotFound));
+            timer.stop().await;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_repeating_timer_resumes_on_its_period() {
+    let timer = Scheduler::builder().start().unwrap();
+    let log = Log::default();
+    let start = Instant::now();
+    timer.schedule_recurring("regen", every(1000).limit(3), log.job("r")).await.unwrap();
+    tokio::time::sleep(1300 * MS).await;
+    assert_eq!(timer.pause("regen").await, Ok(700 * MS));
+    tokio::time::sleep(5 * SEC).await;
+    assert_eq!(timer.resume("regen").await, Ok(700 * MS));
+    tokio::time::sleep(5 * SEC).await;
+    assert_eq!(log.offsets("r", start), [1000 * MS, 7000 * MS, 8000 * MS]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_timer_can_be_cancelled_or_moved_which_resumes_it() {
+    let timer = Scheduler::builder().start().unwrap();
+    let log = Log::default();
+    let start = Instant::now();
+    let cancelled = timer.schedule("a", SEC, log.job("a")).await.unwrap();
+    timer.schedule("b", SEC, log.job("b")).await.unwrap();
+    timer.pause("a").await.unwrap();
+    timer.pause("b").await.unwrap();
+    assert!(timer.cancel("a").await);
+    assert_eq!(cancelled.await, Err(Error::Cancelled));
+    timer.reschedule("b", 2 * SEC).await.unwrap();
+    assert_eq!(timer.deadline("b"), Some(start + 2 * SEC));
+    tokio::time::sleep(3 * SEC).await;
+    assert_eq!(log.offsets("b", start), [2 * SEC]);
+    assert_eq!(log.offsets("a", start), []);
+    // Stopping the service ends a paused timer as stopped.
+    let paused = timer.schedule("c", SEC, log.job("c")).await.unwrap();
+    timer.pause("c").await.unwrap();
+    assert_eq!(timer.stop().await, 1);
+    assert_eq!(paused.await, Err(Error::Stopped));
+    assert_eq!(timer.pause("c").await, Err(Error::Stopped));
 }
 
 #[cfg(feature = "cron")]

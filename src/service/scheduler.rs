@@ -832,6 +832,64 @@ impl Scheduler {
         self.move_timer(key.as_bytes(), moved)
     }
 
+    /// Pauses the pending timer with this key: it keeps the time left to its next run and does
+    /// not fire until [`resume`](Self::resume)d, as a stun freezes a buff's remaining time.
+    /// Returns the time left. A paused timer stays pending under its key
+    /// ([`contains`](Self::contains) is true, it counts against `max_pending`, its
+    /// [`Scheduled`] waits) but has no [`deadline`](Self::deadline); it can be cancelled,
+    /// replaced, or moved, and a move ([`reschedule`](Self::reschedule),
+    /// [`reschedule_at`](Self::reschedule_at), a push-back) sets a deadline and so resumes it
+    /// there. Pausing a paused timer changes nothing and returns its time left. The time left
+    /// is kept in whole ticks of the service's clock (a deadline already rounds up to one).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if no timer with this key is pending, [`Error::Stopped`] once the
+    /// service has stopped.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, the timer was not paused.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let secs = Duration::from_secs;
+    /// timer.schedule("haste:player-9", secs(10), |key| async move { println!("{key} wears off") }).await?;
+    /// tokio::time::sleep(secs(4)).await;
+    /// assert_eq!(timer.pause("haste:player-9").await?, secs(6), "stunned: the buff's time stands still");
+    /// tokio::time::sleep(secs(30)).await;
+    /// assert_eq!(timer.deadline("haste:player-9"), None);
+    /// assert_eq!(timer.resume("haste:player-9").await?, secs(6), "the stun is over: 6 s to go");
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause(&self, key: &str) -> Result<Duration, Error> {
+        // Give way now and then, as `schedule` does, before anything has changed.
+        tokio::task::coop::consume_budget().await;
+        self.check_running()?;
+        self.shared.pause(key.as_bytes(), Instant::now())
+    }
+
+    /// Resumes the paused timer with this key: its time left counts down again from now.
+    /// Returns the time left. A timer that is not paused is left as it is, and its time left
+    /// returned. See [`pause`](Self::pause).
+    ///
+    /// # Errors
+    /// As [`pause`](Self::pause).
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, the timer was not resumed.
+    ///
+    /// # Examples
+    /// See [`pause`](Self::pause).
+    pub async fn resume(&self, key: &str) -> Result<Duration, Error> {
+        tokio::task::coop::consume_budget().await;
+        self.check_running()?;
+        self.shared.resume(key.as_bytes(), Instant::now())
+    }
+
     /// Moves the pending timer with this key to the absolute `deadline`; a repeating timer
     /// continues at its period from there. A deadline in the past fires on the next tick.
     ///
@@ -876,7 +934,8 @@ impl Scheduler {
         &self.shared
     }
 
-    /// When the pending timer with this key is next due, or `None` if none is pending. The
+    /// When the pending timer with this key is next due, or `None` if none is pending or it is
+    /// [paused](Self::pause). The
     /// instant is the deadline rounded up to the service's tick (a repeating timer's next run is
     /// exact), which is when the timer becomes due; it is the instant `reschedule_at` was given
     /// when that is a whole number of ticks from the service's start, as with the default 1 ms
