@@ -5,10 +5,14 @@
 //!    arrives on most of them (timeout cancelled, or pushed back with the keep-alive call
 //!    `schedule_or_reset`), the rest time out;
 //! 2. game buffs: a damage-over-time buff that ticks five times, a regeneration that repeats
-//!    until dispelled, a haste buff that expires, and a skill cooldown awaited in place;
-//! 3. an order auto-review 48 hours out, far beyond any level-0 span, kept pending until stop.
+//!    until dispelled, a haste buff that a stun freezes for a while (pause, resume) before it
+//!    expires, and a skill cooldown awaited in place;
+//! 3. the game's daily reset at 05:00 Berlin time, a cron recurrence in a time zone (with the
+//!    `cron` feature), and an order auto-review 48 hours out, far beyond any level-0 span, both
+//!    kept pending until stop.
 //!
-//! Run it with `cargo run --release --example tour`.
+//! Run it with `cargo run --release --example tour --features cron` (without the feature, the
+//! tour skips the daily reset).
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -37,6 +41,8 @@ async fn main() -> Result<(), Error> {
         })
         .await?;
 
+    let resets = daily_reset(&timer).await?;
+
     let (timed_out, cancelled) = connections.await.expect("connection task");
     buffs.await.expect("buff task")?;
 
@@ -46,8 +52,8 @@ async fn main() -> Result<(), Error> {
     println!("[stats] connections: {timed_out} timed out, {cancelled} cancelled by traffic");
     println!("[order] still pending after {:.1?}: {}", started.elapsed(), timer.contains("review:order-42"));
     let dropped = timer.stop().await;
-    println!("[stop] service stopped, {dropped} pending timer dropped (the order review)");
-    assert_eq!(dropped, 1);
+    println!("[stop] service stopped, {dropped} pending timers dropped (the order review, the daily reset)");
+    assert_eq!(dropped, 1 + resets);
     assert_eq!(timed_out + cancelled, CONNECTIONS);
     println!("tour finished in {:.1?}", started.elapsed());
     Ok(())
@@ -134,12 +140,24 @@ async fn game_buffs(timer: Scheduler) -> Result<(), Error> {
             println!("[buff] t={:>4} ms {key}: +3 hp", at());
         })
         .await?;
-    // Haste expires after 1 s.
+    // Haste expires after 1 s of play; a stun at 300 ms freezes it for 400 ms.
     timer
         .schedule("haste:player-1", Duration::from_secs(1), move |key| async move {
             println!("[buff] t={:>4} ms {key}: expired, speed back to normal", at());
         })
         .await?;
+    let stun = {
+        let timer = timer.clone();
+        tokio::spawn(async move {
+            sleep(Duration::from_millis(300)).await;
+            let left = timer.pause("haste:player-1").await?;
+            println!("[buff] t={:>4} ms haste:player-1: stunned, {left:.1?} left stands still", at());
+            sleep(Duration::from_millis(400)).await;
+            let left = timer.resume("haste:player-1").await?;
+            println!("[buff] t={:>4} ms haste:player-1: stun over, {left:.1?} to go", at());
+            Ok::<(), Error>(())
+        })
+    };
 
     // A skill cooldown, awaited in place, while the UI reads how long is left.
     let cooldown = timer.sleep_keyed("cooldown:player-1:fireball", Duration::from_millis(600));
@@ -159,8 +177,35 @@ async fn game_buffs(timer: Scheduler) -> Result<(), Error> {
 
     poison.await?;
     println!("[buff] t={:>4} ms poison:player-1: worn off after 5 ticks", at());
+    stun.await.expect("stun task")?;
     sleep(Duration::from_millis(500)).await;
     let dispelled = timer.cancel("regen:player-2").await;
     println!("[buff] t={:>4} ms regen:player-2: dispelled ({dispelled})", at());
     Ok(())
+}
+
+/// The game's daily reset (quests, shop) at 05:00 server time, Berlin: 05:00 CET in winter and
+/// 05:00 CEST in summer, once a day across the clock changes. Returns how many timers it left
+/// pending.
+#[cfg(feature = "cron")]
+async fn daily_reset(timer: &Scheduler) -> Result<usize, Error> {
+    use tokio_timewheel::Recurrence;
+
+    let reset = Recurrence::cron("0 5 * * *")?.in_tz("Europe/Berlin")?;
+    timer
+        .schedule_recurring("daily-reset", &reset, |key| async move {
+            println!("[reset] {key}: daily quests refilled");
+        })
+        .await?;
+    let left = timer.deadline("daily-reset").expect("pending").saturating_duration_since(Instant::now());
+    println!("[reset] daily reset, {reset}: next in {:.1} h", left.as_secs_f64() / 3600.0);
+    Ok(1)
+}
+
+/// Without the `cron` feature, the tour has no calendar to run the daily reset on; a fixed rate
+/// of 24 h from now is no reset at 05:00.
+#[cfg(not(feature = "cron"))]
+async fn daily_reset(_timer: &Scheduler) -> Result<usize, Error> {
+    println!("[reset] the daily reset at 05:00 Berlin time needs the `cron` feature: --features cron");
+    Ok(0)
 }

@@ -91,6 +91,8 @@ const SERVICE: &[File] = &[
     inner!("service", "shards", "service/shards/fired.rs"),
     inner!("service", "shards", "service/shards/wake.rs"),
     inner!("service", "shards", "service/shards/watch.rs"),
+    inner!("service", "shards", "service/shards/replace.rs"),
+    inner!("service", "shards", "service/shards/pause.rs"),
     top!("service", "handle", "service/handle.rs"),
     top!("service", "scheduled", "service/scheduled.rs"),
     top!("service", "actor", "service/actor.rs"),
@@ -179,6 +181,8 @@ fn modes_share_only_what_lies_below_both() {
         include_str!("error/redis_failure.rs"),
         include_str!("lateness.rs"),
         include_str!("recurrence/mod.rs"),
+        include_str!("recurrence/series.rs"),
+        include_str!("recurrence/cron.rs"),
     ];
     for source in shared {
         for line in code(source) {

@@ -24,7 +24,7 @@ extern crate self as tokio_timewheel;
 
 pub use error::Error;
 pub use lateness::{Lateness, LATENESS_WINDOW};
-pub use recurrence::{MissedRuns, Repeat};
+pub use recurrence::{MissedRuns, Recurrence, Repeat};
 pub use service::{
     Advance, Builder, CancelOnDrop, Expirations, Scheduled, Scheduler, Stats, TimerGuard, TimerHandle, TimerQueue,
     WheelKind, DEFAULT_CHANNEL_CAPACITY, DEFAULT_LAG_WARNING, DEFAULT_NAME, DEFAULT_SLOTS, DEFAULT_TICK, MIN_TICK,

@@ -1,6 +1,13 @@
-//! What both modes' recurring timers share: how many runs ([`Repeat`]) and what becomes of runs
-//! missed while nothing could fire them ([`MissedRuns`]). Neither mode owns these: the
-//! in-process [`Scheduler`](crate::Scheduler) and the durable mode both take them.
+//! What both modes' recurring timers share: when they run ([`Recurrence`], in `series.rs`, on a
+//! cron expression in `cron.rs` with the `cron` feature), how many runs ([`Repeat`]) and what
+//! becomes of runs missed while nothing could fire them ([`MissedRuns`]). Neither mode owns
+//! these: the in-process [`Scheduler`](crate::Scheduler) and the durable mode both take them.
+
+#[cfg(feature = "cron")]
+mod cron;
+mod series;
+
+pub use series::Recurrence;
 
 /// How many times a repeating timer runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,9 +24,10 @@ pub enum Repeat {
 /// held up, or the timer was moved into the past). A run is missed when it is already due as
 /// the run before it fires; a run merely late, by less than a period, misses nothing, and the
 /// timer keeps its fixed rate under every policy. Given per timer to
-/// [`Scheduler::schedule_repeating_with`](crate::Scheduler::schedule_repeating_with);
-/// [`schedule_repeating`](crate::Scheduler::schedule_repeating) uses
-/// [`Burst`](MissedRuns::Burst).
+/// [`Scheduler::schedule_repeating_with`](crate::Scheduler::schedule_repeating_with) or
+/// [`Recurrence::missed`]; [`schedule_repeating`](crate::Scheduler::schedule_repeating) and
+/// [`Recurrence::every`] use [`Burst`](MissedRuns::Burst), a `Recurrence::cron` uses
+/// [`Skip`](MissedRuns::Skip) (see [`Recurrence`]'s missed runs).
 ///
 /// Runs counted by [`Repeat::Times`] are runs made: a run skipped is not counted.
 ///
@@ -47,3 +55,6 @@ pub enum MissedRuns {
     /// (`start + n * period`) after that one fired: the missed runs are skipped.
     Skip,
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -11,13 +11,13 @@ use tokio::time::Instant;
 use super::actor::Command;
 use super::clock::{Clock, Due};
 use super::handle::TimerHandle;
-use super::job::{Once, Wake};
+use super::job::{Job, Once, Wake};
 use super::key::Key;
 use super::scheduled::{CancelOnDrop, Scheduled};
 use super::shards::{Shared, Ticket};
 use super::stats::Stats;
-use super::timer::{Repeating, Run, Timer};
-use crate::recurrence::{MissedRuns, Repeat};
+use super::timer::{Anchor, Calendar, Repeating, Run, Timer};
+use crate::recurrence::{MissedRuns, Recurrence, Repeat};
 use crate::{Error, Lateness};
 
 /// The shortest period of a repeating timer.
@@ -256,24 +256,191 @@ impl Scheduler {
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let prepared = (|| {
-            if period < MIN_PERIOD {
-                return Err(Error::invalid(format!(
-                    "a repeating timer's period ({period:?}) must be at least {MIN_PERIOD:?}, the resolution \
-                     of Tokio's timer: the service could never keep up with a shorter one"
-                )));
-            }
-            let runs_left = match repeat {
-                Repeat::Times(0) => return Err(Error::invalid("Repeat::Times needs at least one run")),
-                Repeat::Times(n) => Some(n),
-                Repeat::Forever => None,
-            };
-            let now = Instant::now();
-            let due = Clock::instant_after(now, period)?;
-            let repeat = Repeating { period, missed, due, runs_left, job: Arc::new(job) };
-            Prepared::new(key.as_ref(), self.clock.after_from(now, period), Run::Repeat(Box::new(repeat)))
-        })();
+        let recurrence = match repeat {
+            Repeat::Times(0) => Err(Error::invalid("Repeat::Times needs at least one run")),
+            Repeat::Times(n) => Ok(Recurrence::every(period).missed(missed).limit(n)),
+            Repeat::Forever => Ok(Recurrence::every(period).missed(missed)),
+        };
+        let prepared = recurrence.and_then(|recurrence| {
+            let (run, due) = self.recurring(recurrence, Arc::new(job))?;
+            Prepared::new(key.as_ref(), Ok(due), run)
+        });
         self.submit(prepared)
+    }
+
+    /// Runs `job` with the timer's key at every run of `recurrence`: a fixed rate
+    /// ([`Recurrence::every`]) or a cron expression in a time zone (`Recurrence::cron`, with the
+    /// `cron` feature), with its limit, start, end and missed-run policy (see [`Recurrence`]).
+    /// The returned [`Scheduled`] resolves `Ok` after the last run (past the limit or the end);
+    /// cancel by key to end the series early, or [`upsert_recurring`](Self::upsert_recurring)
+    /// to change it. [`schedule_repeating`](Self::schedule_repeating) is this with
+    /// `Recurrence::every(period)`.
+    ///
+    /// # Tokio's clock and the wall clock
+    /// The wheel runs on Tokio's clock. An `every` recurrence with neither a start nor an end
+    /// stays on it entirely, as `schedule_repeating` does: its runs are `start + n * period` in
+    /// Tokio instants. A cron recurrence, or one with a start or an end (which are
+    /// `SystemTime`s), is on the wall clock: when it is scheduled, `SystemTime::now()` and
+    /// Tokio's `Instant::now()` are read together, and every run's wall-clock time is mapped
+    /// to the Tokio instant as far from that pair (a run at 03:00:00 is due at the instant that
+    /// lies as far after the call as 03:00:00 lies after the wall-clock time of the call).
+    /// So with Tokio's clock paused (`start_paused`, `advance`), a cron timer follows Tokio's
+    /// clock, starting from the real wall-clock time of the call: a test can advance through a
+    /// day in no time. A wall clock stepped while a timer is pending (NTP, a changed system
+    /// time) is not followed by that timer until it is scheduled again
+    /// ([`upsert_recurring`](Self::upsert_recurring) reads the pair anew).
+    ///
+    /// # Errors
+    /// As [`schedule`](Self::schedule), and [`Error::Invalid`] for a recurrence that
+    /// [`Recurrence::validate`] refuses, an `every` period shorter than 1 ms (as for
+    /// `schedule_repeating`), or a recurrence with no run left after the call (its end has
+    /// passed, or a cron expression names no date to come).
+    ///
+    /// # Cancel safety
+    /// As [`schedule`](Self::schedule).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Recurrence, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// // A regeneration buff: five ticks of healing, one every 2 s.
+    /// let regen = Recurrence::every(Duration::from_secs(2)).limit(5);
+    /// let done = timer.schedule_recurring("regen:player-9", regen, |key| async move {
+    ///     println!("{key}: +3 hp");
+    /// }).await?;
+    /// done.await?;
+    /// assert_eq!(timer.stats().fired, 5);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// With the `cron` feature, a game's daily reset at 05:00 server time:
+    /// ```
+    /// # #[cfg(feature = "cron")]
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tokio_timewheel::Error> {
+    /// # use tokio_timewheel::{Recurrence, Scheduler};
+    /// let timer = Scheduler::builder().start()?;
+    /// let reset = Recurrence::cron("0 5 * * *")?.in_tz("Europe/Berlin")?;
+    /// timer.schedule_recurring("daily-reset", reset, |_| async { /* refill the daily quests */ }).await?;
+    /// assert!(timer.deadline("daily-reset").is_some());
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "cron"))]
+    /// # fn main() {}
+    /// ```
+    pub fn schedule_recurring<K, R, F, Fut>(
+        &self,
+        key: K,
+        recurrence: R,
+        job: F,
+    ) -> impl Future<Output = Result<Scheduled, Error>> + Send + '_
+    where
+        K: AsRef<str>,
+        R: Into<Recurrence>,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let prepared = self
+            .recurring(recurrence.into(), Arc::new(job))
+            .and_then(|(run, due)| Prepared::new(key.as_ref(), Ok(due), run));
+        self.submit(prepared)
+    }
+
+    /// Schedules `job` at every run of `recurrence` under `key`, replacing the timer pending
+    /// under it, if any, in one step under the key's lock: returns `Ok(true)` if it created a
+    /// timer, `Ok(false)` if it replaced the pending one. The call to change a series: a new
+    /// schedule, a new job, or both, with no moment at which neither the old timer nor the new
+    /// one holds the key, and never both.
+    ///
+    /// # What "replaced" means
+    /// The pending timer under the key (a recurring, repeating or one-shot timer, or a keyed
+    /// sleep) ends as cancelled, as [`cancel`](Self::cancel) would end it: its job never runs
+    /// again, its [`Scheduled`] resolves `Err(Error::Cancelled)`, its [`TimerHandle`]s see it
+    /// ended, and [`stats`](Self::stats) count a cancel and a schedule. The new series starts
+    /// at the call: its first run is its first after the call (or at its start), never at the
+    /// call itself, so the upsert starts no run. A run of the old timer already started (its
+    /// job is a Tokio task of its own once it waits) goes on to its end with the old job, as a
+    /// run that outlasts its period goes on beside the next; no later run uses the old job or
+    /// the old recurrence. The new timer has no [`Scheduled`]: watch the key with
+    /// [`contains`](Self::contains) or [`deadline`](Self::deadline).
+    ///
+    /// # Errors
+    /// As [`schedule_recurring`](Self::schedule_recurring), except that a pending key is not an
+    /// error; a refused recurrence leaves the pending timer as it was.
+    ///
+    /// # Cancel safety
+    /// The timer was created or replaced when the method was called; dropping the future does
+    /// not undo it (only the answer is lost).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Recurrence, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let every = |ms| Recurrence::every(Duration::from_millis(ms));
+    /// assert!(timer.upsert_recurring("autosave", every(60_000), |_| async {}).await?, "created");
+    /// // The player turned autosave up to every 10 s: the old series ends, the new one runs.
+    /// assert!(!timer.upsert_recurring("autosave", every(10_000), |_| async {}).await?, "replaced");
+    /// assert_eq!(timer.len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn upsert_recurring<K, R, F, Fut>(
+        &self,
+        key: K,
+        recurrence: R,
+        job: F,
+    ) -> impl Future<Output = Result<bool, Error>> + Send + '_
+    where
+        K: AsRef<str>,
+        R: Into<Recurrence>,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let upserted = (|| {
+            let key = key.as_ref();
+            check_key(key)?;
+            let (run, due) = self.recurring(recurrence.into(), Arc::new(job))?;
+            self.check_running()?;
+            self.shared.replace(Timer::new(Key::from(key), run), due, false)
+        })();
+        Self::report(upserted.map(|(created, _ticket)| created))
+    }
+
+    /// The run of a timer following `recurrence`, and when it is first due: on Tokio's clock
+    /// for a plain fixed rate, else on the wall clock through an [`Anchor`] read now (see
+    /// [`schedule_recurring`](Self::schedule_recurring)).
+    fn recurring(&self, recurrence: Recurrence, job: Arc<dyn Job>) -> Result<(Run, Due), Error> {
+        recurrence.validate()?;
+        let missed = recurrence.missed_runs();
+        let runs_left = recurrence.max_runs();
+        let period = recurrence.period();
+        if let Some(period) = period.filter(|&period| period < MIN_PERIOD) {
+            return Err(Error::invalid(format!(
+                "a repeating timer's period ({period:?}) must be at least {MIN_PERIOD:?}, the resolution \
+                 of Tokio's timer: the service could never keep up with a shorter one"
+            )));
+        }
+        let now = Instant::now();
+        if let (Some(period), None, None) = (period, recurrence.start(), recurrence.end()) {
+            let due = Clock::instant_after(now, period)?;
+            let repeat = Repeating { period, missed, due, runs_left, job, calendar: None };
+            return Ok((Run::Repeat(Box::new(repeat)), self.clock.after_from(now, period)?));
+        }
+        let anchor = Anchor::new(now, SystemTime::now());
+        let wall = anchor.wall(now).expect("the anchor's own instant has its wall-clock time");
+        let first = recurrence.first_due(wall).ok_or_else(|| {
+            Error::invalid(format!("{recurrence} has no run after {wall:?}, the time it was scheduled"))
+        })?;
+        let due = anchor.instant(first).ok_or_else(|| {
+            Error::invalid(format!("{recurrence} first runs at {first:?}, which Tokio's clock cannot represent"))
+        })?;
+        let calendar = Some(Box::new(Calendar { recurrence, anchor }));
+        let repeat = Repeating { period: period.unwrap_or_default(), missed, due, runs_left, job, calendar };
+        Ok((Run::Repeat(Box::new(repeat)), self.clock.at(due)?))
     }
 
     /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
@@ -666,6 +833,64 @@ impl Scheduler {
         self.move_timer(key.as_bytes(), moved)
     }
 
+    /// Pauses the pending timer with this key: it keeps the time left to its next run and does
+    /// not fire until [`resume`](Self::resume)d, as a stun freezes a buff's remaining time.
+    /// Returns the time left. A paused timer stays pending under its key
+    /// ([`contains`](Self::contains) is true, it counts against `max_pending`, its
+    /// [`Scheduled`] waits) but has no [`deadline`](Self::deadline); it can be cancelled,
+    /// replaced, or moved, and a move ([`reschedule`](Self::reschedule),
+    /// [`reschedule_at`](Self::reschedule_at), a push-back) sets a deadline and so resumes it
+    /// there. Pausing a paused timer changes nothing and returns its time left. The time left
+    /// is kept in whole ticks of the service's clock (a deadline already rounds up to one).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if no timer with this key is pending, [`Error::Stopped`] once the
+    /// service has stopped.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, the timer was not paused.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let secs = Duration::from_secs;
+    /// timer.schedule("haste:player-9", secs(10), |key| async move { println!("{key} wears off") }).await?;
+    /// tokio::time::sleep(secs(4)).await;
+    /// assert_eq!(timer.pause("haste:player-9").await?, secs(6), "stunned: the buff's time stands still");
+    /// tokio::time::sleep(secs(30)).await;
+    /// assert_eq!(timer.deadline("haste:player-9"), None);
+    /// assert_eq!(timer.resume("haste:player-9").await?, secs(6), "the stun is over: 6 s to go");
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause(&self, key: &str) -> Result<Duration, Error> {
+        // Give way now and then, as `schedule` does, before anything has changed.
+        tokio::task::coop::consume_budget().await;
+        self.check_running()?;
+        self.shared.pause(key.as_bytes(), Instant::now())
+    }
+
+    /// Resumes the paused timer with this key: its time left counts down again from now.
+    /// Returns the time left. A timer that is not paused is left as it is, and its time left
+    /// returned. See [`pause`](Self::pause).
+    ///
+    /// # Errors
+    /// As [`pause`](Self::pause).
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, the timer was not resumed.
+    ///
+    /// # Examples
+    /// See [`pause`](Self::pause).
+    pub async fn resume(&self, key: &str) -> Result<Duration, Error> {
+        tokio::task::coop::consume_budget().await;
+        self.check_running()?;
+        self.shared.resume(key.as_bytes(), Instant::now())
+    }
+
     /// Moves the pending timer with this key to the absolute `deadline`; a repeating timer
     /// continues at its period from there. A deadline in the past fires on the next tick.
     ///
@@ -710,7 +935,8 @@ impl Scheduler {
         &self.shared
     }
 
-    /// When the pending timer with this key is next due, or `None` if none is pending. The
+    /// When the pending timer with this key is next due, or `None` if none is pending or it is
+    /// [paused](Self::pause). The
     /// instant is the deadline rounded up to the service's tick (a repeating timer's next run is
     /// exact), which is when the timer becomes due; it is the instant `reschedule_at` was given
     /// when that is a whole number of ticks from the service's start, as with the default 1 ms

@@ -1,13 +1,14 @@
 //! What the wheels hold for a timer.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use super::clock::Clock;
 use super::job::{Job, JobRef, OnceJob};
 use super::key::Key;
-use crate::recurrence::MissedRuns;
+use crate::recurrence::{MissedRuns, Recurrence};
 
 /// A timer: the value a shard's wheel holds for it. 40 bytes, so that a wheel entry holding one
 /// is 64 bytes, one cache line.
@@ -37,16 +38,73 @@ pub(crate) enum Run {
 }
 
 pub(crate) struct Repeating {
-    pub period: std::time::Duration,
-    /// What a run does to the runs it finds already due.
+    /// The fixed rate on Tokio's clock, when there is no [`calendar`](Self::calendar).
+    pub period: Duration,
+    /// What a run does to the runs it finds already due, when there is no calendar.
     pub missed: MissedRuns,
-    /// When the run the timer is waiting for is due; the next one is due a period later.
+    /// When the run the timer is waiting for is due; the next one is due a period later (or
+    /// where the calendar puts it).
     pub due: Instant,
     /// Runs left including the one waited for; `None` repeats until cancelled.
     pub runs_left: Option<u64>,
     /// Shared, so that a run can be started with no lock held while the timer waits in the
     /// wheel for the next.
     pub job: Arc<dyn Job>,
+    /// A recurrence on the wall clock (a cron expression, or a start or end given as a
+    /// `SystemTime`), which then places every run; `None` for a fixed rate on Tokio's clock,
+    /// placed by `period` and `missed`. Boxed: most repeating timers have none.
+    pub calendar: Option<Box<Calendar>>,
+}
+
+/// A recurrence on the wall clock and where that clock meets Tokio's.
+pub(crate) struct Calendar {
+    pub recurrence: Recurrence,
+    pub anchor: Anchor,
+}
+
+impl Calendar {
+    /// When the run after the one due at `due`, which fires at `now`, is due: the recurrence
+    /// places it on the wall clock (its missed-run policy and its end included), and the
+    /// anchor maps it back. `None` if the series has no run left, or the run has no instant.
+    fn next_due(&self, due: Instant, now: Instant) -> Option<Instant> {
+        let next = self.recurrence.next_due(self.anchor.wall(due)?, self.anchor.wall(now)?)?;
+        let next = self.anchor.instant(next)?;
+        debug_assert!(next > due, "the run after {due:?} is {next:?}");
+        Some(next)
+    }
+}
+
+/// The one place where a timer's wall clock meets Tokio's: `wall` is the `SystemTime` read
+/// with the Tokio `instant`, and every other time is mapped by its distance from them. Read
+/// once, when the timer is scheduled (or replaced), so a paused Tokio clock drives a calendar
+/// as it drives every other timer; a wall clock stepped later (by NTP, by hand) is not followed
+/// until the timer is scheduled again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Anchor {
+    instant: Instant,
+    wall: SystemTime,
+}
+
+impl Anchor {
+    pub fn new(instant: Instant, wall: SystemTime) -> Self {
+        Anchor { instant, wall }
+    }
+
+    /// The wall-clock time of the Tokio instant `at`.
+    pub fn wall(&self, at: Instant) -> Option<SystemTime> {
+        match at.checked_duration_since(self.instant) {
+            Some(after) => self.wall.checked_add(after),
+            None => self.wall.checked_sub(self.instant.duration_since(at)),
+        }
+    }
+
+    /// The Tokio instant of the wall-clock time `wall`.
+    pub fn instant(&self, wall: SystemTime) -> Option<Instant> {
+        match wall.duration_since(self.wall) {
+            Ok(after) => self.instant.checked_add(after),
+            Err(before) => self.instant.checked_sub(before.duration()),
+        }
+    }
 }
 
 impl Timer {
@@ -69,13 +127,17 @@ impl Timer {
     /// When a repeating timer's next run is due (instant and tick), or `None` if this run is
     /// its last, for a run fired at `now`. Fixed rate: a period after this run was due, not
     /// after now, unless that is already past (the next run is missed) and the timer's
-    /// [`MissedRuns`] says otherwise.
+    /// [`MissedRuns`] says otherwise. A timer with a calendar runs where it says.
     pub fn next_run(&self, clock: &Clock, now: Instant) -> Option<(Instant, u64)> {
         let Run::Repeat(repeat) = &self.run else {
             return None;
         };
         if repeat.runs_left == Some(1) {
             return None;
+        }
+        if let Some(calendar) = &repeat.calendar {
+            let due = calendar.next_due(repeat.due, now)?;
+            return Some((due, clock.deadline(due).ok()?));
         }
         let mut due = repeat.due.checked_add(repeat.period)?;
         if due <= now {
@@ -124,5 +186,20 @@ mod tests {
     fn a_timer_is_forty_bytes() {
         assert_eq!(std::mem::size_of::<Timer>(), 40);
         assert_eq!(std::mem::size_of::<Option<Timer>>(), 40);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_anchor_maps_both_ways_on_both_sides_of_it() {
+        let now = Instant::now();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let anchor = Anchor::new(now, wall);
+        for offset in [Duration::ZERO, Duration::from_nanos(1), Duration::from_millis(1_500)] {
+            assert_eq!(anchor.wall(now + offset), Some(wall + offset));
+            assert_eq!(anchor.instant(wall + offset), Some(now + offset));
+            assert_eq!(anchor.instant(wall - offset), now.checked_sub(offset));
+        }
+        // Some 2^63 seconds after an anchor's wall-clock time: a SystemTime, but no Instant.
+        let early = Anchor::new(now, SystemTime::UNIX_EPOCH - Duration::from_secs(1 << 40));
+        assert_eq!(early.instant(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::MAX / 2)), None, "no such instant");
     }
 }

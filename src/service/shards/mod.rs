@@ -21,6 +21,8 @@
 //! through the shard's watchers (see `watch.rs`).
 
 mod fired;
+mod pause;
+mod replace;
 mod shard;
 mod wake;
 mod watch;
@@ -48,6 +50,7 @@ use super::timer::{Run, Timer, ARMED};
 use crate::lateness::Recent;
 use crate::Error;
 pub(crate) use fired::Fired;
+pub(crate) use pause::PARKED;
 use shard::{Shard, SWEEP_AT};
 use wake::Wake;
 pub(crate) use watch::Outcome;
@@ -387,19 +390,19 @@ impl Shared {
     }
 
     /// The deadline tick of the pending timer holding `key`, with the exact instant of a
-    /// repeating timer's next run.
+    /// repeating timer's next run; `None` for a paused timer too, which has none.
     pub fn deadline(&self, key: &[u8]) -> Option<(u64, Option<Instant>)> {
         let (shard, hash) = self.locate(key);
         let s = self.lock(shard);
         let pos = s.find(hash, key, None)?;
-        Some(Self::deadline_at(&s, s.keys.index_at(pos)))
+        Some(Self::deadline_at(&s, s.keys.index_at(pos))).filter(|&(tick, _)| tick < PARKED)
     }
 
     /// As [`deadline`](Self::deadline), for the timer of `ticket` (holding `key`).
     pub fn deadline_ticket(&self, key: &Key, ticket: Ticket) -> Option<(u64, Option<Instant>)> {
         let s = self.lock(ticket.shard as usize);
         let index = s.find_ticket(ticket, key, &self.hasher)?;
-        Some(Self::deadline_at(&s, index))
+        Some(Self::deadline_at(&s, index)).filter(|&(tick, _)| tick < PARKED)
     }
 
     fn deadline_at(s: &Shard, index: u32) -> (u64, Option<Instant>) {

@@ -170,6 +170,7 @@ mod model {
                             due: clock.instant(deadline).unwrap(),
                             runs_left: runs.map(u64::from),
                             job: job.clone(),
+                            calendar: None,
                         })
                     });
                     let r = shared.add(
