@@ -2,9 +2,9 @@
 //! `renew.lua`.
 
 use super::{declare_slots, invoke, number, text, SCRIPTS};
-use crate::durable::conn::Window;
+use crate::durable::client::WheelClient;
+use crate::durable::shared_conn::Window;
 use crate::durable::time::{from_unix_ms, When};
-use crate::durable::wheel::Wheel;
 use crate::durable::Task;
 use crate::durable::WheelKeys;
 use crate::Error;
@@ -20,7 +20,7 @@ pub(crate) struct Claimed {
 /// `replay_only` it takes nothing new and only gets back what an earlier attempt under this id
 /// took; `previous` is the id of this worker's last answered claim, whose record can go.
 pub(crate) async fn claim(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     n: usize,
     claim_id: &str,
@@ -57,7 +57,7 @@ pub(crate) async fn claim(
 /// Acknowledges `deliveries` (key, claim token) in one call; true for each one acknowledged,
 /// false for one refused (its token is no longer the task's).
 pub(crate) async fn ack(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     deliveries: &[(&str, &str)],
     window: Window,
@@ -84,7 +84,7 @@ pub(crate) enum Failed {
 
 /// Reports that the delivery of `key` under `token` failed with `why`.
 pub(crate) async fn fail(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     key: &str,
     token: &str,
@@ -119,7 +119,7 @@ pub(crate) async fn fail(
 /// one refused (its token is no longer the task's: the lease went to another delivery, or the
 /// task finished).
 pub(crate) async fn renew(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     deliveries: &[(&str, &str)],
     lease_ms: u64,

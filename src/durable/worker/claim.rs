@@ -14,8 +14,8 @@ use super::lease::{renew_leases, Deliveries};
 use super::outcome::{lost, record_outcomes};
 use super::stop::{abandoned, pause, stopped, stopping};
 use super::wake::{pass_on_wake, wait_for_wake, Waker};
+use crate::durable::client::WheelClient;
 use crate::durable::scripts;
-use crate::durable::wheel::Wheel;
 
 /// The most tasks one claim takes.
 const CLAIM_BATCH: usize = 64;
@@ -36,7 +36,7 @@ pub(super) struct Signals {
 /// concurrency, shared by the claim loops of every partition: the semaphore hands freed permits
 /// to the waiting loops in turn, so partitions with work share the handlers fairly).
 pub(super) async fn claim_loop(
-    wheel: &Arc<Wheel>,
+    wheel: &Arc<WheelClient>,
     part: usize,
     permits: Arc<Semaphore>,
     handler: Handler,

@@ -15,8 +15,8 @@ use tracing::Instrument;
 
 use super::lease::Deliveries;
 use super::outcome::Outcome;
+use crate::durable::client::WheelClient;
 use crate::durable::scripts::Claimed;
-use crate::durable::wheel::Wheel;
 use crate::durable::Task;
 
 pub(super) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -38,7 +38,7 @@ pub(super) struct Handlers {
 /// `tracing` span `task` (target `tokio_timewheel::durable`, level `INFO`) with the wheel's name,
 /// the partition, the key and the attempt. How late each was claimed is recorded first.
 pub(super) fn start_handlers(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     part: usize,
     handlers: &Handlers,
     tasks: Vec<Claimed>,

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::task::AbortHandle;
 
-use crate::durable::conn::Window;
+use crate::durable::client::WheelClient;
 use crate::durable::scripts;
-use crate::durable::wheel::Wheel;
+use crate::durable::shared_conn::Window;
 
 /// The most deliveries one renewal call carries.
 const RENEW_BATCH: usize = 128;
@@ -105,7 +105,7 @@ impl Deliveries {
     /// Drops every handler still running and gives its lease back, so that the next tick hands
     /// its task out again (rather than after the lease). A handler that finished meanwhile
     /// keeps its outcome on its way.
-    pub(super) async fn abandon(&self, wheel: &Wheel, part: usize) {
+    pub(super) async fn abandon(&self, wheel: &WheelClient, part: usize) {
         let _round = self.round.lock().await;
         let (mut dropped, mut give_back) = (0, Vec::new());
         {
@@ -148,7 +148,7 @@ impl Deliveries {
 /// dropped (the claim loop aborts it once the last outcome is recorded). A delivery whose
 /// renewal is refused lost its lease to another worker: it is logged and no longer renewed, and
 /// its outcome will be refused too.
-pub(super) async fn renew_leases(wheel: Arc<Wheel>, part: usize, deliveries: Arc<Deliveries>) {
+pub(super) async fn renew_leases(wheel: Arc<WheelClient>, part: usize, deliveries: Arc<Deliveries>) {
     let every = wheel.cfg.renew_every();
     let keys = &wheel.partitions[part].keys;
     let mut rounds = tokio::time::interval_at(tokio::time::Instant::now() + every, every);

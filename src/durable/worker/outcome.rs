@@ -8,9 +8,9 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 
 use super::lease::Deliveries;
-use crate::durable::conn::Window;
+use crate::durable::client::WheelClient;
 use crate::durable::scripts::{self, Failed};
-use crate::durable::wheel::Wheel;
+use crate::durable::shared_conn::Window;
 use crate::Error;
 
 /// The most outcomes recorded in one call.
@@ -32,7 +32,7 @@ pub(super) struct Outcome {
 /// delivery (its lease is renewed until then). Ends when every sender is gone, the channel is
 /// drained and every failure is recorded.
 pub(super) async fn record_outcomes(
-    wheel: Arc<Wheel>,
+    wheel: Arc<WheelClient>,
     part: usize,
     mut done: mpsc::UnboundedReceiver<Outcome>,
     deliveries: Arc<Deliveries>,
@@ -84,7 +84,7 @@ pub(super) async fn record_outcomes(
 }
 
 /// Records that the delivery of `key` under `token` failed with `why`.
-async fn record_failure(wheel: Arc<Wheel>, part: usize, key: &str, token: &str, why: &str, window: Window) {
+async fn record_failure(wheel: Arc<WheelClient>, part: usize, key: &str, token: &str, why: &str, window: Window) {
     tracing::debug!(wheel = %wheel.name(), key = %key, error = %why, "a handler failed");
     let metrics = wheel.metrics.partition(part);
     match scripts::fail(&wheel, &wheel.partitions[part].keys, key, token, why, window).await {
@@ -101,7 +101,7 @@ async fn record_failure(wheel: Arc<Wheel>, part: usize, key: &str, token: &str, 
     }
 }
 
-pub(super) fn lost(wheel: &Wheel, key: &str, e: &Error) {
+pub(super) fn lost(wheel: &WheelClient, key: &str, e: &Error) {
     tracing::warn!(
         wheel = %wheel.name(), key = %key, error = %e,
         "could not record a delivery's outcome; the task is handed out again after its lease"
