@@ -160,7 +160,8 @@ impl Dashboard {
     }
 }
 
-type Shared = State<Arc<Dashboard>>;
+/// The dashboard as mounted, which every handler reads.
+type Mounted = State<Arc<Dashboard>>;
 
 /// Headers every answer carries: the policy that keeps the page to its own files, and no
 /// caching (the figures change every moment).
@@ -221,7 +222,7 @@ fn bad_request(why: &str) -> Response {
     (StatusCode::BAD_REQUEST, Json(json!({ "error": why }))).into_response()
 }
 
-async fn info(State(d): Shared) -> Response {
+async fn info(State(d): Mounted) -> Response {
     Json(json!({
         "wheel": d.timers.wheel.name(),
         "actions": d.actions,
@@ -232,15 +233,15 @@ async fn info(State(d): Shared) -> Response {
     .into_response()
 }
 
-async fn stats(State(d): Shared) -> Response {
+async fn stats(State(d): Mounted) -> Response {
     answer(sections::counts(&d.timers).await)
 }
 
-async fn lateness(State(d): Shared) -> Response {
+async fn lateness(State(d): Mounted) -> Response {
     Json(sections::lateness(&d.timers)).into_response()
 }
 
-async fn dead_letters(State(d): Shared, Query(query): Query<HashMap<String, String>>) -> Response {
+async fn dead_letters(State(d): Mounted, Query(query): Query<HashMap<String, String>>) -> Response {
     let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
         None => DEAD_LETTERS_SHOWN,
         Some(Ok(limit)) if limit <= DEAD_LETTERS_MAX => limit,
@@ -249,29 +250,29 @@ async fn dead_letters(State(d): Shared, Query(query): Query<HashMap<String, Stri
     answer(sections::dead_letters(&d.timers, limit).await)
 }
 
-async fn find_task(State(d): Shared, Query(query): Query<HashMap<String, String>>) -> Response {
+async fn find_task(State(d): Mounted, Query(query): Query<HashMap<String, String>>) -> Response {
     match query.get("key").filter(|k| !k.is_empty()) {
         Some(key) => answer(sections::find_task(&d.timers, key).await),
         None => bad_request("give the key to look for: api/task?key=..."),
     }
 }
 
-async fn due_plot(State(d): Shared) -> Response {
+async fn due_plot(State(d): Mounted) -> Response {
     answer(sections::due_plot(&d.timers).await)
 }
 
-async fn nodes(State(d): Shared) -> Response {
+async fn nodes(State(d): Mounted) -> Response {
     answer(sections::leader_and_workers(&d.timers).await)
 }
 
-async fn requeue(State(d): Shared, headers: HeaderMap, body: Bytes) -> Response {
+async fn requeue(State(d): Mounted, headers: HeaderMap, body: Bytes) -> Response {
     match action_key(&d, &headers, &body) {
         Ok(key) => acted(sections::requeue(&d.timers, &key).await),
         Err(refused) => refused.into_response(),
     }
 }
 
-async fn delete_dead(State(d): Shared, headers: HeaderMap, body: Bytes) -> Response {
+async fn delete_dead(State(d): Mounted, headers: HeaderMap, body: Bytes) -> Response {
     match action_key(&d, &headers, &body) {
         Ok(key) => acted(sections::delete_dead_letter(&d.timers, &key).await),
         Err(refused) => refused.into_response(),
