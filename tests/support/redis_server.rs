@@ -176,9 +176,14 @@ impl RedisServer {
 
     /// The tail of the server's log, for failure messages.
     pub fn log_tail(&self) -> String {
+        self.log_lines(20)
+    }
+
+    /// The last `n` lines of the server's log.
+    pub fn log_lines(&self, n: usize) -> String {
         let log = std::fs::read_to_string(self.dir().join("redis.log")).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
     /// Sends one command on a fresh connection and returns the reply, with a read timeout of
