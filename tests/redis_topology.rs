@@ -68,7 +68,7 @@ fn sentinel_promotes_the_replica_and_takes_the_old_primary_back_as_a_replica() {
 
     let killed_at = Instant::now();
     assert_eq!(set.kill_primary(), primary);
-    let promoted = set.wait_for_failover(Duration::from_secs(20)).expect("a failover within 20 s");
+    let promoted = set.wait_for_failover();
     eprintln!("failover in {:?}", killed_at.elapsed());
     assert_eq!(promoted, replica);
     assert_eq!(set.primary().port(), replica);
@@ -95,7 +95,7 @@ fn sentinel_over_tls_syncs_its_replica_and_fails_over() {
     assert_eq!(set.replica().command(&["GET", "k"]), Reply::Bulk(Some(b"v".to_vec())));
 
     let old = set.kill_primary();
-    let promoted = set.wait_for_failover(Duration::from_secs(20)).expect("a failover over TLS within 20 s");
+    let promoted = set.wait_for_failover();
     assert_ne!(promoted, old);
     set.restart_old_primary_as_replica();
     assert_eq!(set.master_port(), promoted);
@@ -153,7 +153,7 @@ fn a_cluster_promotes_a_replica_and_takes_the_old_primary_back_as_a_replica() {
     let slot = Cluster::slot_of("{tag}");
     let killed_at = Instant::now();
     let old = cluster.kill_primary_of(slot);
-    let promoted = cluster.wait_for_failover(slot, Duration::from_secs(20)).expect("a failover within 20 s");
+    let promoted = cluster.wait_for_failover(slot);
     eprintln!("cluster failover in {:?}", killed_at.elapsed());
     assert_ne!(promoted, old);
 

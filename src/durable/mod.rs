@@ -177,10 +177,10 @@
 //!
 //! During a failover or a slot migration every error a call returns is retryable
 //! ([`Error::is_retryable`]). Tested on Redis 7.0 (Debian 12's `redis-server`): one node, TLS,
-//! Sentinel and a 3-primary cluster. Valkey is not packaged in Debian 12, so it was not tried;
-//! the scripts declare every key they touch (see [Redis layout](#redis-layout)), which the
-//! crate's tests check by running every script behind a guard that refuses an undeclared key,
-//! as servers that enforce declarations do.
+//! Sentinel and a 3-primary cluster; and on Valkey 8.1, all but TLS, which the Valkey build the
+//! tests use lacks. The scripts declare every key they touch (see [Redis layout](#redis-layout)),
+//! which the crate's tests check by running every script behind a guard that refuses an
+//! undeclared key, as servers that enforce declarations do.
 //!
 //! # Redis layout
 //! For the wheel `orders` every key starts with `tw:{orders}:`; [`WheelKeys`] names them. Every

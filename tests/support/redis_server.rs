@@ -5,9 +5,19 @@
 //! The tests include it as `support::redis_server`; the durable benchmark (`benches/durable.rs`)
 //! includes this same file through `#[path]`. So it uses nothing but `std`, `tempfile` and `libc`.
 //!
-//! The server is found at `$REDIS_SERVER`, else `/usr/bin/redis-server` (Debian's package), else
-//! on `PATH`. When there is none, [`RedisServer::start`] returns `None` and prints a skip note,
-//! except under `CI=true`, where it panics: CI must run these tests, not skip them.
+//! The server is found at `$TIMEWHEEL_REDIS_SERVER`, else `/usr/bin/redis-server` (Debian's
+//! package), else on `PATH`. When there is none, [`RedisServer::start`] returns `None` and prints
+//! a skip note, except under `CI=true`, where it panics: CI must run these tests, not skip them.
+//!
+//! Any server that takes `redis-server`'s command line will do. CI runs the durable tests twice:
+//! on Debian's Redis 7.0, then with `TIMEWHEEL_REDIS_SERVER` naming Valkey 8's `valkey-server`
+//! (and `TIMEWHEEL_REDIS_CLI` its `valkey-cli`, which creates the test clusters; see
+//! `topology.rs`). That build of Valkey has no TLS, so its run skips the tests named `tls`:
+//!
+//! ```text
+//! TIMEWHEEL_REDIS_SERVER=/path/to/valkey-server TIMEWHEEL_REDIS_CLI=/path/to/valkey-cli \
+//!     cargo test --features redis,serde,metrics,dashboard --lib --test durable_basic -- --skip tls
+//! ```
 //!
 //! The helper speaks just enough RESP over a plain `TcpStream` ([`RedisServer::command`]) to wait
 //! for `PING` and to drive the server from a test (`DEBUG SLEEP`, `SLOWLOG`, `CONFIG SET`) without
@@ -28,7 +38,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 const PORT_ATTEMPTS: usize = 5;
 
 /// What to tell a person who has no server.
-pub const INSTALL_HINT: &str = "install one with `apt-get install -y redis-server` (or set REDIS_SERVER to its path)";
+pub const INSTALL_HINT: &str =
+    "install one with `apt-get install -y redis-server` (or set TIMEWHEEL_REDIS_SERVER to its path)";
 
 /// How a [`RedisServer`] persists its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,9 +187,14 @@ impl RedisServer {
 
     /// The tail of the server's log, for failure messages.
     pub fn log_tail(&self) -> String {
+        self.log_lines(20)
+    }
+
+    /// The last `n` lines of the server's log.
+    pub fn log_lines(&self, n: usize) -> String {
         let log = std::fs::read_to_string(self.dir().join("redis.log")).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
     /// Sends one command on a fresh connection and returns the reply, with a read timeout of
@@ -387,7 +403,7 @@ pub fn command_at(addr: SocketAddr, args: &[&str], timeout: Duration) -> std::io
 }
 
 fn find_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("REDIS_SERVER") {
+    if let Some(path) = std::env::var_os("TIMEWHEEL_REDIS_SERVER") {
         return Some(PathBuf::from(path));
     }
     let debian = PathBuf::from("/usr/bin/redis-server");

@@ -104,10 +104,10 @@ fn logs(servers: &[&RedisServer]) -> String {
     servers.iter().map(|s| format!("--- redis-server on port {} ---\n{}\n", s.port(), s.log_tail())).collect()
 }
 
-/// `$REDIS_CLI`, else `/usr/bin/redis-cli` (Debian's `redis-tools`, which `redis-server` pulls
-/// in), else on `PATH`. `None` with a skip note, or a panic under `CI=true`.
+/// `$TIMEWHEEL_REDIS_CLI`, else `/usr/bin/redis-cli` (Debian's `redis-tools`, which
+/// `redis-server` pulls in), else on `PATH`. `None` with a skip note, or a panic under `CI=true`.
 pub fn find_cli() -> Option<PathBuf> {
-    let found = std::env::var_os("REDIS_CLI").map(PathBuf::from).or_else(|| {
+    let found = std::env::var_os("TIMEWHEEL_REDIS_CLI").map(PathBuf::from).or_else(|| {
         let debian = PathBuf::from("/usr/bin/redis-cli");
         if debian.is_file() {
             return Some(debian);
@@ -115,7 +115,7 @@ pub fn find_cli() -> Option<PathBuf> {
         std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join("redis-cli")).find(|p| p.is_file())
     });
     if found.is_none() {
-        let hint = "install it with `apt-get install -y redis-tools` (or set REDIS_CLI to its path)";
+        let hint = "install it with `apt-get install -y redis-tools` (or set TIMEWHEEL_REDIS_CLI to its path)";
         if std::env::var("CI").is_ok_and(|ci| ci == "true") {
             panic!("redis-cli not found and CI=true: {hint}");
         }

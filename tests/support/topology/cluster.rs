@@ -12,6 +12,12 @@ use super::{
 /// `cluster-node-timeout`: how long a silent node takes to be marked failing.
 const CLUSTER_NODE_TIMEOUT_MS: u64 = 1000;
 
+/// How long a failover may take from the kill until the slot's new primary serves it and every
+/// live node agrees: the primary marked failing by a majority (a node timeout, then gossip), a
+/// replica's election (it waits 0.5 to 1 s and more by its rank, and tries again after twice
+/// its 2 s election timeout if it loses), with room for a busy machine.
+pub const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The number of hash slots of a Redis Cluster.
 pub const SLOTS: u16 = 16384;
 
@@ -147,9 +153,11 @@ impl Cluster {
     }
 
     /// Waits until a live replica has been promoted to serve `slot` and every live node says
-    /// `cluster_state:ok`; the new primary's port, or `None` after `timeout`.
-    pub fn wait_for_failover(&self, slot: u16, timeout: Duration) -> Option<u16> {
-        wait_for(timeout, || {
+    /// `cluster_state:ok`: the new primary's port. Panics, with the nodes' logs, after
+    /// [`FAILOVER_TIMEOUT`].
+    pub fn wait_for_failover(&self, slot: u16) -> u16 {
+        let nodes: Vec<&RedisServer> = self.nodes.iter().collect();
+        wait_or_panic(&format!("a replica to take over slot {slot}"), &nodes, FAILOVER_TIMEOUT, || {
             let owner = self.owner_port(slot)?;
             if self.killed.iter().any(|&k| self.nodes[k].port() == owner) {
                 return Err(format!("slot {slot} still on the killed node {owner}"));
@@ -161,7 +169,6 @@ impl Cluster {
             self.check_states()?;
             Ok(owner)
         })
-        .ok()
     }
 
     /// Restarts the node on `port` on its directory (and `nodes.conf`) and port, and waits until

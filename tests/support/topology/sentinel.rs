@@ -10,10 +10,34 @@ use super::{info_field, info_of, probe, start_node, wait_for, wait_or_panic, Tls
 pub const MASTER_NAME: &str = "mymaster";
 
 /// `sentinel down-after-milliseconds`: how long a silent primary takes to be marked down.
-const SENTINEL_DOWN_AFTER_MS: u64 = 1000;
+///
+/// Three times Sentinel's PING period (1 s), never one. A failover resets each sentinel's link
+/// to the new primary and times it from that moment, but the link may not reconnect until 1 s
+/// after its last attempt at the dead primary, so with 1 s a sentinel could take the new
+/// primary for down before its first PING was even answered. Right after a failover it then
+/// counts the other sentinels' fresh "down" answers about the old primary as agreement, starts
+/// another failover at once, and promotes the only replica it knows: the restarted old primary,
+/// stale data and all, whose `replica-priority` it cannot see while the node calls itself a
+/// master. On a loaded machine that happened about once in twenty runs.
+const SENTINEL_DOWN_AFTER_MS: u64 = 3000;
 
-/// `sentinel failover-timeout`.
+/// `sentinel failover-timeout`: also how long a sentinel waits after voting for another before
+/// it tries a failover itself (twice this).
 const SENTINEL_FAILOVER_TIMEOUT_MS: u64 = 5000;
+
+/// How long a failover may take from the kill until every sentinel names the new primary and
+/// has heard it answer: the primary marked down, then two elections (a split vote makes the
+/// sentinels try again twice the failover timeout later), then the promotion seen in `INFO`
+/// and passed on in the sentinels' hello messages.
+pub const FAILOVER_TIMEOUT: Duration =
+    Duration::from_millis(SENTINEL_DOWN_AFTER_MS + 2 * 2 * SENTINEL_FAILOVER_TIMEOUT_MS + 10_000);
+
+/// How long Sentinel may take to make a restarted old primary a replica of the new one: it
+/// leaves a node that calls itself master alone for 8 s after it last saw the node down and
+/// after the node first reported the role, and it reads a replica's role from `INFO`, sent
+/// every 10 s; a sentinel whose own timer stalled for 2 s (a busy machine) stops acting for
+/// 30 s (TILT).
+const DEMOTION_TIMEOUT: Duration = Duration::from_secs(8 + 2 * 10 + 30);
 
 /// One sentinel: a `redis-server <config> --sentinel`, the config in a directory of its own
 /// (Sentinel rewrites it).
@@ -96,29 +120,33 @@ impl SentinelSet {
             scheme: if tls.is_some() { "rediss" } else { "redis" },
         };
         let (primary_port, replica_port) = (set.nodes[0].port(), set.nodes[1].port());
-        set.wait_or_panic("every sentinel to see the primary, the replica and the other sentinels", || {
-            for sentinel in &set.sentinels {
-                let sentinel = &sentinel.server;
-                let master = master_addr(sentinel)?;
-                if master != primary_port {
-                    return Err(format!("sentinel {} names {master} as master", sentinel.port()));
+        set.wait_or_panic(
+            "every sentinel to see the primary, the replica and the other sentinels",
+            SETTLE_TIMEOUT,
+            || {
+                for sentinel in &set.sentinels {
+                    let sentinel = &sentinel.server;
+                    let master = master_addr(sentinel)?;
+                    if master != primary_port {
+                        return Err(format!("sentinel {} names {master} as master", sentinel.port()));
+                    }
+                    let replicas = sentinel_table(sentinel, &["SENTINEL", "REPLICAS", MASTER_NAME])?;
+                    let good = replicas.iter().any(|r| {
+                        r.get("port").is_some_and(|p| *p == replica_port.to_string())
+                            && r.get("flags").is_some_and(|f| f == "slave")
+                            && r.get("master-link-status").is_some_and(|s| s == "ok")
+                    });
+                    if !good {
+                        return Err(format!("sentinel {} sees replicas {replicas:?}", sentinel.port()));
+                    }
+                    let others = sentinel_table(sentinel, &["SENTINEL", "SENTINELS", MASTER_NAME])?;
+                    if others.len() < 2 {
+                        return Err(format!("sentinel {} knows {} other sentinels", sentinel.port(), others.len()));
+                    }
                 }
-                let replicas = sentinel_table(sentinel, &["SENTINEL", "REPLICAS", MASTER_NAME])?;
-                let good = replicas.iter().any(|r| {
-                    r.get("port").is_some_and(|p| *p == replica_port.to_string())
-                        && r.get("flags").is_some_and(|f| f == "slave")
-                        && r.get("master-link-status").is_some_and(|s| s == "ok")
-                });
-                if !good {
-                    return Err(format!("sentinel {} sees replicas {replicas:?}", sentinel.port()));
-                }
-                let others = sentinel_table(sentinel, &["SENTINEL", "SENTINELS", MASTER_NAME])?;
-                if others.len() < 2 {
-                    return Err(format!("sentinel {} knows {} other sentinels", sentinel.port(), others.len()));
-                }
-            }
-            Ok(())
-        });
+                Ok(())
+            },
+        );
         eprintln!("sentinel set up in {:?}", started.elapsed());
         Some(set)
     }
@@ -172,7 +200,8 @@ impl SentinelSet {
     }
 
     /// SIGKILLs the current primary and returns its port. Sentinel then fails over to the
-    /// replica after [`SENTINEL_DOWN_AFTER_MS`] and an election.
+    /// replica after [`SENTINEL_DOWN_AFTER_MS`] and an election: see
+    /// [`wait_for_failover`](Self::wait_for_failover).
     pub fn kill_primary(&mut self) -> u16 {
         let port = self.master_port();
         let index = self.nodes.iter().position(|n| n.port() == port).expect("the master is a data node");
@@ -181,11 +210,13 @@ impl SentinelSet {
         port
     }
 
-    /// Waits until every sentinel names a new primary (not the one killed) and that node reports
-    /// `role:master`; its port, or `None` after `timeout`.
-    pub fn wait_for_failover(&self, timeout: Duration) -> Option<u16> {
+    /// Waits until every sentinel names a new primary (not the one killed), that node reports
+    /// `role:master`, and every sentinel has had its answers to `PING` and `INFO` since and
+    /// takes it for up (its flags in `SENTINEL MASTERS` are `master` alone): its port. Panics,
+    /// with the sentinels' logs, after [`FAILOVER_TIMEOUT`].
+    pub fn wait_for_failover(&self) -> u16 {
         let old = self.nodes[self.killed.expect("kill_primary before wait_for_failover")].port();
-        wait_for(timeout, || {
+        self.wait_or_panic("a failover: every sentinel names the new primary and hears it", FAILOVER_TIMEOUT, || {
             let mut named = Vec::new();
             for sentinel in &self.sentinels {
                 named.push(master_addr(&sentinel.server)?);
@@ -198,9 +229,26 @@ impl SentinelSet {
             if role != "master" {
                 return Err(format!("{new} reports role:{role}"));
             }
+            for sentinel in &self.sentinels {
+                let master = sentinel_table(&sentinel.server, &["SENTINEL", "MASTERS"])?
+                    .into_iter()
+                    .find(|m| m.get("name").is_some_and(|n| n == MASTER_NAME))
+                    .ok_or_else(|| format!("sentinel {} does not monitor {MASTER_NAME}", sentinel.server.port()))?;
+                let field = |name: &str| master.get(name).map(String::as_str).unwrap_or("?");
+                // A switch of primary resets the sentinel's link (`last-ping-sent` counts from
+                // then until a PING is answered) and forgets the run id (until an `INFO` answer).
+                if field("flags") != "master" || field("last-ping-sent") != "0" || field("runid").is_empty() {
+                    return Err(format!(
+                        "sentinel {} sees {new} with flags {}, a PING unanswered for {} ms, run id {:?}",
+                        sentinel.server.port(),
+                        field("flags"),
+                        field("last-ping-sent"),
+                        field("runid")
+                    ));
+                }
+            }
             Ok(new)
         })
-        .ok()
     }
 
     /// Restarts the killed primary on its directory and port, and waits until Sentinel has made
@@ -222,31 +270,54 @@ impl SentinelSet {
 
     fn restart_killed(&mut self, point_it: bool) {
         let index = self.killed.take().expect("kill_primary before restarting the old primary");
+        let master = self.master_port();
         self.nodes[index].restart();
-        // Never promote it again: on a loaded 2-core CI machine the sentinels once took the new
-        // primary for down (1 s without a PING answer) while the restarted node still answered
-        // as a primary with its old data, failed over to it and made the new primary resync from
-        // it, losing its writes. That is Sentinel's doing, not the client's under test.
+        // Never promote it again, so that the set keeps its shape for the rest of the test even
+        // if the sentinels later take the new primary for down. Sentinel reads a node's priority
+        // from `INFO` only while the node is a replica, so this does not cover the moments
+        // before Sentinel demotes it: SENTINEL_DOWN_AFTER_MS does.
         let reply = self.nodes[index].command(&["CONFIG", "SET", "replica-priority", "0"]);
         assert_eq!(reply, Reply::Status("OK".into()), "CONFIG SET replica-priority");
-        let master = self.master_port();
         let node = &self.nodes[index];
         if point_it {
             let reply = node.command(&["REPLICAOF", "127.0.0.1", &master.to_string()]);
             assert_eq!(reply, Reply::Status("OK".into()), "REPLICAOF on {}", node.port());
         }
-        wait_or_panic(
-            "the old primary to come back as a replica of the new one",
-            &[node, self.node(master)],
-            SETTLE_TIMEOUT,
-            || replica_synced_to(node, master),
-        );
+        self.wait_or_panic("the old primary to come back as a replica of the new one", DEMOTION_TIMEOUT, || {
+            let named = master_addr(&self.sentinels[0].server)?;
+            assert_eq!(
+                named, master,
+                "the sentinels promoted {named} while the old primary came back (see their logs below)"
+            );
+            replica_synced_to(node, master)
+        });
     }
 
-    fn wait_or_panic<T>(&self, what: &str, probe: impl FnMut() -> Result<T, String>) -> T {
-        let mut all: Vec<&RedisServer> = self.nodes.iter().collect();
-        all.extend(self.sentinels.iter().map(|s| &s.server));
-        wait_or_panic(what, &all, SETTLE_TIMEOUT, probe)
+    /// [`wait_or_panic`] on every process of the set; [`Drop`] prints their logs.
+    fn wait_or_panic<T>(&self, what: &str, timeout: Duration, probe: impl FnMut() -> Result<T, String>) -> T {
+        wait_for(timeout, probe)
+            .unwrap_or_else(|why| panic!("timed out after {timeout:?} waiting for {what}; last: {why}"))
+    }
+}
+
+impl Drop for SentinelSet {
+    /// On a panic (a failed wait or a test's assertion), prints what the sentinels did: their
+    /// logs say when they took a node for down (`+sdown`, `+odown`), whom they elected and
+    /// promoted (`+switch-master`), whom they reconfigured (`+convert-to-slave`) and whether
+    /// they stopped acting for a while (`+tilt`).
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let mut out = String::from("the sentinel set's logs:\n");
+        for node in &self.nodes {
+            out += &format!("--- data node on port {} ---\n{}\n", node.port(), node.log_lines(60));
+        }
+        for sentinel in &self.sentinels {
+            out +=
+                &format!("--- sentinel on port {} ---\n{}\n", sentinel.server.port(), sentinel.server.log_lines(200));
+        }
+        eprintln!("{out}");
     }
 }
 
