@@ -19,8 +19,8 @@ use crate::durable::scripts::{self, Failed};
 use crate::durable::wheel::Wheel;
 use crate::Error;
 
-/// The most acknowledgements one call carries.
-pub(super) const ACK_BATCH: usize = 256;
+/// The most acknowledgements one `ack.lua` call carries (about 3 million instructions of Redis's).
+pub(super) const ACK_BATCH: usize = 128;
 /// How long an acknowledgement waits for a claim to carry it before it goes on its own.
 pub(super) const ACK_LINGER: Duration = Duration::from_millis(10);
 
