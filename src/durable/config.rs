@@ -34,8 +34,9 @@ pub const MAX_PARTITIONS: usize = 1024;
 /// The default number of handlers one [`Worker`](super::Worker) runs at once: 16.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 /// The default number of ready tasks one [`Worker`](super::Worker) claims ahead of its free
-/// handlers, per partition: 64. See [`DurableBuilder::prefetch`](super::DurableBuilder::prefetch).
-pub const DEFAULT_PREFETCH: usize = 64;
+/// handlers, per partition: 128, two claims' worth. See
+/// [`DurableBuilder::prefetch`](super::DurableBuilder::prefetch).
+pub const DEFAULT_PREFETCH: usize = 128;
 /// The default longest run of one handler: 30 minutes. A worker renews the leases of the
 /// handlers it runs, so without a bound a hung handler would hold its task (and a place among
 /// the worker's handlers) for good; with it, the handler is dropped and the delivery counts as

@@ -190,7 +190,8 @@ fn room(handlers: &Handlers, concurrency: usize, prefetch: usize) -> usize {
 
 /// Waits until a claim is worth making, and returns how many tasks it is to take; `None` when
 /// told to stop. A claim is worth making when handlers are free and the buffer is empty, or when
-/// the buffer has run down to half of what is claimed ahead. While tasks are waiting (`backlog`)
+/// the buffer has run down far enough for a full claim (or to half of what is claimed ahead,
+/// when that is less than two claims' worth), so that a busy worker's claims are full ones. While tasks are waiting (`backlog`)
 /// and nothing is claimed ahead, it gathers free handlers a moment rather than claiming one task
 /// per round trip.
 async fn wait_for_room(
@@ -212,7 +213,8 @@ async fn wait_for_room(
         let ahead = handlers.runs.ahead(concurrency, prefetch);
         let (free, buffered) = (handlers.permits.available_permits(), handlers.deliveries.buffered());
         let room = room(handlers, concurrency, prefetch);
-        let worth = room > 0 && ((buffered == 0 && free > 0) || (ahead > 0 && buffered <= ahead / 2));
+        let low_water = ahead.saturating_sub(MAX_CLAIM).max(ahead / 2);
+        let worth = room > 0 && ((buffered == 0 && free > 0) || (ahead > 0 && buffered <= low_water));
         if worth {
             let few = backlog && ahead == 0 && room < concurrency.min(MAX_CLAIM).div_ceil(4);
             let until = *gather_until.get_or_insert_with(|| tokio::time::Instant::now() + GATHER);
