@@ -109,14 +109,20 @@ async fn run_buffered(h: Handlers, permit: OwnedSemaphorePermit) {
                 Err(_) => return,
             }
         };
-        run_one(&h, claimed).await;
+        if run_one(&h, claimed).await.is_err() {
+            // Recording the failure is a task spawned just now, which waits in this thread's
+            // next-to-run slot, where no other thread takes it: let it go first, before the
+            // next handler, which may hold the thread (a panic's hook printing a backtrace
+            // holds it for a few hundred ms in a debug build).
+            tokio::task::yield_now().await;
+        }
     }
 }
 
 /// Runs the handler on one claimed task, inside a `tracing` span `task` (target
 /// `tokio_timewheel::durable`, level `INFO`) with the wheel's name, the partition, the key and
-/// the attempt, and hands its outcome on.
-async fn run_one(h: &Handlers, Claimed { task, token }: Claimed) {
+/// the attempt, and hands its outcome on. Returns the outcome: `Err` for a failure.
+async fn run_one(h: &Handlers, Claimed { task, token }: Claimed) -> Result<(), ()> {
     let span = tracing::info_span!(
         target: "tokio_timewheel::durable",
         "task",
@@ -137,9 +143,11 @@ async fn run_one(h: &Handlers, Claimed { task, token }: Claimed) {
     h.runs.record(started.elapsed());
     // A delivery whose lease went to another worker, or that was abandoned at a shutdown, has no
     // outcome to record: Redis would refuse it.
+    let result = outcome.as_ref().map(|_| ()).map_err(|_| ());
     if h.deliveries.finish(&token) {
         h.outcomes.push(&h.wheel, h.part, key, token, outcome);
     }
+    result
 }
 
 /// Records how late each task was claimed (the lateness metric and histogram).
