@@ -154,12 +154,13 @@ pub async fn d7(server: &RedisServer, options: &Options, inputs: &Inputs) -> Fie
     let workers = start_workers(&timers, sink.clone());
     let all = sink.wait_all(crate::D3_LIMIT).await;
     let mut wall_s = -1.0;
-    while all {
+    // Acknowledged: nothing pending any more.
+    while all && wall_s < 0.0 {
         if timers.len().await.expect("len") == 0 {
             wall_s = started.elapsed().as_secs_f64();
-            break;
+        } else {
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let cpu = work.per_task(server, inputs.n);
     for w in workers {
