@@ -325,6 +325,6 @@ impl DurableBuilder {
     /// Dropping the future drops the connection; nothing is left behind but the wheel's
     /// settings in Redis, which the next `connect` reuses.
     pub async fn connect(self) -> Result<DurableScheduler, Error> {
-        super::connect::connect(&self.settings).await
+        super::open::connect(&self.settings).await
     }
 }

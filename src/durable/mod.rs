@@ -254,25 +254,25 @@
 // scheduler, connect, builder, dashboard), which the crate's `layering` tests check.
 mod admin;
 mod builder;
+mod client;
 mod coalesce;
 mod config;
-mod conn;
-mod connect;
 #[cfg(feature = "dashboard")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
+mod deployment;
 mod ids;
 mod keys;
 mod leader;
-mod link;
 mod metrics;
+mod open;
 mod scheduler;
 mod scripts;
+mod shared_conn;
 mod task;
 #[cfg(test)]
 mod tests;
 mod time;
-mod wheel;
 mod worker;
 
 pub use crate::error::RedisFailure;

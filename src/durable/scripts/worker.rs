@@ -2,9 +2,9 @@
 //! `renew.lua`.
 
 use super::{declare_slots, invoke, number, text, SCRIPTS};
-use crate::durable::conn::Window;
+use crate::durable::client::WheelClient;
+use crate::durable::shared_conn::Window;
 use crate::durable::time::{from_unix_ms, When};
-use crate::durable::wheel::Wheel;
 use crate::durable::Task;
 use crate::durable::WheelKeys;
 use crate::Error;
@@ -21,7 +21,7 @@ pub(crate) struct Claimed {
 /// took; `previous` is the id of this worker's last answered claim, whose record can go.
 #[cfg(test)]
 pub(crate) async fn claim(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     n: usize,
     claim_id: &str,
@@ -57,7 +57,7 @@ pub(crate) struct ClaimReply {
 
 /// Acknowledges `call.acks` and claims up to `call.n` ready tasks in one call.
 pub(crate) async fn claim_and_ack(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     call: &Claim<'_>,
     window: Window,
@@ -129,7 +129,7 @@ fn digits(answer: &[u8]) -> Vec<bool> {
 /// Acknowledges `deliveries` (key, claim token) in one call; true for each one acknowledged,
 /// false for one refused (its token is no longer the task's).
 pub(crate) async fn ack(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     deliveries: &[(&str, &str)],
     window: Window,
@@ -156,7 +156,7 @@ pub(crate) enum Failed {
 
 /// Reports that the delivery of `key` under `token` failed with `why`.
 pub(crate) async fn fail(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     key: &str,
     token: &str,
@@ -191,7 +191,7 @@ pub(crate) async fn fail(
 /// one refused (its token is no longer the task's: the lease went to another delivery, or the
 /// task finished).
 pub(crate) async fn renew(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     deliveries: &[(&str, &str)],
     lease_ms: u64,

@@ -5,8 +5,8 @@
 //! test.
 
 use super::{dump, expect, meta, redis_now_ms, wheel, SLOTS, TICK_MS};
-use crate::durable::conn::Window;
 use crate::durable::scripts::{self, Bid, Cancelled, Failed, Moved, NewTask, Requeued, Scheduled, TickReply};
+use crate::durable::shared_conn::Window;
 use crate::durable::time::When;
 use crate::durable::WheelKeys;
 
@@ -189,7 +189,7 @@ async fn own_slots_is_a_hint_that_changes_how_entries_are_written_not_what() {
     assert!(!right.own_slots);
     let (mut after, mut pushes) = (Vec::new(), Vec::new());
     for (request, own_slots) in [("right", false), ("wrong", true)] {
-        let guess = crate::durable::wheel::SlotGuess { indices: right.indices.clone(), own_slots };
+        let guess = crate::durable::client::SlotGuess { indices: right.indices.clone(), own_slots };
         server.command(&["CONFIG", "RESETSTAT"]);
         let got = scripts::schedule_in(w, keys, request, &tasks, false, None, &guess).await.unwrap();
         pushes.push(server.command_calls().get("rpush").copied().unwrap_or(0));

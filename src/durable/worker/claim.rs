@@ -18,9 +18,9 @@ use super::lease::{give_back_leases, renew_leases, Deliveries};
 use super::outcome::{lost, record_outcomes, refused, Outcomes};
 use super::stop::{abandoned, pause, stopped, stopping};
 use super::wake::{wait_for_wake, Waker};
-use crate::durable::conn::Window;
+use crate::durable::client::WheelClient;
 use crate::durable::scripts::{self, Claim, Claimed};
-use crate::durable::wheel::Wheel;
+use crate::durable::shared_conn::Window;
 
 /// The most tasks one claim takes, and the most acknowledgements it carries: a claim of 64 with
 /// 64 acknowledgements costs Redis about 4 million instructions (`src/durable/tests/costs.rs`), a few
@@ -43,7 +43,7 @@ pub(super) struct Signals {
 /// Claims from partition `part` for handlers that hold one of `permits` each (the worker's
 /// concurrency, shared by the claim loops of every partition).
 pub(super) async fn claim_loop(
-    wheel: &Arc<Wheel>,
+    wheel: &Arc<WheelClient>,
     part: usize,
     permits: Arc<Semaphore>,
     handler: Handler,

@@ -19,8 +19,8 @@ use tracing::Instrument;
 
 use super::lease::Deliveries;
 use super::outcome::Outcomes;
+use crate::durable::client::WheelClient;
 use crate::durable::scripts::Claimed;
-use crate::durable::wheel::Wheel;
 use crate::durable::Task;
 
 pub(super) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -42,7 +42,7 @@ pub(super) struct Handlers {
     /// partition share the permits, and one whose buffer waits for a free handler starts a runner.
     pub(super) freed: Arc<Notify>,
     pub(super) runs: Arc<RunTimes>,
-    pub(super) wheel: Arc<Wheel>,
+    pub(super) wheel: Arc<WheelClient>,
     pub(super) part: usize,
 }
 
@@ -151,7 +151,7 @@ async fn run_one(h: &Handlers, Claimed { task, token }: Claimed) -> Result<(), (
 }
 
 /// Records how late each task was claimed (the lateness metric and histogram).
-pub(super) fn claimed_late(wheel: &Wheel, part: usize, tasks: &[Claimed]) {
+pub(super) fn claimed_late(wheel: &WheelClient, part: usize, tasks: &[Claimed]) {
     let late = |task: &Task| task.claimed_at.duration_since(task.due).unwrap_or_default();
     wheel.record_lateness(tasks.iter().map(|claimed| late(&claimed.task)));
     let metrics = wheel.metrics.partition(part);

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use crate::durable::conn::Window;
+use crate::durable::client::WheelClient;
 use crate::durable::scripts::{self, Claimed};
-use crate::durable::wheel::Wheel;
+use crate::durable::shared_conn::Window;
 
 /// The most deliveries one renewal call carries.
 const RENEW_BATCH: usize = 128;
@@ -161,7 +161,7 @@ impl Deliveries {
     /// still running (the caller has dropped the running handlers), so that the next tick hands
     /// those tasks out again (rather than after the lease). A handler that finished meanwhile
     /// keeps its outcome on its way.
-    pub(super) async fn abandon(&self, wheel: &Wheel, part: usize) {
+    pub(super) async fn abandon(&self, wheel: &WheelClient, part: usize) {
         let _round = self.round.lock().await;
         let (mut dropped, mut give_back) = (0, Vec::new());
         {
@@ -195,7 +195,7 @@ impl Deliveries {
 
 /// Gives back the leases of `deliveries` (key, token) of partition `part` (`renew.lua` with a
 /// lease of 0): the next tick hands those tasks out again.
-pub(super) async fn give_back_leases(wheel: &Wheel, part: usize, deliveries: &[(String, String)]) {
+pub(super) async fn give_back_leases(wheel: &WheelClient, part: usize, deliveries: &[(String, String)]) {
     let keys = &wheel.partitions[part].keys;
     for chunk in deliveries.chunks(RENEW_BATCH) {
         let pairs: Vec<(&str, &str)> = chunk.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
@@ -212,7 +212,7 @@ pub(super) async fn give_back_leases(wheel: &Wheel, part: usize, deliveries: &[(
 /// dropped (the claim loop aborts it once the last outcome is recorded). A delivery whose
 /// renewal is refused lost its lease to another worker: it is logged and no longer renewed, and
 /// its outcome will be refused too.
-pub(super) async fn renew_leases(wheel: Arc<Wheel>, part: usize, deliveries: Arc<Deliveries>) {
+pub(super) async fn renew_leases(wheel: Arc<WheelClient>, part: usize, deliveries: Arc<Deliveries>) {
     let every = wheel.cfg.renew_every();
     let keys = &wheel.partitions[part].keys;
     let mut rounds = tokio::time::interval_at(tokio::time::Instant::now() + every, every);

@@ -24,9 +24,9 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::client::WheelClient;
 use super::leader::Lead;
 use super::scripts::registry;
-use super::wheel::Wheel;
 use super::Task;
 use claim::Signals;
 use handler::Handler;
@@ -197,7 +197,7 @@ impl Drop for Worker {
     }
 }
 
-pub(crate) fn start<F, Fut, E>(wheel: Arc<Wheel>, handler: F) -> Worker
+pub(crate) fn start<F, Fut, E>(wheel: Arc<WheelClient>, handler: F) -> Worker
 where
     F: Fn(Task) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
@@ -220,7 +220,7 @@ where
 /// Runs a leader loop and a claim loop for each partition; on stop, lets the handlers finish
 /// (or drops them when told to abandon them) before the leaderships are given up.
 async fn supervise(
-    wheel: Arc<Wheel>,
+    wheel: Arc<WheelClient>,
     handler: Handler,
     stop: watch::Receiver<bool>,
     abandon: watch::Receiver<bool>,
@@ -259,7 +259,7 @@ async fn supervise(
 
 /// Says that worker `node` runs (in the wheel's registry of workers, `scripts::registry`) every
 /// heartbeat until stopped, then takes it out.
-async fn heartbeat(wheel: &Wheel, node: &str, mut stop: watch::Receiver<bool>) {
+async fn heartbeat(wheel: &WheelClient, node: &str, mut stop: watch::Receiver<bool>) {
     for beat in 0u64.. {
         // A failed beat is only a gap in the list: the next one mends it.
         registry::beat(wheel, node, wheel.clock.now_ms(), beat).await;

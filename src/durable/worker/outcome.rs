@@ -14,9 +14,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::lease::Deliveries;
-use crate::durable::conn::Window;
+use crate::durable::client::WheelClient;
 use crate::durable::scripts::{self, Failed};
-use crate::durable::wheel::Wheel;
+use crate::durable::shared_conn::Window;
 use crate::Error;
 
 /// The most acknowledgements one `ack.lua` call carries (about 3 million instructions of Redis's).
@@ -60,7 +60,7 @@ impl Outcomes {
     /// The outcome of the delivery of `key` under `token` of partition `part`.
     pub(super) fn push(
         &self,
-        wheel: &Arc<Wheel>,
+        wheel: &Arc<WheelClient>,
         part: usize,
         key: String,
         token: String,
@@ -150,7 +150,7 @@ impl Outcomes {
 /// Sends the acknowledgements of partition `part` that no claim took (see the module docs),
 /// until the worker stops and every outcome is recorded. Once an outcome is recorded,
 /// `deliveries` forgets its delivery (its lease is renewed until then).
-pub(super) async fn record_outcomes(wheel: Arc<Wheel>, part: usize, outcomes: Arc<Outcomes>) {
+pub(super) async fn record_outcomes(wheel: Arc<WheelClient>, part: usize, outcomes: Arc<Outcomes>) {
     let deliveries = outcomes.deliveries.clone();
     let keys = &wheel.partitions[part].keys;
     // Keep trying while the lease lasts: after it the task is handed out again anyway.
@@ -184,7 +184,7 @@ pub(super) async fn record_outcomes(wheel: Arc<Wheel>, part: usize, outcomes: Ar
 }
 
 /// Acknowledges `acks` in one `ack.lua` call, logging what was refused or lost.
-async fn send_acks(wheel: &Wheel, keys: &crate::durable::WheelKeys, acks: &[(String, String)], window: Window) {
+async fn send_acks(wheel: &WheelClient, keys: &crate::durable::WheelKeys, acks: &[(String, String)], window: Window) {
     let deliveries: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
     match scripts::ack(wheel, keys, &deliveries, window).await {
         Ok(answers) => refused(wheel, &deliveries, &answers),
@@ -193,7 +193,7 @@ async fn send_acks(wheel: &Wheel, keys: &crate::durable::WheelKeys, acks: &[(Str
 }
 
 /// Logs the acknowledgements that Redis refused.
-pub(super) fn refused(wheel: &Wheel, deliveries: &[(&str, &str)], answers: &[bool]) {
+pub(super) fn refused(wheel: &WheelClient, deliveries: &[(&str, &str)], answers: &[bool]) {
     for ((key, _), acked) in deliveries.iter().zip(answers) {
         if !acked {
             // Its lease went to another worker (this one's renewal was refused too, unless the
@@ -204,7 +204,7 @@ pub(super) fn refused(wheel: &Wheel, deliveries: &[(&str, &str)], answers: &[boo
 }
 
 /// Records that the delivery of `key` under `token` failed with `why`.
-async fn record_failure(wheel: &Wheel, part: usize, key: &str, token: &str, why: &str, window: Window) {
+async fn record_failure(wheel: &WheelClient, part: usize, key: &str, token: &str, why: &str, window: Window) {
     tracing::debug!(wheel = %wheel.name(), key = %key, error = %why, "a handler failed");
     let metrics = wheel.metrics.partition(part);
     match scripts::fail(wheel, &wheel.partitions[part].keys, key, token, why, window).await {
@@ -221,7 +221,7 @@ async fn record_failure(wheel: &Wheel, part: usize, key: &str, token: &str, why:
     }
 }
 
-pub(super) fn lost(wheel: &Wheel, key: &str, e: &Error) {
+pub(super) fn lost(wheel: &WheelClient, key: &str, e: &Error) {
     tracing::warn!(
         wheel = %wheel.name(), key = %key, error = %e,
         "could not record a delivery's outcome; the task is handed out again after its lease"
