@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use super::client::{Partition, WheelClient};
 use super::scripts::{self, Bid, TickReply};
-use super::wheel::{Partition, Wheel};
 use crate::Error;
 
 /// The most tasks one tick script call moves: a few milliseconds of Redis's time at most (about
@@ -63,7 +63,7 @@ impl Lead {
 /// node that does not lead then bids at once. `lead` tells the worker whether this loop leads;
 /// `started` is counted up once, at the first answer to a bid.
 pub(crate) async fn run(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     part: &Partition,
     node: String,
     mut stop: watch::Receiver<bool>,
@@ -139,7 +139,7 @@ pub(crate) async fn run(
     }
 }
 
-fn backoff(wheel: &Wheel, failures: &mut u32, e: &Error) -> Duration {
+fn backoff(wheel: &WheelClient, failures: &mut u32, e: &Error) -> Duration {
     *failures += 1;
     if *failures == 1 {
         tracing::warn!(wheel = %wheel.name(), error = %e, "ticking failed; retrying with a backoff");
@@ -151,7 +151,7 @@ fn backoff(wheel: &Wheel, failures: &mut u32, e: &Error) -> Duration {
 /// Calls the tick script until it has caught up (each call is bounded; "more" means call again).
 /// Each call names the slots after the cursor up to a few ticks past Redis's clock, both as the
 /// last reply gave them (at first, an estimate: a wrong one costs one more call).
-async fn tick(wheel: &Wheel, part: &Partition, token: &str) -> Result<Round, Error> {
+async fn tick(wheel: &WheelClient, part: &Partition, token: &str) -> Result<Round, Error> {
     let tick_ms = wheel.cfg.tick_ms;
     let mut cursor = wheel.clock.now_ms() / tick_ms - 1;
     let mut now_ms = wheel.clock.now_ms();
@@ -173,6 +173,6 @@ async fn tick(wheel: &Wheel, part: &Partition, token: &str) -> Result<Round, Err
 /// Ticks once under `token` as a leader would, until caught up; false if refused. For the tests
 /// of fencing and concurrent tickers.
 #[cfg(test)]
-pub(crate) async fn tick_once(wheel: &Wheel, part: &Partition, token: &str) -> Result<bool, Error> {
+pub(crate) async fn tick_once(wheel: &WheelClient, part: &Partition, token: &str) -> Result<bool, Error> {
     Ok(matches!(tick(wheel, part, token).await?, Round::CaughtUp(_)))
 }

@@ -5,10 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use super::client::WheelClient;
 use super::coalesce::{self, Calls};
 use super::scripts::{self, NewTask, Scheduled};
 use super::time::When;
-use super::wheel::Wheel;
 use super::{Task, Worker};
 use crate::Error;
 
@@ -49,7 +49,7 @@ use crate::Error;
 /// ```
 #[derive(Clone)]
 pub struct DurableScheduler {
-    pub(crate) wheel: Arc<Wheel>,
+    pub(crate) wheel: Arc<WheelClient>,
     /// The calls in flight of this handle and its clones, coalesced per partition and kind.
     calls: Arc<Calls>,
 }
@@ -62,7 +62,7 @@ impl fmt::Debug for DurableScheduler {
 
 impl DurableScheduler {
     /// The handle to a wheel just opened.
-    pub(crate) fn new(wheel: Wheel) -> Self {
+    pub(crate) fn new(wheel: WheelClient) -> Self {
         let wheel = Arc::new(wheel);
         let calls = Arc::new(Calls::new(&wheel));
         DurableScheduler { wheel, calls }
@@ -244,7 +244,9 @@ impl DurableScheduler {
     /// - **waiting** (due later, in the wheel) or **ready** (due, not yet claimed by a worker):
     ///   removed, `true`; the key is free at once;
     /// - **running** (claimed by a worker under a live lease: its handler has started, or the
-    ///   claim's reply is on its way and will start it): left alone, `false`. Its lease runs its
+    ///   claim's reply is on its way, or it waits in the worker's buffer of tasks claimed ahead
+    ///   of its free handlers, about 50 ms of work at most: see
+    ///   [`prefetch`](super::DurableBuilder::prefetch)): left alone, `false`. Its lease runs its
     ///   course: an `Ok` from the handler acknowledges it, a failure retries it as usual. While
     ///   it runs, [`contains`](Self::contains) answers true; cancel it again after it failed if
     ///   it must not be retried;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use tokio::task::{JoinError, JoinSet};
 
 use super::{cancel_batch, schedule_batch, BATCH_BYTES, CANCEL_BATCH, SCHEDULE_BATCH};
+use crate::durable::client::WheelClient;
 use crate::durable::scripts::NewTask;
-use crate::durable::wheel::Wheel;
 use crate::error::RedisFailure;
 use crate::Error;
 
@@ -22,7 +22,7 @@ const SCHEDULE_PIPELINE: usize = 2;
 /// Schedules the checked items of a `schedule_many` (each a task with its partition, or the
 /// item's own error), answering one result per item in order.
 pub(crate) async fn schedule_many(
-    wheel: &Arc<Wheel>,
+    wheel: &Arc<WheelClient>,
     checked: Vec<Result<(usize, NewTask), Error>>,
 ) -> Result<Vec<Result<(), Error>>, Error> {
     let mut results: Vec<Result<(), Error>> = Vec::with_capacity(checked.len());
@@ -61,7 +61,7 @@ pub(crate) async fn schedule_many(
 
 /// Cancels `keys`, a batch of at most [`CANCEL_BATCH`] per partition at a time, answering
 /// whether each was cancelled, in order.
-pub(crate) async fn cancel_many(wheel: &Wheel, keys: Vec<String>) -> Result<Vec<bool>, Error> {
+pub(crate) async fn cancel_many(wheel: &WheelClient, keys: Vec<String>) -> Result<Vec<bool>, Error> {
     let mut out = vec![false; keys.len()];
     // Each partition's keys, with their places in the answer.
     let mut by_partition: Vec<Vec<usize>> = vec![Vec::new(); wheel.partitions.len()];
@@ -85,7 +85,7 @@ type Duplicates = Vec<(usize, String)>;
 
 /// Sends one `schedule.lua` call for `batch`, all of partition `part` (each task with its index
 /// in the caller's results); a Redis failure is the whole batch's.
-async fn send_batch(wheel: Arc<Wheel>, part: usize, batch: Vec<(usize, NewTask)>) -> Result<Duplicates, Error> {
+async fn send_batch(wheel: Arc<WheelClient>, part: usize, batch: Vec<(usize, NewTask)>) -> Result<Duplicates, Error> {
     let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = batch.into_iter().unzip();
     let outcomes = schedule_batch(&wheel, part, None, &tasks).await;
     let mut duplicates = Vec::new();

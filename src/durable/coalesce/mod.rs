@@ -16,9 +16,9 @@ use std::sync::Arc;
 pub(crate) use many::{cancel_many, schedule_many};
 use queue::{Answers, Bounds, Coalescer, SendBatch};
 
+use super::client::WheelClient;
 use super::scripts::{self, Cancelled, Moved, NewTask, Scheduled};
 use super::time::When;
-use super::wheel::Wheel;
 use crate::Error;
 
 /// How many tasks one `schedule.lua` call carries at most: keeps each call well under a
@@ -48,7 +48,7 @@ pub(crate) struct Calls {
 impl Calls {
     /// No task runs until a call comes: each kind's sender is started by the call that finds
     /// none running.
-    pub(crate) fn new(wheel: &Arc<Wheel>) -> Self {
+    pub(crate) fn new(wheel: &Arc<WheelClient>) -> Self {
         Calls {
             schedule: per_partition(wheel, SCHEDULE_BATCH, BATCH_BYTES, |w, part, tasks| async move {
                 schedule_batch(&w, part, None, &tasks).await
@@ -83,11 +83,11 @@ impl Calls {
 }
 
 /// One coalescer per partition of `wheel`, each sending its batches with `send`.
-fn per_partition<I, A, F, Fut>(wheel: &Arc<Wheel>, items: usize, bytes: usize, send: F) -> Vec<Coalescer<I, A>>
+fn per_partition<I, A, F, Fut>(wheel: &Arc<WheelClient>, items: usize, bytes: usize, send: F) -> Vec<Coalescer<I, A>>
 where
     I: Send + 'static,
     A: Send + 'static,
-    F: Fn(Arc<Wheel>, usize, Vec<I>) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Arc<WheelClient>, usize, Vec<I>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Answers<A>> + Send + 'static,
 {
     let bounds = Bounds { items, bytes, in_flight: IN_FLIGHT };
@@ -105,7 +105,7 @@ where
 /// replicas if it wrote anything. Each task's outcome: `Ok`, its `DuplicateKey`, or the error
 /// of the call (every task's) or of the replication (every task written).
 pub(crate) async fn schedule_batch(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     part: usize,
     request_id: Option<&str>,
     tasks: &[NewTask],
@@ -138,7 +138,7 @@ pub(crate) async fn schedule_batch(
 /// One `cancel.lua` call for `task_keys` (all of partition `part`), then the wait for the
 /// replicas if it cancelled anything. Each key's answer: whether this call cancelled it, or the
 /// error of the call (every key's) or of the replication (every key cancelled).
-pub(crate) async fn cancel_batch(wheel: &Wheel, part: usize, task_keys: &[impl AsRef<str>]) -> Answers<bool> {
+pub(crate) async fn cancel_batch(wheel: &WheelClient, part: usize, task_keys: &[impl AsRef<str>]) -> Answers<bool> {
     let keys = &wheel.partitions[part].keys;
     // One id per call, kept by its retries: a retry whose first attempt landed still answers
     // true (see `lua/cancel.lua`).
@@ -165,7 +165,7 @@ pub(crate) async fn cancel_batch(wheel: &Wheel, part: usize, task_keys: &[impl A
 /// replicas if it moved anything. Each move's outcome: `Ok`, `NotFound` (no task waiting or
 /// ready under the key), or the error of the call (every move's) or of the replication (every
 /// move made).
-async fn reschedule_batch(wheel: &Wheel, part: usize, moves: &[(String, When)]) -> Answers<()> {
+async fn reschedule_batch(wheel: &WheelClient, part: usize, moves: &[(String, When)]) -> Answers<()> {
     let keys = &wheel.partitions[part].keys;
     let answers = match scripts::reschedule(wheel, keys, moves).await {
         Ok(answers) => answers,

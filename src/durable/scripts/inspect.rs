@@ -2,15 +2,15 @@
 //! `dead_letters.lua`, `delete_dead.lua`.
 
 use super::{invoke, number, text, SCRIPTS};
-use crate::durable::conn::Window;
+use crate::durable::client::WheelClient;
+use crate::durable::shared_conn::Window;
 use crate::durable::time::from_unix_ms;
-use crate::durable::wheel::Wheel;
 use crate::durable::WheelKeys;
 use crate::durable::{DeadTask, DurableStats, TaskInfo, TaskState};
 use crate::Error;
 
 /// The wheel's gauges and counters, read at one moment.
-pub(crate) async fn stats(wheel: &Wheel, keys: &WheelKeys) -> Result<DurableStats, Error> {
+pub(crate) async fn stats(wheel: &WheelClient, keys: &WheelKeys) -> Result<DurableStats, Error> {
     let mut inv = invoke(keys, &SCRIPTS.stats);
     inv.arg(wheel.cfg.tick_ms);
     let r: Vec<i64> = wheel.conn.call(&inv, Window::Default).await?;
@@ -34,7 +34,7 @@ pub(crate) async fn stats(wheel: &Wheel, keys: &WheelKeys) -> Result<DurableStat
 
 /// Up to `limit` dead letters from rank `offset` on, oldest first.
 pub(crate) async fn dead_letters(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     limit: usize,
     offset: usize,
@@ -56,7 +56,7 @@ pub(crate) async fn dead_letters(
 }
 
 /// The task under `key`, pending or dead.
-pub(crate) async fn get(wheel: &Wheel, keys: &WheelKeys, key: &str) -> Result<Option<TaskInfo>, Error> {
+pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Result<Option<TaskInfo>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.get);
     inv.arg(key);
     let r: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
@@ -79,7 +79,7 @@ pub(crate) async fn get(wheel: &Wheel, keys: &WheelKeys, key: &str) -> Result<Op
 }
 
 /// Deletes the dead letter `key`; false if there was none.
-pub(crate) async fn delete_dead(wheel: &Wheel, keys: &WheelKeys, key: &str) -> Result<bool, Error> {
+pub(crate) async fn delete_dead(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Result<bool, Error> {
     let mut inv = invoke(keys, &SCRIPTS.delete_dead);
     inv.arg(key);
     Ok(wheel.conn.call::<i64>(&inv, Window::Default).await? == 1)
@@ -88,7 +88,7 @@ pub(crate) async fn delete_dead(wheel: &Wheel, keys: &WheelKeys, key: &str) -> R
 /// The waiting and ready tasks due in `[from_ms, until_ms]` after `(from_ms, after)` (all of
 /// `from_ms` when `after` is empty), at most `limit`, reading the slots of `ticks`.
 pub(crate) async fn due_next(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     (from_ms, after): (u64, &str),
     until_ms: u64,
@@ -117,7 +117,7 @@ pub(crate) async fn due_next(
 /// How many waiting and ready tasks fall due in each of `buckets` buckets of `bucket_ms` from
 /// `from_ms` (the first also counts those due before), counting the slots of `ticks` whole.
 pub(crate) async fn due_counts(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     from_ms: u64,
     bucket_ms: u64,
@@ -134,7 +134,7 @@ pub(crate) async fn due_counts(
 }
 
 /// Whether a task is pending under `key` (`HEXISTS` on the partition's records).
-pub(crate) async fn contains(wheel: &Wheel, keys: &WheelKeys, key: &str) -> Result<bool, Error> {
+pub(crate) async fn contains(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Result<bool, Error> {
     let mut exists = redis::cmd("HEXISTS");
     exists.arg(keys.tasks()).arg(key);
     wheel.conn.command(&exists).await
@@ -142,13 +142,13 @@ pub(crate) async fn contains(wheel: &Wheel, keys: &WheelKeys, key: &str) -> Resu
 
 /// The partition's cursor: the last tick the leader moved (`GET cursor`); `None` before the
 /// first tick.
-pub(crate) async fn cursor(wheel: &Wheel, keys: &WheelKeys) -> Result<Option<u64>, Error> {
+pub(crate) async fn cursor(wheel: &WheelClient, keys: &WheelKeys) -> Result<Option<u64>, Error> {
     wheel.conn.command(redis::cmd("GET").arg(keys.cursor())).await
 }
 
 /// The node that leads the partition, from its fencing token `<node>:<epoch>` (`GET leader`);
 /// `None` while no node leads it.
-pub(crate) async fn leader(wheel: &Wheel, keys: &WheelKeys) -> Result<Option<String>, Error> {
+pub(crate) async fn leader(wheel: &WheelClient, keys: &WheelKeys) -> Result<Option<String>, Error> {
     let token: Option<String> = wheel.conn.command(redis::cmd("GET").arg(keys.leader())).await?;
     Ok(token.map(|t| t.rsplit_once(':').map_or(t.clone(), |(node, _)| node.to_string())))
 }

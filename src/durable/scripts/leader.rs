@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{declare_slots, invoke, SCRIPTS};
-use crate::durable::conn::Window;
-use crate::durable::wheel::Wheel;
+use crate::durable::client::WheelClient;
+use crate::durable::shared_conn::Window;
 use crate::durable::WheelKeys;
 use crate::Error;
 
@@ -24,7 +24,7 @@ pub(crate) enum Opened {
 /// count on first use, checks them afterwards; with `start_cursor`, starts its cursor
 /// at the current tick if it has none (a partition; not the record of a partitioned wheel).
 pub(crate) async fn open(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     partitions: usize,
     start_cursor: bool,
@@ -50,7 +50,7 @@ pub(crate) enum Bid {
 }
 
 /// Bids for the lead as `node`, for a lease of `lease_ms`.
-pub(crate) async fn acquire(wheel: &Wheel, keys: &WheelKeys, node: &str, lease_ms: u64) -> Result<Bid, Error> {
+pub(crate) async fn acquire(wheel: &WheelClient, keys: &WheelKeys, node: &str, lease_ms: u64) -> Result<Bid, Error> {
     let mut inv = invoke(keys, &SCRIPTS.acquire);
     inv.arg(node).arg(lease_ms);
     let (token, left): (String, i64) = wheel.conn.call(&inv, Window::Response).await?;
@@ -58,7 +58,7 @@ pub(crate) async fn acquire(wheel: &Wheel, keys: &WheelKeys, node: &str, lease_m
 }
 
 /// Gives up the lead held under `token`; false if it was not the leader's.
-pub(crate) async fn release(wheel: &Wheel, keys: &WheelKeys, token: &str) -> Result<bool, Error> {
+pub(crate) async fn release(wheel: &WheelClient, keys: &WheelKeys, token: &str) -> Result<bool, Error> {
     let mut inv = invoke(keys, &SCRIPTS.release);
     inv.arg(token);
     Ok(wheel.conn.call::<i64>(&inv, Window::Default).await? == 1)
@@ -79,7 +79,7 @@ pub(crate) enum TickReply {
 /// One bounded call of the tick script under `token`: at most `budget` tasks, through the slots of
 /// `ticks` (those after the cursor, from the last reply) at most.
 pub(crate) async fn tick(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     token: &str,
     budget: usize,

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::durable::wheel::Wheel;
+use crate::durable::client::WheelClient;
 use crate::Error;
 
 /// How often a worker says it runs.
@@ -19,7 +19,7 @@ pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(60);
 
 /// Says that worker `node` runs, at `now_ms`; every tenth `beat` also drops the entries of
 /// workers not heard from for [`FORGET_AFTER`].
-pub(crate) async fn beat(wheel: &Wheel, node: &str, now_ms: u64, beat: u64) {
+pub(crate) async fn beat(wheel: &WheelClient, node: &str, now_ms: u64, beat: u64) {
     let key = wheel.base.workers();
     let mut add = redis::cmd("ZADD");
     add.arg(&key).arg(now_ms).arg(node);
@@ -32,12 +32,12 @@ pub(crate) async fn beat(wheel: &Wheel, node: &str, now_ms: u64, beat: u64) {
 }
 
 /// Takes worker `node` out of the registry.
-pub(crate) async fn leave(wheel: &Wheel, node: &str) {
+pub(crate) async fn leave(wheel: &WheelClient, node: &str) {
     let _ = wheel.conn.command::<i64>(redis::cmd("ZREM").arg(wheel.base.workers()).arg(node)).await;
 }
 
 /// The workers heard from within [`HEARD_WITHIN`] of `now_ms`.
-pub(crate) async fn heard(wheel: &Wheel, now_ms: u64) -> Result<Vec<String>, Error> {
+pub(crate) async fn heard(wheel: &WheelClient, now_ms: u64) -> Result<Vec<String>, Error> {
     let since = now_ms.saturating_sub(HEARD_WITHIN.as_millis() as u64);
     let mut range = redis::cmd("ZRANGEBYSCORE");
     range.arg(wheel.base.workers()).arg(since).arg("+inf");

@@ -2,9 +2,9 @@
 //! batch: `schedule.lua`, `cancel.lua`, `reschedule.lua`, `requeue_dead.lua`.
 
 use super::{declare_slots, invoke, packed, SCRIPTS};
-use crate::durable::conn::Window;
+use crate::durable::client::{SlotGuess, WheelClient};
+use crate::durable::shared_conn::Window;
 use crate::durable::time::When;
-use crate::durable::wheel::{SlotGuess, Wheel};
 use crate::durable::WheelKeys;
 use crate::Error;
 
@@ -63,7 +63,7 @@ pub(crate) enum Scheduled {
 /// is pending is moved to its new due time instead (keeping its payload); with `repeat`, every
 /// task is a recurring one.
 pub(crate) async fn schedule(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     request_id: &str,
     tasks: &[NewTask],
@@ -76,7 +76,7 @@ pub(crate) async fn schedule(
 
 /// [`schedule`] into the slots of `guess` (a test gives a wrong one).
 pub(crate) async fn schedule_in(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     request_id: &str,
     tasks: &[NewTask],
@@ -131,7 +131,7 @@ pub(crate) enum Cancelled {
 /// Cancels the tasks under `task_keys` in one call, as cancel `cancel_id` (the same for every retry
 /// of one call).
 pub(crate) async fn cancel(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     cancel_id: &str,
     task_keys: &[impl AsRef<str>],
@@ -163,7 +163,7 @@ pub(crate) enum Moved {
 
 /// Moves each task `(key, when)` of `moves` in one call; a key given twice ends at its last time.
 pub(crate) async fn reschedule(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     moves: &[(impl AsRef<str>, When)],
 ) -> Result<Vec<Moved>, Error> {
@@ -196,7 +196,7 @@ pub(crate) enum Requeued {
 
 /// Puts the dead letter `key` back, due at once, under request `request_id`.
 pub(crate) async fn requeue_dead(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     key: &str,
     request_id: &str,

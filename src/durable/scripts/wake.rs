@@ -2,19 +2,19 @@
 //! `wake` and `lead`, and the blocking wait of an idle worker on its connection of its own, which
 //! a stopping worker unblocks by its client id.
 
-use crate::durable::link::Link;
-use crate::durable::wheel::Wheel;
+use crate::durable::client::WheelClient;
+use crate::durable::deployment::Connection;
 
 /// Pushes a token on the list `key`, keeping at most `keep + 1`; a failure is only a wake-up
 /// missed, which the idle wait's safety net makes up for.
-pub(crate) async fn push_token(wheel: &Wheel, key: &str, keep: usize) {
+pub(crate) async fn push_token(wheel: &WheelClient, key: &str, keep: usize) {
     let Some(mut conn) = wheel.conn.shared().await else { return };
     let _: Result<(), _> =
         redis::pipe().lpush(key, 1).ignore().ltrim(key, 0, keep as isize).ignore().query_async(&mut conn).await;
 }
 
 /// The client id of `conn` on the node that holds `beside` (`CLIENT ID`).
-pub(crate) async fn client_id(conn: &mut Link, beside: &str) -> redis::RedisResult<i64> {
+pub(crate) async fn client_id(conn: &mut Connection, beside: &str) -> redis::RedisResult<i64> {
     conn.beside::<i64>(redis::cmd("CLIENT").arg("ID"), beside).await
 }
 
@@ -28,7 +28,7 @@ pub(crate) fn wait_for_token(wake: &str, lead: &str, wait_s: f64) -> redis::Cmd 
 
 /// Unblocks the client `id` (`CLIENT UNBLOCK`) on the node that holds `beside`, over the shared
 /// connection; a failure leaves the wait to run out or return.
-pub(crate) async fn unblock(wheel: &Wheel, id: i64, beside: &str) {
+pub(crate) async fn unblock(wheel: &WheelClient, id: i64, beside: &str) {
     let mut unblock = redis::cmd("CLIENT");
     unblock.arg("UNBLOCK").arg(id);
     if let Some(mut conn) = wheel.conn.shared().await {

@@ -10,15 +10,15 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::stop::{pause, stopping};
+use crate::durable::client::WheelClient;
 use crate::durable::scripts;
-use crate::durable::wheel::Wheel;
 
 /// How often a worker reads and publishes the gauges.
 pub(crate) const GAUGES_EVERY: Duration = Duration::from_secs(5);
 
 /// Publishes the gauges of every partition until the worker stops. A failed read is logged at
 /// `DEBUG` and tried again at the next turn: the gauges keep their last figures meanwhile.
-pub(super) async fn publish_gauges(wheel: &Wheel, mut stop: watch::Receiver<bool>) {
+pub(super) async fn publish_gauges(wheel: &WheelClient, mut stop: watch::Receiver<bool>) {
     while !stopping(&stop) {
         for part in &wheel.partitions {
             match scripts::stats(wheel, &part.keys).await {

@@ -1,26 +1,28 @@
 //! The wake-up protocol: an idle worker blocks on `wake` (and `lead`) on a connection of its own
-//! until a script that makes tasks ready pushes a token, or a leader gives up the lead; a worker
-//! that claims a full batch passes a token on; a worker stopped while it waits unblocks its
-//! `BLPOP` with `CLIENT UNBLOCK` and puts back a token it took.
+//! until a script that makes tasks ready pushes a token, or a leader gives up the lead; a claim
+//! that takes all it asked for passes a token on inside `claim.lua`, unless one waits already
+//! (so busy workers pass none); a worker stopped while it waits unblocks its `BLPOP` with
+//! `CLIENT UNBLOCK` and puts back a token it took.
 
 use tokio::sync::{watch, Notify};
 
 use super::stop::{pause, stopped};
+use crate::durable::client::WheelClient;
 use crate::durable::config::MIN_WAIT;
-use crate::durable::link::Link;
+use crate::durable::deployment::Connection;
 use crate::durable::scripts::{wake, WAKE_TOKENS};
-use crate::durable::wheel::Wheel;
 use crate::durable::WheelKeys;
 
-/// Lets one more idle worker of the partition whose keys are `keys` know that tasks are ready.
-pub(super) async fn pass_on_wake(wheel: &Wheel, keys: &WheelKeys) {
+/// Lets one more idle worker of the partition whose keys are `keys` know that tasks are ready: a
+/// stopping worker puts back a token its wait may have taken.
+pub(super) async fn pass_on_wake(wheel: &WheelClient, keys: &WheelKeys) {
     // As `wake()` in the scripts: at most WAKE_TOKENS tokens wait.
     wake::push_token(wheel, &keys.wake(), WAKE_TOKENS - 1).await;
 }
 
 /// The connection an idle worker blocks on, and its client id on the server (to unblock it).
 pub(super) struct Waker {
-    conn: Link,
+    conn: Connection,
     /// Read again after any error: the connection may have been made anew since.
     id: Option<i64>,
 }
@@ -31,7 +33,7 @@ pub(super) struct Waker {
 /// When the wait fails (the token may have been taken and its reply lost), it pauses a tick and
 /// returns, so the worker claims.
 pub(super) async fn wait_for_wake(
-    wheel: &Wheel,
+    wheel: &WheelClient,
     keys: &WheelKeys,
     waker: &mut Option<Waker>,
     stop: &mut watch::Receiver<bool>,

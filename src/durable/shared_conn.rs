@@ -1,5 +1,5 @@
 //! The connection that every handle and worker of one `connect` shares, whatever the deployment
-//! (`link`), and the one way commands are sent on it: with retries of transient failures inside
+//! (`deployment`), and the one way commands are sent on it: with retries of transient failures inside
 //! a bounded window, and a failover followed where the deployment allows. It knows no script;
 //! `scripts` builds the calls and reads their replies.
 
@@ -9,19 +9,19 @@ use redis::{FromRedisValue, ScriptInvocation};
 use tokio::time::Instant;
 
 use super::config::{Config, TlsSettings, Topology};
-use super::link::{Link, Source};
+use super::deployment::{Connection, Deployment};
 use super::time::ceil_ms;
 use crate::error::RedisFailure;
 use crate::Error;
 
 /// The shared connection, and the settings of its retries.
-pub(crate) struct Conn {
+pub(crate) struct SharedConn {
     /// The wheel's name, for logs.
     name: String,
-    source: Source,
+    source: Deployment,
     /// The one link every call goes through, for a node or a cluster (which reconnect by
     /// themselves); `None` for Sentinel, whose link the source finds again after a failover.
-    fixed: Option<Link>,
+    fixed: Option<Connection>,
     cfg: ConnSettings,
 }
 
@@ -37,7 +37,7 @@ struct ConnSettings {
     replicas: Option<(usize, Duration)>,
 }
 
-impl Conn {
+impl SharedConn {
     /// Connects to `topology` within `deadline`. `long_response` is the response timeout of
     /// the dedicated connections of blocking waits.
     pub(crate) async fn connect(
@@ -47,7 +47,7 @@ impl Conn {
         long_response: Duration,
         deadline: Instant,
     ) -> Result<Self, Error> {
-        let source = Source::new(topology, tls, cfg, long_response)?;
+        let source = Deployment::new(topology, tls, cfg, long_response)?;
         let settings = ConnSettings {
             retry_window: cfg.retry_window(),
             response_timeout: cfg.response_timeout,
@@ -55,7 +55,7 @@ impl Conn {
             long_response,
             replicas: cfg.replicas,
         };
-        let mut conn = Conn { name: cfg.name.clone(), source, fixed: None, cfg: settings };
+        let mut conn = SharedConn { name: cfg.name.clone(), source, fixed: None, cfg: settings };
         // Connecting retries transient failures (a cluster still electing, a sentinel naming a
         // primary that is not one yet) until the deadline, as every call does.
         // A refused connection is not retried here: nothing listens at the address, which
@@ -76,22 +76,22 @@ impl Conn {
 
     /// A connection of its own (for a blocking wait that would hold up the shared one), whose
     /// replies may take the long response timeout given to `connect`.
-    pub(crate) async fn dedicated(&self, cfg: &Config) -> Option<Link> {
-        let connect: std::pin::Pin<Box<dyn std::future::Future<Output = redis::RedisResult<Link>> + Send + '_>> =
+    pub(crate) async fn dedicated(&self, cfg: &Config) -> Option<Connection> {
+        let connect: std::pin::Pin<Box<dyn std::future::Future<Output = redis::RedisResult<Connection>> + Send + '_>> =
             Box::pin(self.source.dedicated(cfg, self.cfg.long_response));
         tokio::time::timeout(self.cfg.connect_timeout, connect).await.ok()?.ok()
     }
 
     /// The shared connection itself, for a call sent once with no retry (`None` while Sentinel
     /// is being asked for the primary).
-    pub(crate) async fn shared(&self) -> Option<Link> {
+    pub(crate) async fn shared(&self) -> Option<Connection> {
         match &self.fixed {
             Some(link) => Some(link.clone()),
             None => tokio::time::timeout(self.cfg.connect_timeout, self.link()).await.ok()?.ok(),
         }
     }
 
-    async fn link(&self) -> redis::RedisResult<Link> {
+    async fn link(&self) -> redis::RedisResult<Connection> {
         match &self.fixed {
             Some(link) => Ok(link.clone()),
             // Type-erased: the connecting futures of the redis crate's Sentinel and Cluster
@@ -99,7 +99,7 @@ impl Conn {
             // query depth (seen compiling the doc examples that await a schedule).
             None => {
                 let connect: std::pin::Pin<
-                    Box<dyn std::future::Future<Output = redis::RedisResult<Link>> + Send + '_>,
+                    Box<dyn std::future::Future<Output = redis::RedisResult<Connection>> + Send + '_>,
                 > = Box::pin(self.source.connect_shared(self.cfg.response_timeout, self.cfg.connect_timeout));
                 connect.await
             }
@@ -134,7 +134,7 @@ impl Conn {
 
     async fn retrying<T, F, Fut>(&self, window: Duration, attempt: F) -> Result<T, Error>
     where
-        F: FnMut(Link) -> Fut,
+        F: FnMut(Connection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         self.retrying_unless(window, |_| false, attempt).await
@@ -149,7 +149,7 @@ impl Conn {
         mut attempt: F,
     ) -> Result<T, Error>
     where
-        F: FnMut(Link) -> Fut,
+        F: FnMut(Connection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let deadline = Instant::now() + window;

@@ -3,14 +3,14 @@
 
 use std::sync::Mutex;
 
+use super::client::WheelClient;
 use super::config::{Config, Settings};
-use super::conn::{unreachable, Conn};
 use super::ids::Ids;
 use super::keys::WheelKeys;
 use super::metrics::WheelMetrics;
 use super::scripts::{self, Opened};
+use super::shared_conn::{unreachable, SharedConn};
 use super::time::RedisClock;
-use super::wheel::Wheel;
 use super::DurableScheduler;
 use crate::Error;
 
@@ -24,10 +24,10 @@ pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Err
     // wheel each could otherwise take the connect timeout in turn.
     let deadline = tokio::time::Instant::now() + cfg.connect_timeout;
     let long_response = cfg.idle_wait() + cfg.response_timeout;
-    let conn = Conn::connect(&settings.topology, &settings.tls, &cfg, long_response, deadline).await?;
-    let wheel = Wheel {
+    let conn = SharedConn::connect(&settings.topology, &settings.tls, &cfg, long_response, deadline).await?;
+    let wheel = WheelClient {
         base: WheelKeys::new(&cfg.name),
-        partitions: Wheel::partitions(&cfg.name, cfg.partitions),
+        partitions: WheelClient::partitions(&cfg.name, cfg.partitions),
         lateness: Mutex::default(),
         metrics: WheelMetrics::new(&cfg.name, cfg.partitions),
         cfg,
@@ -43,7 +43,7 @@ pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Err
 
 /// Opens the wheel: its record first (which refuses another tick, slot or partition count),
 /// then each partition.
-async fn open(wheel: &Wheel) -> Result<(), Error> {
+async fn open(wheel: &WheelClient) -> Result<(), Error> {
     let count = wheel.partitions.len();
     let single = count == 1;
     let mut keys = vec![(&wheel.base, single)];
@@ -79,7 +79,7 @@ async fn open(wheel: &Wheel) -> Result<(), Error> {
 
 /// Checks the server's version and warns about settings that can lose tasks (on the node that
 /// holds the wheel's record, in a cluster).
-async fn check_server(wheel: &Wheel) -> Result<(), Error> {
+async fn check_server(wheel: &WheelClient) -> Result<(), Error> {
     let beside = wheel.base.meta();
     let version = scripts::server_version(wheel, &beside).await?;
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));

@@ -1,23 +1,23 @@
-//! [`Wheel`]: a durable wheel as this process sees it, shared by its handles and workers, and
+//! [`WheelClient`]: a durable wheel as this process sees it, shared by its handles and workers, and
 //! its partitions.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use super::config::Config;
-use super::conn::Conn;
 use super::ids::Ids;
 use super::keys::WheelKeys;
 use super::metrics::WheelMetrics;
+use super::shared_conn::SharedConn;
 use super::time::{RedisClock, When, GUESS_MS};
 use crate::lateness::{Histogram, Recent};
 use crate::Lateness;
 
 /// What every handle and worker of one `connect` shares: the checked settings, the connection,
 /// the id source, the wheel's partitions, and what this process measures of it.
-pub(crate) struct Wheel {
+pub(crate) struct WheelClient {
     pub(crate) cfg: Config,
-    pub(crate) conn: Conn,
+    pub(crate) conn: SharedConn,
     pub(crate) ids: Ids,
     /// The keys that record the wheel's settings and partition count: the only partition's,
     /// when there is one.
@@ -32,7 +32,7 @@ pub(crate) struct Wheel {
     pub(crate) metrics: WheelMetrics,
 }
 
-/// The ring slots a call's tasks may go to ([`Wheel::slot_guess`]).
+/// The ring slots a call's tasks may go to ([`WheelClient::slot_guess`]).
 pub(crate) struct SlotGuess {
     /// Each slot once, in order.
     pub(crate) indices: Vec<u64>,
@@ -51,7 +51,7 @@ pub(crate) struct Partition {
     pub(crate) keys: WheelKeys,
 }
 
-impl Wheel {
+impl WheelClient {
     /// The partitions of the wheel `name`: `count` of them.
     pub(crate) fn partitions(name: &str, count: usize) -> Vec<Partition> {
         (0..count).map(|index| Partition { index, keys: WheelKeys::for_partition(name, index, count) }).collect()

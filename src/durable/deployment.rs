@@ -1,6 +1,6 @@
 //! The connections of the three deployments the durable mode runs on: one Redis node (plain or
-//! TLS), a primary found through Redis Sentinel, and a Redis Cluster. [`Source`] makes and
-//! remakes them; [`Link`] is a handle on any of them that scripts and commands go through.
+//! TLS), a primary found through Redis Sentinel, and a Redis Cluster. [`Deployment`] makes and
+//! remakes them; [`Connection`] is a handle on any of them that scripts and commands go through.
 
 use std::sync::RwLock;
 use std::time::Duration;
@@ -20,23 +20,23 @@ use crate::Error;
 /// A handle on a connection of any deployment: cheap to clone, every clone on the same
 /// connection(s).
 #[derive(Clone)]
-pub(crate) enum Link {
+pub(crate) enum Connection {
     /// One node: reconnects to the same address by itself.
     Node(ConnectionManager),
     /// Sentinel's primary: never reconnects by itself, so that a revived old primary is never
-    /// written to; [`Source`] finds the primary again instead. The number tells one found
+    /// written to; [`Deployment`] finds the primary again instead. The number tells one found
     /// primary from the next.
     Primary(u64, MultiplexedConnection),
     /// A cluster: follows `MOVED`/`ASK`, resharding and failover by itself.
     Cluster(ClusterConnection),
 }
 
-impl ConnectionLike for Link {
+impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Link::Node(c) => c.req_packed_command(cmd),
-            Link::Primary(_, c) => c.req_packed_command(cmd),
-            Link::Cluster(c) => c.req_packed_command(cmd),
+            Connection::Node(c) => c.req_packed_command(cmd),
+            Connection::Primary(_, c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -47,27 +47,27 @@ impl ConnectionLike for Link {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Link::Node(c) => c.req_packed_commands(pipeline, offset, count),
-            Link::Primary(_, c) => c.req_packed_commands(pipeline, offset, count),
-            Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Primary(_, c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Link::Node(c) => c.get_db(),
-            Link::Primary(_, c) => c.get_db(),
-            Link::Cluster(c) => c.get_db(),
+            Connection::Node(c) => c.get_db(),
+            Connection::Primary(_, c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
         }
     }
 }
 
-impl Link {
+impl Connection {
     /// Runs `cmd`, which names no key (`INFO`, `WAIT`, `CLIENT ...`), on the node that holds
     /// `key`: the primary of its hash slot, in a cluster; the one node otherwise.
     pub(crate) async fn beside<T: redis::FromRedisValue>(&mut self, cmd: &Cmd, key: &str) -> RedisResult<T> {
         match self {
-            Link::Cluster(c) => {
+            Connection::Cluster(c) => {
                 let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
                 let value = c.route_command(cmd.clone(), route).await?;
@@ -81,7 +81,7 @@ impl Link {
 /// Makes the connections of one deployment, and makes them again after a failover. Made once
 /// per `connect`, so the sizes of its variants do not matter.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Source {
+pub(crate) enum Deployment {
     Node {
         client: Client,
     },
@@ -102,7 +102,7 @@ pub(crate) enum Source {
     },
 }
 
-impl Source {
+impl Deployment {
     /// The source for `topology`, checked (URLs, TLS settings) but not connected yet.
     pub(crate) fn new(
         topology: &Topology,
@@ -131,7 +131,7 @@ impl Source {
                 } else {
                     Client::open(url.as_str())
                 };
-                Source::Node { client: client.map_err(malformed)? }
+                Deployment::Node { client: client.map_err(malformed)? }
             }
             Topology::Sentinel { sentinels, master } => {
                 let infos = sentinels
@@ -158,7 +158,7 @@ impl Source {
                             .set_client_to_redis_certificates(tls.certificates());
                     }
                 }
-                Source::Sentinel {
+                Deployment::Sentinel {
                     sentinel: tokio::sync::Mutex::new(b.build().map_err(malformed)?),
                     current: RwLock::new(None),
                     found: std::sync::atomic::AtomicU64::new(0),
@@ -179,7 +179,7 @@ impl Source {
                     }
                     b.build().map_err(malformed)
                 };
-                Source::Cluster { client: build(cfg.response_timeout)?, long_client: build(long_response)? }
+                Deployment::Cluster { client: build(cfg.response_timeout)?, long_client: build(long_response)? }
             }
         })
     }
@@ -190,47 +190,51 @@ impl Source {
         &self,
         response_timeout: Duration,
         connect_timeout: Duration,
-    ) -> RedisResult<Link> {
+    ) -> RedisResult<Connection> {
         match self {
-            Source::Node { client } => {
+            Deployment::Node { client } => {
                 let config = manager_config(response_timeout, connect_timeout);
-                Ok(Link::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
+                Ok(Connection::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
             }
-            Source::Sentinel { current, found, finding, .. } => {
+            Deployment::Sentinel { current, found, finding, .. } => {
                 let trusted = || current.read().unwrap_or_else(|p| p.into_inner()).clone();
                 if let Some((n, conn)) = trusted() {
-                    return Ok(Link::Primary(n, conn));
+                    return Ok(Connection::Primary(n, conn));
                 }
                 let _finding = finding.lock().await;
                 if let Some((n, conn)) = trusted() {
-                    return Ok(Link::Primary(n, conn)); // found by the call that held the lock
+                    return Ok(Connection::Primary(n, conn)); // found by the call that held the lock
                 }
                 let conn = self.primary(response_timeout, connect_timeout).await?;
                 let n = found.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 *current.write().unwrap_or_else(|p| p.into_inner()) = Some((n, conn.clone()));
-                Ok(Link::Primary(n, conn))
+                Ok(Connection::Primary(n, conn))
             }
-            Source::Cluster { client, .. } => Ok(Link::Cluster(client.get_async_connection().await?)),
+            Deployment::Cluster { client, .. } => Ok(Connection::Cluster(client.get_async_connection().await?)),
         }
     }
 
     /// A connection of its own, whose replies may take `response_timeout` (for a blocking wait
     /// that would hold up the shared one).
-    pub(crate) async fn dedicated(&self, cfg: &Config, response_timeout: Duration) -> RedisResult<Link> {
+    pub(crate) async fn dedicated(&self, cfg: &Config, response_timeout: Duration) -> RedisResult<Connection> {
         match self {
-            Source::Node { client } => {
+            Deployment::Node { client } => {
                 let config = manager_config(response_timeout, cfg.connect_timeout);
-                Ok(Link::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
+                Ok(Connection::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
             }
-            Source::Sentinel { .. } => Ok(Link::Primary(0, self.primary(response_timeout, cfg.connect_timeout).await?)),
-            Source::Cluster { long_client, .. } => Ok(Link::Cluster(long_client.get_async_connection().await?)),
+            Deployment::Sentinel { .. } => {
+                Ok(Connection::Primary(0, self.primary(response_timeout, cfg.connect_timeout).await?))
+            }
+            Deployment::Cluster { long_client, .. } => {
+                Ok(Connection::Cluster(long_client.get_async_connection().await?))
+            }
         }
     }
 
     /// Forgets the primary's connection after a failure that may mean a failover (Sentinel
     /// only): the next call asks the sentinels again.
-    pub(crate) fn suspect(&self, failed: &Link) {
-        if let (Source::Sentinel { current, .. }, Link::Primary(failed, _)) = (self, failed) {
+    pub(crate) fn suspect(&self, failed: &Connection) {
+        if let (Deployment::Sentinel { current, .. }, Connection::Primary(failed, _)) = (self, failed) {
             let mut current = current.write().unwrap_or_else(|p| p.into_inner());
             // Only if it is still the one that failed: another call may have found a new one.
             if current.as_ref().is_some_and(|(n, _)| n == failed) {
@@ -241,12 +245,12 @@ impl Source {
 
     /// Whether this source re-resolves its node after a failure (Sentinel).
     pub(crate) fn follows_failover(&self) -> bool {
-        matches!(self, Source::Sentinel { .. })
+        matches!(self, Deployment::Sentinel { .. })
     }
 
     /// Whether this is a cluster.
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Source::Cluster { .. })
+        matches!(self, Deployment::Cluster { .. })
     }
 
     /// The primary the sentinels name now, connected and checked with `ROLE`: a node that does
@@ -257,7 +261,7 @@ impl Source {
         response_timeout: Duration,
         connect_timeout: Duration,
     ) -> RedisResult<MultiplexedConnection> {
-        let Source::Sentinel { sentinel, .. } = self else { unreachable!("only Sentinel has a primary to find") };
+        let Deployment::Sentinel { sentinel, .. } = self else { unreachable!("only Sentinel has a primary to find") };
         let client = sentinel.lock().await.async_get_client().await?;
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(Some(response_timeout))
