@@ -5,7 +5,8 @@
 //! ```text
 //! cargo bench -p tokio-timewheel-benches --bench durable               # N = 100,000, D5 over 60 s, 3 repetitions
 //! cargo bench -p tokio-timewheel-benches --bench durable -- --quick    # N = 10,000, D5 over 10 s, 1 repetition
-//! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5[,...]
+//! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5|D7[,...]
+//!          --workers=W --concurrency=C (D3, D5 and D7: W workers of C handlers each; 4 of 16 by default)
 //!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
 //!          --flavor=multi|current (the Rust implementations' Tokio runtime: two workers, the default, or one thread)
 //!          --driver=spawned|blocking (the workload's calls in a task of the runtime, as a service's handlers make
@@ -30,6 +31,10 @@
 //!   `INFO` calls left out), and the calls clients send (round trips, counted through `MONITOR`); for
 //!   tokio-timewheel also per tick, and its script calls and waits (`EVALSHA`, `EVAL`, `BLPOP`) per tick, which
 //!   must stay at 2 or fewer. `--impl=tokio-timewheel --workload=D5 --d5-window=20` measures that alone.
+//!
+//! - D7 N tasks already due (scheduled while no worker runs), then the workers start, no-op handlers: the fire
+//!   path's capacity, acknowledgements per second from the workers' start to the last acknowledgement, and Redis's
+//!   CPU time and script calls per task over that phase.
 //!
 //! Each measurement prints one flat JSON line; the end prints medians, the ratios of tokio-timewheel against
 //! each rival, and the targets as PASS/FAIL, and writes `target/bench-report/durable.md` and `durable.jsonl`.
@@ -115,16 +120,18 @@ pub enum Workload {
     D124Batch,
     D3,
     D5,
+    D7,
 }
 
 impl Workload {
-    const ALL: [Workload; 4] = [Workload::D124, Workload::D124Batch, Workload::D3, Workload::D5];
+    const ALL: [Workload; 5] = [Workload::D124, Workload::D124Batch, Workload::D3, Workload::D5, Workload::D7];
 
     fn matches(self, filter: &str) -> bool {
         match self {
             Workload::D124 | Workload::D124Batch => filter == "D124",
             Workload::D3 => filter == "D3",
             Workload::D5 => filter == "D5",
+            Workload::D7 => filter == "D7",
         }
     }
 }
@@ -154,6 +161,7 @@ impl Options {
         let mut impls = Impl::ALL.to_vec();
         let mut workloads = Workload::ALL.to_vec();
         let mut report_from = None;
+        let (mut workers, mut concurrency) = (4, 16);
         for arg in std::env::args().skip(1) {
             let (flag, value) = arg.split_once('=').unwrap_or((&arg, ""));
             let number = |v: &str| v.replace('_', "").parse::<u64>().unwrap_or_else(|_| fail(&format!("bad {arg}")));
@@ -165,6 +173,8 @@ impl Options {
                 "--tick-ms" => tick_ms = number(value),
                 "--slots" => slots = number(value) as usize,
                 "--report-from" => report_from = Some(value.to_string()),
+                "--workers" => workers = number(value) as usize,
+                "--concurrency" => concurrency = number(value) as usize,
                 "--driver" => match value {
                     "spawned" => {}
                     "blocking" => BLOCKING.store(true, std::sync::atomic::Ordering::Relaxed),
@@ -191,6 +201,7 @@ impl Options {
                 _ => {}
             }
         }
+        inputs::set_shape(workers.max(1), concurrency.max(1));
         Options {
             quick,
             reps: reps.unwrap_or(if quick { 1 } else { 3 }),
@@ -223,6 +234,15 @@ fn emit(rows: &mut Vec<Row>, imp: &str, workload: &str, n: usize, fields: &[(&st
     let row = Row::new(imp, workload, n, &fields);
     println!("{}", row.line(&[]));
     rows.push(row);
+}
+
+/// D7's fields from its sink: acknowledgements per second over `wall_s` (from the workers' start to the last
+/// acknowledgement; negative when not every task was acknowledged), and the sink's counts.
+pub fn d7_fields(sink: &lateness::Sink, wall_s: f64, n: usize) -> Fields {
+    let all = sink.fields(wall_s * 1e3);
+    let keep = ["duplicates", "handled", "wall_ms"];
+    let acks_per_s = if wall_s > 0.0 { n as f64 / wall_s } else { -1.0 };
+    std::iter::once(("acks_per_s", acks_per_s)).chain(all.into_iter().filter(|(k, _)| keep.contains(k))).collect()
 }
 
 /// The numbers of a flat JSON object (what `bench.mjs` prints); names are leaked, which a benchmark can afford.
@@ -327,6 +347,16 @@ fn run_one(
                 }
             });
             emit(rows, imp.name(), "D3", n, &fields);
+        }
+        Workload::D7 => {
+            let fields = measure(|server| async move {
+                match imp {
+                    Impl::Timewheel => timewheel::d7(&server, options, inputs).await,
+                    Impl::Apalis => apalis::d7(&server, inputs).await,
+                    Impl::Bullmq => bullmq::d7(&server, json, n).await,
+                }
+            });
+            emit(rows, imp.name(), "D7", n, &fields);
         }
         Workload::D5 => {
             let mut fields = measure(|server| async move {

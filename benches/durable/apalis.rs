@@ -17,7 +17,7 @@ use apalis::prelude::*;
 use apalis_redis::{Config, ConnectionManager, RedisStorage};
 use futures::StreamExt;
 
-use crate::inputs::{index_of, Inputs, BATCH, CONCURRENCY, D5_DELAY_MS, IN_FLIGHT, PAYLOAD, WORKERS};
+use crate::inputs::{concurrency, index_of, workers, Inputs, BATCH, D5_DELAY_MS, IN_FLIGHT, PAYLOAD};
 use crate::lateness::{now_us, Sink};
 use crate::server::{self, RedisServer};
 use crate::Fields;
@@ -137,15 +137,15 @@ async fn handle(_payload: String, id: TaskId, shared: Data<Arc<Shared>>) -> Resu
 /// A running worker: dropping `stop` (or sending on it) shuts it down.
 type Running = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>);
 
-/// Starts the `WORKERS` workers.
+/// Starts the workers.
 fn start_workers(storage: &Storage, shared: Arc<Shared>) -> Vec<Running> {
-    (0..WORKERS)
+    (0..workers())
         .map(|w| {
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let worker = WorkerBuilder::new(format!("bench-worker-{w}"))
                 .backend(storage.clone().poll_with_interval(POLL))
                 .data(shared.clone())
-                .concurrency(CONCURRENCY)
+                .concurrency(concurrency())
                 .build(handle);
             let join = tokio::spawn(async move {
                 // Errors once the worker was asked to stop (the server goes away right after) are not news.
@@ -198,6 +198,27 @@ pub async fn d3(server: &RedisServer, inputs: &Inputs) -> Fields {
     shared.sink.fields(wall_ms).into_iter().chain(cpu).collect()
 }
 
+/// D7: N tasks due now (pushed while no worker runs), then the workers start: from their start to the last
+/// acknowledgement, acknowledgements per second and Redis's work per task.
+pub async fn d7(server: &RedisServer, inputs: &Inputs) -> Fields {
+    let storage = storage(server).await;
+    let n = inputs.n;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
+        push_all(&storage, chunk.iter().map(|&i| task(&inputs.keys, i, 0)).collect()).await;
+    }
+    let shared = Arc::new(Shared { sink: Sink::new(n), due_us: (0..n).map(|_| Default::default()).collect() });
+    // Due by apalis's clock (whole seconds, rounded up): wait for that second to pass.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let work = server::Work::read(server);
+    let started = Instant::now();
+    let workers = start_workers(&storage, shared.clone());
+    let all = shared.sink.wait_all(crate::D3_LIMIT).await;
+    let wall_s = wait_acked(server, all).await.map_or(-1.0, |_| started.elapsed().as_secs_f64());
+    let cpu = work.per_task(server, n);
+    stop(workers).await;
+    crate::d7_fields(&shared.sink, wall_s, n).into_iter().chain(cpu).collect()
+}
+
 /// Polls every 5 ms until apalis holds no pending task (scheduled, active or in flight).
 async fn wait_acked(server: &RedisServer, all_handled: bool) -> Option<()> {
     if !all_handled {
@@ -214,7 +235,7 @@ async fn wait_acked(server: &RedisServer, all_handled: bool) -> Option<()> {
             .await
             .ok()?;
         let mut inflight = 0u64;
-        for w in 0..WORKERS {
+        for w in 0..workers() {
             inflight += redis::cmd("SCARD")
                 .arg(format!("{QUEUE}:inflight:bench-worker-{w}"))
                 .query_async::<u64>(&mut conn)

@@ -113,6 +113,12 @@ pub async fn d3(server: &RedisServer, inputs: &Path, n: usize) -> Fields {
     run_timed("fire", server, inputs, None, n).await
 }
 
+/// D7: jobs added with no delay while no worker runs, then the workers start; Redis's work from their start to
+/// the last completion (`run_timed`).
+pub async fn d7(server: &RedisServer, inputs: &Path, n: usize) -> Fields {
+    run_timed("drain", server, inputs, None, n).await
+}
+
 /// D5's setup: the node process holding 100,000 jobs an hour away and four idle workers, once it says ready.
 pub async fn d5_setup(server: &RedisServer, inputs: &Path) -> impl Sized {
     let mut child = spawn("idle", server, inputs, None);

@@ -3,6 +3,7 @@
 
 use std::io::Write as _;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use crate::compare_inputs::{cancel_order, delays_ms, SEED};
 
@@ -28,9 +29,26 @@ pub const IN_FLIGHT: usize = 64;
 /// call so that inserting takes as little of the window as possible).
 pub const BATCH: usize = 1_024;
 
-/// Workers in D3 and D5, each allowed this many handlers in flight.
-pub const WORKERS: usize = 4;
-pub const CONCURRENCY: usize = 16;
+/// Workers in D3, D5 and D7, each allowed this many handlers in flight: 4 of 16 unless `--workers` and
+/// `--concurrency` say otherwise (`--workers=1 --concurrency=4`: one worker of four handlers).
+static WORKERS: AtomicUsize = AtomicUsize::new(4);
+static CONCURRENCY: AtomicUsize = AtomicUsize::new(16);
+
+/// How many workers D3, D5 and D7 run.
+pub fn workers() -> usize {
+    WORKERS.load(Relaxed)
+}
+
+/// How many handlers each worker runs at once.
+pub fn concurrency() -> usize {
+    CONCURRENCY.load(Relaxed)
+}
+
+/// Sets [`workers`] and [`concurrency`] (from the command line, before anything runs).
+pub fn set_shape(workers: usize, concurrency: usize) {
+    WORKERS.store(workers, Relaxed);
+    CONCURRENCY.store(concurrency, Relaxed);
+}
 
 /// The inputs of one run of `n` tasks.
 pub struct Inputs {
@@ -59,10 +77,12 @@ impl Inputs {
         let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
         write!(
             f,
-            "{{\"n\":{},\"payload\":\"{PAYLOAD}\",\"batch\":{BATCH},\"in_flight\":{IN_FLIGHT},\"workers\":{WORKERS},\
-             \"concurrency\":{CONCURRENCY},\"d5_delay_ms\":{D5_DELAY_MS},\"d1_delays_ms\":[{}],\"d3_delays_ms\":[{}],\
+            "{{\"n\":{},\"payload\":\"{PAYLOAD}\",\"batch\":{BATCH},\"in_flight\":{IN_FLIGHT},\"workers\":{},\
+             \"concurrency\":{},\"d5_delay_ms\":{D5_DELAY_MS},\"d1_delays_ms\":[{}],\"d3_delays_ms\":[{}],\
              \"cancel_order\":[{}]}}",
             self.n,
+            workers(),
+            concurrency(),
             list(&mut self.d1_delays_ms.iter().copied()),
             list(&mut self.d3_delays_ms.iter().copied()),
             list(&mut self.cancel_order.iter().map(|&i| i as u64)),

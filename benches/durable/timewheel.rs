@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio_timewheel::durable::{DurableScheduler, Task, Worker};
 
-use crate::inputs::{index_of, Inputs, BATCH, CONCURRENCY, D5_DELAY_MS, IN_FLIGHT, PAYLOAD, WORKERS};
+use crate::inputs::{concurrency, index_of, workers, Inputs, BATCH, D5_DELAY_MS, IN_FLIGHT, PAYLOAD};
 use crate::lateness::{system_time_us, Sink};
 use crate::server::{self, RedisServer};
 use crate::{Fields, Options};
@@ -23,7 +23,7 @@ async fn connect(server: &RedisServer, options: &Options) -> DurableScheduler {
     DurableScheduler::builder(server.url(), WHEEL)
         .tick(Duration::from_millis(options.tick_ms))
         .slots(options.slots)
-        .concurrency(CONCURRENCY)
+        .concurrency(concurrency())
         .connect()
         .await
         .expect("tokio-timewheel connect")
@@ -103,7 +103,7 @@ pub async fn d124(
 }
 
 fn start_workers(timers: &DurableScheduler, sink: Arc<Sink>) -> Vec<Worker> {
-    (0..WORKERS)
+    (0..workers())
         .map(|_| {
             let sink = sink.clone();
             timers.run(move |task: Task| {
@@ -141,6 +141,32 @@ pub async fn d3(server: &RedisServer, options: &Options, inputs: &Inputs) -> Fie
         w.shutdown().await;
     }
     sink.fields(wall_ms).into_iter().chain(cpu).collect()
+}
+
+/// D7: N tasks already due (scheduled with no delay while no worker runs), then the workers start: from their
+/// start to the last acknowledgement, acknowledgements per second and Redis's work per task.
+pub async fn d7(server: &RedisServer, options: &Options, inputs: &Inputs) -> Fields {
+    let timers = connect(server, options).await;
+    schedule_batches(&timers, &inputs.keys, |_| 0).await;
+    let sink = Arc::new(Sink::new(inputs.n));
+    let work = server::Work::read(server);
+    let started = Instant::now();
+    let workers = start_workers(&timers, sink.clone());
+    let all = sink.wait_all(crate::D3_LIMIT).await;
+    let mut wall_s = -1.0;
+    // Acknowledged: nothing pending any more.
+    while all && wall_s < 0.0 {
+        if timers.len().await.expect("len") == 0 {
+            wall_s = started.elapsed().as_secs_f64();
+        } else {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let cpu = work.per_task(server, inputs.n);
+    for w in workers {
+        w.shutdown().await;
+    }
+    crate::d7_fields(&sink, wall_s, inputs.n).into_iter().chain(cpu).collect()
 }
 
 /// D5: 100,000 tasks an hour away and four idle workers; the caller measures.

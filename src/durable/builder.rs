@@ -7,8 +7,8 @@ use super::config::{Settings, Topology};
 #[cfg(doc)]
 use super::config::{
     DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDLER_TIMEOUT, DEFAULT_LEASE,
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF,
-    MAX_PARTITIONS, MAX_SLOTS,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFETCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK,
+    MAX_BACKOFF, MAX_PARTITIONS, MAX_SLOTS,
 };
 use super::DurableScheduler;
 use crate::Error;
@@ -178,6 +178,27 @@ impl DurableBuilder {
     /// [`DEFAULT_CONCURRENCY`].
     pub fn concurrency(mut self, handlers: usize) -> Self {
         self.settings.concurrency = handlers;
+        self
+    }
+
+    /// How many ready tasks one [`Worker`](super::Worker) may claim ahead of its free handlers,
+    /// per partition, into a local buffer that its handlers take their next task from as they
+    /// finish. A claim then carries many tasks rather than as many as handlers are free, and a
+    /// handler that finishes starts its next task without waiting for a round trip to Redis:
+    /// with a few fast handlers this is most of the cost and the lateness of the fire path
+    /// (BENCHMARKS.md). The worker claims ahead only as many as its handlers are expected to
+    /// start within about 50 ms (from how long their runs take), so a worker with slow handlers
+    /// does not hoard tasks that another could run, and it claims nothing ahead until a first
+    /// handler has finished.
+    ///
+    /// A task in the buffer is claimed: its lease is renewed with the running ones, a worker
+    /// that dies leaves it to come back when its lease runs out (as for a running task), and
+    /// [`cancel`](super::DurableScheduler::cancel) leaves it alone and answers `false`, as for a
+    /// task whose handler has started. `shutdown` runs what the buffer holds; `shutdown_timeout`
+    /// gives it back with the running ones at its bound. 0 claims only for free handlers. Default
+    /// [`DEFAULT_PREFETCH`].
+    pub fn prefetch(mut self, tasks: usize) -> Self {
+        self.settings.prefetch = tasks;
         self
     }
 

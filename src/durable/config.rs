@@ -33,6 +33,10 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 pub const MAX_PARTITIONS: usize = 1024;
 /// The default number of handlers one [`Worker`](super::Worker) runs at once: 16.
 pub const DEFAULT_CONCURRENCY: usize = 16;
+/// The default number of ready tasks one [`Worker`](super::Worker) claims ahead of its free
+/// handlers, per partition: 128, two claims' worth. See
+/// [`DurableBuilder::prefetch`](super::DurableBuilder::prefetch).
+pub const DEFAULT_PREFETCH: usize = 128;
 /// The default longest run of one handler: 30 minutes. A worker renews the leases of the
 /// handlers it runs, so without a bound a hung handler would hold its task (and a place among
 /// the worker's handlers) for good; with it, the handler is dropped and the delivery counts as
@@ -115,6 +119,7 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     pub(crate) backoff: Duration,
     pub(crate) concurrency: usize,
+    pub(crate) prefetch: usize,
     pub(crate) handler_timeout: Duration,
     pub(crate) replicas: Option<(usize, Duration)>,
     pub(crate) dead_letter_limit: usize,
@@ -138,6 +143,7 @@ impl Settings {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             backoff: DEFAULT_BACKOFF,
             concurrency: DEFAULT_CONCURRENCY,
+            prefetch: DEFAULT_PREFETCH,
             handler_timeout: DEFAULT_HANDLER_TIMEOUT,
             replicas: None,
             dead_letter_limit: 0,
@@ -160,6 +166,8 @@ pub(crate) struct Config {
     pub(crate) connect_timeout: Duration,
     pub(crate) backoff_ms: u64,
     pub(crate) concurrency: usize,
+    /// The most ready tasks a worker claims ahead of its free handlers, per partition.
+    pub(crate) prefetch: usize,
     /// The longest a handler may run before it is dropped and its delivery fails.
     pub(crate) handler_timeout: Duration,
     /// How many replicas must confirm a change, and for how long to wait for them.
@@ -230,6 +238,7 @@ impl Config {
             connect_timeout: b.connect_timeout,
             backoff_ms: ceil_ms(b.backoff.min(MAX_BACKOFF)),
             concurrency: b.concurrency,
+            prefetch: b.prefetch,
             handler_timeout: b.handler_timeout,
             replicas: b.replicas,
             request_ttl_ms: ceil_ms((retry_window * 4).max(MIN_REQUEST_TTL)),

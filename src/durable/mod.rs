@@ -51,7 +51,8 @@
 //!   key** (an upsert, a conditional update, a processed-keys table).
 //! - **Cancel and reschedule take back only what has not started.** A task is *waiting* (in the
 //!   wheel), *ready* (due, not yet claimed) or *running* (claimed by a worker under a live
-//!   lease). [`cancel`](DurableScheduler::cancel) answers `true` for a waiting or ready task, and
+//!   lease: its handler runs, or it waits in the worker's short buffer of tasks claimed ahead of
+//!   its free handlers, [`prefetch`](DurableBuilder::prefetch)). [`cancel`](DurableScheduler::cancel) answers `true` for a waiting or ready task, and
 //!   then no handler of it starts after the call returns, on any node; it answers `false` for a
 //!   running task, which it leaves to its lease (acknowledged on success, retried on failure),
 //!   and for no task. [`reschedule`](DurableScheduler::reschedule) moves a waiting or ready task
@@ -86,8 +87,8 @@
 //! [`Worker::ready`] waits until it runs (its first bid for the leadership and its first claim
 //! answered by Redis); [`Worker::is_leader`] tells whether it ticks the wheel, and
 //! [`Worker::partitions_led`] how many partitions of a partitioned wheel it ticks.
-//! [`Worker::shutdown`] stops claiming and returns once every handler has finished and its
-//! outcome is recorded; [`Worker::shutdown_timeout`] returns within a bound, dropping the
+//! [`Worker::shutdown`] stops claiming and returns once every handler has finished (the tasks it
+//! claimed ahead of them run too) and its outcome is recorded; [`Worker::shutdown_timeout`] returns within a bound, dropping the
 //! handlers still running then and giving their leases back, so their tasks are handed out
 //! again on the next tick.
 //!
@@ -235,9 +236,11 @@
 //! - the leader's tick: per slot it steps, one `LPOP` (up to its budget), one `HMGET` (each
 //!   entry checked against its record), one `ZADD` to `ready` and an `EXISTS`; far-tier tasks it
 //!   promotes go in one `RPUSH` per slot.
-//! - a claim: one `ZPOPMIN`, one `HMGET` and one `HSET` (each task's delivery count and claim
-//!   token) for the lot; an acknowledgement one `HMGET`, one `HDEL` and one `ZREM` for the lot
-//!   (and an `HSET` per recurring task, its next run).
+//! - a claim: one `ZRANGE` and one `ZREMRANGEBYRANK` of `ready`, one `HMGET` and one `HSET`
+//!   (each record's head rewritten: its delivery count and claim token) for the lot; an
+//!   acknowledgement one `HMGET`, one `HDEL` and one `ZREM` for the lot (and an `HSET` per
+//!   recurring task, its next run), carried by the worker's next claim where one comes; a
+//!   renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the lot.
 //!
 //! A wheel written by an earlier version of this crate in another layout (1: one hash per task,
 //! keys the scripts named themselves; 2: ring slots as sorted sets, scored by due ms) is taken
@@ -281,8 +284,8 @@ pub use admin::MAX_PAGE;
 pub use builder::DurableBuilder;
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDLER_TIMEOUT, DEFAULT_LEASE,
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF,
-    MAX_PARTITIONS, MAX_SLOTS,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFETCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK,
+    MAX_BACKOFF, MAX_PARTITIONS, MAX_SLOTS,
 };
 pub use keys::WheelKeys;
 pub use scheduler::DurableScheduler;

@@ -244,7 +244,9 @@ impl DurableScheduler {
     /// - **waiting** (due later, in the wheel) or **ready** (due, not yet claimed by a worker):
     ///   removed, `true`; the key is free at once;
     /// - **running** (claimed by a worker under a live lease: its handler has started, or the
-    ///   claim's reply is on its way and will start it): left alone, `false`. Its lease runs its
+    ///   claim's reply is on its way, or it waits in the worker's buffer of tasks claimed ahead
+    ///   of its free handlers, about 50 ms of work at most: see
+    ///   [`prefetch`](super::DurableBuilder::prefetch)): left alone, `false`. Its lease runs its
     ///   course: an `Ok` from the handler acknowledges it, a failure retries it as usual. While
     ///   it runs, [`contains`](Self::contains) answers true; cancel it again after it failed if
     ///   it must not be retried;

@@ -4,6 +4,7 @@
 //   node bench.mjs schedule <port> <inputs.json> one|batch   D1: queue.add per job (64 in flight) or addBulk
 //   node bench.mjs cancel   <port> <inputs.json>             D4: queue.remove per job, 64 in flight
 //   node bench.mjs fire     <port> <inputs.json>             D3: 4 workers x concurrency 16, jobs via addBulk
+//   node bench.mjs drain    <port> <inputs.json>             D7: n jobs waiting, then the workers start
 //   node bench.mjs idle     <port> <inputs.json>             D5: n jobs an hour away, 4 workers; prints "ready",
 //                                                            runs until stdin closes
 // Prints one flat JSON object on stdout (the field names of the durable workloads). `schedule`, `cancel` and `fire` also
@@ -162,6 +163,39 @@ async function fire() {
   });
 }
 
+// D7: n jobs waiting (no delay) before any worker runs; then the workers start and drain them.
+async function drain() {
+  const n = inputs.n;
+  const queue = new Queue(QUEUE, { connection });
+  await queue.waitUntilReady();
+  await addAll(queue, () => 0);
+  const handled = new Uint32Array(n);
+  let distinct = 0, duplicates = 0, completed = 0, lastCompleted = 0;
+  let resolveDone;
+  const done = new Promise((r) => { resolveDone = r; });
+  await phase('start');
+  const started = nowMs();
+  const workers = startWorkers(async (job) => {
+    const i = Number(job.id.slice('order-'.length));
+    if (handled[i]++ > 0) { duplicates++; return; }
+    distinct++;
+  });
+  for (const w of workers) {
+    w.on('completed', () => {
+      completed++;
+      if (completed === n) { lastCompleted = nowMs(); resolveDone(); }
+    });
+  }
+  const limit = setTimeout(() => resolveDone(), (10 + 60) * 1000);
+  await done;
+  clearTimeout(limit);
+  const wall = completed >= n ? lastCompleted - started : -1;
+  await phase('stop');
+  await Promise.all(workers.map((w) => w.close()));
+  await queue.close();
+  emit({ acks_per_s: wall > 0 ? n / (wall / 1e3) : -1, wall_ms: wall, duplicates, handled: distinct });
+}
+
 async function idle() {
   const queue = new Queue(QUEUE, { connection });
   await queue.waitUntilReady();
@@ -175,7 +209,7 @@ async function idle() {
   await queue.close();
 }
 
-const modes = { schedule, cancel, fire, idle };
+const modes = { schedule, cancel, fire, drain, idle };
 if (!modes[mode]) {
   console.error(`bench.mjs: unknown mode ${mode}`);
   process.exit(2);

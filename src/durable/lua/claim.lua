@@ -1,12 +1,23 @@
---[[ Claims up to n ready tasks, oldest due first, for one worker: each is leased until Redis's
-  now + lease, gets a fresh claim token and one more delivery.
+--[[ Acknowledges what a worker's handlers finished (as ack.lua does), then claims up to n ready
+  tasks, oldest due first, for the worker: each is leased until Redis's now + lease, gets a fresh
+  claim token and one more delivery. One call a cycle: what finished goes out on the call that
+  fetches what comes next.
 
-  Safe to retry: the call carries a claim id (the worker keeps it until a reply arrives) and
-  remembers in CALL_KEY, for the lease (at most a minute or so: long enough for the worker's
-  retries), which tasks it claimed under which tokens; the worker's next claim drops the record
-  (PREVIOUS_KEY). A retry whose first attempt landed gets those tasks again (those still held
-  under their tokens), instead of leaving them leased to nobody until the lease runs out, which
-  would cost each an attempt.
+  Safe to retry: the acknowledgements are refused once done (a refusal changes nothing), and the
+  call carries a claim id (the worker keeps it until a reply arrives) and remembers in CALL_KEY,
+  for the lease (at most a minute or so: long enough for the worker's retries), which tasks it
+  claimed under which tokens; the worker's next claim drops the record (PREVIOUS_KEY). A retry
+  whose first attempt landed gets those tasks again (those still held under their tokens),
+  instead of leaving them leased to nobody until the lease runs out, which would cost each an
+  attempt.
+
+  Per task it writes what the claim changes and nothing else: the record's head (deliveries,
+  claim token) before its unchanged tail, the lease entry (its score formatted once a call),
+  the retry record's entry; the answer is the record itself, which the worker reads.
+
+  A claim that takes all it asked for leaves more ready, perhaps: it pushes a wake-up token for
+  another idle worker, unless one is already waiting on `wake` (so that busy workers, which never
+  take the tokens, push none).
 
   Input:
     KEYS     the wheel's keys, then CALL_KEY (this claim's record), then PREVIOUS_KEY (the
@@ -15,21 +26,30 @@
     ARGV[1]  n   ARGV[2] lease in ms
     ARGV[3]  '1' to only get back what an earlier attempt took (a stopping worker), else '0'
     ARGV[4]  ms to remember what this claim took (at most the lease)
+    ARGV[5]  tick in ms   ARGV[6] slots (to place a recurring task's next run)
+    ARGV[7 + 2i], ARGV[8 + 2i]  per delivery to acknowledge first: key, claim token
   Output:
-    {claimed ms (Redis's clock, when this claim first ran), then five entries per task: key,
-    payload, attempt, due ms, claim token}, or {} when it took nothing.
-  Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META.
+    {claimed ms (Redis's clock, when this claim first ran; '0' when it took nothing), the
+    acknowledgements' answers (one digit per delivery, as ack.lua answers), then two entries per
+    task: key, record (record.lua's format, with this delivery's count and claim token)}.
+  Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META, WAKE, and through the
+  acknowledgements those of ack.lua.
 ]]
 -- @include keys
 -- @include clock
 -- @include record
 -- @include zadd_all
 -- @include hash_all
+-- @include acknowledge
 local n, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local replay_only, record_ms = ARGV[3] == '1', tonumber(ARGV[4])
+local tick_ms, slots = tonumber(ARGV[5]), tonumber(ARGV[6])
+-- The deliveries to acknowledge: delivery j's key is ARGV[ACKS_FROM + 2j - 2], its token the next.
+local ACKS_FROM = 7
 
+local acks = acknowledge(ARGV, ACKS_FROM, tick_ms, slots)
 if PREVIOUS_KEY ~= CALL_KEY then redis.call('DEL', PREVIOUS_KEY) end
-local out = {}
+local out = {'0', acks}
 
 local before = redis.call('LRANGE', CALL_KEY, 0, -1)
 if #before > 0 then
@@ -38,44 +58,38 @@ if #before > 0 then
     local k, tok = before[i], before[i + 1]
     local rec = redis.call('HGET', TASKS, k)
     if rec and token_of(rec) == tok then
-      local t = decode(rec)
       out[#out + 1] = k
-      out[#out + 1] = t.p
-      out[#out + 1] = tostring(t.a)
-      out[#out + 1] = tostring(t.due)
-      out[#out + 1] = tok
+      out[#out + 1] = rec
     end
   end
   return out
 end
 
-if replay_only then return {} end
+if replay_only or n <= 0 then return out end
 
-local popped = redis.call('ZPOPMIN', READY, n)
-if #popped == 0 then return {} end
+local names = redis.call('ZRANGE', READY, 0, n - 1)
+if #names == 0 then return out end
+redis.call('ZREMRANGEBYRANK', READY, 0, #names - 1)
 local _, now = clock()
-local count = #popped / 2
-local last = redis.call('INCRBY', SEQ, count)
-local leases, claimed, records = {}, {tostring(now)}, {}
-out[1] = tostring(now)
-local names, recs = records_of(popped, 1, 2)
+local last = redis.call('INCRBY', SEQ, #names)
+local first = last - #names
+local until_ms = string.format('%d', now + lease)
+out[1] = string.format('%d', now)
+local leases, claimed, records = {}, {out[1]}, {}
+local recs = hmget_all(TASKS, names)
 for j, k in ipairs(names) do
   local rec = recs[j]
   if rec then
-    local t = decode(rec)
-    t.tok = tostring(last - count + j)
-    t.a = t.a + 1
+    local tok = string.format('%d', first + j)
+    rec = claimed_record(rec, tok)
     records[#records + 1] = k
-    records[#records + 1] = encode(t)
-    leases[#leases + 1] = now + lease
+    records[#records + 1] = rec
+    leases[#leases + 1] = until_ms
     leases[#leases + 1] = k
     claimed[#claimed + 1] = k
-    claimed[#claimed + 1] = t.tok
+    claimed[#claimed + 1] = tok
     out[#out + 1] = k
-    out[#out + 1] = t.p
-    out[#out + 1] = tostring(t.a)
-    out[#out + 1] = tostring(t.due)
-    out[#out + 1] = t.tok
+    out[#out + 1] = rec
   end
 end
 zadd_all(LEASED, leases)
@@ -84,6 +98,7 @@ if #claimed > 1 then
   redis.call('RPUSH', CALL_KEY, unpack(claimed))
   redis.call('PEXPIRE', CALL_KEY, math.min(lease, record_ms))
 end
-redis.call('HINCRBY', META, 'handed_out', (#out - 1) / 5)
-if #out == 1 then return {} end
+redis.call('HINCRBY', META, 'handed_out', #records / 2)
+if #names == n and redis.call('LLEN', WAKE) == 0 then redis.call('LPUSH', WAKE, 1) end
+if #out == 2 then out[1] = '0' end
 return out

@@ -13,27 +13,41 @@
     ARGV[1]  lease in ms (0: give the leases back)
     ARGV[2 + 2i], ARGV[3 + 2i]  per delivery: key, claim token
   Output:
-    one integer per delivery: 1 renewed, 0 refused.
+    one digit per delivery, as one string: 1 renewed, 0 refused.
   Keys: TASKS, LEASED.
+
+  Per call, not per delivery: one HMGET of the records, one ZMSCORE of the leases, one ZADD of
+  the renewed ones under one lease end formatted once.
 ]]
 -- @include keys
 -- @include clock
 -- @include record
+-- @include hash_all
+-- @include zadd_all
 local lease = tonumber(ARGV[1])
 -- The deliveries: a key then its claim token, from ARGV[DELIVERIES_FROM] on.
 local DELIVERIES_FROM = 2
 
 local _, up = clock()
-local until_ms = up + lease
-local out = {}
-for i = DELIVERIES_FROM, #ARGV, 2 do
-  local k, tok = ARGV[i], ARGV[i + 1]
-  local rec = redis.call('HGET', TASKS, k)
-  if rec and token_of(rec) == tok and redis.call('ZSCORE', LEASED, k) then
-    redis.call('ZADD', LEASED, 'XX', until_ms, k)
-    out[#out + 1] = 1
+-- One lease end for every delivery, formatted once.
+local until_ms = string.format('%d', up + lease)
+local out, renewed = {}, {}
+local names, recs = records_of(ARGV, DELIVERIES_FROM, 2)
+if #names == 0 then return '' end
+local leased = {}
+for i = 1, #names, 4000 do
+  local part = redis.call('ZMSCORE', LEASED, unpack(names, i, math.min(i + 3999, #names)))
+  for j = 1, #part do leased[#leased + 1] = part[j] end
+end
+for j, k in ipairs(names) do
+  local rec, tok = recs[j], ARGV[DELIVERIES_FROM + 2 * j - 1]
+  if rec and leased[j] and token_of(rec) == tok then
+    renewed[#renewed + 1] = until_ms
+    renewed[#renewed + 1] = k
+    out[j] = '1'
   else
-    out[#out + 1] = 0
+    out[j] = '0'
   end
 end
-return out
+zadd_all(LEASED, renewed)
+return table.concat(out)

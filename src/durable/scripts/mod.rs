@@ -34,8 +34,10 @@ pub(crate) use tasks::schedule_in;
 pub(crate) use tasks::{
     cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Recurrence, Requeued, Scheduled,
 };
+#[cfg(test)]
+pub(crate) use worker::claim;
 pub(crate) use worker::Failed;
-pub(crate) use worker::{ack, claim, fail, renew, Claimed};
+pub(crate) use worker::{ack, claim_and_ack, fail, renew, Claim, Claimed};
 
 /// How many wake-up tokens wait on `wake` at most: a burst leaves only a few wake-ups with nothing
 /// to claim behind it.
@@ -57,6 +59,7 @@ const INCLUDES: &[(&str, &str)] = &[
     ("wake", include_str!("../lua/includes/wake.lua")),
     ("bury", include_str!("../lua/includes/bury.lua")),
     ("advance", include_str!("../lua/includes/advance.lua")),
+    ("acknowledge", include_str!("../lua/includes/acknowledge.lua")),
 ];
 
 /// The Lua of the include `name`: a helper file, or one of the two made from Rust.

@@ -19,6 +19,7 @@ pub(crate) struct Claimed {
 /// Claims up to `n` ready tasks under `claim_id`, leased for the wheel's lease. With
 /// `replay_only` it takes nothing new and only gets back what an earlier attempt under this id
 /// took; `previous` is the id of this worker's last answered claim, whose record can go.
+#[cfg(test)]
 pub(crate) async fn claim(
     wheel: &WheelClient,
     keys: &WheelKeys,
@@ -27,31 +28,102 @@ pub(crate) async fn claim(
     replay_only: bool,
     previous: &str,
 ) -> Result<Vec<Claimed>, Error> {
+    let call = Claim { n, claim_id, replay_only, previous, acks: &[] };
+    Ok(claim_and_ack(wheel, keys, &call, Window::Response).await?.claimed)
+}
+
+/// One call of `claim.lua`: the deliveries to acknowledge first, then what to claim.
+pub(crate) struct Claim<'a> {
+    /// How many ready tasks to claim at most (0: none, only acknowledge).
+    pub(crate) n: usize,
+    /// The claim's id, the same for every retry of this call.
+    pub(crate) claim_id: &'a str,
+    /// Take nothing new, only get back what an earlier attempt under this id took.
+    pub(crate) replay_only: bool,
+    /// The id of this worker's last answered claim (its record can go), or "".
+    pub(crate) previous: &'a str,
+    /// The deliveries (key, claim token) whose handlers succeeded.
+    pub(crate) acks: &'a [(&'a str, &'a str)],
+}
+
+/// What a `claim.lua` call answered.
+#[derive(Debug, Default)]
+pub(crate) struct ClaimReply {
+    /// One per delivery of [`Claim::acks`]: acknowledged, or refused (its token is no longer
+    /// the task's, or an earlier attempt of this call acknowledged it).
+    pub(crate) acked: Vec<bool>,
+    pub(crate) claimed: Vec<Claimed>,
+}
+
+/// Acknowledges `call.acks` and claims up to `call.n` ready tasks in one call.
+pub(crate) async fn claim_and_ack(
+    wheel: &WheelClient,
+    keys: &WheelKeys,
+    call: &Claim<'_>,
+    window: Window,
+) -> Result<ClaimReply, Error> {
     let mut inv = invoke(keys, &SCRIPTS.claim);
-    let previous = if previous.is_empty() { claim_id } else { previous };
-    inv.key(keys.claim(claim_id))
+    let previous = if call.previous.is_empty() { call.claim_id } else { call.previous };
+    inv.key(keys.claim(call.claim_id))
         .key(keys.claim(previous))
-        .arg(n)
+        .arg(call.n)
         .arg(wheel.cfg.lease_ms)
-        .arg(if replay_only { "1" } else { "0" })
-        .arg(wheel.cfg.request_ttl_ms);
-    let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Response).await?;
-    let Some((claimed, tasks)) = flat.split_first() else { return Ok(Vec::new()) };
-    wheel.clock.learn(number(claimed));
-    let claimed_at = from_unix_ms(number(claimed));
-    Ok(tasks
-        .chunks_exact(5)
-        .map(|t| Claimed {
-            task: Task {
-                key: text(&t[0]),
-                payload: t[1].clone(),
-                attempt: u32::try_from(number(&t[2])).unwrap_or(u32::MAX),
-                due: from_unix_ms(number(&t[3])),
-                claimed_at,
-            },
-            token: text(&t[4]),
-        })
-        .collect())
+        .arg(if call.replay_only { "1" } else { "0" })
+        .arg(wheel.cfg.request_ttl_ms)
+        .arg(wheel.cfg.tick_ms)
+        .arg(wheel.cfg.slots);
+    for (key, token) in call.acks {
+        inv.arg(*key).arg(*token);
+    }
+    let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, window).await?;
+    let (Some(claimed), Some(acked)) = (flat.first(), flat.get(1)) else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "claim.lua answered fewer than two entries",
+        ))
+        .into());
+    };
+    let claimed_ms = number(claimed);
+    if claimed_ms > 0 {
+        wheel.clock.learn(claimed_ms);
+    }
+    let claimed_at = from_unix_ms(claimed_ms);
+    Ok(ClaimReply {
+        acked: digits(acked),
+        claimed: flat[2..].chunks_exact(2).filter_map(|t| claimed_task(&t[0], &t[1], claimed_at)).collect(),
+    })
+}
+
+/// A claimed task from its key and its record as `claim.lua` answers it: record.lua's format,
+/// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:<error length>:<error><payload>`.
+/// `None` for a record that does not read (none does: the scripts write every one).
+fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) -> Option<Claimed> {
+    let mut rest = record;
+    let mut field = || -> Option<&[u8]> {
+        let at = rest.iter().position(|&b| b == b':')?;
+        let (f, tail) = (&rest[..at], &rest[at + 1..]);
+        rest = tail;
+        Some(f)
+    };
+    let (due, attempt, token) = (field()?, field()?, field()?);
+    let (_every, _runs, _missed, error_len) = (field()?, field()?, field()?, field()?);
+    let error_len = usize::try_from(number(error_len)).ok()?;
+    let payload = rest.get(error_len..)?;
+    Some(Claimed {
+        task: Task {
+            key: text(key),
+            payload: payload.to_vec(),
+            attempt: u32::try_from(number(attempt)).unwrap_or(u32::MAX),
+            due: from_unix_ms(number(due)),
+            claimed_at,
+        },
+        token: text(token),
+    })
+}
+
+/// An answer of one digit per item, as one string: true for each `1`.
+fn digits(answer: &[u8]) -> Vec<bool> {
+    answer.iter().map(|&d| d == b'1').collect()
 }
 
 /// Acknowledges `deliveries` (key, claim token) in one call; true for each one acknowledged,
@@ -67,8 +139,8 @@ pub(crate) async fn ack(
     for (key, token) in deliveries {
         inv.arg(*key).arg(*token);
     }
-    let reply: Vec<i64> = wheel.conn.call(&inv, window).await?;
-    Ok(reply.into_iter().map(|r| r == 1).collect())
+    let reply: Vec<u8> = wheel.conn.call(&inv, window).await?;
+    Ok(digits(&reply))
 }
 
 /// What `fail.lua` did with a failed delivery.
@@ -130,6 +202,6 @@ pub(crate) async fn renew(
     for (key, token) in deliveries {
         inv.arg(*key).arg(*token);
     }
-    let reply: Vec<i64> = wheel.conn.call(&inv, window).await?;
-    Ok(reply.into_iter().map(|r| r == 1).collect())
+    let reply: Vec<u8> = wheel.conn.call(&inv, window).await?;
+    Ok(digits(&reply))
 }

@@ -8,6 +8,7 @@
 #[path = "../../../tests/support/mod.rs"]
 mod support;
 
+mod costs;
 mod hooks;
 mod scripts;
 

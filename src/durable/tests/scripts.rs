@@ -699,3 +699,68 @@ async fn ack_of_a_recurring_run_places_the_next_by_its_policy() {
     }
     assert_eq!(meta(&server, keys, "acked"), 5);
 }
+
+/// One call a cycle: the claim acknowledges what finished first (each delivery once, under its
+/// token only), then claims, answering each task's record; its retry acknowledges nothing twice
+/// and gets the same tasks back. A full claim passes a wake-up on only when none waits on `wake`
+/// (busy workers take none, so they push none); a claim that comes back short pushes none.
+#[tokio::test]
+async fn claim_acknowledges_what_finished_then_claims() {
+    let Some((server, timers)) = wheel("s-claim-ack").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    seed_running(&server, keys, "done", 5, 1, now + 60_000);
+    seed_running(&server, keys, "other", 5, 1, now + 60_000);
+    for (k, due) in [("b", 20), ("a", 10), ("c", 30)] {
+        seed_ready(&server, keys, k, due, &format!("payload of {k}"));
+    }
+    let acks = [("done", "7"), ("done", "7"), ("other", "6"), ("gone", "7")];
+    let call = scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", acks: &acks };
+    let got = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
+    assert_eq!(got.acked, [true, false, false, false], "{acks:?}");
+    let summary: Vec<(&str, u32, &str, &[u8])> =
+        got.claimed.iter().map(|c| (c.task.key(), c.task.attempt(), c.token.as_str(), c.task.payload())).collect();
+    assert_eq!(summary, [("a", 1, "1", &b"payload of a"[..]), ("b", 1, "2", &b"payload of b"[..])]);
+    assert_eq!(got.claimed[1].task.due(), crate::durable::time::from_unix_ms(20));
+    let d = dump(&server, keys);
+    assert_eq!(
+        d["tasks"],
+        hash(&[
+            ("a", rec(10, 1, 1, "", "payload of a")),
+            ("b", rec(20, 1, 2, "", "payload of b")),
+            ("c", rec(30, 0, 0, "", "payload of c")),
+            ("other", rec(5, 1, 7, "", "x")),
+        ])
+    );
+    assert_eq!(d["ready"], "c@30");
+    assert_eq!(d["wake"], "1", "a full claim passes a wake-up on");
+    assert_eq!(meta(&server, keys, "acked"), 1);
+    assert_eq!(meta(&server, keys, "handed_out"), 2);
+
+    // Its retry (the reply was lost): nothing acknowledged twice, the same tasks back, no change.
+    let again = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
+    assert_eq!(again.acked, [false; 4]);
+    assert_eq!(again.claimed, got.claimed);
+    assert_eq!(dump(&server, keys), d);
+
+    // A token waits already: a full claim pushes no second one; a short one pushes none.
+    seed_ready(&server, keys, "d", 40, "x");
+    let call = scripts::Claim { n: 1, claim_id: "k2", replay_only: false, previous: "k1", acks: &[] };
+    assert_eq!(scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap().claimed.len(), 1);
+    assert_eq!(dump(&server, keys)["wake"], "1");
+    server.command(&["DEL", &keys.wake()]);
+    let call = scripts::Claim { n: 5, claim_id: "k3", replay_only: false, previous: "k2", acks: &[] };
+    let short = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
+    assert_eq!(short.claimed.len(), 1);
+    let d = dump(&server, keys);
+    assert!(!d.contains_key("wake"), "{d:?}");
+    assert!(!d.contains_key("claim:k1") && !d.contains_key("claim:k2") && d.contains_key("claim:k3"), "{d:?}");
+
+    // Acknowledging alone (n = 0) claims nothing and answers no time.
+    let (k, tok) = (short.claimed[0].task.key().to_string(), short.claimed[0].token.clone());
+    let acks = [(k.as_str(), tok.as_str())];
+    let call = scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", acks: &acks };
+    let only = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
+    assert_eq!((only.acked.as_slice(), only.claimed.len()), (&[true][..], 0));
+    assert!(!dump(&server, keys)["tasks"].contains(&format!("{k}=")));
+}

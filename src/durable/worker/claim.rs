@@ -1,25 +1,33 @@
-//! The claim loop: gathers free handlers, claims that many ready tasks in one call (retried under
-//! the same claim id until a reply comes), starts their handlers, and waits for a wake-up when
-//! nothing is ready. Beside it, the partition's recorder of outcomes and renewer of leases. On
-//! stop, it gets back what an unanswered claim took and lets every handler finish and its
-//! outcome be recorded, unless told to abandon them first.
+//! The claim loop: keeps the partition's buffer of claimed tasks topped up for the worker's
+//! handlers (as many as are free, and as many more as they are expected to start within
+//! [`AHEAD`](super::handler::AHEAD), at most the prefetch), claiming in one call that also
+//! acknowledges what finished since the last (retried under the same claim id until a reply
+//! comes); starts runners of handlers for what it buffered; and waits for a wake-up when nothing
+//! is ready. Beside it, the partition's recorder of the acknowledgements no claim carried, and
+//! renewer of leases. On stop, it gets back what an unanswered claim took and lets the handlers
+//! run what the buffer holds and their outcomes be recorded, unless told to abandon them first.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::task::JoinSet;
 
-use super::handler::{start_handlers, Handler, Handlers};
-use super::lease::{renew_leases, Deliveries};
-use super::outcome::{lost, record_outcomes};
+use super::handler::{claimed_late, start_runners, Handler, Handlers, RunTimes};
+use super::lease::{give_back_leases, renew_leases, Deliveries};
+use super::outcome::{lost, record_outcomes, refused, Outcomes};
 use super::stop::{abandoned, pause, stopped, stopping};
-use super::wake::{pass_on_wake, wait_for_wake, Waker};
+use super::wake::{wait_for_wake, Waker};
 use crate::durable::client::WheelClient;
-use crate::durable::scripts;
+use crate::durable::scripts::{self, Claim, Claimed};
+use crate::durable::shared_conn::Window;
 
-/// The most tasks one claim takes.
-const CLAIM_BATCH: usize = 64;
-/// How long the claim loop waits to gather free handlers while tasks are waiting.
+/// The most tasks one claim takes, and the most acknowledgements it carries: a claim of 64 with
+/// 64 acknowledgements costs Redis about 4 million instructions (`src/durable/tests/costs.rs`), a few
+/// milliseconds in which it serves no one else, as a claim of 64 did before it carried any.
+const MAX_CLAIM: usize = 64;
+/// How long the claim loop waits to gather free handlers while tasks are waiting and it claims
+/// nothing ahead of them.
 const GATHER: Duration = Duration::from_millis(2);
 
 /// How a claim loop is told to stop, to abandon its handlers, and tells that it claims.
@@ -33,68 +41,63 @@ pub(super) struct Signals {
 }
 
 /// Claims from partition `part` for handlers that hold one of `permits` each (the worker's
-/// concurrency, shared by the claim loops of every partition: the semaphore hands freed permits
-/// to the waiting loops in turn, so partitions with work share the handlers fairly).
+/// concurrency, shared by the claim loops of every partition).
 pub(super) async fn claim_loop(
     wheel: &Arc<WheelClient>,
     part: usize,
     permits: Arc<Semaphore>,
     handler: Handler,
+    freed: Arc<Notify>,
     signals: Signals,
     bid_now: &Notify,
 ) {
     let Signals { mut stop, mut abandon, started } = signals;
-    let concurrency = wheel.cfg.concurrency;
+    let (concurrency, prefetch) = (wheel.cfg.concurrency, wheel.cfg.prefetch);
     let keys = &wheel.partitions[part].keys;
     let mut waker: Option<Waker> = None;
     let mut failures = 0u32;
     let mut backlog = false;
     let mut claimed_once = false;
-    let (done_tx, done_rx) = mpsc::unbounded_channel();
     let deliveries = Arc::new(Deliveries::default());
-    let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, done_rx, deliveries.clone()));
+    let outcomes = Arc::new(Outcomes::new(deliveries.clone()));
+    let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, outcomes.clone()));
     let renewer = tokio::spawn(renew_leases(wheel.clone(), part, deliveries.clone()));
-    let handlers =
-        Handlers { handler, timeout: wheel.cfg.handler_timeout, done: done_tx, deliveries: deliveries.clone() };
+    let handlers = Handlers {
+        handler,
+        timeout: wheel.cfg.handler_timeout,
+        outcomes: outcomes.clone(),
+        deliveries: deliveries.clone(),
+        permits: permits.clone(),
+        freed,
+        runs: Arc::new(RunTimes::default()),
+        wheel: wheel.clone(),
+        part,
+    };
+    let mut runners = JoinSet::new();
     // A claim that failed, perhaps after it landed (its reply lost): it is made again with the
-    // same id and the same handlers, so that it gets back the tasks its first attempt took.
-    let mut unanswered: Option<(String, Vec<OwnedSemaphorePermit>)> = None;
+    // same id and the same acknowledgements, so that it gets back the tasks its first attempt
+    // took.
+    let mut unanswered: Option<(String, Vec<(String, String)>)> = None;
     // The last claim answered: its record of what it took is no longer needed.
     let mut answered = String::new();
     while !stopping(&stop) {
-        let (claim_id, held) = match unanswered.take() {
-            Some(retry) => retry,
+        while runners.try_join_next().is_some() {}
+        let (claim_id, acks, want) = match unanswered.take() {
+            Some((id, acks)) => (id, acks, room(&handlers, concurrency, prefetch).max(1)),
             None => {
-                let first = tokio::select! {
-                    p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-                    () = stopped(&mut stop) => break,
+                let room = wait_for_room(&handlers, concurrency, prefetch, backlog, &mut runners, &mut stop);
+                let Some(want) = room.await else {
+                    break;
                 };
-                let mut held = vec![first];
-                let batch = CLAIM_BATCH.min(concurrency);
-                take_free(&permits, &mut held, batch);
-                if backlog && held.len() < batch.div_ceil(4) {
-                    // Tasks are waiting and handlers are finishing: gather a few more free
-                    // handlers rather than claiming one task per round trip.
-                    let until = tokio::time::Instant::now() + GATHER;
-                    while held.len() < batch.div_ceil(4) {
-                        match tokio::time::timeout_at(until, permits.clone().acquire_owned()).await {
-                            Ok(Ok(p)) => held.push(p),
-                            _ => break,
-                        }
-                    }
-                    take_free(&permits, &mut held, batch);
-                }
-                (wheel.ids.next(), held)
+                (wheel.ids.next(), outcomes.take(MAX_CLAIM), want)
             }
         };
-        let wanted = held.len();
-        let tasks = match scripts::claim(wheel, keys, wanted, &claim_id, false, &answered).await {
-            Ok(tasks) => {
-                answered = claim_id;
-                tasks
-            }
+        let pairs: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
+        let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, acks: &pairs };
+        let reply = match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
+            Ok(reply) => reply,
             Err(e) => {
-                unanswered = Some((claim_id, held));
+                unanswered = Some((claim_id, acks));
                 failures += 1;
                 if failures == 1 {
                     tracing::warn!(wheel = %wheel.name(), partition = part, error = %e, "claiming failed; retrying with a backoff");
@@ -104,6 +107,11 @@ pub(super) async fn claim_loop(
                 continue;
             }
         };
+        refused(wheel, &pairs, &reply.acked);
+        for (_, token) in &acks {
+            deliveries.forget(token);
+        }
+        answered = claim_id;
         if failures > 0 {
             tracing::info!(wheel = %wheel.name(), "claiming works again");
             failures = 0;
@@ -112,46 +120,149 @@ pub(super) async fn claim_loop(
             claimed_once = true;
             started.send_modify(|n| *n += 1);
         }
-        let got = tasks.len();
-        backlog = got == wanted;
-        start_handlers(wheel, part, &handlers, tasks, held);
-        if got == wanted {
-            // Perhaps more are ready: let another idle worker know, and claim again.
-            if got > 0 {
-                pass_on_wake(wheel, keys).await;
-            }
+        let got = reply.claimed.len();
+        backlog = got == want;
+        run(&handlers, &deliveries, reply.claimed, &mut runners).await;
+        if got == want {
+            // Perhaps more are ready (the claim passed a wake-up on to an idle worker, if none
+            // was waiting yet): claim again once there is room.
             continue;
         }
+        outcomes.set_idle(true);
         wait_for_wake(wheel, keys, &mut waker, &mut stop, bid_now).await;
+        outcomes.set_idle(false);
     }
     // A claim left unanswered at the stop may have taken tasks: one last try gets them back
     // (taking nothing new) and runs them like the others in flight, rather than leaving them to
     // come back after the lease as another attempt.
-    if let Some((claim_id, held)) = unanswered.take() {
-        match scripts::claim(wheel, keys, held.len(), &claim_id, true, "").await {
-            Ok(tasks) => start_handlers(wheel, part, &handlers, tasks, held),
-            Err(e) => lost(wheel, "(an unanswered claim)", &e),
+    if let Some((claim_id, acks)) = unanswered.take() {
+        let pairs: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
+        let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", acks: &pairs };
+        match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
+            Ok(reply) => {
+                refused(wheel, &pairs, &reply.acked);
+                for (_, token) in &acks {
+                    deliveries.forget(token);
+                }
+                run(&handlers, &deliveries, reply.claimed, &mut runners).await;
+            }
+            Err(e) => {
+                lost(wheel, "(an unanswered claim)", &e);
+                outcomes.put_back(acks);
+            }
         }
     }
-    // Wait for every handler in flight (each holds a permit until its ack or retry is recorded,
-    // its lease renewed meanwhile), or drop those still running when told to abandon them.
-    drop(handlers);
-    tokio::select! {
-        _ = permits.acquire_many(u32::try_from(concurrency).unwrap_or(u32::MAX)) => {}
-        () = abandoned(&mut abandon) => deliveries.abandon(wheel, part).await,
+    // Wait for the handlers to run what the buffer holds (each runner holds a permit until the
+    // buffer is empty), or drop those still running when told to abandon them.
+    let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
+    loop {
+        tokio::select! {
+            held = permits.clone().acquire_many_owned(all) => {
+                if deliveries.buffered() == 0 {
+                    break;
+                }
+                // A runner ended just as tasks came: start runners again.
+                drop(held);
+                start_free_runners(&handlers, &deliveries, &mut runners);
+                tokio::task::yield_now().await;
+            }
+            () = abandoned(&mut abandon) => {
+                runners.abort_all();
+                deliveries.abandon(wheel, part).await;
+                break;
+            }
+        }
     }
+    drop(handlers);
+    while runners.join_next().await.is_some() {}
+    outcomes.close();
     let _ = recorder.await;
     renewer.abort();
 }
 
-/// Moves free permits into `held`, up to `batch` in all.
-fn take_free(permits: &Arc<Semaphore>, held: &mut Vec<OwnedSemaphorePermit>, batch: usize) {
-    while held.len() < batch {
-        match permits.clone().try_acquire_owned() {
+/// How many tasks the buffer has room for: the free handlers, and as many more as the handlers
+/// are expected to start within `AHEAD`, less what the buffer holds.
+fn room(handlers: &Handlers, concurrency: usize, prefetch: usize) -> usize {
+    let ahead = handlers.runs.ahead(concurrency, prefetch);
+    let free = handlers.permits.available_permits();
+    (free + ahead).saturating_sub(handlers.deliveries.buffered()).min(MAX_CLAIM)
+}
+
+/// Waits until a claim is worth making, and returns how many tasks it is to take; `None` when
+/// told to stop. A claim is worth making when handlers are free and the buffer is empty, or when
+/// the buffer has run down far enough for a full claim (or to half of what is claimed ahead,
+/// when that is less than two claims' worth), so that a busy worker's claims are full ones. While tasks are waiting (`backlog`)
+/// and nothing is claimed ahead, it gathers free handlers a moment rather than claiming one task
+/// per round trip.
+async fn wait_for_room(
+    handlers: &Handlers,
+    concurrency: usize,
+    prefetch: usize,
+    backlog: bool,
+    runners: &mut JoinSet<()>,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<usize> {
+    let mut gather_until = None;
+    loop {
+        let changed = handlers.deliveries.changed.notified();
+        let mut freed = std::pin::pin!(handlers.freed.notified());
+        freed.as_mut().enable();
+        // Tasks wait in the buffer and a handler is free (another partition's runner gave its
+        // permit back): run them.
+        start_free_runners(handlers, &handlers.deliveries, runners);
+        let ahead = handlers.runs.ahead(concurrency, prefetch);
+        let (free, buffered) = (handlers.permits.available_permits(), handlers.deliveries.buffered());
+        let room = room(handlers, concurrency, prefetch);
+        let low_water = ahead.saturating_sub(MAX_CLAIM).max(ahead / 2);
+        let worth = room > 0 && ((buffered == 0 && free > 0) || (ahead > 0 && buffered <= low_water));
+        if worth {
+            let few = backlog && ahead == 0 && room < concurrency.min(MAX_CLAIM).div_ceil(4);
+            let until = *gather_until.get_or_insert_with(|| tokio::time::Instant::now() + GATHER);
+            if !few || tokio::time::Instant::now() >= until {
+                return Some(room);
+            }
+            tokio::select! {
+                () = changed => {}
+                () = &mut freed => {}
+                () = tokio::time::sleep_until(until) => {}
+                () = stopped(stop) => return None,
+            }
+            continue;
+        }
+        tokio::select! {
+            () = changed => {}
+            () = &mut freed => {}
+            () = stopped(stop) => return None,
+        }
+    }
+}
+
+/// Buffers what a claim took (how late each was claimed recorded first) and starts runners for
+/// it on the free handlers. A claim answered after the worker was abandoned gives its tasks
+/// back at once.
+async fn run(handlers: &Handlers, deliveries: &Deliveries, claimed: Vec<Claimed>, runners: &mut JoinSet<()>) {
+    if claimed.is_empty() {
+        return;
+    }
+    claimed_late(&handlers.wheel, handlers.part, &claimed);
+    let back = deliveries.buffer(claimed);
+    if !back.is_empty() {
+        let back: Vec<(String, String)> = back.into_iter().map(|c| (c.task.key, c.token)).collect();
+        give_back_leases(&handlers.wheel, handlers.part, &back).await;
+    }
+    start_free_runners(handlers, deliveries, runners);
+}
+
+/// Starts a runner on each free handler, up to what the buffer holds.
+fn start_free_runners(handlers: &Handlers, deliveries: &Deliveries, runners: &mut JoinSet<()>) {
+    let mut held = Vec::new();
+    while held.len() < deliveries.buffered() {
+        match handlers.permits.clone().try_acquire_owned() {
             Ok(p) => held.push(p),
             Err(_) => break,
         }
     }
+    start_runners(handlers, held, runners);
 }
 
 fn retry_delay(failures: u32) -> Duration {

@@ -1,20 +1,24 @@
-//! Running the user's handler on one claimed task: a panic is a failure like an `Err`, so is a
-//! run longer than the handler timeout; the outcome goes to the recorder with the handler's
-//! permit.
+//! Running the user's handler on claimed tasks: a runner holds one of the worker's handler
+//! permits and runs the buffered tasks of its partition one after another until the buffer is
+//! empty, so a handler that finishes starts the next task without a round trip. A panic is a
+//! failure like an `Err`, so is a run longer than the handler timeout; each outcome goes to the
+//! partition's [`Outcomes`].
 
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::lease::Deliveries;
-use super::outcome::Outcome;
+use super::outcome::Outcomes;
 use crate::durable::client::WheelClient;
 use crate::durable::scripts::Claimed;
 use crate::durable::Task;
@@ -23,61 +27,136 @@ pub(super) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), String>> 
 /// The user's handler, its error turned into text.
 pub(super) type Handler = Arc<dyn Fn(Task) -> HandlerFuture + Send + Sync>;
 
-/// What running a claimed task needs: the handler, its time limit, where its outcome goes, and
-/// the list of the partition's deliveries (whose leases are renewed while they run).
+/// What running a claimed task needs: the handler, its time limit, where its outcome goes, the
+/// list of the partition's deliveries (whose buffer the runners take their tasks from, and whose
+/// leases are renewed while they wait and run), the worker's handler permits and the record of
+/// how long runs take.
 #[derive(Clone)]
 pub(super) struct Handlers {
     pub(super) handler: Handler,
     pub(super) timeout: Duration,
-    pub(super) done: mpsc::UnboundedSender<Outcome>,
+    pub(super) outcomes: Arc<Outcomes>,
     pub(super) deliveries: Arc<Deliveries>,
+    pub(super) permits: Arc<Semaphore>,
+    /// Told (every waiter) when a runner gives its permit back: the claim loops of every
+    /// partition share the permits, and one whose buffer waits for a free handler starts a runner.
+    pub(super) freed: Arc<Notify>,
+    pub(super) runs: Arc<RunTimes>,
+    pub(super) wheel: Arc<WheelClient>,
+    pub(super) part: usize,
 }
 
-/// Runs the handler on each task claimed from partition `part`, one permit each (released once
-/// its outcome is recorded); permits left over are released at once. Each runs inside a
-/// `tracing` span `task` (target `tokio_timewheel::durable`, level `INFO`) with the wheel's name,
-/// the partition, the key and the attempt. How late each was claimed is recorded first.
-pub(super) fn start_handlers(
-    wheel: &WheelClient,
-    part: usize,
-    handlers: &Handlers,
-    tasks: Vec<Claimed>,
-    mut held: Vec<OwnedSemaphorePermit>,
-) {
+/// How long the handlers' runs take, as a moving average: how far ahead of its free handlers a
+/// worker may claim (see [`RunTimes::ahead`]).
+#[derive(Default)]
+pub(super) struct RunTimes {
+    /// The average run in ns, 0 until a first run ended.
+    average_ns: AtomicU64,
+}
+
+/// How much work a worker claims ahead of its free handlers: about this long of it.
+pub(super) const AHEAD: Duration = Duration::from_millis(50);
+
+impl RunTimes {
+    fn record(&self, run: Duration) {
+        let ns = u64::try_from(run.as_nanos()).unwrap_or(u64::MAX).max(1);
+        // An average over about the last 16 runs; a lost update between two runners is no harm.
+        let old = self.average_ns.load(Ordering::Relaxed);
+        let new = if old == 0 { ns } else { old - old / 16 + ns / 16 };
+        self.average_ns.store(new.max(1), Ordering::Relaxed);
+    }
+
+    /// How many tasks `handlers` handlers start within [`AHEAD`] at the runs' average, at most
+    /// `prefetch`: none before a first run has ended, since nothing says yet how long runs take.
+    pub(super) fn ahead(&self, handlers: usize, prefetch: usize) -> usize {
+        match self.average_ns.load(Ordering::Relaxed) {
+            0 => 0,
+            ns => {
+                let n = (handlers as u128 * AHEAD.as_nanos()) / u128::from(ns);
+                usize::try_from(n).unwrap_or(usize::MAX).min(prefetch)
+            }
+        }
+    }
+}
+
+/// Starts runners, each holding one of `permits`, for the tasks in the buffer.
+pub(super) fn start_runners(handlers: &Handlers, permits: Vec<OwnedSemaphorePermit>, runners: &mut JoinSet<()>) {
+    for permit in permits {
+        let h = handlers.clone();
+        runners.spawn(run_buffered(h, permit));
+    }
+}
+
+/// Runs the buffered tasks of one partition one after another while it holds `permit`. Its
+/// permit goes back once the buffer is empty; if tasks came meanwhile and a permit is free, it
+/// takes it again and goes on (the claim loop, which starts runners for what it buffers, may
+/// have found none free an instant before).
+async fn run_buffered(h: Handlers, permit: OwnedSemaphorePermit) {
+    let mut permit = Some(permit);
+    loop {
+        let Some(claimed) = h.deliveries.next() else {
+            drop(permit.take());
+            h.deliveries.changed.notify_one();
+            h.freed.notify_waiters();
+            if h.deliveries.buffered() == 0 {
+                return;
+            }
+            match h.permits.clone().try_acquire_owned() {
+                Ok(p) => {
+                    permit = Some(p);
+                    continue;
+                }
+                Err(_) => return,
+            }
+        };
+        if run_one(&h, claimed).await.is_err() {
+            // Recording the failure is a task spawned just now, which waits in this thread's
+            // next-to-run slot, where no other thread takes it: let it go first, before the
+            // next handler, which may hold the thread (a panic's hook printing a backtrace
+            // holds it for a few hundred ms in a debug build).
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Runs the handler on one claimed task, inside a `tracing` span `task` (target
+/// `tokio_timewheel::durable`, level `INFO`) with the wheel's name, the partition, the key and
+/// the attempt, and hands its outcome on. Returns the outcome: `Err` for a failure.
+async fn run_one(h: &Handlers, Claimed { task, token }: Claimed) -> Result<(), ()> {
+    let span = tracing::info_span!(
+        target: "tokio_timewheel::durable",
+        "task",
+        wheel = h.wheel.name(),
+        partition = h.part,
+        key = task.key.as_str(),
+        attempt = task.attempt
+    );
+    let key = task.key.clone();
+    let started = Instant::now();
+    let run = async {
+        match tokio::time::timeout(h.timeout, run_handler(&h.handler, task)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!("the handler timed out after {:?} (the handler timeout)", h.timeout)),
+        }
+    };
+    let outcome = run.instrument(span).await;
+    h.runs.record(started.elapsed());
+    // A delivery whose lease went to another worker, or that was abandoned at a shutdown, has no
+    // outcome to record: Redis would refuse it.
+    let result = outcome.as_ref().map(|_| ()).map_err(|_| ());
+    if h.deliveries.finish(&token) {
+        h.outcomes.push(&h.wheel, h.part, key, token, outcome);
+    }
+    result
+}
+
+/// Records how late each task was claimed (the lateness metric and histogram).
+pub(super) fn claimed_late(wheel: &WheelClient, part: usize, tasks: &[Claimed]) {
     let late = |task: &Task| task.claimed_at.duration_since(task.due).unwrap_or_default();
     wheel.record_lateness(tasks.iter().map(|claimed| late(&claimed.task)));
     let metrics = wheel.metrics.partition(part);
-    for (Claimed { task, token }, permit) in tasks.into_iter().zip(held.drain(..)) {
-        metrics.fired(late(&task));
-        let span = tracing::info_span!(
-            target: "tokio_timewheel::durable",
-            "task",
-            wheel = wheel.name(),
-            partition = part,
-            key = task.key.as_str(),
-            attempt = task.attempt
-        );
-        let h = handlers.clone();
-        let (listed_key, listed_token) = (task.key.clone(), token.clone());
-        handlers.deliveries.start(&listed_key, &listed_token, move || {
-            tokio::spawn(
-                async move {
-                    let key = task.key.clone();
-                    let outcome = match tokio::time::timeout(h.timeout, run_handler(&h.handler, task)).await {
-                        Ok(outcome) => outcome,
-                        Err(_) => Err(format!("the handler timed out after {:?} (the handler timeout)", h.timeout)),
-                    };
-                    // A delivery whose lease went to another worker, or that was abandoned at a
-                    // shutdown, has no outcome to record: Redis would refuse it.
-                    if h.deliveries.finish(&token) {
-                        // The permit goes with the outcome and is released once it is recorded.
-                        let _ = h.done.send(Outcome { key, token, outcome, _permit: permit });
-                    }
-                }
-                .instrument(span),
-            )
-            .abort_handle()
-        });
+    for c in tasks {
+        metrics.fired(late(&c.task));
     }
 }
 

@@ -1,15 +1,17 @@
-//! The leases of the deliveries a worker runs: [`Deliveries`] lists them (by claim token) from the
-//! claim until their outcome is recorded; [`renew_leases`] renews them all every third of the
-//! lease, in one script call per round; [`Deliveries::abandon`] drops the handlers still running at
-//! the end of `shutdown_timeout` and gives their leases back.
+//! The deliveries a worker holds and their leases: [`Deliveries`] lists them (by claim token) from
+//! the claim until their outcome is recorded, and holds the buffer of those claimed ahead of the
+//! free handlers, which the handlers take their next task from; [`renew_leases`] renews them all,
+//! buffered ones too, every third of the lease, in one script call per round;
+//! [`Deliveries::abandon`] gives back the leases of what is still running or buffered at the end
+//! of `shutdown_timeout`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::task::AbortHandle;
+use tokio::sync::Notify;
 
 use crate::durable::client::WheelClient;
-use crate::durable::scripts;
+use crate::durable::scripts::{self, Claimed};
 use crate::durable::shared_conn::Window;
 
 /// The most deliveries one renewal call carries.
@@ -19,59 +21,107 @@ const RENEW_BATCH: usize = 128;
 struct Held {
     key: String,
     state: State,
-    /// Drops its handler; `None` once it finished.
-    abort: Option<AbortHandle>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// Claimed ahead of the free handlers: in the buffer, its handler not started, under a lease
+    /// this worker renews.
+    Buffered,
     /// Its handler runs, under a lease this worker renews.
     Running,
     /// Its handler has finished and its outcome is on the way to Redis: still renewed until
-    /// the outcome is recorded, and no longer dropped by [`Deliveries::abandon`]. A refused
+    /// the outcome is recorded, and no longer given back by [`Deliveries::abandon`]. A refused
     /// renewal is then no news (the outcome may have landed first).
     Finished,
-    /// A renewal was refused: its lease went to another worker. Its handler runs on (it may be
-    /// mid-way through a side effect) unless the worker is abandoned, and its outcome is not
-    /// recorded (Redis would refuse it).
+    /// A renewal was refused: its lease went to another worker. A running handler runs on (it
+    /// may be mid-way through a side effect) unless the worker is abandoned, a buffered one
+    /// never starts, and its outcome is not recorded (Redis would refuse it).
     Lost,
 }
 
+/// What the lock guards: the deliveries by claim token, and the buffer in claim order.
+#[derive(Default)]
+struct Inner {
+    held: HashMap<String, Held>,
+    buffer: VecDeque<Claimed>,
+    /// Set by [`Deliveries::abandon`]: nothing more starts.
+    abandoned: bool,
+}
+
 /// The deliveries of one partition that this worker holds, by claim token (unique within a
-/// partition), from the claim until their outcome is recorded.
+/// partition), from the claim until their outcome is recorded; and the buffer of those not
+/// started yet.
 #[derive(Default)]
 pub(super) struct Deliveries {
-    held: Mutex<HashMap<String, Held>>,
+    inner: Mutex<Inner>,
     /// Held through each renewal round and through [`abandon`](Self::abandon), so that a round
     /// that read a delivery before it was given back cannot renew it after.
     round: tokio::sync::Mutex<()>,
+    /// Told whenever a handler takes a task from the buffer or a runner of handlers ends: the
+    /// claim loop then sees whether to claim again.
+    pub(super) changed: Notify,
 }
 
 impl Deliveries {
-    fn held(&self) -> MutexGuard<'_, HashMap<String, Held>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Lists the delivery of `key` under `token`, and runs `spawn` (which starts its handler)
-    /// inside the list's lock, so that the handler cannot finish before it is listed.
-    pub(super) fn start(&self, key: &str, token: &str, spawn: impl FnOnce() -> AbortHandle) {
-        let mut held = self.held();
-        let abort = spawn();
-        held.insert(token.to_string(), Held { key: key.to_string(), state: State::Running, abort: Some(abort) });
+    /// Lists `tasks` as buffered, at the back of the buffer. Given back at once, rather, when
+    /// the worker has been abandoned: returns those.
+    pub(super) fn buffer(&self, tasks: Vec<Claimed>) -> Vec<Claimed> {
+        let mut inner = self.inner();
+        if inner.abandoned {
+            return tasks;
+        }
+        for c in tasks {
+            inner.held.insert(c.token.clone(), Held { key: c.task.key.clone(), state: State::Buffered });
+            inner.buffer.push_back(c);
+        }
+        Vec::new()
+    }
+
+    /// The next buffered task, now running; `None` when the buffer is empty or the worker was
+    /// abandoned. A buffered task whose lease went to another worker is skipped (and forgotten).
+    pub(super) fn next(&self) -> Option<Claimed> {
+        let mut inner = self.inner();
+        let next = loop {
+            if inner.abandoned {
+                return None;
+            }
+            let c = inner.buffer.pop_front()?;
+            match inner.held.get_mut(&c.token) {
+                Some(h) if h.state == State::Buffered => {
+                    h.state = State::Running;
+                    break c;
+                }
+                _ => {
+                    inner.held.remove(&c.token);
+                }
+            }
+        };
+        drop(inner);
+        self.changed.notify_one();
+        Some(next)
+    }
+
+    /// How many tasks wait in the buffer.
+    pub(super) fn buffered(&self) -> usize {
+        self.inner().buffer.len()
     }
 
     /// Marks the handler of `token` finished. False when its outcome must not be recorded: its
     /// lease went to another worker, or it was abandoned (its lease given back).
     pub(super) fn finish(&self, token: &str) -> bool {
-        let mut held = self.held();
-        match held.get_mut(token) {
+        let mut inner = self.inner();
+        match inner.held.get_mut(token) {
             Some(h) if h.state == State::Running => {
                 h.state = State::Finished;
-                h.abort = None;
                 true
             }
             Some(_) => {
-                held.remove(token);
+                inner.held.remove(token);
                 false
             }
             None => false,
@@ -80,66 +130,80 @@ impl Deliveries {
 
     /// Forgets `token`: its outcome is recorded (or given up on), and its lease no longer renewed.
     pub(super) fn forget(&self, token: &str) {
-        self.held().remove(token);
+        self.inner().held.remove(token);
     }
 
     /// The deliveries whose leases are this worker's to renew, as (key, token).
     fn renewable(&self) -> Vec<(String, String)> {
-        let held = self.held();
-        held.iter().filter(|(_, h)| h.state != State::Lost).map(|(token, h)| (h.key.clone(), token.clone())).collect()
+        let inner = self.inner();
+        inner
+            .held
+            .iter()
+            .filter(|(_, h)| h.state != State::Lost)
+            .map(|(token, h)| (h.key.clone(), token.clone()))
+            .collect()
     }
 
     /// A renewal of `token` was refused: another worker has its task now (this one was cut off
-    /// or paused past its lease), or its outcome landed just before. Whether its handler was
-    /// still running.
-    fn lost(&self, token: &str) -> bool {
-        match self.held().get_mut(token) {
-            Some(h) if h.state == State::Running => {
+    /// or paused past its lease), or its outcome landed just before. The state it was in.
+    fn lost(&self, token: &str) -> Option<State> {
+        match self.inner().held.get_mut(token) {
+            Some(h) if matches!(h.state, State::Running | State::Buffered) => {
+                let was = h.state;
                 h.state = State::Lost;
-                true
+                Some(was)
             }
-            _ => false,
+            _ => None,
         }
     }
 
-    /// Drops every handler still running and gives its lease back, so that the next tick hands
-    /// its task out again (rather than after the lease). A handler that finished meanwhile
+    /// Stops every start from the buffer, and gives back the leases of what is buffered or
+    /// still running (the caller has dropped the running handlers), so that the next tick hands
+    /// those tasks out again (rather than after the lease). A handler that finished meanwhile
     /// keeps its outcome on its way.
     pub(super) async fn abandon(&self, wheel: &WheelClient, part: usize) {
         let _round = self.round.lock().await;
         let (mut dropped, mut give_back) = (0, Vec::new());
         {
-            let mut held = self.held();
-            held.retain(|token, h| {
+            let mut inner = self.inner();
+            inner.abandoned = true;
+            inner.buffer.clear();
+            inner.held.retain(|token, h| {
                 if h.state == State::Finished {
                     return true;
                 }
-                if let Some(abort) = h.abort.take() {
-                    abort.abort();
-                }
-                dropped += 1;
                 if h.state == State::Running {
+                    dropped += 1;
+                }
+                if h.state != State::Lost {
                     give_back.push((std::mem::take(&mut h.key), token.clone()));
                 }
                 false
             });
         }
-        if dropped == 0 {
+        if give_back.is_empty() {
             return;
         }
         tracing::warn!(
-            wheel = %wheel.name(), partition = part, handlers = dropped,
-            "shutdown_timeout ran out: dropped the handlers still running; their tasks are handed out again"
+            wheel = %wheel.name(), partition = part, handlers = dropped, claimed_ahead = give_back.len() - dropped,
+            "shutdown_timeout ran out: dropped the handlers still running; their tasks, and those claimed ahead, \
+             are handed out again"
         );
-        let keys = &wheel.partitions[part].keys;
-        for chunk in give_back.chunks(RENEW_BATCH) {
-            let pairs: Vec<(&str, &str)> = chunk.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
-            if let Err(e) = scripts::renew(wheel, keys, &pairs, 0, Window::Response).await {
-                tracing::warn!(
-                    wheel = %wheel.name(), error = %e,
-                    "could not give back the leases of dropped handlers; their tasks come back when the leases run out"
-                );
-            }
+        give_back_leases(wheel, part, &give_back).await;
+    }
+}
+
+/// Gives back the leases of `deliveries` (key, token) of partition `part` (`renew.lua` with a
+/// lease of 0): the next tick hands those tasks out again.
+pub(super) async fn give_back_leases(wheel: &WheelClient, part: usize, deliveries: &[(String, String)]) {
+    let keys = &wheel.partitions[part].keys;
+    for chunk in deliveries.chunks(RENEW_BATCH) {
+        let pairs: Vec<(&str, &str)> = chunk.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
+        if let Err(e) = scripts::renew(wheel, keys, &pairs, 0, Window::Response).await {
+            tracing::warn!(
+                wheel = %wheel.name(), error = %e,
+                "could not give back the leases of dropped handlers; their tasks come back when the leases run out"
+            );
         }
     }
 }
@@ -167,7 +231,13 @@ pub(super) async fn renew_leases(wheel: Arc<WheelClient>, part: usize, deliverie
                         failures = 0;
                     }
                     for ((key, token), renewed) in chunk.iter().zip(renewed) {
-                        if !renewed && deliveries.lost(token) {
+                        if renewed {
+                            continue;
+                        }
+                        let lost = deliveries.lost(token);
+                        if lost == Some(State::Buffered) {
+                            tracing::debug!(wheel = %wheel.name(), key = %key, "a task claimed ahead lost its lease before it started; it will not start here");
+                        } else if lost == Some(State::Running) {
                             tracing::warn!(
                                 wheel = %wheel.name(), key = %key,
                                 "a running handler's lease went to another worker (this one was cut off from Redis \

@@ -1,9 +1,11 @@
-//! `Worker`: ticks the wheel when it holds the leadership (`leader`), claims due tasks (`claim`),
-//! runs the handler on each (`handler`), renews the leases of the handlers running (`lease`),
-//! records what they came to (`outcome`), and waits for a wake-up when nothing is ready
-//! (`wake`). In loop order: [`start`] spawns `supervise`, which runs the leader loop beside the
-//! claim loop (and, with the `metrics` feature, the loop that publishes the wheel's gauges:
-//! `gauges`) and, on stop, lets the handlers finish before the leadership is given up.
+//! `Worker`: ticks the wheel when it holds the leadership (`leader`), claims due tasks into a
+//! buffer, as many as its handlers are free for and some ahead of them (`claim`), runs the
+//! handlers on what the buffer holds (`handler`), renews the leases of what it holds, buffered
+//! or running (`lease`), records what the runs came to, the acknowledgements on the next claim
+//! where one comes (`outcome`), and waits for a wake-up when nothing is ready (`wake`). In loop
+//! order: [`start`] spawns `supervise`, which runs the leader loop beside the claim loop (and,
+//! with the `metrics` feature, the loop that publishes the wheel's gauges: `gauges`) and, on
+//! stop, lets the handlers finish before the leadership is given up.
 
 mod claim;
 #[cfg(feature = "metrics")]
@@ -123,8 +125,9 @@ impl Worker {
         self.status.leads.iter().filter(|l| l.holds()).count()
     }
 
-    /// Stops claiming tasks, waits for the handlers in flight to finish and their outcomes to be
-    /// recorded (acknowledged or retried; while Redis is away that is retried for up to the
+    /// Stops claiming tasks, waits for the handlers in flight to finish, and for the handlers to
+    /// run the tasks the worker claimed ahead of them (see
+    /// [`prefetch`](super::DurableBuilder::prefetch)), and their outcomes to be recorded (acknowledged or retried; while Redis is away that is retried for up to the
     /// lease, after which the task is handed out again anyway), and gives up the leadership if
     /// this worker held it, so another node takes over at once. Their leases are renewed while
     /// they run, so a handler that finishes is acknowledged however long it took; the
@@ -156,7 +159,8 @@ impl Worker {
     /// [`shutdown`](Self::shutdown) (and the leadership is given up once they all have).
     ///
     /// Handlers still running when the bound runs out are dropped (at their next `.await`), and
-    /// their leases are **given back**: their tasks are handed out again on the next tick, to
+    /// their leases, and those of the tasks claimed ahead that no handler started, are **given
+    /// back**: their tasks are handed out again on the next tick, to
     /// another worker, with `attempt + 1`, as after a crash but without waiting out the lease.
     /// The giving back, the recording of outcomes still on their way and the release of the
     /// leadership finish in the background after this returns, while the runtime runs; if the
@@ -225,6 +229,7 @@ async fn supervise(
     let node = wheel.ids.next();
     let (leader_stop, leader_stop_rx) = watch::channel(false);
     let permits = Arc::new(Semaphore::new(wheel.cfg.concurrency));
+    let freed = Arc::new(Notify::new());
     let mut leaders = JoinSet::new();
     let mut claimers = JoinSet::new();
     #[cfg(feature = "metrics")]
@@ -243,9 +248,9 @@ async fn supervise(
         leaders.spawn(async move {
             super::leader::run(&w, &w.partitions[part], n, s, &b, &st.leads[part], &st.started).await;
         });
-        let (w, p, h) = (wheel.clone(), permits.clone(), handler.clone());
+        let (w, p, h, f) = (wheel.clone(), permits.clone(), handler.clone(), freed.clone());
         let signals = Signals { stop: stop.clone(), abandon: abandon.clone(), started: status.started.clone() };
-        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, signals, &bid_now).await });
+        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, f, signals, &bid_now).await });
     }
     while claimers.join_next().await.is_some() {}
     let _ = leader_stop.send(true);

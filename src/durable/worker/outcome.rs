@@ -1,11 +1,17 @@
-//! Recording what each handler's run came to: the acks the way a batching client sends, one
-//! call on the wire at a time with everything that came in meanwhile; each failure on its own (a
+//! Recording what each handler's run came to. The acknowledgements wait in [`Outcomes`] for the
+//! claim loop's next claim, which carries them (one call a cycle: `claim.lua` acknowledges, then
+//! claims); [`record_outcomes`] sends those no claim took: at once while the claim loop waits
+//! for a wake-up (no claim is coming), else once [`ACK_BATCH`] wait or the oldest has waited
+//! [`ACK_LINGER`], one call on the wire at a time. Each failure goes on a task of its own (a
 //! retry after its backoff, or the dead letters), beside the acks rather than ahead of them.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::lease::Deliveries;
 use crate::durable::client::WheelClient;
@@ -13,81 +19,195 @@ use crate::durable::scripts::{self, Failed};
 use crate::durable::shared_conn::Window;
 use crate::Error;
 
-/// The most outcomes recorded in one call.
-const ACK_BATCH: usize = 64;
+/// The most acknowledgements one `ack.lua` call carries (about 3 million instructions of Redis's).
+pub(super) const ACK_BATCH: usize = 128;
+/// How long an acknowledgement waits for a claim to carry it before it goes on its own.
+pub(super) const ACK_LINGER: Duration = Duration::from_millis(10);
 
-/// A handler's verdict on one delivery, on its way to Redis.
-pub(super) struct Outcome {
-    pub(super) key: String,
-    pub(super) token: String,
-    pub(super) outcome: Result<(), String>,
-    /// Held until the outcome is recorded, so `shutdown` waits for it.
-    pub(super) _permit: OwnedSemaphorePermit,
+/// The outcomes of one partition's deliveries on their way to Redis.
+pub(super) struct Outcomes {
+    /// The partition's deliveries, which forget each one once its outcome is recorded.
+    deliveries: Arc<Deliveries>,
+    pending: Mutex<Pending>,
+    /// Told when an acknowledgement arrives in an empty list or fills a batch, when the claim
+    /// loop starts waiting for a wake-up, and when the worker stops.
+    arrived: Notify,
+    /// True while the claim loop waits for a wake-up: no claim is coming to carry the acks.
+    idle: AtomicBool,
 }
 
-/// Records the outcomes of partition `part`'s deliveries as they come: the acks that came in
-/// while the last ack call was on the wire go together in the next (one call at a time: a lone
-/// ack goes at once, a busy worker sends few calls); each failure goes on a task of its own, so
-/// that its call never holds the acks back. Once an outcome is recorded, `running` forgets its
-/// delivery (its lease is renewed until then). Ends when every sender is gone, the channel is
-/// drained and every failure is recorded.
-pub(super) async fn record_outcomes(
-    wheel: Arc<WheelClient>,
-    part: usize,
-    mut done: mpsc::UnboundedReceiver<Outcome>,
-    deliveries: Arc<Deliveries>,
-) {
+#[derive(Default)]
+struct Pending {
+    /// The deliveries (key, claim token) whose handlers succeeded, oldest first.
+    acks: Vec<(String, String)>,
+    /// When the oldest came.
+    since: Option<Instant>,
+    /// The failures being recorded, each on a task of its own.
+    failures: JoinSet<()>,
+    /// No outcome comes any more: send what is left and end.
+    closed: bool,
+}
+
+impl Outcomes {
+    pub(super) fn new(deliveries: Arc<Deliveries>) -> Self {
+        Outcomes { deliveries, pending: Mutex::default(), arrived: Notify::new(), idle: AtomicBool::new(false) }
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The outcome of the delivery of `key` under `token` of partition `part`.
+    pub(super) fn push(
+        &self,
+        wheel: &Arc<WheelClient>,
+        part: usize,
+        key: String,
+        token: String,
+        outcome: Result<(), String>,
+    ) {
+        let mut pending = self.pending();
+        match outcome {
+            Ok(()) => {
+                pending.acks.push((key, token));
+                let n = pending.acks.len();
+                if n == 1 {
+                    pending.since = Some(Instant::now());
+                }
+                drop(pending);
+                if n == 1 || n == ACK_BATCH {
+                    self.arrived.notify_one();
+                }
+            }
+            Err(why) => {
+                let (wheel, deliveries) = (wheel.clone(), self.deliveries.clone());
+                pending.failures.spawn(async move {
+                    let window = Window::Within(wheel.cfg.lease().max(wheel.cfg.retry_window()));
+                    record_failure(&wheel, part, &key, &token, &why, window).await;
+                    deliveries.forget(&token);
+                });
+            }
+        }
+    }
+
+    /// Takes up to `n` acknowledgements, oldest first, for a claim to carry.
+    pub(super) fn take(&self, n: usize) -> Vec<(String, String)> {
+        let mut pending = self.pending();
+        let n = n.min(pending.acks.len());
+        let taken: Vec<(String, String)> = pending.acks.drain(..n).collect();
+        if pending.acks.is_empty() {
+            pending.since = None;
+        } else if n > 0 {
+            // What is left waited from about now on: it missed this claim by no fault of its own.
+            pending.since = Some(Instant::now());
+        }
+        taken
+    }
+
+    /// Puts back acknowledgements that a claim did not deliver (a claim given up at a stop).
+    pub(super) fn put_back(&self, acks: Vec<(String, String)>) {
+        let mut pending = self.pending();
+        if acks.is_empty() {
+            return;
+        }
+        let rest = std::mem::replace(&mut pending.acks, acks);
+        pending.acks.extend(rest);
+        pending.since.get_or_insert_with(Instant::now);
+        drop(pending);
+        self.arrived.notify_one();
+    }
+
+    /// The claim loop waits for a wake-up (`true`) or claims again (`false`).
+    pub(super) fn set_idle(&self, idle: bool) {
+        self.idle.store(idle, Ordering::Relaxed);
+        if idle {
+            self.arrived.notify_one();
+        }
+    }
+
+    /// No outcome comes any more.
+    pub(super) fn close(&self) {
+        self.pending().closed = true;
+        self.arrived.notify_one();
+    }
+
+    /// Whether the recorder sends a call now, whether it is to end, and else how long until the
+    /// oldest acknowledgement has waited its linger.
+    fn due(&self) -> (bool, bool, Option<Duration>) {
+        let pending = self.pending();
+        if pending.acks.is_empty() {
+            return (false, pending.closed, None);
+        }
+        let waited = pending.since.map_or(ACK_LINGER, |s| s.elapsed());
+        let now = pending.closed
+            || self.idle.load(Ordering::Relaxed)
+            || pending.acks.len() >= ACK_BATCH
+            || waited >= ACK_LINGER;
+        (now, false, Some(ACK_LINGER.saturating_sub(waited)))
+    }
+}
+
+/// Sends the acknowledgements of partition `part` that no claim took (see the module docs),
+/// until the worker stops and every outcome is recorded. Once an outcome is recorded,
+/// `deliveries` forgets its delivery (its lease is renewed until then).
+pub(super) async fn record_outcomes(wheel: Arc<WheelClient>, part: usize, outcomes: Arc<Outcomes>) {
+    let deliveries = outcomes.deliveries.clone();
     let keys = &wheel.partitions[part].keys;
     // Keep trying while the lease lasts: after it the task is handed out again anyway.
     let window = Window::Within(wheel.cfg.lease().max(wheel.cfg.retry_window()));
-    let mut batch = Vec::with_capacity(ACK_BATCH);
-    let mut failures = JoinSet::new();
-    while done.recv_many(&mut batch, ACK_BATCH).await > 0 {
-        let mut acks = Vec::with_capacity(batch.len());
-        for o in batch.drain(..) {
-            match o.outcome {
-                Ok(()) => acks.push(o),
-                Err(why) => {
-                    let Outcome { key, token, _permit: permit, .. } = o;
-                    let (wheel, deliveries) = (wheel.clone(), deliveries.clone());
-                    failures.spawn(async move {
-                        record_failure(wheel, part, &key, &token, &why, window).await;
-                        deliveries.forget(&token);
-                        drop(permit);
-                    });
+    loop {
+        let arrived = outcomes.arrived.notified();
+        let (send, end, wait) = outcomes.due();
+        if send {
+            let acks = outcomes.take(ACK_BATCH);
+            send_acks(&wheel, keys, &acks, window).await;
+            for (_, token) in &acks {
+                deliveries.forget(token);
+            }
+            continue;
+        }
+        if end {
+            break;
+        }
+        match wait {
+            Some(wait) => {
+                tokio::select! {
+                    () = arrived => {}
+                    () = tokio::time::sleep(wait) => {}
                 }
             }
-        }
-        while failures.try_join_next().is_some() {}
-        if !acks.is_empty() {
-            let deliveries: Vec<(&str, &str)> = acks.iter().map(|o| (o.key.as_str(), o.token.as_str())).collect();
-            match scripts::ack(&wheel, keys, &deliveries, window).await {
-                Ok(answers) => {
-                    for ((key, _), acked) in deliveries.iter().zip(answers) {
-                        if !acked {
-                            // Its lease went to another worker (this one's renewal was refused
-                            // too, unless the two crossed), or an earlier attempt of this call
-                            // landed.
-                            tracing::debug!(wheel = %wheel.name(), key = %key, "an acknowledgement was refused");
-                        }
-                    }
-                }
-                Err(e) => lost(&wheel, "(a batch)", &e),
-            }
-        }
-        // Recorded: their leases are no longer renewed, and their permits go back.
-        for o in acks {
-            deliveries.forget(&o.token);
+            None => arrived.await,
         }
     }
+    let mut failures = std::mem::take(&mut outcomes.pending().failures);
     while failures.join_next().await.is_some() {}
 }
 
+/// Acknowledges `acks` in one `ack.lua` call, logging what was refused or lost.
+async fn send_acks(wheel: &WheelClient, keys: &crate::durable::WheelKeys, acks: &[(String, String)], window: Window) {
+    let deliveries: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
+    match scripts::ack(wheel, keys, &deliveries, window).await {
+        Ok(answers) => refused(wheel, &deliveries, &answers),
+        Err(e) => lost(wheel, "(a batch)", &e),
+    }
+}
+
+/// Logs the acknowledgements that Redis refused.
+pub(super) fn refused(wheel: &WheelClient, deliveries: &[(&str, &str)], answers: &[bool]) {
+    for ((key, _), acked) in deliveries.iter().zip(answers) {
+        if !acked {
+            // Its lease went to another worker (this one's renewal was refused too, unless the
+            // two crossed), or an earlier attempt of this call landed.
+            tracing::debug!(wheel = %wheel.name(), key = %key, "an acknowledgement was refused");
+        }
+    }
+}
+
 /// Records that the delivery of `key` under `token` failed with `why`.
-async fn record_failure(wheel: Arc<WheelClient>, part: usize, key: &str, token: &str, why: &str, window: Window) {
+async fn record_failure(wheel: &WheelClient, part: usize, key: &str, token: &str, why: &str, window: Window) {
     tracing::debug!(wheel = %wheel.name(), key = %key, error = %why, "a handler failed");
     let metrics = wheel.metrics.partition(part);
-    match scripts::fail(&wheel, &wheel.partitions[part].keys, key, token, why, window).await {
+    match scripts::fail(wheel, &wheel.partitions[part].keys, key, token, why, window).await {
         Ok(Failed::Dead) => {
             metrics.dead();
             tracing::warn!(
@@ -97,7 +217,7 @@ async fn record_failure(wheel: Arc<WheelClient>, part: usize, key: &str, token: 
         }
         Ok(Failed::Retried) => metrics.retried(),
         Ok(Failed::Refused) => {}
-        Err(e) => lost(&wheel, key, &e),
+        Err(e) => lost(wheel, key, &e),
     }
 }
 

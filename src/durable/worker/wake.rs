@@ -1,7 +1,8 @@
 //! The wake-up protocol: an idle worker blocks on `wake` (and `lead`) on a connection of its own
-//! until a script that makes tasks ready pushes a token, or a leader gives up the lead; a worker
-//! that claims a full batch passes a token on; a worker stopped while it waits unblocks its
-//! `BLPOP` with `CLIENT UNBLOCK` and puts back a token it took.
+//! until a script that makes tasks ready pushes a token, or a leader gives up the lead; a claim
+//! that takes all it asked for passes a token on inside `claim.lua`, unless one waits already
+//! (so busy workers pass none); a worker stopped while it waits unblocks its `BLPOP` with
+//! `CLIENT UNBLOCK` and puts back a token it took.
 
 use tokio::sync::{watch, Notify};
 
@@ -12,7 +13,8 @@ use crate::durable::deployment::Connection;
 use crate::durable::scripts::{wake, WAKE_TOKENS};
 use crate::durable::WheelKeys;
 
-/// Lets one more idle worker of the partition whose keys are `keys` know that tasks are ready.
+/// Lets one more idle worker of the partition whose keys are `keys` know that tasks are ready: a
+/// stopping worker puts back a token its wait may have taken.
 pub(super) async fn pass_on_wake(wheel: &WheelClient, keys: &WheelKeys) {
     // As `wake()` in the scripts: at most WAKE_TOKENS tokens wait.
     wake::push_token(wheel, &keys.wake(), WAKE_TOKENS - 1).await;

@@ -37,6 +37,12 @@ end
 local function head_of(rec)
   return string.match(rec, '^(%d+):%d+:(%d+):(%d+):')
 end
+-- The record `rec` as claimed: one more delivery, claim token `tok` (a string), the rest (from
+-- the period on, payload included) copied unparsed.
+local function claimed_record(rec, tok)
+  local due, a, tail = string.match(rec, '^(%d+):(%d+):%d+:()')
+  return string.format('%s:%d:%s:', due, a + 1, tok) .. string.sub(rec, tail)
+end
 -- A dead letter's record, the value under its key in DEAD_TASKS, one string:
 --   <due ms>:<deliveries>:<error length>:<error><payload>
 -- (the live record's due time, deliveries, last error and payload). `decode_dead` gives a table
