@@ -270,8 +270,8 @@ impl<T: Send + 'static> TimerQueue<T> {
     /// # Examples
     /// See [`TimerQueue`].
     pub fn remove(&self, key: &str) -> Option<T> {
-        let timer = self.with_key(key, |key| self.scheduler.shared().take(key, None))?;
-        let Run::Once(job) = timer.run else {
+        let run = self.with_key(key, |key| self.scheduler.shared().take(key, None))?;
+        let Run::Once(job) = run else {
             unreachable!("a queue's timers are one-shot");
         };
         let Ok(deliver) = job.into_any().downcast::<Deliver<T>>() else {

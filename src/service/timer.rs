@@ -25,7 +25,8 @@ pub(crate) struct Timer {
 pub(crate) const ARMED: u64 = 1 << 63;
 
 /// The serial number of a cancelled timer's emptied entry while it waits to be swept, which no
-/// timer has: a `Ticket` that points at the entry then does not take it for its pending timer.
+/// timer has: a `Ticket` that points at the entry then does not take it for its pending timer,
+/// and a search by key prefix passes over it.
 pub(crate) const CANCELLED: u64 = u64::MAX;
 
 /// What a timer does when it fires.
@@ -35,6 +36,14 @@ pub(crate) enum Run {
     Once(Box<dyn OnceJob>),
     /// A repeating timer's job and schedule, boxed so that one-shot timers stay small.
     Repeat(Box<Repeating>),
+}
+
+impl Run {
+    /// What a cancelled timer's entry runs until it is swept: a job that holds nothing (a unit
+    /// struct, so boxing it allocates nothing), put in place of the job the cancel took out.
+    pub fn released() -> Self {
+        Run::Once(Box::new(super::job::Wake))
+    }
 }
 
 pub(crate) struct Repeating {
@@ -113,10 +122,10 @@ impl Timer {
         Timer { key, run, serial: 0 }
     }
 
-    /// What a cancelled timer's entry holds until it is swept: no key, a job that holds nothing
-    /// (a unit struct, so boxing it allocates nothing), and the [`CANCELLED`] serial number.
-    pub fn emptied() -> Self {
-        Timer { key: Key::from(""), run: Run::Once(Box::new(super::job::Wake)), serial: CANCELLED }
+    /// Whether this is a cancelled timer's entry, waiting to be swept: it keeps its key, but
+    /// its job is [`Run::released`] and no key-map slot names it.
+    pub fn is_cancelled(&self) -> bool {
+        self.serial == CANCELLED
     }
 
     /// The serial number, without the [`ARMED`] bit.

@@ -417,11 +417,11 @@ impl Shared {
     /// The earliest deadline tick of the pending timers whose stored key starts with `prefix`
     /// (a queue's key space), one shard at a time under its lock. Each shard's wheel is read in
     /// the order its buckets come due, up to the first such timer's bucket (see
-    /// `earliest_where`). A cancelled timer's emptied entry holds no key, so it never matches.
+    /// `earliest_where`). A cancelled timer's emptied entry keeps its key until it is swept, so
+    /// it is passed over by its mark.
     pub fn earliest_with_prefix(&self, prefix: &[u8]) -> Option<u64> {
-        (0..self.shards.len())
-            .filter_map(|shard| self.lock(shard).wheel.earliest_where(|timer| timer.key.as_bytes().starts_with(prefix)))
-            .min()
+        let wanted = |timer: &Timer| !timer.is_cancelled() && timer.key.as_bytes().starts_with(prefix);
+        (0..self.shards.len()).filter_map(|shard| self.lock(shard).wheel.earliest_where(wanted)).min()
     }
 
     /// Whether the timer of `ticket` (holding `key`) is pending.
@@ -436,8 +436,8 @@ impl Shared {
     }
 
     /// Cancels the timer holding `key` (only if it has the serial number `serial`, when given),
-    /// as [`cancel`](Self::cancel) does, and gives back what it held, taken out under the lock.
-    pub fn take(&self, key: &[u8], serial: Option<u64>) -> Option<Timer> {
+    /// as [`cancel`](Self::cancel) does, and gives back its job, taken out under the lock.
+    pub fn take(&self, key: &[u8], serial: Option<u64>) -> Option<Run> {
         let (shard, hash) = self.locate(key);
         let mut swept = Vec::new();
         let (waker, held) = {
@@ -470,10 +470,10 @@ impl Shared {
                 s.keys.touch(hash);
             }
             for (i, hash) in batch {
-                if let Some((waker, timer)) = s.cancel(hash, keys[i], None) {
+                if let Some((waker, run)) = s.cancel(hash, keys[i], None) {
                     ended[i] = true;
                     wake.extend(waker);
-                    held.push(timer);
+                    held.push(run);
                 }
             }
             if s.cancelled.len() >= SWEEP_AT {
