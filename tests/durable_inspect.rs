@@ -258,3 +258,35 @@ async fn workers_and_leaders_are_listed() {
 fn listed(timers: &DurableScheduler) -> Vec<String> {
     sync(timers.workers()).expect("workers")
 }
+
+/// `only_existing` opens a wheel with the tick, slots and partitions recorded in Redis, whatever
+/// the builder says, and refuses (creating nothing) a name that no node has opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_existing_takes_the_recorded_settings_and_creates_no_wheel() {
+    let Some(server) = RedisServer::start() else { return };
+    let url = server.url();
+    let first = DurableScheduler::builder(&url, "recorded")
+        .tick(Duration::from_millis(40))
+        .slots(120)
+        .partitions(3)
+        .connect()
+        .await
+        .expect("connect");
+    first.schedule("a", Duration::from_secs(60), b"x".to_vec()).await.unwrap();
+
+    // The defaults (another tick, slot and partition count) would be refused without it.
+    let refused = DurableScheduler::builder(&url, "recorded").connect().await;
+    assert!(matches!(refused, Err(Error::Invalid(_))), "{refused:?}");
+    let admin = DurableScheduler::builder(&url, "recorded").only_existing().connect().await.expect("adopts");
+    assert_eq!(admin.get("a").await.unwrap().map(|t| t.payload().to_vec()), Some(b"x".to_vec()));
+    assert_eq!(admin.stats().await.unwrap().pending, 1);
+
+    for _ in 0..2 {
+        match DurableScheduler::builder(&url, "never-opened").only_existing().connect().await {
+            Err(Error::Invalid(message)) => assert!(message.contains("no wheel named \"never-opened\""), "{message}"),
+            other => panic!("a wheel no node opened must be refused, got {other:?}"),
+        }
+    }
+    let keys = server.command(&["KEYS", "*never-opened*"]);
+    assert!(keys.as_array().is_empty(), "nothing was written for it: {keys:?}");
+}

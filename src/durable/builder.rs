@@ -304,6 +304,27 @@ impl DurableBuilder {
         self
     }
 
+    /// Opens only a wheel that some node has already opened, with the tick, slots and
+    /// partition count recorded for it in Redis in place of this builder's: for tools that
+    /// read and administer a wheel (a dashboard's process, the `timewheel` command line) and
+    /// must neither know a wheel's settings nor create a wheel from a mistyped name.
+    /// [`connect`](Self::connect) then fails with [`Error::Invalid`] naming the wheel when
+    /// Redis holds no record of it.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tokio_timewheel::durable::DurableScheduler;
+    ///
+    /// # async fn run() -> Result<(), tokio_timewheel::Error> {
+    /// let orders = DurableScheduler::builder("redis://127.0.0.1:6379/", "orders").only_existing().connect().await?;
+    /// println!("{:?}", orders.stats().await?);
+    /// # Ok(()) }
+    /// ```
+    pub fn only_existing(mut self) -> Self {
+        self.settings.only_existing = true;
+        self
+    }
+
     /// Checks the settings, connects to Redis and opens the wheel (recording `tick` and `slots`
     /// on first use, checking them afterwards).
     ///
@@ -318,7 +339,7 @@ impl DurableBuilder {
     ///   the response timeout, a malformed URL (the message names what is wrong), a server older than Redis 6.2, a wheel recorded
     ///   in Redis with another tick, slot or partition count, or one written by an earlier
     ///   version of this crate that still holds tasks (its layout differs: drain it with that
-    ///   version first);
+    ///   version first), or, with [`only_existing`](Self::only_existing), no wheel of that name;
     /// - [`Error::Redis`] when Redis does not answer within the connect timeout (category
     ///   `"timed out"`, retryable), when nothing listens at the address (category `"refused"`,
     ///   at once, retryable: a Redis that is starting refuses too), when the server at the

@@ -124,6 +124,8 @@ pub(crate) struct Settings {
     pub(crate) replicas: Option<(usize, Duration)>,
     pub(crate) dead_letter_limit: usize,
     pub(crate) dead_letter_max_age: Option<Duration>,
+    /// Open only a wheel that a node already opened, with the settings recorded in Redis.
+    pub(crate) only_existing: bool,
 }
 
 impl Settings {
@@ -148,6 +150,7 @@ impl Settings {
             replicas: None,
             dead_letter_limit: 0,
             dead_letter_max_age: None,
+            only_existing: false,
         }
     }
 }

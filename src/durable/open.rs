@@ -2,6 +2,7 @@
 //! wheel (each of its partitions), all within one connect timeout.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use super::client::WheelClient;
 use super::config::{Config, Settings};
@@ -25,7 +26,30 @@ pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Err
     let deadline = tokio::time::Instant::now() + cfg.connect_timeout;
     let long_response = cfg.idle_wait() + cfg.response_timeout;
     let conn = SharedConn::connect(&settings.topology, &settings.tls, &cfg, long_response, deadline).await?;
-    let wheel = WheelClient {
+    let mut wheel = client(cfg, conn);
+    let timeout = wheel.cfg.connect_timeout;
+    tokio::time::timeout_at(deadline, check_server(&wheel)).await.map_err(|_| unreachable(timeout))??;
+    if settings.only_existing {
+        let recorded = tokio::time::timeout_at(deadline, scripts::recorded(&wheel, &wheel.base))
+            .await
+            .map_err(|_| unreachable(timeout))??;
+        let Some((tick_ms, slots, partitions)) = recorded else {
+            return Err(Error::invalid(format!(
+                "Redis holds no wheel named {:?}: check the name (a node records a wheel when it first connects \
+                 to it), and the address and database",
+                wheel.name()
+            )));
+        };
+        let adopted = Settings { tick: Duration::from_millis(tick_ms), slots, partitions, ..settings.clone() };
+        wheel = client(Config::new(&adopted)?, wheel.conn);
+    }
+    tokio::time::timeout_at(deadline, open(&wheel)).await.map_err(|_| unreachable(timeout))??;
+    Ok(DurableScheduler::new(wheel))
+}
+
+/// The context of a wheel opened with `cfg` on `conn`.
+fn client(cfg: Config, conn: SharedConn) -> WheelClient {
+    WheelClient {
         base: WheelKeys::new(&cfg.name),
         partitions: WheelClient::partitions(&cfg.name, cfg.partitions),
         lateness: Mutex::default(),
@@ -34,11 +58,7 @@ pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Err
         conn,
         ids: Ids::new(),
         clock: RedisClock::default(),
-    };
-    let timeout = wheel.cfg.connect_timeout;
-    tokio::time::timeout_at(deadline, check_server(&wheel)).await.map_err(|_| unreachable(timeout))??;
-    tokio::time::timeout_at(deadline, open(&wheel)).await.map_err(|_| unreachable(timeout))??;
-    Ok(DurableScheduler::new(wheel))
+    }
 }
 
 /// Opens the wheel: its record first (which refuses another tick, slot or partition count),

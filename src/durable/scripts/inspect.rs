@@ -146,6 +146,21 @@ pub(crate) async fn cursor(wheel: &WheelClient, keys: &WheelKeys) -> Result<Opti
     wheel.conn.command(redis::cmd("GET").arg(keys.cursor())).await
 }
 
+/// The tick (ms), slots and partition count recorded for the wheel by the first node that opened
+/// it (`HMGET` on its record); `None` when no node has.
+pub(crate) async fn recorded(wheel: &WheelClient, keys: &WheelKeys) -> Result<Option<(u64, usize, usize)>, Error> {
+    let mut hmget = redis::cmd("HMGET");
+    hmget.arg(keys.meta()).arg("tick_ms").arg("slots").arg("partitions");
+    let fields: Vec<Option<u64>> = wheel.conn.command(&hmget).await?;
+    Ok(match fields.as_slice() {
+        [Some(tick_ms), Some(slots), partitions] => {
+            let as_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+            Some((*tick_ms, as_usize(*slots), as_usize(partitions.unwrap_or(1))))
+        }
+        _ => None,
+    })
+}
+
 /// The node that leads the partition, from its fencing token `<node>:<epoch>` (`GET leader`);
 /// `None` while no node leads it.
 pub(crate) async fn leader(wheel: &WheelClient, keys: &WheelKeys) -> Result<Option<String>, Error> {

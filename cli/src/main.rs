@@ -1,0 +1,410 @@
+//! `timewheel`: reads and administers a tokio-timewheel durable wheel in Redis from a terminal,
+//! through the library's public API only (what it shows, a program could read).
+//!
+//! ```text
+//! timewheel --url redis://127.0.0.1:6379/ --wheel orders stats
+//! timewheel --wheel orders list ready --limit 20 --json
+//! timewheel --wheel orders dead --requeue-all
+//! ```
+//!
+//! Exit codes: 0 done; 1 nothing to act on (no such task, not pending, not running, no such
+//! dead letter); 2 a usage error; 3 Redis could not be reached or failed; 4 refused (no wheel of
+//! that name, a bad setting).
+
+mod show;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+use tokio_timewheel::durable::{DurableScheduler, TaskState};
+use tokio_timewheel::Error;
+
+/// Read and administer a tokio-timewheel durable wheel in Redis.
+#[derive(Parser, Debug)]
+#[command(name = "timewheel", version, about, after_help = EXIT_CODES)]
+struct Cli {
+    /// Redis to connect to (redis:// or rediss://, credentials in the URL); with --sentinel, the
+    /// sentinels; with --cluster, seed nodes. Repeat it, or separate URLs with commas.
+    #[arg(long, env = "TIMEWHEEL_URL", default_value = "redis://127.0.0.1:6379/", value_delimiter = ',')]
+    url: Vec<String>,
+
+    /// The wheel's name, as the services pass it to `DurableScheduler::builder`.
+    #[arg(long, env = "TIMEWHEEL_WHEEL")]
+    wheel: String,
+
+    /// A PEM file of the certificate authority that signed the server's certificate (rediss://).
+    #[arg(long, value_name = "PEM")]
+    tls_ca: Option<PathBuf>,
+
+    /// The --url addresses are Redis Sentinels, watching the primary of this name.
+    #[arg(long, value_name = "MASTER", conflicts_with = "cluster")]
+    sentinel: Option<String>,
+
+    /// The --url addresses are seed nodes of a Redis Cluster.
+    #[arg(long)]
+    cluster: bool,
+
+    /// Print JSON (one document, or one line per refresh with `watch`) instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// How long to try to reach Redis, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    connect_timeout: f64,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+const EXIT_CODES: &str = "Exit codes: 0 done; 1 nothing to act on (no such task, not pending, not running, no such \
+                          dead letter); 2 usage; 3 Redis unreachable or failing; 4 refused (no such wheel, a bad setting).";
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The wheel's counts: pending by state, dead letters, cursor lag, and its counters.
+    Stats,
+    /// One task, pending or dead, with its payload.
+    Get {
+        /// The task's key.
+        key: String,
+    },
+    /// The tasks due next, oldest due first (overdue ones say so).
+    DueNext {
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// The dead letters, oldest first; or requeue or delete them.
+    Dead {
+        /// How many to list.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Schedule this dead letter again, due now, with its attempts reset.
+        #[arg(long, value_name = "KEY", group = "action")]
+        requeue: Option<String>,
+        /// Delete this dead letter.
+        #[arg(long, value_name = "KEY", group = "action")]
+        delete: Option<String>,
+        /// Requeue every dead letter there is when the command starts.
+        #[arg(long, group = "action")]
+        requeue_all: bool,
+    },
+    /// Cancel a pending task (not one a worker runs: see cancel-running).
+    Cancel {
+        /// The task's key.
+        key: String,
+    },
+    /// Watch the counts and the rates of handing out and acknowledging, refreshed.
+    Watch {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 2.0)]
+        interval: f64,
+        /// Stop after this many refreshes (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+/// The states `list` takes.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum StateArg {
+    Waiting,
+    Ready,
+    Running,
+    Dead,
+}
+
+impl From<StateArg> for TaskState {
+    fn from(s: StateArg) -> Self {
+        match s {
+            StateArg::Waiting => TaskState::Waiting,
+            StateArg::Ready => TaskState::Ready,
+            StateArg::Running => TaskState::Running,
+            StateArg::Dead => TaskState::Dead,
+        }
+    }
+}
+
+/// How a command ended, as its exit code says.
+enum Ended {
+    Done,
+    NothingToActOn,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: could not start the async runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    match runtime.block_on(run(&cli)) {
+        Ok(Ended::Done) => ExitCode::SUCCESS,
+        Ok(Ended::NothingToActOn) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e}");
+            let code = match e {
+                Failure::Wheel(Error::Redis(_)) => 3,
+                _ => 4,
+            };
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// What stopped a command.
+#[derive(Debug)]
+enum Failure {
+    Wheel(Error),
+    Setting(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Wheel(Error::Redis(failure)) => write!(
+                f,
+                "{failure}\n(check --url, and --tls-ca for rediss://, --sentinel or --cluster for those deployments)"
+            ),
+            Failure::Wheel(e) => write!(f, "{e}"),
+            Failure::Setting(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Wheel(e)
+    }
+}
+
+/// Opens the wheel that `cli` names, as it is recorded in Redis.
+async fn open(cli: &Cli) -> Result<DurableScheduler, Failure> {
+    let mut builder = if let Some(master) = &cli.sentinel {
+        DurableScheduler::sentinel(&cli.url, master, &cli.wheel)
+    } else if cli.cluster {
+        DurableScheduler::cluster(&cli.url, &cli.wheel)
+    } else {
+        match cli.url.as_slice() {
+            [url] => DurableScheduler::builder(url, &cli.wheel),
+            urls => {
+                return Err(Failure::Setting(format!(
+                    "{} URLs given: name one Redis, or add --sentinel MASTER or --cluster for several",
+                    urls.len()
+                )))
+            }
+        }
+    };
+    if let Some(path) = &cli.tls_ca {
+        let pem = std::fs::read(path)
+            .map_err(|e| Failure::Setting(format!("cannot read the CA certificate {}: {e}", path.display())))?;
+        builder = builder.tls_root_ca(pem);
+    }
+    let timeout = Duration::try_from_secs_f64(cli.connect_timeout).ok().filter(|t| !t.is_zero()).ok_or_else(|| {
+        Failure::Setting(format!("--connect-timeout {}: give a positive number of seconds", cli.connect_timeout))
+    })?;
+    Ok(builder.connect_timeout(timeout).only_existing().connect().await?)
+}
+
+async fn run(cli: &Cli) -> Result<Ended, Failure> {
+    let timers = open(cli).await?;
+    let json = cli.json;
+    let now = SystemTime::now();
+    match &cli.command {
+        Command::Stats => {
+            let stats = timers.stats().await?;
+            if json {
+                println!("{}", show::stats_json(&cli.wheel, &stats));
+            } else {
+                print!("{}", show::stats_text(&cli.wheel, &stats));
+            }
+        }
+        Command::Get { key } => {
+            let Some(task) = timers.get(key).await? else {
+                if json {
+                    println!("null");
+                }
+                eprintln!("no task {key:?} in wheel {:?} (neither pending nor dead)", cli.wheel);
+                return Ok(Ended::NothingToActOn);
+            };
+            if json {
+                println!("{}", show::task_json(&task));
+            } else {
+                print!("{}", show::task_text(&task, now));
+            }
+        }
+        Command::DueNext { limit } => {
+            let page = timers.due_next(*limit, None).await?;
+            if json {
+                let tasks: Vec<Value> = page.tasks().iter().map(show::task_json).collect();
+                println!("{}", json!({ "tasks": tasks, "more": page.next().is_some() }));
+            } else {
+                let rows: Vec<Vec<String>> = page
+                    .tasks()
+                    .iter()
+                    .map(|t| {
+                        vec![
+                            t.key().to_string(),
+                            show::state_name(t.state()).to_string(),
+                            show::due(t.due(), now),
+                            t.attempt().to_string(),
+                            show::payload_short(t.payload(), 60),
+                        ]
+                    })
+                    .collect();
+                print!("{}", show::table(&["KEY", "STATE", "DUE", "ATTEMPTS", "PAYLOAD"], &rows));
+                if page.next().is_some() {
+                    println!("(more: raise --limit)");
+                }
+            }
+        }
+        Command::Dead { limit, requeue, delete, requeue_all } => {
+            return dead(cli, &timers, *limit, requeue.as_deref(), delete.as_deref(), *requeue_all).await;
+        }
+        Command::Cancel { key } => {
+            let cancelled = timers.cancel(key).await?;
+            return Ok(said(
+                json,
+                cancelled,
+                &format!("cancelled {key:?}"),
+                &format!("{key:?} was not pending (or a worker holds it)"),
+            ));
+        }
+        Command::Watch { interval, count } => watch(cli, &timers, *interval, *count).await?,
+    }
+    Ok(Ended::Done)
+}
+
+/// Prints what a yes-or-no action did (`{"done": bool}` with --json) and ends accordingly.
+fn said(json: bool, done: bool, yes: &str, no: &str) -> Ended {
+    if json {
+        println!("{}", json!({ "done": done }));
+    } else if done {
+        println!("{yes}");
+    } else {
+        eprintln!("{no}");
+    }
+    if done {
+        Ended::Done
+    } else {
+        Ended::NothingToActOn
+    }
+}
+
+async fn dead(
+    cli: &Cli,
+    timers: &DurableScheduler,
+    limit: usize,
+    requeue: Option<&str>,
+    delete: Option<&str>,
+    requeue_all: bool,
+) -> Result<Ended, Failure> {
+    let json = cli.json;
+    if let Some(key) = requeue {
+        let done = timers.requeue_dead(key).await?;
+        return Ok(said(json, done, &format!("requeued {key:?}, due now"), &format!("no dead letter {key:?}")));
+    }
+    if let Some(key) = delete {
+        let done = timers.delete_dead(key).await?;
+        return Ok(said(json, done, &format!("deleted the dead letter {key:?}"), &format!("no dead letter {key:?}")));
+    }
+    if requeue_all {
+        // Those there when the command starts: letters that die meanwhile are left for the next run.
+        let mut left = timers.stats().await?.dead;
+        let mut requeued = 0usize;
+        while left > 0 {
+            let page = timers.dead_letters(left.min(500)).await?;
+            if page.is_empty() {
+                break;
+            }
+            for letter in &page {
+                requeued += usize::from(timers.requeue_dead(letter.key()).await?);
+            }
+            left = left.saturating_sub(page.len());
+        }
+        if json {
+            println!("{}", json!({ "requeued": requeued }));
+        } else {
+            println!("requeued {requeued} dead letter(s)");
+        }
+        return Ok(if requeued > 0 { Ended::Done } else { Ended::NothingToActOn });
+    }
+    let letters = timers.dead_letters(limit).await?;
+    if json {
+        let letters: Vec<Value> = letters.iter().map(show::dead_json).collect();
+        println!("{}", Value::Array(letters));
+    } else {
+        let now = SystemTime::now();
+        let rows: Vec<Vec<String>> = letters
+            .iter()
+            .map(|d| {
+                vec![
+                    d.key().to_string(),
+                    d.attempts().to_string(),
+                    show::relative(d.died(), now),
+                    show::clip(d.last_error(), 60),
+                ]
+            })
+            .collect();
+        print!("{}", show::table(&["KEY", "ATTEMPTS", "DIED", "LAST ERROR"], &rows));
+    }
+    Ok(Ended::Done)
+}
+
+/// Prints the counts every `interval` seconds, with the rates since the last refresh, until
+/// interrupted or `count` refreshes have been printed.
+async fn watch(cli: &Cli, timers: &DurableScheduler, interval: f64, count: Option<u64>) -> Result<(), Failure> {
+    let every = Duration::try_from_secs_f64(interval)
+        .ok()
+        .filter(|d| *d >= Duration::from_millis(100))
+        .ok_or_else(|| Failure::Setting(format!("--interval {interval}: give at least 0.1 seconds")))?;
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<(tokio::time::Instant, tokio_timewheel::durable::DurableStats)> = None;
+    let mut shown = 0u64;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = &mut ctrl_c => return Ok(()),
+        }
+        let stats = timers.stats().await?;
+        let at = tokio::time::Instant::now();
+        let (handed, acked) = match &last {
+            Some((then, before)) => {
+                let secs = at.duration_since(*then).as_secs_f64().max(1e-3);
+                (
+                    stats.handed_out.saturating_sub(before.handed_out) as f64 / secs,
+                    stats.acked.saturating_sub(before.acked) as f64 / secs,
+                )
+            }
+            None => (0.0, 0.0),
+        };
+        let due_soon = timers.due_counts(SystemTime::now(), Duration::from_secs(10), 6).await?;
+        if cli.json {
+            let mut line = show::stats_json(&cli.wheel, &stats);
+            line["handed_out_per_s"] = json!(handed);
+            line["acked_per_s"] = json!(acked);
+            line["due_per_10s_next_minute"] = json!(due_soon);
+            println!("{line}");
+        } else {
+            // Clear the screen and go home, as `watch(1)` does.
+            print!("\x1b[2J\x1b[H");
+            print!("{}", show::stats_text(&cli.wheel, &stats));
+            println!("  handed out {handed:>9.1}/s   acknowledged {acked:>9.1}/s");
+            println!("  due in the next minute, per 10 s: {due_soon:?}");
+            println!("\n(every {}; Ctrl-C to stop)", show::span(every));
+        }
+        last = Some((at, stats));
+        shown += 1;
+        if count.is_some_and(|n| shown >= n) {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The `timewheel` binary against a real redis-server: every subcommand, its `--json` parsed
+//! back and checked against what the library reads, and its exit codes.
+
+#[path = "../../tests/support/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use redis_server::RedisServer;
+use serde_json::Value;
+use tokio_timewheel::durable::DurableScheduler;
+
+const WHEEL: &str = "cli-orders";
+
+/// Runs `timewheel --url URL --wheel WHEEL ARGS...`.
+fn timewheel(url: &str, wheel: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_timewheel"))
+        .args(["--url", url, "--wheel", wheel, "--connect-timeout", "10"])
+        .args(args)
+        .output()
+        .expect("the timewheel binary runs")
+}
+
+/// Runs it with `--json`, checks it exited with `code`, and parses what it printed.
+fn json(url: &str, args: &[&str], code: i32) -> Value {
+    let out = timewheel(url, WHEEL, &[&["--json"], args].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "timewheel {args:?}: stdout {stdout}, stderr {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("timewheel {args:?} printed no JSON ({e}): {stdout}"))
+}
+
+/// Runs it for a person, checks the exit code, and gives back stdout and stderr.
+fn text(url: &str, wheel: &str, args: &[&str], code: i32) -> (String, String) {
+    let out = timewheel(url, wheel, args);
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert_eq!(out.status.code(), Some(code), "timewheel {args:?}: stdout {stdout}, stderr {stderr}");
+    (stdout, stderr)
+}
+
+async fn wheel(url: &str) -> DurableScheduler {
+    DurableScheduler::builder(url, WHEEL)
+        .tick(Duration::from_millis(50))
+        .max_attempts(1)
+        .connect()
+        .await
+        .expect("the test wheel opens")
+}
+
+async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !done().await {
+        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_subcommand_reads_and_acts_as_the_library_does() {
+    let Some(server) = RedisServer::start() else { return };
+    let url = server.url();
+    let timers = wheel(&url).await;
+
+    // Three waiting tasks: JSON, text and binary payloads.
+    timers.schedule("order:1", Duration::from_secs(3600), br#"{"id":1,"total":9.5}"#.to_vec()).await.unwrap();
+    timers.schedule("order:2", Duration::from_secs(7200), b"plain text".to_vec()).await.unwrap();
+    timers.schedule("order:3", Duration::from_secs(10_800), vec![0xff, 0x00, 0x7f]).await.unwrap();
+
+    // stats
+    let stats = json(&url, &["stats"], 0);
+    assert_eq!(stats["wheel"], WHEEL);
+    assert_eq!(stats["pending"], 3);
+    assert_eq!(stats["waiting"], 3);
+    assert_eq!(stats["scheduled"], 3);
+    let (out, _) = text(&url, WHEEL, &["stats"], 0);
+    assert!(out.contains("pending") && out.contains("(waiting 3, ready 0, running 0)"), "{out}");
+
+    // get: each payload as its kind, a missing key exits 1
+    let one = json(&url, &["get", "order:1"], 0);
+    assert_eq!(one["state"], "waiting");
+    assert_eq!(one["payload_encoding"], "json");
+    assert_eq!(one["payload"]["total"], 9.5);
+    assert_eq!(json(&url, &["get", "order:2"], 0)["payload"], "plain text");
+    let binary = json(&url, &["get", "order:3"], 0);
+    assert_eq!((binary["payload_encoding"].as_str(), binary["payload"].as_str()), (Some("hex"), Some("ff007f")));
+    let info = timers.get("order:1").await.unwrap().unwrap();
+    let due_ms = info.due().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    assert_eq!(one["due_unix_ms"].as_u64(), Some(due_ms));
+    assert_eq!(json(&url, &["get", "order:none"], 1), Value::Null);
+    let (out, _) = text(&url, WHEEL, &["get", "order:1"], 0);
+    assert!(out.contains("\"total\": 9.5") && out.contains("state       waiting"), "{out}");
+
+    // due-next: by due time, with a limit
+    let due = json(&url, &["due-next", "--limit", "2"], 0);
+    let keys: Vec<&str> = due["tasks"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["order:1", "order:2"]);
+    assert_eq!(due["more"], true);
+    let (out, _) = text(&url, WHEEL, &["due-next"], 0);
+    assert!(out.starts_with("KEY") && out.contains("order:3") && out.contains("0xff007f"), "{out}");
+
+    // cancel: true once, then nothing to act on
+    assert_eq!(json(&url, &["cancel", "order:3"], 0)["done"], true);
+    assert!(!timers.contains("order:3").await.unwrap());
+    assert_eq!(json(&url, &["cancel", "order:3"], 1)["done"], false);
+
+    // dead: three letters from a handler that always fails (one attempt each)
+    for i in 0..3 {
+        timers.schedule(format!("bad:{i}"), Duration::ZERO, format!("bad {i}").into_bytes()).await.unwrap();
+    }
+    let worker = timers.run(|_task| async { Err::<(), _>("the payment service said no") });
+    wait_for("three dead letters", async || timers.stats().await.unwrap().dead == 3).await;
+    worker.shutdown().await;
+    let dead = json(&url, &["dead"], 0);
+    let letters = dead.as_array().unwrap();
+    assert_eq!(letters.len(), 3);
+    assert!(letters.iter().all(|d| d["last_error"] == "the payment service said no" && d["attempts"] == 1));
+    let (out, _) = text(&url, WHEEL, &["dead"], 0);
+    assert!(out.contains("the payment service said no") && out.contains("bad:2"), "{out}");
+
+    assert_eq!(json(&url, &["dead", "--delete", "bad:0"], 0)["done"], true);
+    assert_eq!(json(&url, &["dead", "--delete", "bad:0"], 1)["done"], false);
+    assert_eq!(json(&url, &["dead", "--requeue", "bad:1"], 0)["done"], true);
+    assert!(timers.contains("bad:1").await.unwrap(), "a requeued letter is pending again");
+    assert_eq!(json(&url, &["dead", "--requeue-all"], 0)["requeued"], 1);
+    assert!(timers.contains("bad:2").await.unwrap());
+    assert_eq!(json(&url, &["dead", "--requeue-all"], 1)["requeued"], 0);
+    assert_eq!(timers.stats().await.unwrap().dead, 0);
+
+    // watch: two refreshes, each a JSON line
+    let out = timewheel(&url, WHEEL, &["--json", "watch", "--interval", "0.2", "--count", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(lines.len(), 2);
+    let pending = timers.stats().await.unwrap().pending;
+    assert!(lines.iter().all(|l| l["pending"] == pending), "{lines:?}");
+    assert_eq!(lines[0]["due_per_10s_next_minute"].as_array().map(Vec::len), Some(6));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_and_errors_say_what_went_wrong() {
+    let Some(server) = RedisServer::start() else { return };
+    let url = server.url();
+
+    // A wheel nobody opened is refused (4), and not created.
+    let (_, err) = text(&url, "no-such-wheel", &["stats"], 4);
+    assert!(err.contains("no wheel named \"no-such-wheel\""), "{err}");
+    let (_, err) = text(&url, "no-such-wheel", &["stats"], 4);
+    assert!(err.contains("no wheel named"), "the first call created nothing: {err}");
+
+    // Nothing listening: 3, at once, with what to check.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let started = Instant::now();
+    let (_, err) = text(&format!("redis://127.0.0.1:{closed}/"), WHEEL, &["stats"], 3);
+    assert!(err.contains("--url"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "a refused connection is reported at once");
+
+    // Usage errors are clap's: 2.
+    let _ = wheel(&url).await;
+    text(&url, WHEEL, &["dead", "--requeue", "a", "--delete", "b"], 2);
+    text(&url, WHEEL, &["no-such-command"], 2);
+    let (_, err) = text(&url, WHEEL, &["watch", "--interval", "0"], 4);
+    assert!(err.contains("--interval"), "{err}");
+}
