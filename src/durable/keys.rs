@@ -41,6 +41,7 @@ pub(crate) const FIXED: &[(&str, &str)] = &[
     ("seq", "seq"),
     ("wake", "wake"),
     ("lead", "lead"),
+    ("figures", "figures"),
 ];
 
 const SLOT: &str = "slot:";
@@ -86,6 +87,12 @@ impl WheelKeys {
     /// The hash of the wheel's settings (`tick_ms`, `slots`) and counters.
     pub fn meta(&self) -> String {
         self.fixed("meta")
+    }
+
+    /// The hash of the wheel-wide figures a minute (handed out, acknowledged, failed, dead, and
+    /// how late deliveries were claimed), kept for two hours: [`DurableScheduler::figures`](super::DurableScheduler::figures).
+    pub fn figures(&self) -> String {
+        self.fixed("figures")
     }
 
     /// The last tick the leader processed.
@@ -247,6 +254,7 @@ mod tests {
             keys.seq(),
             keys.wake(),
             keys.lead(),
+            keys.figures(),
         ];
         let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
         assert_eq!(methods.to_vec(), table);
@@ -288,7 +296,7 @@ mod tests {
         assert!(!lua.contains('\n'));
         assert!(lua.starts_with("local META, CURSOR, TASKS, RING, FAR, READY, "), "{lua}");
         assert!(lua.contains("= KEYS[1], KEYS[2], KEYS[3]"), "{lua}");
-        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[15], KEYS[16] local FIXED_KEYS = 14"), "{lua}");
+        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[16], KEYS[17] local FIXED_KEYS = 15"), "{lua}");
         assert!(lua.contains("local function declared_slots(from, indices)"), "{lua}");
     }
 }

@@ -12,7 +12,7 @@
     ARGV[3 + 2i], ARGV[4 + 2i]  per delivery: key, claim token
   Output:
     one digit per delivery, as one string: 1 acknowledged, 0 refused.
-  Keys: TASKS, LEASED, META, and for a recurring task FAR, READY, CURSOR, WAKE.
+  Keys: TASKS, LEASED, META, FIGURES, and for a recurring task FAR, READY, CURSOR, WAKE.
 ]]
 -- @include acknowledge
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])

@@ -11,7 +11,7 @@
              schedule)
   Output:
     1 retried, 2 dead, 0 refused.
-  Keys: TASKS, LEASED, the declared slots, RING, FAR, READY, CURSOR, META, WAKE, and when it
+  Keys: TASKS, LEASED, the declared slots, RING, FAR, READY, CURSOR, META, FIGURES, WAKE, and when it
   dies DEAD_TASKS, DEAD.
 ]]
 -- @include keys
@@ -21,6 +21,7 @@
 -- @include advance
 -- @include wake
 -- @include bury
+-- @include figures
 local k, tok, err = ARGV[1], ARGV[2], ARGV[3]
 local max_attempts, backoff_ms, backoff_cap_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local tick_ms, slots, declared = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
@@ -34,6 +35,7 @@ redis.call('ZREM', LEASED, k)
 if t.a >= max_attempts then
   bury(k, t, err, up)
   redis.call('HINCRBY', META, 'dead_lettered', 1)
+  count_figures({ f = 1, d = 1 }, up)
   if advance(t, w.down) then
     redis.call('HSET', TASKS, k, encode(t))
     local batch = new_batch()
@@ -51,4 +53,5 @@ local batch = new_batch()
 place(k, t.due, w, batch)
 if flush(batch) then wake() end
 redis.call('HINCRBY', META, 'retried', 1)
+count_figures({ f = 1 }, up)
 return 1
