@@ -266,8 +266,10 @@ mod keys;
 mod leader;
 mod metrics;
 mod open;
+mod recurring;
 mod scheduler;
 mod scripts;
+mod series;
 mod shared_conn;
 mod task;
 #[cfg(test)]
@@ -277,7 +279,7 @@ mod worker;
 
 pub use crate::error::RedisFailure;
 // What both modes' recurring tasks take, here too, so that durable code needs one import.
-pub use crate::recurrence::{MissedRuns, Repeat};
+pub use crate::recurrence::{MissedRuns, Recurrence, Repeat};
 // The crate's one error type, here too, so that durable code needs one import.
 pub use crate::Error;
 pub use admin::MAX_PAGE;
@@ -289,5 +291,6 @@ pub use config::{
 };
 pub use keys::WheelKeys;
 pub use scheduler::DurableScheduler;
+pub use series::MAX_BURST;
 pub use task::{DeadTask, DueCursor, DuePage, DurableStats, Task, TaskInfo, TaskState};
 pub use worker::Worker;
