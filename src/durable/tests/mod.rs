@@ -11,6 +11,7 @@ mod support;
 mod costs;
 mod hooks;
 mod scripts;
+mod series;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
