@@ -209,6 +209,7 @@ fn a_cron_every_second_survives_the_leaders_sigkill() {
         assert!(started.elapsed() < Duration::from_secs(20), "node 1 never took the lead");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let first_leader = leader_value(&server, name).unwrap();
     let mut node2 = Node::spawn("worker", &url, name, 2);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
@@ -220,6 +221,7 @@ fn a_cron_every_second_survives_the_leaders_sigkill() {
             handled(&server)
         );
     });
+    assert_eq!(leader_value(&server, name), Some(first_leader.clone()), "node 1 no longer leads");
     node1.kill();
     let killed_ms = millis(SystemTime::now());
     let first_due = handled(&server)[0].due_ms;
@@ -229,6 +231,8 @@ fn a_cron_every_second_survives_the_leaders_sigkill() {
         assert!(Instant::now() < deadline, "the series did not go on after the kill: {:?}", handled(&server));
         std::thread::sleep(Duration::from_millis(50));
     }
+    let took_over = leader_value(&server, name);
+    assert!(took_over.is_some() && took_over != Some(first_leader), "node 2 never took the lead");
     server.command(&["SET", STOP, "1"]);
     assert!(node2.join(Duration::from_secs(10)), "node 2 did not stop cleanly");
 
