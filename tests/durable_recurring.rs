@@ -52,7 +52,7 @@ fn millis(t: SystemTime) -> u64 {
 /// nightly cron for odd, each one its own.
 fn nth_upsert(id: usize, i: usize) -> (Recurrence, String) {
     let payload = format!("p{id}-{i}");
-    let recurrence = if i % 2 == 0 {
+    let recurrence = if i.is_multiple_of(2) {
         Recurrence::every(Duration::from_secs((1000 + 100 * id + i) as u64))
     } else {
         Recurrence::cron(&format!("{} {} 3 * * *", i, 10 * id)).unwrap()
@@ -76,7 +76,10 @@ fn node_process() {
         let mut conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
         if role == "upsert" {
             // Load the script first, then wait for the start so that both processes race.
-            timers.upsert_recurring(format!("warm-{id}"), Recurrence::every(Duration::from_secs(60)), "w").await.unwrap();
+            timers
+                .upsert_recurring(format!("warm-{id}"), Recurrence::every(Duration::from_secs(60)), "w")
+                .await
+                .unwrap();
             while redis::cmd("EXISTS").arg(GO).query_async::<i64>(&mut conn).await.unwrap() == 0 {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
@@ -364,7 +367,9 @@ fn concurrent_upserts_from_two_processes_leave_the_last_one_whole() {
         .filter(|l| !l.contains("lua]") && l.contains("\"EVAL"))
         .filter_map(|l| {
             let at: f64 = l.trim_start_matches('+').split(' ').next()?.parse().ok()?;
-            let p = l.split('"').find(|a| a.starts_with('p') && a.contains('-') && a[1..].split('-').all(|n| n.parse::<usize>().is_ok()))?;
+            let p = l.split('"').find(|a| {
+                a.starts_with('p') && a.contains('-') && a[1..].split('-').all(|n| n.parse::<usize>().is_ok())
+            })?;
             let (id, i) = p[1..].split_once('-')?;
             Some((id.parse().ok()?, i.parse().ok()?, at))
         })
@@ -388,7 +393,10 @@ fn concurrent_upserts_from_two_processes_leave_the_last_one_whole() {
         None => {
             let expression = recurrence.expression().unwrap();
             assert!(record.contains(&format!("cron UTC {expression}")), "{record}: not {payload}'s schedule");
-            assert_eq!(Some(SystemTime::UNIX_EPOCH + Duration::from_millis(due)), recurrence.next_after(SystemTime::UNIX_EPOCH + Duration::from_millis((at * 1000.0) as u64)));
+            assert_eq!(
+                Some(SystemTime::UNIX_EPOCH + Duration::from_millis(due)),
+                recurrence.next_after(SystemTime::UNIX_EPOCH + Duration::from_millis((at * 1000.0) as u64))
+            );
         }
     }
     // One pending iteration: one place (far tier, ready or a ring slot), nothing queued.
@@ -448,7 +456,7 @@ async fn an_upsert_while_a_run_is_in_flight_starts_no_second_run() {
     assert!(all[1].due < all[0].at + LEASE, "{all:?}");
     // It stood for the runs it missed meanwhile (skip): the next is on its grid, after it ran.
     let step = all[2].due.duration_since(all[1].due).unwrap().as_millis();
-    assert!(step % 300 == 0 && all[2].due > all[1].at, "{all:?}");
+    assert!(step.is_multiple_of(300) && all[2].due > all[1].at, "{all:?}");
     assert_eq!(most.load(Ordering::SeqCst), 1, "two runs of the key at once");
 }
 
@@ -489,6 +497,6 @@ async fn bad_recurrences_are_refused_and_cancel_then_upsert_schedules_again() {
     assert!(wait_until(Duration::from_secs(10), || log.len() >= 2).await, "the upserted series never ran");
     worker.shutdown().await;
     let all = log.all();
-    assert!(all.iter().all(|h| h.payload == b"new" && millis(h.due) % 1000 == 0), "{all:?}");
+    assert!(all.iter().all(|h| h.payload == b"new" && millis(h.due).is_multiple_of(1000)), "{all:?}");
     assert_eq!(all[1].due.duration_since(all[0].due).unwrap(), Duration::from_secs(1));
 }

@@ -520,7 +520,15 @@ impl DurableScheduler {
     /// waits for the replicas: `DuplicateKey` if its key is pending.
     pub(super) async fn schedule_series(&self, task: NewTask, series: &Stored) -> Result<(), Error> {
         let keys = &self.wheel.partition_of(&task.key).keys;
-        let answer = scripts::schedule(&self.wheel, keys, &self.wheel.ids.next(), std::slice::from_ref(&task), false, Some(series)).await?;
+        let answer = scripts::schedule(
+            &self.wheel,
+            keys,
+            &self.wheel.ids.next(),
+            std::slice::from_ref(&task),
+            false,
+            Some(series),
+        )
+        .await?;
         match answer.first() {
             Some(Scheduled::Created | Scheduled::AlreadyByThisRequest) => self.wheel.conn.replicate(&keys.meta()).await,
             _ => Err(Error::DuplicateKey(task.key)),

@@ -115,9 +115,7 @@ impl Spec {
         let (end, cadence) = self.text.split_once(' ').ok_or_else(bad)?;
         let end_ms: u64 = end.parse().map_err(|_| bad())?;
         let recurrence = match cadence.split_once(' ').ok_or_else(bad)? {
-            ("every", ms) => {
-                Recurrence::every(std::time::Duration::from_millis(ms.parse().map_err(|_| bad())?))
-            }
+            ("every", ms) => Recurrence::every(std::time::Duration::from_millis(ms.parse().map_err(|_| bad())?)),
             ("cron", rest) => cron_of(rest).ok_or_else(bad)??,
             _ => return Err(bad()),
         };
@@ -130,7 +128,9 @@ impl Spec {
     /// left (past its end, or a spec that does not read, which is logged).
     pub(crate) fn next_due(&self, due_ms: u64, now_ms: u64) -> String {
         match self.recurrence() {
-            Ok(recurrence) => next_due(&recurrence, due_ms, now_ms).map_or_else(|| "0".to_string(), |ms| ms.to_string()),
+            Ok(recurrence) => {
+                next_due(&recurrence, due_ms, now_ms).map_or_else(|| "0".to_string(), |ms| ms.to_string())
+            }
             Err(e) => {
                 tracing::error!(spec = %self.text, error = %e, "a durable series ends: its spec does not read");
                 "0".to_string()

@@ -17,7 +17,6 @@ pub(crate) struct NewTask {
     pub(crate) payload: Vec<u8>,
 }
 
-
 /// The two script arguments that carry the times of a call's tasks (see `due_times.lua`): their
 /// milliseconds, [`packed`], and what each is, `d` (a delay) or `a` (a time), one letter for all
 /// of them when they agree, else one per task.

@@ -390,8 +390,9 @@ async fn ack_finishes_a_task_under_its_token_only() {
     seed_running(&server, keys, "a", 5, 1, now + 60_000);
     seed_running(&server, keys, "b", 5, 1, now + 60_000);
     // `a` twice in one call: acknowledged once.
-    let got =
-        scripts::ack(w, keys, &acks(&[("a", "7"), ("b", "6"), ("gone", "1"), ("a", "7")]), Window::Default).await.unwrap();
+    let got = scripts::ack(w, keys, &acks(&[("a", "7"), ("b", "6"), ("gone", "1"), ("a", "7")]), Window::Default)
+        .await
+        .unwrap();
     assert_eq!(got, [true, false, false, false]);
     let d = dump(&server, keys);
     assert_eq!(d["tasks"], hash(&[("b", rec(5, 1, 7, "", "x"))]));
@@ -424,7 +425,10 @@ async fn fail_retries_after_the_backoff_then_buries_on_the_last_attempt() {
     // Its third (last) delivery fails: a dead letter.
     server.command(&["DEL", &keys.far()]);
     seed_running(&server, keys, "a", 5, 3, now + 60_000);
-    assert_eq!(scripts::fail(w, keys, &Ack::plain("a", "7"), "boom again", Window::Default).await.unwrap(), Failed::Dead);
+    assert_eq!(
+        scripts::fail(w, keys, &Ack::plain("a", "7"), "boom again", Window::Default).await.unwrap(),
+        Failed::Dead
+    );
     let d = dump(&server, keys);
     assert!(!d.contains_key("tasks") && !d.contains_key("leased"), "{d:?}");
     assert_eq!(d["dead_tasks"], hash(&[("a", dead_rec(5, 3, "boom again", "x"))]));

@@ -66,7 +66,16 @@ async fn ack_moves_a_spec_series_to_the_nodes_next_due() {
     assert_eq!(claimed[0].spec, Some(Spec { text: SPEC.into(), missed: b'2' }));
     assert_eq!(claimed[0].task.payload(), b"p");
     // A record without a spec carries none.
-    super::super::scripts::schedule(w, keys, "r1", &[scripts::NewTask { key: "plain".into(), when: crate::durable::time::When::At(1), payload: b"q".to_vec() }], false, None).await.unwrap();
+    super::super::scripts::schedule(
+        w,
+        keys,
+        "r1",
+        &[scripts::NewTask { key: "plain".into(), when: crate::durable::time::When::At(1), payload: b"q".to_vec() }],
+        false,
+        None,
+    )
+    .await
+    .unwrap();
     let plain = scripts::claim(w, keys, 1, "c2", false, "c1").await.unwrap();
     assert_eq!((plain[0].task.key(), plain[0].spec.as_ref()), ("plain", None));
 }
@@ -95,7 +104,10 @@ async fn a_fixed_rate_burst_in_lua_is_capped() {
     let behind_now = |t: u64| (t.saturating_sub(next)) / period + 1;
     // From `next` up to Redis's now at the ack there are MAX_BURST runs (one more if a ms passed).
     let burst = behind_now(now);
-    assert!(next <= now && (MAX_BURST as u64 - 1..=MAX_BURST as u64 + (after - now) / period + 1).contains(&burst), "{next} {now} {burst}");
+    assert!(
+        next <= now && (MAX_BURST as u64 - 1..=MAX_BURST as u64 + (after - now) / period + 1).contains(&burst),
+        "{next} {now} {burst}"
+    );
     assert_eq!(due_of("few"), few + period, "under the cap: every missed run");
 }
 
@@ -139,27 +151,45 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     server.command(&["DEL", &keys.ready()]);
     server.command(&["HDEL", &keys.tasks(), "a"]);
     assert_eq!(scripts::upsert(w, keys, "u3", "r", &series(far, 0, SPEC), b"early").await.unwrap(), Upserted::Queued);
-    assert_eq!(scripts::upsert(w, keys, "u4", "r", &series(far + 1, 0, SPEC), b"late").await.unwrap(), Upserted::Queued);
+    assert_eq!(
+        scripts::upsert(w, keys, "u4", "r", &series(far + 1, 0, SPEC), b"late").await.unwrap(),
+        Upserted::Queued
+    );
     for (i, k) in ["f", "c", "t"].iter().enumerate() {
         let id = format!("u5{i}");
-        assert_eq!(scripts::upsert(w, keys, &id, k, &series(now - 200, 0, SPEC), b"new").await.unwrap(), Upserted::Queued);
+        assert_eq!(
+            scripts::upsert(w, keys, &id, k, &series(now - 200, 0, SPEC), b"new").await.unwrap(),
+            Upserted::Queued
+        );
     }
     let d = dump(&server, keys);
     let queued = |due: u64, p: &str| format!("{due}:0:0:0:-1:2:c{}:{SPEC}0:{p}", SPEC.len());
     assert_eq!(d["tasks"], format!("c={running} f={running} r={running} t={running}"), "the runs are left alone");
     assert_eq!(
         d["upserts"],
-        format!("c={} f={} r={} t={}", queued(now - 200, "new"), queued(now - 200, "new"), queued(far + 1, "late"), queued(now - 200, "new"))
+        format!(
+            "c={} f={} r={} t={}",
+            queued(now - 200, "new"),
+            queued(now - 200, "new"),
+            queued(far + 1, "late"),
+            queued(now - 200, "new")
+        )
     );
 
     // The ack takes it up instead of the node's next due time.
-    assert_eq!(scripts::ack(w, keys, &[ack("r", "7", &(now + 5000).to_string())], Window::Default).await.unwrap(), [true]);
+    assert_eq!(
+        scripts::ack(w, keys, &[ack("r", "7", &(now + 5000).to_string())], Window::Default).await.unwrap(),
+        [true]
+    );
     // A failure (not its last attempt) takes it up instead of a retry, due at once: ready.
     assert_eq!(scripts::fail(w, keys, &ack("f", "7", ""), "boom", Window::Default).await.unwrap(), Failed::Retried);
     // A cancel leaves the run to its lease and drops what was queued behind it.
     assert_eq!(scripts::cancel(w, keys, "x1", &["c"]).await.unwrap(), [Cancelled::Running]);
     let d = dump(&server, keys);
-    assert_eq!(d["tasks"], format!("c={running} f={} r={} t={running}", queued(now - 200, "new"), queued(far + 1, "late")));
+    assert_eq!(
+        d["tasks"],
+        format!("c={running} f={} r={} t={running}", queued(now - 200, "new"), queued(far + 1, "late"))
+    );
     assert_eq!(d["upserts"], format!("t={}", queued(now - 200, "new")));
     assert_eq!(d["far"], format!("r@{}", far + 1));
     assert_eq!(d["ready"], format!("f@{}", now - 200));
