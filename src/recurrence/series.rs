@@ -299,6 +299,7 @@ impl Recurrence {
 
     /// The policy given to [`missed`](Self::missed), if any (the durable mode has a default of
     /// its own).
+    #[cfg(feature = "redis")]
     pub(crate) fn missed_given(&self) -> Option<MissedRuns> {
         self.missed
     }
