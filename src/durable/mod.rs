@@ -193,7 +193,7 @@
 //! |----------------|--------|-------|
 //! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout` and the counters of [`DurableStats`] |
 //! | `cursor`       | string | the last tick processed: every task due at or before it has left the ring |
-//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<missed runs>:<error length>:<error><payload>` |
+//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<missed runs>:[c<spec length>:<spec>]<error length>:<error><payload>` (the spec, of a series whose next run the node works out, only there) |
 //! | `ring`         | string | how many entries the ring's slots hold together |
 //! | `far`          | zset   | keys of the tasks due beyond the ring's revolution, scored by due ms; promoted into the ring as the cursor nears |
 //! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first) |
@@ -205,6 +205,7 @@
 //! | `seq`          | string | claim tokens handed out so far |
 //! | `wake`         | list   | wake-up tokens for idle workers, pushed when tasks become ready |
 //! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
+//! | `upserts`      | hash   | a series upserted while a run of its key was in flight, by key: the record that takes the series' place when the run ends ([`DurableScheduler::upsert_recurring`]) |
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
