@@ -42,7 +42,7 @@ local function take_queued()
   redis.call('HSET', TASKS, k, queued)
   drop_queued({k})
   local batch = new_batch()
-  place(k, tonumber(due_of(queued)), w, batch)
+  place(k, tonumber(record_due(queued)), w, batch)
   if flush(batch) then wake() end
 end
 if t.a >= max_attempts then

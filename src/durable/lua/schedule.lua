@@ -104,6 +104,7 @@ else
         batch = new_batch()
         t.due, t.tok = due, '0'
         redis.call('HSET', TASKS, k, encode(t))
+        drop_queued({k})
         zrem_all(FAR, {k})
         zrem_all(READY, {k})
         zrem_all(LEASED, {k})

@@ -61,7 +61,7 @@ local function requeue_expired(now)
     if rec and token_of(rec) ~= '0' and queued[j] then
       -- An upsert queued behind the run replaces it: it waits in the far tier (promoted below).
       redis.call('HSET', TASKS, k, queued[j])
-      redis.call('ZADD', FAR, due_of(queued[j]), k)
+      redis.call('ZADD', FAR, record_due(queued[j]), k)
       replaced[#replaced + 1] = k
     elseif rec and token_of(rec) ~= '0' then
       local t = decode(rec)

@@ -212,3 +212,43 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     assert!(d["tasks"].contains(&format!("c={}", queued(far, "now"))), "{d:?}");
     assert!(!d.contains_key("leased"), "{d:?}");
 }
+
+/// A series with a spec whose last attempt fails goes on at the node's next due time (a copy to
+/// the dead letters); one whose last attempt's lease ran out has no node's answer, so the tick
+/// makes its next run due at once (its own end puts the series back on its schedule).
+#[tokio::test]
+async fn a_spec_series_goes_on_after_its_last_attempt() {
+    let Some((server, timers)) = wheel("s-spec-dead").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    server.command(&["SET", &keys.cursor(), &(now / 100).to_string()]);
+    let due = now - 1000;
+    // The wheel's max attempts are 3: this is the last.
+    server.command(&["HSET", &keys.tasks(), "failed", &spec_rec(due, 3, 7, -1, "p")]);
+    server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), "failed"]);
+    let next = now + 30_000;
+    let got = scripts::fail(w, keys, &ack("failed", "7", &next.to_string()), "boom", Window::Default).await.unwrap();
+    assert_eq!(got, Failed::Dead);
+    let d = dump(&server, keys);
+    assert_eq!(d["tasks"], format!("failed={}", spec_rec(next, 0, 0, -1, "p")));
+    assert_eq!(d["far"], format!("failed@{next}"));
+    assert!(d["dead_tasks"].starts_with("failed="), "{d:?}");
+
+    server.command(&["DEL", &keys.far()]);
+    server.command(&["HSET", &keys.tasks(), "expired", &spec_rec(due, 3, 7, -1, "p")]);
+    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "expired"]);
+    server.command(&["SET", &keys.leader(), "me:1"]);
+    let tick = redis_now_ms(&server) / 100;
+    scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2).await.unwrap();
+    let record = server.command(&["HGET", &keys.tasks(), "expired"]).as_str().expect("the series ended").to_string();
+    let next_due: u64 = record.split(':').next().unwrap().parse().unwrap();
+    assert!(next_due >= now && next_due <= redis_now_ms(&server), "{record}");
+    assert_eq!(record, spec_rec(next_due, 0, 0, -1, "p"));
+    let d = dump(&server, keys);
+    assert!(d["dead_tasks"].contains("expired="), "{d:?}");
+    // Due at once: ready, or in the far tier or its slot until the next tick (its due time rounds
+    // up to a tick the cursor has not reached yet).
+    let placed =
+        d.iter().filter(|(k, v)| k.as_str() != "tasks" && k.as_str() != "dead_tasks" && v.contains("expired")).count();
+    assert_eq!(placed, 2, "its dead letter and one place: {d:?}");
+}

@@ -33,7 +33,7 @@ local function acknowledge(list, from, tick_ms, slots)
       w = w or ((q or t) and wheel_now(tick_ms, slots, #KEYS + 1, nil))
       if q then
         redis.call('HSET', TASKS, k, q)
-        place(k, tonumber(due_of(q)), w, batch)
+        place(k, tonumber(record_due(q)), w, batch)
         replaced[#replaced + 1] = k
       elseif t and advance(t, w.down, next_due) then
         redis.call('HSET', TASKS, k, encode(t))

@@ -5,7 +5,7 @@
 -- come next; whatever makes a new task under a key, or cancels it, drops one left there.
 -- `queued_of(names)` gives the queued records of keys `names` (false where none), with no
 -- command beyond one HLEN while nothing is queued; `drop_queued(names)` forgets those of `names`;
--- `due_of(rec)` is a record's due time (a string, as written).
+-- `record_due(rec)` is a record's due time (a string, as written).
 -- Keys: UPSERTS.
 -- @include keys
 -- @include hash_all
@@ -17,6 +17,6 @@ end
 local function drop_queued(names)
   if #names > 0 and redis.call('HLEN', UPSERTS) > 0 then zrem_all(UPSERTS, names, 'HDEL') end
 end
-local function due_of(rec)
+local function record_due(rec)
   return string.match(rec, '^(%d+):')
 end
