@@ -59,6 +59,14 @@
 //!   and answers [`Error::NotFound`] for a running one. A task whose
 //!   lease ran out is no longer running: it is cancelled or moved, and its late handler's
 //!   acknowledgement changes nothing.
+//! - **Recurring tasks** ([`DurableScheduler::schedule_recurring`] with a [`Recurrence`]: a cron
+//!   expression in a time zone with the `cron` feature, or a fixed rate) are one task whose runs
+//!   follow one another: the end of a run places the next in the same script, worked out by the
+//!   node that ran it (a fixed rate without an end, by Redis), so no run is handed out twice
+//!   whatever nodes race. After an outage a series runs once for its missed runs, then on its
+//!   schedule again ([`MissedRuns::Skip`], the default here).
+//!   [`DurableScheduler::upsert_recurring`] replaces a series whole, atomically; one that is
+//!   running finishes its run first.
 //! - **Failures** (an `Err`, a panic, or a run past the handler timeout) are retried after `backoff * 2^(n-1)`
 //!   (at most [`MAX_BACKOFF`]) until `max_attempts` deliveries; then the task goes to the dead
 //!   letters, which [`DurableScheduler::dead_letters`] lists and
