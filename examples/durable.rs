@@ -12,7 +12,8 @@
 //! key (it applies a review only if it was not applied yet), which is what makes that harmless;
 //! the example counts such redeliveries separately.
 //!
-//! Beside the reviews it shows a recurring task (a sweep every second, five times), a typed
+//! Beside the reviews it shows a recurring task (a sweep every second, five times, upserted as a
+//! node does at every start, so that a restart replaces the series rather than adding one), a typed
 //! payload (an audit record as JSON, read back with `Task::json`), and a task read back with
 //! `get` before it fires.
 //!
@@ -29,8 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use redis_server::RedisServer;
-use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, Worker};
-use tokio_timewheel::Repeat;
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, MissedRuns, Recurrence, Task, Worker};
 
 /// A typed payload: what an audit of an order found.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -179,8 +179,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let timers = settings(&url, &name).connect().await?;
 
-    // A recurring sweep (every second, five runs) and a typed audit, read back before it fires.
-    timers.schedule_repeating("sweep", Duration::from_secs(1), Repeat::Times(5), "sweep").await?;
+    // A recurring sweep (every second, five runs, each made up if Redis is away when it falls
+    // due) and a typed audit, read back before it fires.
+    let sweep = Recurrence::every(Duration::from_secs(1)).limit(5).missed(MissedRuns::Burst);
+    timers.upsert_recurring("sweep", sweep, "sweep").await?;
     let audit = Audit { order: 42, finding: "shipped late, refund the postage".into() };
     timers.schedule_json("audit:42", Duration::from_secs(2), &audit).await?;
     if let Some(task) = timers.get("audit:42").await? {

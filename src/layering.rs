@@ -105,6 +105,7 @@ const SERVICE: &[File] = &[
 /// `src/durable/`, from the bottom up (the table of docs/DESIGN.md).
 const DURABLE: &[File] = &[
     top!("durable", "time", "durable/time.rs"),
+    top!("durable", "series", "durable/series.rs"),
     top!("durable", "config", "durable/config.rs"),
     top!("durable", "keys", "durable/keys.rs"),
     top!("durable", "ids", "durable/ids.rs"),
@@ -137,6 +138,7 @@ const DURABLE: &[File] = &[
     inner!("durable", "coalesce", "durable/coalesce/many.rs"),
     top!("durable", "scheduler", "durable/scheduler.rs"),
     top!("durable", "admin", "durable/admin.rs"),
+    top!("durable", "recurring", "durable/recurring.rs"),
     top!("durable", "open", "durable/open.rs"),
     top!("durable", "builder", "durable/builder.rs"),
     top!("durable", "dashboard", "durable/dashboard/mod.rs"),

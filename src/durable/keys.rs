@@ -42,6 +42,7 @@ pub(crate) const FIXED: &[(&str, &str)] = &[
     ("wake", "wake"),
     ("lead", "lead"),
     ("figures", "figures"),
+    ("upserts", "upserts"),
 ];
 
 const SLOT: &str = "slot:";
@@ -167,6 +168,12 @@ impl WheelKeys {
         self.fixed("lead")
     }
 
+    /// The hash of the upserts queued behind a running run: a task's key, the record that takes
+    /// its series' place when the run ends.
+    pub fn upserts(&self) -> String {
+        self.fixed("upserts")
+    }
+
     /// The sorted set of the workers that run: their node ids, scored by when each last said so
     /// (ms on Redis's clock as the node estimates it). No script touches it.
     pub fn workers(&self) -> String {
@@ -255,6 +262,7 @@ mod tests {
             keys.wake(),
             keys.lead(),
             keys.figures(),
+            keys.upserts(),
         ];
         let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
         assert_eq!(methods.to_vec(), table);
@@ -296,7 +304,7 @@ mod tests {
         assert!(!lua.contains('\n'));
         assert!(lua.starts_with("local META, CURSOR, TASKS, RING, FAR, READY, "), "{lua}");
         assert!(lua.contains("= KEYS[1], KEYS[2], KEYS[3]"), "{lua}");
-        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[16], KEYS[17] local FIXED_KEYS = 15"), "{lua}");
+        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[17], KEYS[18] local FIXED_KEYS = 16"), "{lua}");
         assert!(lua.contains("local function declared_slots(from, indices)"), "{lua}");
     }
 }

@@ -59,6 +59,14 @@
 //!   and answers [`Error::NotFound`] for a running one. A task whose
 //!   lease ran out is no longer running: it is cancelled or moved, and its late handler's
 //!   acknowledgement changes nothing.
+//! - **Recurring tasks** ([`DurableScheduler::schedule_recurring`] with a [`Recurrence`]: a cron
+//!   expression in a time zone with the `cron` feature, or a fixed rate) are one task whose runs
+//!   follow one another: the end of a run places the next in the same script, worked out by the
+//!   node that ran it (a fixed rate without an end, by Redis), so no run is handed out twice
+//!   whatever nodes race. After an outage a series runs once for its missed runs, then on its
+//!   schedule again ([`MissedRuns::Skip`], the default here).
+//!   [`DurableScheduler::upsert_recurring`] replaces a series whole, atomically; one that is
+//!   running finishes its run first.
 //! - **Failures** (an `Err`, a panic, or a run past the handler timeout) are retried after `backoff * 2^(n-1)`
 //!   (at most [`MAX_BACKOFF`]) until `max_attempts` deliveries; then the task goes to the dead
 //!   letters, which [`DurableScheduler::dead_letters`] lists and
@@ -193,7 +201,7 @@
 //! |----------------|--------|-------|
 //! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout` and the counters of [`DurableStats`] |
 //! | `cursor`       | string | the last tick processed: every task due at or before it has left the ring |
-//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<missed runs>:<error length>:<error><payload>` |
+//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<missed runs>:[c<spec length>:<spec>]<error length>:<error><payload>` (the spec, of a series whose next run the node works out, only there) |
 //! | `ring`         | string | how many entries the ring's slots hold together |
 //! | `far`          | zset   | keys of the tasks due beyond the ring's revolution, scored by due ms; promoted into the ring as the cursor nears |
 //! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first) |
@@ -206,6 +214,7 @@
 //! | `wake`         | list   | wake-up tokens for idle workers, pushed when tasks become ready |
 //! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
 //! | `figures`      | hash   | the wheel-wide figures a minute, `<minute>:<what>` (handed out, acknowledged, failed, dead, and claims by lateness bucket), counted by the scripts that do the work and kept two hours; read by [`DurableScheduler::figures`] |
+//! | `upserts`      | hash   | a series upserted while a run of its key was in flight, by key: the record that takes the series' place when the run ends ([`DurableScheduler::upsert_recurring`]) |
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
@@ -267,8 +276,10 @@ mod keys;
 mod leader;
 mod metrics;
 mod open;
+mod recurring;
 mod scheduler;
 mod scripts;
+mod series;
 mod shared_conn;
 mod task;
 #[cfg(test)]
@@ -278,7 +289,7 @@ mod worker;
 
 pub use crate::error::RedisFailure;
 // What both modes' recurring tasks take, here too, so that durable code needs one import.
-pub use crate::recurrence::{MissedRuns, Repeat};
+pub use crate::recurrence::{MissedRuns, Recurrence, Repeat};
 // The crate's one error type, here too, so that durable code needs one import.
 pub use crate::Error;
 pub use admin::{FIGURES_MINUTES, MAX_PAGE};
@@ -290,5 +301,6 @@ pub use config::{
 };
 pub use keys::WheelKeys;
 pub use scheduler::DurableScheduler;
+pub use series::MAX_BURST;
 pub use task::{DeadTask, DueCursor, DuePage, DurableStats, Figures, MinuteCounts, Task, TaskInfo, TaskState};
 pub use worker::Worker;

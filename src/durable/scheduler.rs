@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use super::client::WheelClient;
 use super::coalesce::{self, Calls};
 use super::scripts::{self, NewTask, Scheduled};
+use super::series::Stored;
 use super::time::When;
 use super::{Task, Worker};
 use crate::Error;
@@ -413,7 +414,8 @@ impl DurableScheduler {
     /// Schedules a recurring task under `key`: a run every `period` at a fixed rate on Redis's
     /// clock, the first one `period` after this call, `repeat` times or forever, each delivered
     /// to a worker's handler like any task (its [`Task::due`] is that run's due time). Makes up
-    /// missed runs at once ([`MissedRuns::Burst`](crate::MissedRuns::Burst)); see
+    /// missed runs at once ([`MissedRuns::Burst`](crate::MissedRuns::Burst)), at most
+    /// [`MAX_BURST`](super::MAX_BURST) of them after an outage (the earlier ones are skipped); see
     /// [`schedule_repeating_with`](Self::schedule_repeating_with) for the other policies.
     ///
     /// - **Once per period**: the next run is placed when a run ends (acknowledged, or given up
@@ -430,8 +432,8 @@ impl DurableScheduler {
     /// - Runs fall due on the wheel's ticks: a period shorter than the tick runs at most once a
     ///   tick ([`MissedRuns::Burst`](crate::MissedRuns::Burst) then catches up).
     ///
-    /// Cron expressions are not supported: use a period, or schedule the next run from the
-    /// handler with [`schedule_at`](Self::schedule_at).
+    /// For a cron expression in a time zone, an end, or a first run at a chosen time, see
+    /// [`schedule_recurring`](Self::schedule_recurring).
     ///
     /// # Examples
     /// ```no_run
@@ -487,12 +489,49 @@ impl DurableScheduler {
             crate::Repeat::Forever => None,
         };
         let task = NewTask { key: key.to_string(), when: When::delay(period)?, payload };
-        let keys = &self.wheel.partition_of(key).keys;
-        let repeat = scripts::Recurrence { every_ms, runs, missed };
-        let answer = scripts::schedule(&self.wheel, keys, &self.wheel.ids.next(), &[task], false, Some(repeat)).await?;
+        let series = Stored { every_ms, runs, missed, spec: String::new(), first_due_ms: 0 };
+        self.schedule_series(task, &series).await
+    }
+
+    /// [`schedule_repeating`](Self::schedule_repeating) with the payload `value` as JSON, as
+    /// [`schedule_json`](Self::schedule_json) writes it.
+    ///
+    /// # Errors
+    /// [`Error::Payload`] if `value` cannot be written as JSON; otherwise as
+    /// [`schedule_repeating`](Self::schedule_repeating).
+    ///
+    /// # Cancel safety
+    /// As [`schedule_repeating`](Self::schedule_repeating).
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    pub async fn schedule_repeating_json<T: serde::Serialize + ?Sized>(
+        &self,
+        key: impl AsRef<str>,
+        period: Duration,
+        repeat: crate::Repeat,
+        value: &T,
+    ) -> Result<(), Error> {
+        let key = key.as_ref();
+        let payload = super::task::to_json(key, value)?;
+        self.schedule_repeating(key, period, repeat, payload).await
+    }
+
+    /// Schedules the recurring `task` (its first run at its `when`) as the series `series`, then
+    /// waits for the replicas: `DuplicateKey` if its key is pending.
+    pub(super) async fn schedule_series(&self, task: NewTask, series: &Stored) -> Result<(), Error> {
+        let keys = &self.wheel.partition_of(&task.key).keys;
+        let answer = scripts::schedule(
+            &self.wheel,
+            keys,
+            &self.wheel.ids.next(),
+            std::slice::from_ref(&task),
+            false,
+            Some(series),
+        )
+        .await?;
         match answer.first() {
             Some(Scheduled::Created | Scheduled::AlreadyByThisRequest) => self.wheel.conn.replicate(&keys.meta()).await,
-            _ => Err(Error::DuplicateKey(key.to_string())),
+            _ => Err(Error::DuplicateKey(task.key)),
         }
     }
 
@@ -546,7 +585,7 @@ impl DurableScheduler {
     }
 
     /// Checks a key and payload before they go to Redis.
-    fn check(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
+    pub(super) fn check(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
         if key.is_empty() {
             return Err(Error::invalid("the key must not be empty"));
         }

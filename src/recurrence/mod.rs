@@ -31,6 +31,10 @@ pub enum Repeat {
 ///
 /// Runs counted by [`Repeat::Times`] are runs made: a run skipped is not counted.
 ///
+/// In the durable mode (feature `redis`), `DurableScheduler::schedule_recurring` and
+/// `upsert_recurring` use `Skip` unless the recurrence names a policy, whatever its cadence, and
+/// `Burst` makes up at most `durable::MAX_BURST` runs there (the earlier ones are skipped).
+///
 /// # Examples
 /// ```
 /// # use std::time::Duration;

@@ -297,6 +297,13 @@ impl Recurrence {
         })
     }
 
+    /// The policy given to [`missed`](Self::missed), if any (the durable mode has a default of
+    /// its own).
+    #[cfg(feature = "redis")]
+    pub(crate) fn missed_given(&self) -> Option<MissedRuns> {
+        self.missed
+    }
+
     /// Checks what the chain could not: a period longer than zero, a limit of at least one run,
     /// an end no earlier than the start. Scheduling calls it; a recurrence it refuses has no
     /// runs ([`next_after`](Self::next_after) is `None`).

@@ -9,14 +9,17 @@
   Input:
     KEYS     the wheel's keys
     ARGV[1]  tick in ms   ARGV[2] slots
-    ARGV[3 + 2i], ARGV[4 + 2i]  per delivery: key, claim token
+    ARGV[3 + 3i], ARGV[4 + 3i], ARGV[5 + 3i]  per delivery: key, claim token, next due (ms on
+             Redis's clock, the node's answer for a series with a spec, see record.lua; '' for
+             any other task, and '0' when such a series has no run left)
   Output:
     one digit per delivery, as one string: 1 acknowledged, 0 refused.
-  Keys: TASKS, LEASED, META, FIGURES, and for a recurring task FAR, READY, CURSOR, WAKE.
+  Keys: TASKS, LEASED, META, FIGURES, UPSERTS, and for a recurring task FAR, READY, CURSOR, WAKE.
 ]]
 -- @include acknowledge
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
--- The deliveries: delivery j's key is ARGV[DELIVERIES_FROM + 2j - 2], its claim token the next.
+-- The deliveries: delivery j's key is ARGV[DELIVERIES_FROM + 3j - 3], its claim token and next
+-- due the two after it.
 local DELIVERIES_FROM = 3
 
 return acknowledge(ARGV, DELIVERIES_FROM, tick_ms, slots)

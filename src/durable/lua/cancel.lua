@@ -2,7 +2,9 @@
   live lease is running (its handler has started, or its claim's reply is on its way and will
   start it) and is left alone: its lease runs its course. A task whose lease ran out (its worker
   died or outran it) is no longer running and is cancelled, so that no other delivery starts.
-  So when this answers 1, no handler of the task starts after it, on any node.
+  So when this answers 1, no handler of the task starts after it, on any node. An upsert queued
+  behind a running run (see includes/queued.lua) is dropped whatever the answer, so that the run
+  ends its series as it would have without the upsert.
 
   Safe to retry: the answer is kept under the call's id (CALL_KEY) for `ttl` ms; a retry whose
   first attempt landed answers the same and leaves alone a task scheduled under the key since.
@@ -12,7 +14,7 @@
     ARGV[1]  ms to keep the answer   ARGV[2 ..] keys
   Output:
     one digit per key: 1 cancelled (by this call), 0 none pending, 2 running (left alone).
-  Keys: CALL_KEY, TASKS, FAR, READY, LEASED, META. A cancelled task's ring entry is left in its
+  Keys: CALL_KEY, TASKS, FAR, READY, LEASED, UPSERTS, META. A cancelled task's ring entry is left in its
   slot (its key is not known here, and need not be): the cursor drops it when it passes it,
   since no record matches it any more (see tick.lua).
 ]]
@@ -22,6 +24,7 @@
 -- @include request
 -- @include zrem_all
 -- @include hash_all
+-- @include queued
 local ttl = ARGV[1]
 -- The keys to cancel, from ARGV[KEYS_FROM] on.
 local KEYS_FROM = 2
@@ -53,6 +56,7 @@ for j, k in ipairs(names) do
     end
   end
 end
+drop_queued(names)
 if #gone > 0 then
   zrem_all(TASKS, gone, 'HDEL')
   zrem_all(FAR, gone)

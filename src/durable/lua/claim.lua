@@ -27,7 +27,8 @@
     ARGV[3]  '1' to only get back what an earlier attempt took (a stopping worker), else '0'
     ARGV[4]  ms to remember what this claim took (at most the lease)
     ARGV[5]  tick in ms   ARGV[6] slots (to place a recurring task's next run)
-    ARGV[7 + 2i], ARGV[8 + 2i]  per delivery to acknowledge first: key, claim token
+    ARGV[7 + 3i], ARGV[8 + 3i], ARGV[9 + 3i]  per delivery to acknowledge first: key, claim
+             token, next due (as for ack.lua)
   Output:
     {claimed ms (Redis's clock, when this claim first ran; '0' when it took nothing), the
     acknowledgements' answers (one digit per delivery, as ack.lua answers), then two entries per
@@ -45,7 +46,8 @@
 local n, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local replay_only, record_ms = ARGV[3] == '1', tonumber(ARGV[4])
 local tick_ms, slots = tonumber(ARGV[5]), tonumber(ARGV[6])
--- The deliveries to acknowledge: delivery j's key is ARGV[ACKS_FROM + 2j - 2], its token the next.
+-- The deliveries to acknowledge: delivery j's key is ARGV[ACKS_FROM + 3j - 3], its token and
+-- next due the two after it.
 local ACKS_FROM = 7
 
 local acks = acknowledge(ARGV, ACKS_FROM, tick_ms, slots)

@@ -1,7 +1,8 @@
 --[[ Reports a failed delivery: the task is retried after backoff * 2^(attempt-1) (capped)
   through the wheel, or goes to the dead letters after its last attempt (a recurring task's run
-  goes there as a copy, and its series goes on with its next run). Refused, like ack, when the
-  claim token is not the task's current one.
+  goes there as a copy, and its series goes on with its next run: ARGV[10], as for ack.lua). An
+  upsert queued behind the run (see includes/queued.lua) takes the place of the retry, or of the
+  series' next run. Refused, like ack, when the claim token is not the task's current one.
 
   Input:
     KEYS     the wheel's keys, then the ring slot keys the retry may go to
@@ -9,9 +10,11 @@
     ARGV[4]  max attempts   ARGV[5] backoff base in ms   ARGV[6] backoff cap in ms
     ARGV[7]  tick in ms   ARGV[8] slots   ARGV[9] the declared slots' indices (packed, as for
              schedule)
+    ARGV[10] the series' next due time after this run, for a series with a spec (as for ack.lua;
+             '' for any other task)
   Output:
     1 retried, 2 dead, 0 refused.
-  Keys: TASKS, LEASED, the declared slots, RING, FAR, READY, CURSOR, META, FIGURES, WAKE, and when it
+  Keys: TASKS, LEASED, UPSERTS, the declared slots, RING, FAR, READY, CURSOR, META, FIGURES, WAKE, and when it
   dies DEAD_TASKS, DEAD.
 ]]
 -- @include keys
@@ -22,9 +25,11 @@
 -- @include wake
 -- @include bury
 -- @include figures
+-- @include queued
 local k, tok, err = ARGV[1], ARGV[2], ARGV[3]
 local max_attempts, backoff_ms, backoff_cap_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local tick_ms, slots, declared = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
+local next_due = ARGV[10]
 
 local rec = redis.call('HGET', TASKS, k)
 if not rec or token_of(rec) ~= tok then return 0 end
@@ -32,11 +37,22 @@ local t = decode(rec)
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, declared)
 local up = w.up
 redis.call('ZREM', LEASED, k)
+local queued = queued_of({k})[1]
+-- The upsert queued behind this run replaces what comes next.
+local function take_queued()
+  redis.call('HSET', TASKS, k, queued)
+  drop_queued({k})
+  local batch = new_batch()
+  place(k, tonumber(record_due(queued)), w, batch)
+  if flush(batch) then wake() end
+end
 if t.a >= max_attempts then
   bury(k, t, err, up)
   redis.call('HINCRBY', META, 'dead_lettered', 1)
   count_figures({ f = 1, d = 1 }, up)
-  if advance(t, w.down) then
+  if queued then
+    take_queued()
+  elseif advance(t, w.down, next_due) then
     redis.call('HSET', TASKS, k, encode(t))
     local batch = new_batch()
     place(k, t.due, w, batch)
@@ -45,6 +61,11 @@ if t.a >= max_attempts then
     redis.call('HDEL', TASKS, k)
   end
   return 2
+end
+if queued then
+  take_queued()
+  count_figures({ f = 1 }, up)
+  return 1
 end
 t.due = up + math.min(backoff_cap_ms, backoff_ms * 2 ^ (t.a - 1))
 t.tok, t.err = '0', err

@@ -6,13 +6,14 @@
     ARGV[1]  key   ARGV[2] ms to keep the answer
   Output:
     1 requeued, 0 no such dead letter, -1 a task with this key is pending.
-  Keys: CALL_KEY, DEAD_TASKS, DEAD, TASKS, READY, WAKE.
+  Keys: CALL_KEY, DEAD_TASKS, DEAD, TASKS, READY, WAKE, UPSERTS.
 ]]
 -- @include keys
 -- @include clock
 -- @include record
 -- @include request
 -- @include wake
+-- @include queued
 local k, ttl = ARGV[1], ARGV[2]
 
 local kept = replayed()
@@ -25,6 +26,7 @@ if dead then
   else
     local now = clock()
     redis.call('HSET', TASKS, k, new_record(now, decode_dead(dead).p))
+    drop_queued({k})
     redis.call('ZADD', READY, now, k)
     redis.call('HDEL', DEAD_TASKS, k)
     redis.call('ZREM', DEAD, k)

@@ -26,12 +26,15 @@
     ARGV[10] 'd' if every time is a delay, 'a' if every one is a time, else one of those per task
     ARGV[11] '1' if the caller named no slot for two tasks (see place.lua's `new_batch`), else '0';
              not read with ARGV[4] '1'
-    ARGV[12 + 2i], ARGV[13 + 2i]  per task: key, payload
+    ARGV[12] a recurring task's spec, for a series whose next runs the node works out (see
+             record.lua), else ''
+    ARGV[13 + 2i], ARGV[14 + 2i]  per task: key, payload
   Output:
     one digit per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
     is pending (DuplicateKey); with ARGV[4] '1', 4 a pending task was moved (keeping its
     payload) and 3 a running one was left alone.
-  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CURSOR, META, WAKE.
+  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CURSOR, META, WAKE, UPSERTS
+  (an upsert left queued under a key that had no task is dropped when one is made).
 ]]
 -- @include keys
 -- @include wheel_now
@@ -42,11 +45,13 @@
 -- @include zrem_all
 -- @include hash_all
 -- @include wake
+-- @include queued
 local tick_ms, slots, ttl, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local every, runs, missed = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local declared, times, modes, own_slots = ARGV[8], ARGV[9], ARGV[10], ARGV[11] == '1'
+local spec = ARGV[12]
 -- The tasks: task j's key is ARGV[TASKS_FROM + 2j - 2], its payload the argument after it.
-local TASKS_FROM = 12
+local TASKS_FROM = 13
 
 local kept = replayed()
 if kept then return (string.gsub(kept, '1', '2')) end
@@ -61,7 +66,7 @@ if not reset then
   -- call is scheduled once, by its first item.
   local pending = hmget_all(TASKS, names)
   local fresh, taken = {}, {}
-  local tail = new_tail(every, runs, missed)
+  local tail = new_tail(every, runs, missed, spec)
   for j, k in ipairs(names) do
     if pending[j] or taken[k] then
       out[j] = '0'
@@ -77,11 +82,15 @@ if not reset then
     end
   end
   hset_all(TASKS, fresh)
+  local made = {}
+  for i = 1, #fresh, 2 do made[#made + 1] = fresh[i] end
+  drop_queued(made)
 else
   for j, k in ipairs(names) do
     local due = dues[j]
-    if redis.call('HSETNX', TASKS, k, new_record(due, payload_of(j), every, runs, missed)) == 1 then
+    if redis.call('HSETNX', TASKS, k, new_record(due, payload_of(j), every, runs, missed, spec)) == 1 then
       place(k, due, w, batch)
+      drop_queued({k})
       created = created + 1
       out[j] = '1'
     else
@@ -95,6 +104,7 @@ else
         batch = new_batch()
         t.due, t.tok = due, '0'
         redis.call('HSET', TASKS, k, encode(t))
+        drop_queued({k})
         zrem_all(FAR, {k})
         zrem_all(READY, {k})
         zrem_all(LEASED, {k})

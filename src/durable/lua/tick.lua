@@ -27,7 +27,7 @@
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready}.
-  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, FIGURES, WAKE, DEAD, DEAD_TASKS, and the
+  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, UPSERTS, META, FIGURES, WAKE, DEAD, DEAD_TASKS, and the
   declared slots.
 ]]
 -- @include keys
@@ -42,6 +42,7 @@
 -- @include advance
 -- @include bury
 -- @include figures
+-- @include queued
 local token, tick_ms, slots, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local budget, max_attempts = tonumber(ARGV[5]), tonumber(ARGV[6])
 local dead_max, dead_max_age = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -53,16 +54,23 @@ local function requeue_expired(now)
   local expired = redis.call('ZRANGEBYSCORE', LEASED, '-inf', now, 'LIMIT', 0, budget)
   if #expired == 0 then return 0, 0 end
   zrem_all(LEASED, expired)
-  local to_ready, dead, buried = {}, {}, 0
-  for _, k in ipairs(expired) do
+  local to_ready, dead, buried, replaced = {}, {}, 0, {}
+  local queued = queued_of(expired)
+  for j, k in ipairs(expired) do
     local rec = redis.call('HGET', TASKS, k)
     -- A lease entry belongs to a claimed task (token not 0); any other is stale and just goes.
-    if rec and token_of(rec) ~= '0' then
+    if rec and token_of(rec) ~= '0' and queued[j] then
+      -- An upsert queued behind the run replaces it: it waits in the far tier (promoted below).
+      redis.call('HSET', TASKS, k, queued[j])
+      redis.call('ZADD', FAR, record_due(queued[j]), k)
+      replaced[#replaced + 1] = k
+    elseif rec and token_of(rec) ~= '0' then
       local t = decode(rec)
       if t.a >= max_attempts then
         bury(k, t, 'lease expired', now)
         buried = buried + 1
-        if advance(t, now) then
+        -- A series with a spec has no node's answer here: its next run is due now (advance.lua).
+        if advance(t, now, nil) then
           -- A recurring task's series goes on: its next run waits in the far tier (promoted below).
           redis.call('HSET', TASKS, k, encode(t))
           redis.call('ZADD', FAR, t.due, k)
@@ -78,6 +86,7 @@ local function requeue_expired(now)
     end
   end
   zadd_all(READY, to_ready)
+  drop_queued(replaced)
   if #dead > 0 then zrem_all(TASKS, dead, 'HDEL') end
   if buried > 0 then redis.call('HINCRBY', META, 'dead_lettered', buried) end
   if #to_ready > 0 then redis.call('HINCRBY', META, 'retried', #to_ready / 2) end

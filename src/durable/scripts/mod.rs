@@ -34,12 +34,12 @@ pub(crate) use server::{config_value, server_version};
 #[cfg(test)]
 pub(crate) use tasks::schedule_in;
 pub(crate) use tasks::{
-    cancel, requeue_dead, reschedule, schedule, Cancelled, Moved, NewTask, Recurrence, Requeued, Scheduled,
+    cancel, requeue_dead, reschedule, schedule, upsert, Cancelled, Moved, NewTask, Requeued, Scheduled, Upserted,
 };
 #[cfg(test)]
 pub(crate) use worker::claim;
 pub(crate) use worker::Failed;
-pub(crate) use worker::{ack, claim_and_ack, fail, renew, Claim, Claimed};
+pub(crate) use worker::{ack, claim_and_ack, fail, renew, Ack, Claim, Claimed};
 
 /// How many wake-up tokens wait on `wake` at most: a burst leaves only a few wake-ups with nothing
 /// to claim behind it.
@@ -63,13 +63,14 @@ const INCLUDES: &[(&str, &str)] = &[
     ("advance", include_str!("../lua/includes/advance.lua")),
     ("figures", include_str!("../lua/includes/figures.lua")),
     ("acknowledge", include_str!("../lua/includes/acknowledge.lua")),
+    ("queued", include_str!("../lua/includes/queued.lua")),
 ];
 
 /// The Lua of the include `name`: a helper file, or one of the two made from Rust.
 fn include(name: &str) -> String {
     match name {
         "keys" => keys::lua_bindings(),
-        "constants" => format!("local WAKE_TOKENS = {WAKE_TOKENS}"),
+        "constants" => format!("local WAKE_TOKENS, MAX_BURST = {WAKE_TOKENS}, {}", super::series::MAX_BURST),
         _ => match INCLUDES.iter().find(|(n, _)| *n == name) {
             Some((_, lua)) => lua.to_string(),
             None => panic!("a durable script includes {name:?}, which lua/includes/ does not have"),
@@ -177,6 +178,7 @@ macro_rules! scripts {
 scripts!(
     open,
     schedule,
+    upsert,
     cancel,
     reschedule,
     tick,

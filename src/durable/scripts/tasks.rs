@@ -3,6 +3,7 @@
 
 use super::{declare_slots, invoke, packed, SCRIPTS};
 use crate::durable::client::{SlotGuess, WheelClient};
+use crate::durable::series::{missed_digit, Stored};
 use crate::durable::shared_conn::Window;
 use crate::durable::time::When;
 use crate::durable::WheelKeys;
@@ -14,15 +15,6 @@ pub(crate) struct NewTask {
     pub(crate) key: String,
     pub(crate) when: When,
     pub(crate) payload: Vec<u8>,
-}
-
-/// A recurring task's series: its period, how many runs (`None`: forever) and what it does about
-/// missed runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Recurrence {
-    pub(crate) every_ms: u64,
-    pub(crate) runs: Option<u64>,
-    pub(crate) missed: crate::MissedRuns,
 }
 
 /// The two script arguments that carry the times of a call's tasks (see `due_times.lua`): their
@@ -61,14 +53,14 @@ pub(crate) enum Scheduled {
 /// Schedules `tasks` in one call, as request `request_id` (the same for every retry of it: a
 /// retry whose first attempt landed gets that attempt's answer). With `reset`, a task whose key
 /// is pending is moved to its new due time instead (keeping its payload); with `repeat`, every
-/// task is a recurring one.
+/// task is a recurring one (its first run is each task's `when`).
 pub(crate) async fn schedule(
     wheel: &WheelClient,
     keys: &WheelKeys,
     request_id: &str,
     tasks: &[NewTask],
     reset: bool,
-    repeat: Option<Recurrence>,
+    repeat: Option<&Stored>,
 ) -> Result<Vec<Scheduled>, Error> {
     let guess = wheel.slot_guess(tasks.iter().map(|t| t.when));
     schedule_in(wheel, keys, request_id, tasks, reset, repeat, &guess).await
@@ -81,7 +73,7 @@ pub(crate) async fn schedule_in(
     request_id: &str,
     tasks: &[NewTask],
     reset: bool,
-    repeat: Option<Recurrence>,
+    repeat: Option<&Stored>,
     guess: &SlotGuess,
 ) -> Result<Vec<Scheduled>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.schedule);
@@ -90,17 +82,11 @@ pub(crate) async fn schedule_in(
     inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(wheel.cfg.request_ttl_ms).arg(if reset { "1" } else { "0" });
     match repeat {
         None => inv.arg(0).arg(0).arg(0),
-        Some(r) => {
-            let missed = match r.missed {
-                crate::MissedRuns::Burst => 0,
-                crate::MissedRuns::Delay => 1,
-                crate::MissedRuns::Skip => 2,
-            };
-            inv.arg(r.every_ms).arg(r.runs.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX))).arg(missed)
-        }
+        Some(r) => inv.arg(r.every_ms).arg(runs_arg(r.runs)).arg(missed_digit(r.missed)),
     };
     let (times, modes) = pack_times(tasks.iter().map(|t| t.when));
     inv.arg(slots).arg(times).arg(modes).arg(if guess.own_slots { "1" } else { "0" });
+    inv.arg(repeat.map_or("", |r| r.spec.as_str()));
     for task in tasks {
         inv.arg(&task.key).arg(task.payload.as_slice());
     }
@@ -115,6 +101,55 @@ pub(crate) async fn schedule_in(
             _ => Scheduled::Duplicate,
         })
         .collect())
+}
+
+/// A series' runs as the scripts take them: -1 for no limit.
+fn runs_arg(runs: Option<u64>) -> i64 {
+    runs.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// What `upsert.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Upserted {
+    /// No task was pending under the key: made.
+    Created,
+    /// A waiting or ready task was replaced.
+    Replaced,
+    /// A run is running: the new series is queued behind it, to take its place when it ends.
+    Queued,
+}
+
+/// Makes the series `series` (its first run at `series.first_due_ms`) the one task under `key`,
+/// with `payload`, whatever was pending there, as request `request_id`.
+pub(crate) async fn upsert(
+    wheel: &WheelClient,
+    keys: &WheelKeys,
+    request_id: &str,
+    key: &str,
+    series: &Stored,
+    payload: &[u8],
+) -> Result<Upserted, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.upsert);
+    inv.key(keys.request(request_id));
+    let guess = wheel.slot_guess(std::iter::once(When::At(series.first_due_ms)));
+    let slots = declare_slots(&mut inv, keys, &guess.indices);
+    inv.arg(wheel.cfg.tick_ms)
+        .arg(wheel.cfg.slots)
+        .arg(wheel.cfg.request_ttl_ms)
+        .arg(slots)
+        .arg(key)
+        .arg(series.first_due_ms)
+        .arg(series.every_ms)
+        .arg(runs_arg(series.runs))
+        .arg(missed_digit(series.missed))
+        .arg(series.spec.as_str())
+        .arg(payload);
+    let reply: Vec<u8> = wheel.conn.call(&inv, Window::Default).await?;
+    Ok(match reply.first() {
+        Some(b'1') => Upserted::Created,
+        Some(b'3') => Upserted::Queued,
+        _ => Upserted::Replaced,
+    })
 }
 
 /// What `cancel.lua` found under one key.

@@ -3,6 +3,7 @@
 
 use super::{declare_slots, invoke, number, text, SCRIPTS};
 use crate::durable::client::WheelClient;
+use crate::durable::series::Spec;
 use crate::durable::shared_conn::Window;
 use crate::durable::time::{from_unix_ms, When};
 use crate::durable::Task;
@@ -14,6 +15,26 @@ use crate::Error;
 pub(crate) struct Claimed {
     pub(crate) task: Task,
     pub(crate) token: String,
+    /// The spec of a series whose next run the node works out (see `series.rs`), read from the
+    /// record; `None` for any other task.
+    pub(crate) spec: Option<Spec>,
+}
+
+/// One delivery to acknowledge: its key, its claim token, and the next due time of its series
+/// (its spec's [`next_due`](Spec::next_due); `""` for a task without a spec).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ack {
+    pub(crate) key: String,
+    pub(crate) token: String,
+    pub(crate) next_due: String,
+}
+
+impl Ack {
+    /// The acknowledgement of a task without a spec.
+    #[cfg(test)]
+    pub(crate) fn plain(key: &str, token: &str) -> Self {
+        Ack { key: key.to_string(), token: token.to_string(), next_due: String::new() }
+    }
 }
 
 /// Claims up to `n` ready tasks under `claim_id`, leased for the wheel's lease. With
@@ -42,8 +63,8 @@ pub(crate) struct Claim<'a> {
     pub(crate) replay_only: bool,
     /// The id of this worker's last answered claim (its record can go), or "".
     pub(crate) previous: &'a str,
-    /// The deliveries (key, claim token) whose handlers succeeded.
-    pub(crate) acks: &'a [(&'a str, &'a str)],
+    /// The deliveries whose handlers succeeded.
+    pub(crate) acks: &'a [Ack],
 }
 
 /// What a `claim.lua` call answered.
@@ -72,8 +93,8 @@ pub(crate) async fn claim_and_ack(
         .arg(wheel.cfg.request_ttl_ms)
         .arg(wheel.cfg.tick_ms)
         .arg(wheel.cfg.slots);
-    for (key, token) in call.acks {
-        inv.arg(*key).arg(*token);
+    for ack in call.acks {
+        inv.arg(&ack.key).arg(&ack.token).arg(&ack.next_due);
     }
     let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, window).await?;
     let (Some(claimed), Some(acked)) = (flat.first(), flat.get(1)) else {
@@ -95,19 +116,22 @@ pub(crate) async fn claim_and_ack(
 }
 
 /// A claimed task from its key and its record as `claim.lua` answers it: record.lua's format,
-/// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:<error length>:<error><payload>`.
+/// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>]<error length>:<error><payload>`.
 /// `None` for a record that does not read (none does: the scripts write every one).
 fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) -> Option<Claimed> {
     let mut rest = record;
-    let mut field = || -> Option<&[u8]> {
-        let at = rest.iter().position(|&b| b == b':')?;
-        let (f, tail) = (&rest[..at], &rest[at + 1..]);
-        rest = tail;
-        Some(f)
-    };
-    let (due, attempt, token) = (field()?, field()?, field()?);
-    let (_every, _runs, _missed, error_len) = (field()?, field()?, field()?, field()?);
-    let error_len = usize::try_from(number(error_len)).ok()?;
+    let (due, attempt, token) = (field(&mut rest)?, field(&mut rest)?, field(&mut rest)?);
+    let (_every, _runs, missed) = (field(&mut rest)?, field(&mut rest)?, field(&mut rest)?);
+    // The spec, when there is one: `c<length>:<spec>`, before the error's length.
+    let mut spec = None;
+    if let Some(after) = rest.strip_prefix(b"c") {
+        rest = after;
+        let len = usize::try_from(number(field(&mut rest)?)).ok()?;
+        let spec_text = rest.get(..len)?;
+        rest = &rest[len..];
+        spec = Some(Spec { text: text(spec_text), missed: *missed.first()? });
+    }
+    let error_len = usize::try_from(number(field(&mut rest)?)).ok()?;
     let payload = rest.get(error_len..)?;
     Some(Claimed {
         task: Task {
@@ -118,7 +142,16 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
             claimed_at,
         },
         token: text(token),
+        spec,
     })
+}
+
+/// The field before the next `:` of `rest`, which moves past it.
+fn field<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let at = rest.iter().position(|&b| b == b':')?;
+    let f = &rest[..at];
+    *rest = &rest[at + 1..];
+    Some(f)
 }
 
 /// An answer of one digit per item, as one string: true for each `1`.
@@ -126,18 +159,18 @@ fn digits(answer: &[u8]) -> Vec<bool> {
     answer.iter().map(|&d| d == b'1').collect()
 }
 
-/// Acknowledges `deliveries` (key, claim token) in one call; true for each one acknowledged,
-/// false for one refused (its token is no longer the task's).
+/// Acknowledges `deliveries` in one call; true for each one acknowledged, false for one
+/// refused (its token is no longer the task's).
 pub(crate) async fn ack(
     wheel: &WheelClient,
     keys: &WheelKeys,
-    deliveries: &[(&str, &str)],
+    deliveries: &[Ack],
     window: Window,
 ) -> Result<Vec<bool>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.ack);
     inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots);
-    for (key, token) in deliveries {
-        inv.arg(*key).arg(*token);
+    for ack in deliveries {
+        inv.arg(&ack.key).arg(&ack.token).arg(&ack.next_due);
     }
     let reply: Vec<u8> = wheel.conn.call(&inv, window).await?;
     Ok(digits(&reply))
@@ -154,15 +187,16 @@ pub(crate) enum Failed {
     Refused,
 }
 
-/// Reports that the delivery of `key` under `token` failed with `why`.
+/// Reports that the delivery of `key` under `token` failed with `why`; `next_due` is its
+/// series' next run should this be its last attempt (as for [`ack`]).
 pub(crate) async fn fail(
     wheel: &WheelClient,
     keys: &WheelKeys,
-    key: &str,
-    token: &str,
+    delivery: &Ack,
     why: &str,
     window: Window,
 ) -> Result<Failed, Error> {
+    let (key, token) = (delivery.key.as_str(), delivery.token.as_str());
     let cfg = &wheel.cfg;
     let mut inv = invoke(keys, &SCRIPTS.fail);
     // The retry's due time is Redis's now plus the backoff for its attempt, which this side does
@@ -178,7 +212,8 @@ pub(crate) async fn fail(
         .arg(cfg.max_backoff_ms())
         .arg(cfg.tick_ms)
         .arg(cfg.slots)
-        .arg(slots);
+        .arg(slots)
+        .arg(&delivery.next_due);
     Ok(match wheel.conn.call::<i64>(&inv, window).await? {
         1 => Failed::Retried,
         2 => Failed::Dead,

@@ -110,7 +110,8 @@ async fn fire_path_instructions_per_task() {
         costs.push(("renew (128 a call)", N.div_ceil(128), dump(&pid, &dir)));
 
         zero(&pid);
-        for chunk in pairs.chunks(batch) {
+        let acks: Vec<scripts::Ack> = held.iter().map(|(k, t)| scripts::Ack::plain(k, t)).collect();
+        for chunk in acks.chunks(batch) {
             let acked = scripts::ack(w, keys, chunk, Window::Default).await.unwrap();
             assert!(acked.iter().all(|&a| a));
         }
@@ -139,7 +140,7 @@ async fn fire_path_instructions_per_task() {
         let (mut last, mut previous, mut calls, mut acked) = (Vec::<(String, String)>::new(), String::new(), 0, 0);
         loop {
             let id = format!("c{calls}");
-            let pairs: Vec<(&str, &str)> = last.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
+            let pairs: Vec<scripts::Ack> = last.iter().map(|(k, t)| scripts::Ack::plain(k, t)).collect();
             let call =
                 scripts::Claim { n: batch, claim_id: &id, replay_only: false, previous: &previous, acks: &pairs };
             let reply = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();

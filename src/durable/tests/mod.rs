@@ -11,6 +11,7 @@ mod support;
 mod costs;
 mod hooks;
 mod scripts;
+mod series;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -92,6 +93,11 @@ fn meta(server: &RedisServer, keys: &WheelKeys, field: &str) -> i64 {
 }
 
 /// The expected dump: `(suffix, value)` pairs.
+/// Acknowledgements of tasks without a spec, from (key, claim token) pairs.
+fn acks(pairs: &[(&str, &str)]) -> Vec<super::scripts::Ack> {
+    pairs.iter().map(|(k, t)| super::scripts::Ack::plain(k, t)).collect()
+}
+
 fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }

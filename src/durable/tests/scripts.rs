@@ -4,8 +4,8 @@
 //! but what the script under test moves; times are chosen relative to Redis's clock read by the
 //! test.
 
-use super::{dump, expect, meta, redis_now_ms, wheel, SLOTS, TICK_MS};
-use crate::durable::scripts::{self, Bid, Cancelled, Failed, Moved, NewTask, Requeued, Scheduled, TickReply};
+use super::{acks, dump, expect, meta, redis_now_ms, wheel, SLOTS, TICK_MS};
+use crate::durable::scripts::{self, Ack, Bid, Cancelled, Failed, Moved, NewTask, Requeued, Scheduled, TickReply};
 use crate::durable::shared_conn::Window;
 use crate::durable::time::When;
 use crate::durable::WheelKeys;
@@ -390,15 +390,16 @@ async fn ack_finishes_a_task_under_its_token_only() {
     seed_running(&server, keys, "a", 5, 1, now + 60_000);
     seed_running(&server, keys, "b", 5, 1, now + 60_000);
     // `a` twice in one call: acknowledged once.
-    let got =
-        scripts::ack(w, keys, &[("a", "7"), ("b", "6"), ("gone", "1"), ("a", "7")], Window::Default).await.unwrap();
+    let got = scripts::ack(w, keys, &acks(&[("a", "7"), ("b", "6"), ("gone", "1"), ("a", "7")]), Window::Default)
+        .await
+        .unwrap();
     assert_eq!(got, [true, false, false, false]);
     let d = dump(&server, keys);
     assert_eq!(d["tasks"], hash(&[("b", rec(5, 1, 7, "", "x"))]));
     assert_eq!(d["leased"], format!("b@{}", now + 60_000));
     assert_eq!(meta(&server, keys, "acked"), 1);
     // Repeated: refused, nothing changes.
-    assert_eq!(scripts::ack(w, keys, &[("a", "7")], Window::Default).await.unwrap(), [false]);
+    assert_eq!(scripts::ack(w, keys, &acks(&[("a", "7")]), Window::Default).await.unwrap(), [false]);
     assert_eq!(dump(&server, keys), d);
 }
 
@@ -408,9 +409,9 @@ async fn fail_retries_after_the_backoff_then_buries_on_the_last_attempt() {
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let now = redis_now_ms(&server);
     seed_running(&server, keys, "a", 5, 1, now + 60_000);
-    assert_eq!(scripts::fail(w, keys, "a", "6", "boom", Window::Default).await.unwrap(), Failed::Refused);
+    assert_eq!(scripts::fail(w, keys, &Ack::plain("a", "6"), "boom", Window::Default).await.unwrap(), Failed::Refused);
     let before = redis_now_ms(&server);
-    assert_eq!(scripts::fail(w, keys, "a", "7", "boom", Window::Default).await.unwrap(), Failed::Retried);
+    assert_eq!(scripts::fail(w, keys, &Ack::plain("a", "7"), "boom", Window::Default).await.unwrap(), Failed::Retried);
     let after = redis_now_ms(&server);
     let d = dump(&server, keys);
     // Attempt 1 failed: due a backoff (1 s) later (beyond the ring of 8 x 100 ms), not leased,
@@ -424,7 +425,10 @@ async fn fail_retries_after_the_backoff_then_buries_on_the_last_attempt() {
     // Its third (last) delivery fails: a dead letter.
     server.command(&["DEL", &keys.far()]);
     seed_running(&server, keys, "a", 5, 3, now + 60_000);
-    assert_eq!(scripts::fail(w, keys, "a", "7", "boom again", Window::Default).await.unwrap(), Failed::Dead);
+    assert_eq!(
+        scripts::fail(w, keys, &Ack::plain("a", "7"), "boom again", Window::Default).await.unwrap(),
+        Failed::Dead
+    );
     let d = dump(&server, keys);
     assert!(!d.contains_key("tasks") && !d.contains_key("leased"), "{d:?}");
     assert_eq!(d["dead_tasks"], hash(&[("a", dead_rec(5, 3, "boom again", "x"))]));
@@ -680,7 +684,7 @@ async fn ack_of_a_recurring_run_places_the_next_by_its_policy() {
         server.command(&["HSET", &keys.tasks(), k, &record]);
         server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), k]);
     }
-    let deliveries: Vec<(&str, &str)> = cases.iter().map(|c| (c.0, "7")).collect();
+    let deliveries: Vec<Ack> = cases.iter().map(|c| Ack::plain(c.0, "7")).collect();
     assert_eq!(scripts::ack(w, keys, &deliveries, Window::Default).await.unwrap(), [true; 5]);
     let d = dump(&server, keys);
     assert!(!d.contains_key("leased"), "{d:?}");
@@ -714,10 +718,10 @@ async fn claim_acknowledges_what_finished_then_claims() {
     for (k, due) in [("b", 20), ("a", 10), ("c", 30)] {
         seed_ready(&server, keys, k, due, &format!("payload of {k}"));
     }
-    let acks = [("done", "7"), ("done", "7"), ("other", "6"), ("gone", "7")];
-    let call = scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", acks: &acks };
+    let given = acks(&[("done", "7"), ("done", "7"), ("other", "6"), ("gone", "7")]);
+    let call = scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", acks: &given };
     let got = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
-    assert_eq!(got.acked, [true, false, false, false], "{acks:?}");
+    assert_eq!(got.acked, [true, false, false, false], "{given:?}");
     let summary: Vec<(&str, u32, &str, &[u8])> =
         got.claimed.iter().map(|c| (c.task.key(), c.task.attempt(), c.token.as_str(), c.task.payload())).collect();
     assert_eq!(summary, [("a", 1, "1", &b"payload of a"[..]), ("b", 1, "2", &b"payload of b"[..])]);
@@ -758,8 +762,8 @@ async fn claim_acknowledges_what_finished_then_claims() {
 
     // Acknowledging alone (n = 0) claims nothing and answers no time.
     let (k, tok) = (short.claimed[0].task.key().to_string(), short.claimed[0].token.clone());
-    let acks = [(k.as_str(), tok.as_str())];
-    let call = scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", acks: &acks };
+    let given = [Ack::plain(&k, &tok)];
+    let call = scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", acks: &given };
     let only = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!((only.acked.as_slice(), only.claimed.len()), (&[true][..], 0));
     assert!(!dump(&server, keys)["tasks"].contains(&format!("{k}=")));

@@ -77,7 +77,7 @@ pub(super) async fn claim_loop(
     // A claim that failed, perhaps after it landed (its reply lost): it is made again with the
     // same id and the same acknowledgements, so that it gets back the tasks its first attempt
     // took.
-    let mut unanswered: Option<(String, Vec<(String, String)>)> = None;
+    let mut unanswered: Option<(String, Vec<scripts::Ack>)> = None;
     // The last claim answered: its record of what it took is no longer needed.
     let mut answered = String::new();
     while !stopping(&stop) {
@@ -92,8 +92,7 @@ pub(super) async fn claim_loop(
                 (wheel.ids.next(), outcomes.take(MAX_CLAIM), want)
             }
         };
-        let pairs: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
-        let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, acks: &pairs };
+        let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, acks: &acks };
         let reply = match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
             Ok(reply) => reply,
             Err(e) => {
@@ -107,9 +106,9 @@ pub(super) async fn claim_loop(
                 continue;
             }
         };
-        refused(wheel, &pairs, &reply.acked);
-        for (_, token) in &acks {
-            deliveries.forget(token);
+        refused(wheel, &acks, &reply.acked);
+        for ack in &acks {
+            deliveries.forget(&ack.token);
         }
         answered = claim_id;
         if failures > 0 {
@@ -136,13 +135,12 @@ pub(super) async fn claim_loop(
     // (taking nothing new) and runs them like the others in flight, rather than leaving them to
     // come back after the lease as another attempt.
     if let Some((claim_id, acks)) = unanswered.take() {
-        let pairs: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
-        let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", acks: &pairs };
+        let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", acks: &acks };
         match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
             Ok(reply) => {
-                refused(wheel, &pairs, &reply.acked);
-                for (_, token) in &acks {
-                    deliveries.forget(token);
+                refused(wheel, &acks, &reply.acked);
+                for ack in &acks {
+                    deliveries.forget(&ack.token);
                 }
                 run(&handlers, &deliveries, reply.claimed, &mut runners).await;
             }

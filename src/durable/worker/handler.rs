@@ -20,7 +20,8 @@ use tracing::Instrument;
 use super::lease::Deliveries;
 use super::outcome::Outcomes;
 use crate::durable::client::WheelClient;
-use crate::durable::scripts::Claimed;
+use crate::durable::scripts::{Ack, Claimed};
+use crate::durable::time::unix_ms;
 use crate::durable::Task;
 
 pub(super) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -122,7 +123,7 @@ async fn run_buffered(h: Handlers, permit: OwnedSemaphorePermit) {
 /// Runs the handler on one claimed task, inside a `tracing` span `task` (target
 /// `tokio_timewheel::durable`, level `INFO`) with the wheel's name, the partition, the key and
 /// the attempt, and hands its outcome on. Returns the outcome: `Err` for a failure.
-async fn run_one(h: &Handlers, Claimed { task, token }: Claimed) -> Result<(), ()> {
+async fn run_one(h: &Handlers, Claimed { task, token, spec }: Claimed) -> Result<(), ()> {
     let span = tracing::info_span!(
         target: "tokio_timewheel::durable",
         "task",
@@ -131,7 +132,7 @@ async fn run_one(h: &Handlers, Claimed { task, token }: Claimed) -> Result<(), (
         key = task.key.as_str(),
         attempt = task.attempt
     );
-    let key = task.key.clone();
+    let (key, due) = (task.key.clone(), task.due);
     let started = Instant::now();
     let run = async {
         match tokio::time::timeout(h.timeout, run_handler(&h.handler, task)).await {
@@ -147,7 +148,10 @@ async fn run_one(h: &Handlers, Claimed { task, token }: Claimed) -> Result<(), (
     // outcome to record: Redis would refuse it.
     let result = outcome.as_ref().map(|_| ()).map_err(|_| ());
     if h.deliveries.finish(&token) {
-        h.outcomes.push(&h.wheel, h.part, key, token, outcome);
+        // A series with a spec: its next run, worked out now (on Redis's clock, as this node
+        // estimates it), goes to the script that ends this one (see `durable/series.rs`).
+        let next_due = spec.map_or_else(String::new, |spec| spec.next_due(unix_ms(due), h.wheel.clock.now_ms()));
+        h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due }, outcome);
     }
     result
 }

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::lease::Deliveries;
 use crate::durable::client::WheelClient;
-use crate::durable::scripts::{self, Failed};
+use crate::durable::scripts::{self, Ack, Failed};
 use crate::durable::shared_conn::Window;
 use crate::Error;
 
@@ -38,8 +38,8 @@ pub(super) struct Outcomes {
 
 #[derive(Default)]
 struct Pending {
-    /// The deliveries (key, claim token) whose handlers succeeded, oldest first.
-    acks: Vec<(String, String)>,
+    /// The deliveries whose handlers succeeded, oldest first.
+    acks: Vec<Ack>,
     /// When the oldest came.
     since: Option<Instant>,
     /// The failures being recorded, each on a task of its own.
@@ -57,19 +57,12 @@ impl Outcomes {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The outcome of the delivery of `key` under `token` of partition `part`.
-    pub(super) fn push(
-        &self,
-        wheel: &Arc<WheelClient>,
-        part: usize,
-        key: String,
-        token: String,
-        outcome: Result<(), String>,
-    ) {
+    /// The outcome of the delivery `ack` of partition `part`.
+    pub(super) fn push(&self, wheel: &Arc<WheelClient>, part: usize, ack: Ack, outcome: Result<(), String>) {
         let mut pending = self.pending();
         match outcome {
             Ok(()) => {
-                pending.acks.push((key, token));
+                pending.acks.push(ack);
                 let n = pending.acks.len();
                 if n == 1 {
                     pending.since = Some(Instant::now());
@@ -83,18 +76,18 @@ impl Outcomes {
                 let (wheel, deliveries) = (wheel.clone(), self.deliveries.clone());
                 pending.failures.spawn(async move {
                     let window = Window::Within(wheel.cfg.lease().max(wheel.cfg.retry_window()));
-                    record_failure(&wheel, part, &key, &token, &why, window).await;
-                    deliveries.forget(&token);
+                    record_failure(&wheel, part, &ack, &why, window).await;
+                    deliveries.forget(&ack.token);
                 });
             }
         }
     }
 
     /// Takes up to `n` acknowledgements, oldest first, for a claim to carry.
-    pub(super) fn take(&self, n: usize) -> Vec<(String, String)> {
+    pub(super) fn take(&self, n: usize) -> Vec<Ack> {
         let mut pending = self.pending();
         let n = n.min(pending.acks.len());
-        let taken: Vec<(String, String)> = pending.acks.drain(..n).collect();
+        let taken: Vec<Ack> = pending.acks.drain(..n).collect();
         if pending.acks.is_empty() {
             pending.since = None;
         } else if n > 0 {
@@ -105,7 +98,7 @@ impl Outcomes {
     }
 
     /// Puts back acknowledgements that a claim did not deliver (a claim given up at a stop).
-    pub(super) fn put_back(&self, acks: Vec<(String, String)>) {
+    pub(super) fn put_back(&self, acks: Vec<Ack>) {
         let mut pending = self.pending();
         if acks.is_empty() {
             return;
@@ -161,8 +154,8 @@ pub(super) async fn record_outcomes(wheel: Arc<WheelClient>, part: usize, outcom
         if send {
             let acks = outcomes.take(ACK_BATCH);
             send_acks(&wheel, keys, &acks, window).await;
-            for (_, token) in &acks {
-                deliveries.forget(token);
+            for ack in &acks {
+                deliveries.forget(&ack.token);
             }
             continue;
         }
@@ -184,17 +177,16 @@ pub(super) async fn record_outcomes(wheel: Arc<WheelClient>, part: usize, outcom
 }
 
 /// Acknowledges `acks` in one `ack.lua` call, logging what was refused or lost.
-async fn send_acks(wheel: &WheelClient, keys: &crate::durable::WheelKeys, acks: &[(String, String)], window: Window) {
-    let deliveries: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
-    match scripts::ack(wheel, keys, &deliveries, window).await {
-        Ok(answers) => refused(wheel, &deliveries, &answers),
+async fn send_acks(wheel: &WheelClient, keys: &crate::durable::WheelKeys, acks: &[Ack], window: Window) {
+    match scripts::ack(wheel, keys, acks, window).await {
+        Ok(answers) => refused(wheel, acks, &answers),
         Err(e) => lost(wheel, "(a batch)", &e),
     }
 }
 
 /// Logs the acknowledgements that Redis refused.
-pub(super) fn refused(wheel: &WheelClient, deliveries: &[(&str, &str)], answers: &[bool]) {
-    for ((key, _), acked) in deliveries.iter().zip(answers) {
+pub(super) fn refused(wheel: &WheelClient, deliveries: &[Ack], answers: &[bool]) {
+    for (Ack { key, .. }, acked) in deliveries.iter().zip(answers) {
         if !acked {
             // Its lease went to another worker (this one's renewal was refused too, unless the
             // two crossed), or an earlier attempt of this call landed.
@@ -203,11 +195,12 @@ pub(super) fn refused(wheel: &WheelClient, deliveries: &[(&str, &str)], answers:
     }
 }
 
-/// Records that the delivery of `key` under `token` failed with `why`.
-async fn record_failure(wheel: &WheelClient, part: usize, key: &str, token: &str, why: &str, window: Window) {
+/// Records that the delivery `ack` failed with `why`.
+async fn record_failure(wheel: &WheelClient, part: usize, ack: &Ack, why: &str, window: Window) {
+    let key = ack.key.as_str();
     tracing::debug!(wheel = %wheel.name(), key = %key, error = %why, "a handler failed");
     let metrics = wheel.metrics.partition(part);
-    match scripts::fail(wheel, &wheel.partitions[part].keys, key, token, why, window).await {
+    match scripts::fail(wheel, &wheel.partitions[part].keys, ack, why, window).await {
         Ok(Failed::Dead) => {
             metrics.dead();
             tracing::warn!(

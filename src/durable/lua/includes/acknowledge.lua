@@ -1,11 +1,13 @@
--- Acknowledges the deliveries listed in `list` from index `from` on (key, then claim token, per
--- delivery): each task is done and its key free again, or, for a recurring task with runs to
--- come, moved on to its next run (see advance.lua), placed in the far tier or `ready` (no ring
--- slot is declared for it; the tick promotes it into the ring). A delivery whose claim token is
+-- Acknowledges the deliveries listed in `list` from index `from` on (key, claim token, next due,
+-- per delivery): each task is done and its key free again, or, for a recurring task with runs to
+-- come, moved on to its next run (see advance.lua: `next due` is the node's answer for a series
+-- with a spec, '' for any other task), placed in the far tier or `ready` (no ring slot is
+-- declared for it; the tick promotes it into the ring). An upsert queued behind the run (see
+-- queued.lua) takes the place of the series' next run instead. A delivery whose claim token is
 -- not the task's current one is refused and changes nothing, and so is a key given twice (the
 -- records were read before any change). Returns one digit per delivery, as one string: 1
 -- acknowledged, 0 refused.
--- Keys: TASKS, LEASED, META, FIGURES, and for a recurring task FAR, READY, CURSOR, WAKE.
+-- Keys: TASKS, LEASED, META, FIGURES, UPSERTS, and for a recurring task FAR, READY, CURSOR, WAKE.
 -- @include keys
 -- @include wheel_now
 -- @include record
@@ -15,19 +17,26 @@
 -- @include hash_all
 -- @include wake
 -- @include figures
+-- @include queued
 local function acknowledge(list, from, tick_ms, slots)
-  local out, acked, done, w, batch, seen = {}, {}, {}, nil, new_batch(), {}
-  local names, recs = records_of(list, from, 2)
+  local out, acked, done, w, batch, seen, replaced = {}, {}, {}, nil, new_batch(), {}, {}
+  local names, recs = records_of(list, from, 3)
+  local queued = queued_of(names)
   for j, k in ipairs(names) do
-    local rec, tok = recs[j], list[from + 2 * j - 1]
+    local rec, tok, next_due = recs[j], list[from + 3 * j - 2], list[from + 3 * j - 1]
     local _, current, every
     if rec then _, current, every = head_of(rec) end
     if rec and current == tok and not seen[k] then
       seen[k] = true
       acked[#acked + 1] = k
-      local t = every ~= '0' and decode(rec)
-      w = w or (t and wheel_now(tick_ms, slots, #KEYS + 1, nil))
-      if t and advance(t, w.down) then
+      local q = queued[j]
+      local t = not q and (every ~= '0' or next_due ~= '') and decode(rec)
+      w = w or ((q or t) and wheel_now(tick_ms, slots, #KEYS + 1, nil))
+      if q then
+        redis.call('HSET', TASKS, k, q)
+        place(k, tonumber(record_due(q)), w, batch)
+        replaced[#replaced + 1] = k
+      elseif t and advance(t, w.down, next_due) then
         redis.call('HSET', TASKS, k, encode(t))
         place(k, t.due, w, batch)
       else
@@ -41,6 +50,7 @@ local function acknowledge(list, from, tick_ms, slots)
   if #acked > 0 then
     zrem_all(LEASED, acked)
     if #done > 0 then zrem_all(TASKS, done, 'HDEL') end
+    drop_queued(replaced)
     if flush(batch) then wake() end
     redis.call('HINCRBY', META, 'acked', #acked)
     count_figures({ a = #acked })

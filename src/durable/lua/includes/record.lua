@@ -1,36 +1,56 @@
 -- A pending task's record, the value under its key in TASKS, one string:
---   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:<error length>:<error><payload>
+--   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>]<error length>:<error><payload>
 -- The claim token is 0 while no worker holds the task, and a task is in LEASED exactly while its
--- token is not 0 (every script that sets it to 0 removes the lease entry in the same call). The
--- period is 0 for a task that runs once, else it is recurring: `runs left` counts the runs of its
--- series still to come, this one included (-1: forever), and `missed runs` is its policy (0
--- burst, 1 delay, 2 skip). The error is the last failure's (empty if none). The payload is last
--- so that it is never parsed.
--- `decode` gives a table of those fields (strings, but `due` and `a` numbers); `encode` the string.
+-- token is not 0 (every script that sets it to 0 removes the lease entry in the same call). A
+-- task is recurring when its period is not 0 or it has a spec: `runs left` counts the runs of
+-- its series still to come, this one included (-1: forever), and `missed runs` is its policy (0
+-- burst, 1 delay, 2 skip). A fixed-rate series (a period, no spec) is moved on in Lua (see
+-- advance.lua). A series whose next run Lua cannot work out (a cron expression in a time zone,
+-- or a fixed rate with an end) has a spec instead, the optional field in brackets, and a period
+-- of 0: the node reads it and hands the next due time to the script that ends the run (see
+-- acknowledge.lua). The spec is text: `<end ms, 0 for none> every <period ms>` or
+-- `<end ms> cron <zone> <expression>`, length-prefixed so that it may hold any character. A
+-- record without it (every record written before it existed) reads as before. The error is the
+-- last failure's (empty if none). The payload is last so that it is never parsed.
+-- `decode` gives a table of those fields (strings, but `due` and `a` numbers; `spec` is '' when
+-- absent); `encode` the string.
 local function decode(rec)
-  local due, a, tok, every, runs, missed, n, at = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d):(%d+):()')
+  local due, a, tok, every, runs, missed, at = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d):()')
+  local spec = ''
+  local len, from = string.match(rec, '^c(%d+):()', at)
+  if len then
+    spec = string.sub(rec, from, from + len - 1)
+    at = from + len
+  end
+  local n, e = string.match(rec, '^(%d+):()', at)
   n = tonumber(n)
   return {
     due = tonumber(due), a = tonumber(a), tok = tok, every = tonumber(every), runs = tonumber(runs),
-    missed = missed, err = string.sub(rec, at, at + n - 1), p = string.sub(rec, at + n),
+    missed = missed, spec = spec, err = string.sub(rec, e, e + n - 1), p = string.sub(rec, e + n),
   }
 end
+-- The spec field of a record: empty without a spec.
+local function spec_field(spec)
+  if spec == nil or spec == '' then return '' end
+  return 'c' .. #spec .. ':' .. spec
+end
 local function encode(t)
-  return string.format('%d:%d:%s:%d:%d:%s:%d:', t.due, t.a, t.tok, t.every, t.runs, t.missed, #t.err) .. t.err .. t.p
+  return string.format('%d:%d:%s:%d:%d:%s:', t.due, t.a, t.tok, t.every, t.runs, t.missed) .. spec_field(t.spec)
+    .. #t.err .. ':' .. t.err .. t.p
 end
 -- The claim token alone, without copying the payload.
 local function token_of(rec)
   return string.match(rec, '^%d+:%d+:(%d+):')
 end
 -- What follows the due time in the record of a new task (no delivery, no claim, no error)
--- before its payload: one that runs once, or (with `every` > 0) a recurring one. A call that
--- writes many new records of one kind makes it once.
-local function new_tail(every, runs, missed)
-  return string.format(':0:0:%d:%d:%s:0:', every or 0, runs or 0, missed or '0')
+-- before its payload: one that runs once, or (with `every` > 0 or a `spec`) a recurring one. A
+-- call that writes many new records of one kind makes it once.
+local function new_tail(every, runs, missed, spec)
+  return string.format(':0:0:%d:%d:%s:', every or 0, runs or 0, missed or '0') .. spec_field(spec) .. '0:'
 end
 -- A new task's record: `due` (a number, or its text as written) then `new_tail`'s, then the payload.
-local function new_record(due, payload, every, runs, missed)
-  return (type(due) == 'string' and due or string.format('%d', due)) .. new_tail(every, runs, missed) .. payload
+local function new_record(due, payload, every, runs, missed, spec)
+  return (type(due) == 'string' and due or string.format('%d', due)) .. new_tail(every, runs, missed, spec) .. payload
 end
 -- The due time (as written: a string, to pass on as a score unformatted), claim token and
 -- period alone, without copying the payload.

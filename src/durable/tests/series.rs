@@ -1,0 +1,254 @@
+//! Per-script tests of what recurring series add to the scripts, on seeded keys: a record with a
+//! spec (`lua/includes/record.lua`), moved on by the next due time the node hands to `ack.lua`
+//! (and `claim.lua`, `fail.lua`), the burst cap of a fixed rate in Lua, and `upsert.lua` with the
+//! upserts it queues behind a running run (`lua/includes/queued.lua`), which whatever ends the
+//! run (`ack`, `fail`, the tick) or cancels it takes up.
+
+use super::{acks, dump, meta, redis_now_ms, wheel};
+use crate::durable::scripts::{self, Ack, Cancelled, Failed, Upserted};
+use crate::durable::series::{Spec, Stored, MAX_BURST};
+use crate::durable::shared_conn::Window;
+use crate::MissedRuns;
+
+const SPEC: &str = "0 cron Europe/Berlin */5 * * * * *";
+
+/// The record of a series with a spec: due, deliveries, claim token, runs left, skip, the spec,
+/// no error, the payload.
+fn spec_rec(due: u64, attempt: u32, token: u64, runs: i64, payload: &str) -> String {
+    format!("{due}:{attempt}:{token}:0:{runs}:2:c{}:{SPEC}0:{payload}", SPEC.len())
+}
+
+fn ack(key: &str, token: &str, next_due: &str) -> Ack {
+    Ack { key: key.into(), token: token.into(), next_due: next_due.into() }
+}
+
+fn series(first_due_ms: u64, every_ms: u64, spec: &str) -> Stored {
+    Stored { every_ms, runs: None, missed: MissedRuns::Skip, spec: spec.into(), first_due_ms }
+}
+
+/// An acknowledged run of a series with a spec is moved to the next due time the node handed
+/// over, its spec and payload kept; '0', '' or a time not after the run's own end the series;
+/// the last counted run ends it whatever the node says. A claim answers the spec beside the task.
+#[tokio::test]
+async fn ack_moves_a_spec_series_to_the_nodes_next_due() {
+    let Some((server, timers)) = wheel("s-spec").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    let due = now - 100;
+    for (k, runs) in [("on", -1), ("zero", -1), ("none", -1), ("back", -1), ("last", 1), ("counted", 3)] {
+        server.command(&["HSET", &keys.tasks(), k, &spec_rec(due, 1, 7, runs, "p")]);
+        server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), k]);
+    }
+    let next = (due + 5000).to_string();
+    let given = [
+        ack("on", "7", &next),
+        ack("zero", "7", "0"),
+        ack("none", "7", ""),
+        ack("back", "7", &due.to_string()),
+        ack("last", "7", &next),
+        ack("counted", "7", &next),
+    ];
+    assert_eq!(scripts::ack(w, keys, &given, Window::Default).await.unwrap(), [true; 6]);
+    let d = dump(&server, keys);
+    assert_eq!(
+        d["tasks"],
+        format!("counted={} on={}", spec_rec(due + 5000, 0, 0, 2, "p"), spec_rec(due + 5000, 0, 0, -1, "p"))
+    );
+    assert_eq!(d["far"], format!("counted@{next} on@{next}"), "beyond the ring of 8 x 100 ms");
+    assert!(!d.contains_key("leased"), "{d:?}");
+    assert_eq!(meta(&server, keys, "acked"), 6);
+
+    // Claimed when due, the task carries its spec and policy for the worker to read.
+    server.command(&["DEL", &keys.far()]);
+    server.command(&["ZADD", &keys.ready(), &next, "on"]);
+    let claimed = scripts::claim(w, keys, 1, "c1", false, "").await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].spec, Some(Spec { text: SPEC.into(), missed: b'2' }));
+    assert_eq!(claimed[0].task.payload(), b"p");
+    // A record without a spec carries none.
+    super::super::scripts::schedule(
+        w,
+        keys,
+        "r1",
+        &[scripts::NewTask { key: "plain".into(), when: crate::durable::time::When::At(1), payload: b"q".to_vec() }],
+        false,
+        None,
+    )
+    .await
+    .unwrap();
+    let plain = scripts::claim(w, keys, 1, "c2", false, "c1").await.unwrap();
+    assert_eq!((plain[0].task.key(), plain[0].spec.as_ref()), ("plain", None));
+}
+
+/// A fixed rate moved on in Lua makes up at most MAX_BURST missed runs: the earlier ones are
+/// skipped, the last MAX_BURST are due at once, on the series' grid.
+#[tokio::test]
+async fn a_fixed_rate_burst_in_lua_is_capped() {
+    let Some((server, timers)) = wheel("s-burst").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    let period = 10;
+    let due = now - 10_000;
+    let few = now - 35;
+    for (k, d) in [("many", due), ("few", few)] {
+        server.command(&["HSET", &keys.tasks(), k, &format!("{d}:1:7:{period}:-1:0:0:x")]);
+    }
+    assert_eq!(scripts::ack(w, keys, &acks(&[("many", "7"), ("few", "7")]), Window::Default).await.unwrap(), [true; 2]);
+    let after = redis_now_ms(&server);
+    let due_of = |k: &str| -> u64 {
+        let r = server.command(&["HGET", &keys.tasks(), k]);
+        r.as_str().unwrap().split(':').next().unwrap().parse().unwrap()
+    };
+    let next = due_of("many");
+    assert_eq!((next - due) % period, 0, "on the grid");
+    let behind_now = |t: u64| (t.saturating_sub(next)) / period + 1;
+    // From `next` up to Redis's now at the ack there are MAX_BURST runs (one more if a ms passed).
+    let burst = behind_now(now);
+    assert!(
+        next <= now && (MAX_BURST as u64 - 1..=MAX_BURST as u64 + (after - now) / period + 1).contains(&burst),
+        "{next} {now} {burst}"
+    );
+    assert_eq!(due_of("few"), few + period, "under the cap: every missed run");
+}
+
+/// `upsert.lua`: makes the task when none is pending; replaces a waiting or ready one whole (or
+/// one whose lease ran out); queues behind a running one, the later upsert replacing the earlier,
+/// and whatever ends the run takes the queued series up: the ack, a failure (instead of its
+/// retry), the tick when the lease ran out. A cancel drops what is queued. A retry of one call
+/// answers the same and changes nothing.
+#[tokio::test]
+async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
+    let Some((server, timers)) = wheel("s-upsert").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    // The cursor at now, as a leader keeps it: a task due by now is ready.
+    server.command(&["SET", &keys.cursor(), &(now / 100).to_string()]);
+    let far = now + 60_000;
+    let a = series(far, 0, SPEC);
+    assert_eq!(scripts::upsert(w, keys, "u1", "a", &a, b"one").await.unwrap(), Upserted::Created);
+    let d = dump(&server, keys);
+    let first = format!("{far}:0:0:0:-1:2:c{}:{SPEC}0:one", SPEC.len());
+    assert_eq!(d["tasks"], format!("a={first}"));
+    assert_eq!(d["far"], format!("a@{far}"));
+    assert_eq!(meta(&server, keys, "scheduled"), 1);
+    // Its retry: the same answer, nothing changed.
+    assert_eq!(scripts::upsert(w, keys, "u1", "a", &series(far + 1, 5, ""), b"x").await.unwrap(), Upserted::Created);
+    assert_eq!(dump(&server, keys), d);
+    // Replaced whole: a fixed rate now, another payload, its first run due now (ready).
+    let b = series(now - 200, 250, "");
+    assert_eq!(scripts::upsert(w, keys, "u2", "a", &b, b"two").await.unwrap(), Upserted::Replaced);
+    let d = dump(&server, keys);
+    assert_eq!(d["tasks"], format!("a={}:0:0:250:-1:2:0:two", now - 200));
+    assert_eq!(d["ready"], format!("a@{}", now - 200));
+    assert!(!d.contains_key("far"), "the old place is gone: {d:?}");
+
+    // Running under a live lease: left alone, the upsert queued behind it; a later one replaces it.
+    let running = spec_rec(now - 100, 1, 7, -1, "old");
+    for k in ["r", "f", "c", "t"] {
+        server.command(&["HSET", &keys.tasks(), k, &running]);
+        server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), k]);
+    }
+    server.command(&["DEL", &keys.ready()]);
+    server.command(&["HDEL", &keys.tasks(), "a"]);
+    assert_eq!(scripts::upsert(w, keys, "u3", "r", &series(far, 0, SPEC), b"early").await.unwrap(), Upserted::Queued);
+    assert_eq!(
+        scripts::upsert(w, keys, "u4", "r", &series(far + 1, 0, SPEC), b"late").await.unwrap(),
+        Upserted::Queued
+    );
+    for (i, k) in ["f", "c", "t"].iter().enumerate() {
+        let id = format!("u5{i}");
+        assert_eq!(
+            scripts::upsert(w, keys, &id, k, &series(now - 200, 0, SPEC), b"new").await.unwrap(),
+            Upserted::Queued
+        );
+    }
+    let d = dump(&server, keys);
+    let queued = |due: u64, p: &str| format!("{due}:0:0:0:-1:2:c{}:{SPEC}0:{p}", SPEC.len());
+    assert_eq!(d["tasks"], format!("c={running} f={running} r={running} t={running}"), "the runs are left alone");
+    assert_eq!(
+        d["upserts"],
+        format!(
+            "c={} f={} r={} t={}",
+            queued(now - 200, "new"),
+            queued(now - 200, "new"),
+            queued(far + 1, "late"),
+            queued(now - 200, "new")
+        )
+    );
+
+    // The ack takes it up instead of the node's next due time.
+    assert_eq!(
+        scripts::ack(w, keys, &[ack("r", "7", &(now + 5000).to_string())], Window::Default).await.unwrap(),
+        [true]
+    );
+    // A failure (not its last attempt) takes it up instead of a retry, due at once: ready.
+    assert_eq!(scripts::fail(w, keys, &ack("f", "7", ""), "boom", Window::Default).await.unwrap(), Failed::Retried);
+    // A cancel leaves the run to its lease and drops what was queued behind it.
+    assert_eq!(scripts::cancel(w, keys, "x1", &["c"]).await.unwrap(), [Cancelled::Running]);
+    let d = dump(&server, keys);
+    assert_eq!(
+        d["tasks"],
+        format!("c={running} f={} r={} t={running}", queued(now - 200, "new"), queued(far + 1, "late"))
+    );
+    assert_eq!(d["upserts"], format!("t={}", queued(now - 200, "new")));
+    assert_eq!(d["far"], format!("r@{}", far + 1));
+    assert_eq!(d["ready"], format!("f@{}", now - 200));
+    assert_eq!(d["leased"], format!("c@{0} t@{0}", now + 60_000));
+
+    // The tick, finding `t`'s lease ran out, puts the queued series in its place.
+    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "t"]);
+    server.command(&["SET", &keys.leader(), "me:1"]);
+    let tick = redis_now_ms(&server) / 100;
+    scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2).await.unwrap();
+    let d = dump(&server, keys);
+    assert!(!d.contains_key("upserts"), "{d:?}");
+    assert!(d["tasks"].contains(&format!("t={}", queued(now - 200, "new"))), "{d:?}");
+    assert!(d["ready"].contains(&format!("t@{}", now - 200)), "{d:?}");
+
+    // A lease that ran out is no longer running: an upsert replaces the task at once.
+    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "c"]);
+    assert_eq!(scripts::upsert(w, keys, "u6", "c", &series(far, 0, SPEC), b"now").await.unwrap(), Upserted::Replaced);
+    let d = dump(&server, keys);
+    assert!(d["tasks"].contains(&format!("c={}", queued(far, "now"))), "{d:?}");
+    assert!(!d.contains_key("leased"), "{d:?}");
+}
+
+/// A series with a spec whose last attempt fails goes on at the node's next due time (a copy to
+/// the dead letters); one whose last attempt's lease ran out has no node's answer, so the tick
+/// makes its next run due at once (its own end puts the series back on its schedule).
+#[tokio::test]
+async fn a_spec_series_goes_on_after_its_last_attempt() {
+    let Some((server, timers)) = wheel("s-spec-dead").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    server.command(&["SET", &keys.cursor(), &(now / 100).to_string()]);
+    let due = now - 1000;
+    // The wheel's max attempts are 3: this is the last.
+    server.command(&["HSET", &keys.tasks(), "failed", &spec_rec(due, 3, 7, -1, "p")]);
+    server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), "failed"]);
+    let next = now + 30_000;
+    let got = scripts::fail(w, keys, &ack("failed", "7", &next.to_string()), "boom", Window::Default).await.unwrap();
+    assert_eq!(got, Failed::Dead);
+    let d = dump(&server, keys);
+    assert_eq!(d["tasks"], format!("failed={}", spec_rec(next, 0, 0, -1, "p")));
+    assert_eq!(d["far"], format!("failed@{next}"));
+    assert!(d["dead_tasks"].starts_with("failed="), "{d:?}");
+
+    server.command(&["DEL", &keys.far()]);
+    server.command(&["HSET", &keys.tasks(), "expired", &spec_rec(due, 3, 7, -1, "p")]);
+    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "expired"]);
+    server.command(&["SET", &keys.leader(), "me:1"]);
+    let tick = redis_now_ms(&server) / 100;
+    scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2).await.unwrap();
+    let record = server.command(&["HGET", &keys.tasks(), "expired"]).as_str().expect("the series ended").to_string();
+    let next_due: u64 = record.split(':').next().unwrap().parse().unwrap();
+    assert!(next_due >= now && next_due <= redis_now_ms(&server), "{record}");
+    assert_eq!(record, spec_rec(next_due, 0, 0, -1, "p"));
+    let d = dump(&server, keys);
+    assert!(d["dead_tasks"].contains("expired="), "{d:?}");
+    // Due at once: ready, or in the far tier or its slot until the next tick (its due time rounds
+    // up to a tick the cursor has not reached yet).
+    let placed =
+        d.iter().filter(|(k, v)| k.as_str() != "tasks" && k.as_str() != "dead_tasks" && v.contains("expired")).count();
+    assert_eq!(placed, 2, "its dead letter and one place: {d:?}");
+}
