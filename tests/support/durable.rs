@@ -186,3 +186,40 @@ pub fn assert_once(log: &Log) {
     let twice: Vec<_> = count.iter().filter(|(_, attempts)| attempts.len() > 1).take(5).collect();
     assert!(twice.is_empty(), "tasks handled more than once (key, attempts): {twice:?}");
 }
+
+/// How badly this process's runtime is starved: a task that sleeps 5 ms over and over and
+/// records the most it overslept. A test that bounds how late something fires adds the worst
+/// stall seen (twice: the leader's tick and the worker's claim can each be held up), so that a
+/// loaded machine does not fail it while a wheel that is late by itself still does.
+pub struct StallProbe {
+    worst_us: Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StallProbe {
+    pub fn start() -> Self {
+        let worst_us = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let worst = worst_us.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let asked = Duration::from_millis(5);
+                let start = tokio::time::Instant::now();
+                tokio::time::sleep(asked).await;
+                let over = start.elapsed().saturating_sub(asked);
+                worst.fetch_max(over.as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        StallProbe { worst_us, task }
+    }
+
+    /// The longest oversleep so far.
+    pub fn worst(&self) -> Duration {
+        Duration::from_micros(self.worst_us.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Drop for StallProbe {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
