@@ -110,6 +110,7 @@ const DURABLE: &[File] = &[
     top!("durable", "keys", "durable/keys.rs"),
     top!("durable", "ids", "durable/ids.rs"),
     top!("durable", "task", "durable/task.rs"),
+    top!("durable", "routes", "durable/routes.rs"),
     top!("durable", "metrics", "durable/metrics/mod.rs"),
     inner!("durable", "metrics", "durable/metrics/on.rs"),
     inner!("durable", "metrics", "durable/metrics/off.rs"),

@@ -10,7 +10,7 @@
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use support::durable::{builder, wait_until, Log, LEASE, TICK};
@@ -226,4 +226,54 @@ async fn ready_then_is_leader_tells_who_ticks() {
         second.partitions_led()
     );
     second.shutdown().await;
+}
+
+/// `run_routes` hands each task to the handler of the longest prefix of its key, else to the
+/// fallback; without a fallback, a task no route takes fails with an error naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_send_each_kind_of_task_to_its_handler() {
+    use tokio_timewheel::durable::Routes;
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server.url(), "routes").max_attempts(1).connect().await.expect("connect");
+    let seen = Arc::new(Mutex::new(Vec::<(&'static str, String)>::new()));
+    let route = |name: &'static str| {
+        let seen = seen.clone();
+        move |task: Task| {
+            seen.lock().unwrap().push((name, task.key().to_string()));
+            std::future::ready(Ok::<(), String>(()))
+        }
+    };
+    let keys = ["order:1", "order:vip:2", "email:3", "other:4"];
+    for key in keys {
+        timers.schedule(key, Duration::ZERO, Vec::new()).await.unwrap();
+    }
+    let routes = Routes::new().on("order:", route("order")).on("order:vip:", route("vip")).on("email:", route("email"));
+    let worker = timers.run_routes(routes);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while timers.stats().await.unwrap().pending > 0 {
+        assert!(Instant::now() < deadline, "{:?}", seen.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.shutdown().await;
+    let mut got = seen.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(
+        got,
+        [("email", "email:3".to_string()), ("order", "order:1".to_string()), ("vip", "order:vip:2".to_string())]
+    );
+    let dead = timers.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].key(), "other:4");
+    assert!(dead[0].last_error().contains("no route for the task \"other:4\""), "{}", dead[0].last_error());
+
+    // With a fallback, nothing is left over.
+    timers.requeue_dead("other:4").await.unwrap();
+    let worker = timers.run_routes(Routes::new().on("order:", route("order")).fallback(route("fallback")));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while timers.stats().await.unwrap().pending > 0 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.shutdown().await;
+    assert!(seen.lock().unwrap().contains(&("fallback", "other:4".to_string())));
 }

@@ -277,6 +277,7 @@ mod leader;
 mod metrics;
 mod open;
 mod recurring;
+mod routes;
 mod scheduler;
 mod scripts;
 mod series;
@@ -300,6 +301,7 @@ pub use config::{
     MAX_BACKOFF, MAX_PARTITIONS, MAX_SLOTS,
 };
 pub use keys::WheelKeys;
+pub use routes::Routes;
 pub use scheduler::DurableScheduler;
 pub use series::MAX_BURST;
 pub use task::{DeadTask, DueCursor, DuePage, DurableStats, Figures, MinuteCounts, Task, TaskInfo, TaskState};

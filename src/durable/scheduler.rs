@@ -535,6 +535,15 @@ impl DurableScheduler {
         }
     }
 
+    /// Starts a [`Worker`] that runs each task on the handler of its kind: see [`Routes`](super::Routes).
+    /// Otherwise as [`run`](Self::run).
+    ///
+    /// # Examples
+    /// See [`Routes`](super::Routes).
+    pub fn run_routes(&self, routes: super::Routes) -> Worker {
+        self.run(routes.into_handler())
+    }
+
     /// Starts a [`Worker`] on the current Tokio runtime: it takes part in ticking the wheel (one
     /// node at a time holds the leadership) and runs `handler` on due tasks, up to `concurrency`
     /// at once.
