@@ -20,6 +20,20 @@ pub const FIGURES_MINUTES: usize = 120;
 const DEAD_LETTERS_PAGE: usize = 128;
 
 impl DurableScheduler {
+    /// The wheel's name, as given to [`builder`](Self::builder) (or `sentinel`, `cluster`).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::durable::DurableScheduler;
+    /// # async fn run() -> Result<(), tokio_timewheel::Error> {
+    /// let timers = DurableScheduler::builder("redis://127.0.0.1:6379/", "orders").connect().await?;
+    /// assert_eq!(timers.name(), "orders");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        self.wheel.name()
+    }
+
     /// Whether a task with this key is pending: waiting, ready or running (claimed by a worker
     /// and not yet acknowledged; a running task cannot be cancelled or moved).
     ///
