@@ -144,7 +144,8 @@ impl DeadTask {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TaskState {
-    /// Not yet due (or waiting out a retry's backoff).
+    /// Not yet made ready by a tick: not yet due (or waiting out a retry's backoff), or due while
+    /// no leader ticked the wheel, which [`TaskInfo::overdue_by`] tells apart.
     Waiting,
     /// Due, waiting for a worker (or its lease ran out: the next tick hands it out again).
     Ready,
@@ -163,6 +164,9 @@ pub struct TaskInfo {
     pub(crate) attempt: u32,
     pub(crate) state: TaskState,
     pub(crate) last_error: Option<String>,
+    /// Redis's clock when the task was read: what [`overdue_by`](TaskInfo::overdue_by) measures
+    /// from.
+    pub(crate) read_at: SystemTime,
 }
 
 impl TaskInfo {
@@ -195,6 +199,40 @@ impl TaskInfo {
     /// The last failure's text (a handler's error, a panic, "lease expired"), if it failed.
     pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
+    }
+
+    /// How long past its due time the task waited, unhanded, when it was read (on Redis's
+    /// clock): `Some` for a task waiting or ready whose due time had passed, `None` for one not
+    /// yet due, running or dead.
+    ///
+    /// A ready task is overdue by less than a tick or two while workers keep up. A waiting task
+    /// that is overdue has not been made ready yet: no leader ticked the wheel since it fell due
+    /// (no worker runs, or a takeover is under way), and it is handed out on the first tick.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::{DurableScheduler, TaskState}, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// if let Some(task) = timers.get("order-950:review").await? {
+    ///     match task.overdue_by() {
+    ///         Some(late) if task.state() == TaskState::Waiting => println!("{late:?} overdue: is a worker running?"),
+    ///         Some(late) => println!("{late:?} overdue, waiting for a worker"),
+    ///         None => println!("{:?}, due at {:?}", task.state(), task.due()),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn overdue_by(&self) -> Option<std::time::Duration> {
+        if !matches!(self.state, TaskState::Waiting | TaskState::Ready) {
+            return None;
+        }
+        self.read_at.duration_since(self.due).ok().filter(|late| !late.is_zero())
+    }
+
+    /// Whether the task's due time had passed, and it was not handed out yet, when it was read:
+    /// [`overdue_by`](Self::overdue_by) is `Some`.
+    pub fn is_overdue(&self) -> bool {
+        self.overdue_by().is_some()
     }
 }
 

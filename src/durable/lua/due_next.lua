@@ -13,11 +13,12 @@
     ARGV[1]  from ms   ARGV[2] the key after which to start at `from` ('' for all of it)
     ARGV[3]  until ms   ARGV[4] limit
   Output:
-    a flat array, five entries per task (key, state 'waiting' or 'ready', due ms, deliveries,
+    Redis's clock in ms, then a flat array, five entries per task (key, state 'waiting' or 'ready', due ms, deliveries,
     payload), oldest due first.
   Keys: READY, FAR, TASKS and the declared slots.
 ]]
 -- @include keys
+-- @include clock
 -- @include record
 -- @include hash_all
 local from, after, until_ms, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -47,9 +48,9 @@ for j, k in ipairs(names) do
   if tok == '0' then consider(k, tonumber(due), 'slot') end
 end
 table.sort(found, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
-local out = {}
+local out = {string.format('%d', clock())}
 for _, f in ipairs(found) do
-  if #out >= limit * 5 then break end
+  if #out > limit * 5 then break end
   local rec = redis.call('HGET', TASKS, f[1])
   if rec then
     local t = decode(rec)

@@ -60,7 +60,7 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
     let mut inv = invoke(keys, &SCRIPTS.get);
     inv.arg(key);
     let r: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
-    let Ok([state, due, attempt, err, payload]) = <[Vec<u8>; 5]>::try_from(r) else { return Ok(None) };
+    let Ok([state, due, attempt, err, payload, now]) = <[Vec<u8>; 6]>::try_from(r) else { return Ok(None) };
     let state = match state.as_slice() {
         b"waiting" => TaskState::Waiting,
         b"ready" => TaskState::Ready,
@@ -75,6 +75,7 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
         attempt: u32::try_from(number(&attempt)).unwrap_or(u32::MAX),
         state,
         last_error: Some(text(&err)).filter(|e| !e.is_empty()),
+        read_at: from_unix_ms(number(&now)),
     }))
 }
 
@@ -101,7 +102,8 @@ pub(crate) async fn due_next(
     }
     inv.arg(from_ms).arg(after).arg(until_ms).arg(limit);
     let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
-    Ok(flat
+    let read_at = from_unix_ms(flat.first().map_or(0, |now| number(now)));
+    Ok(flat[1.min(flat.len())..]
         .chunks_exact(5)
         .map(|t| TaskInfo {
             key: text(&t[0]),
@@ -110,6 +112,7 @@ pub(crate) async fn due_next(
             attempt: u32::try_from(number(&t[3])).unwrap_or(u32::MAX),
             payload: t[4].clone(),
             last_error: None,
+            read_at,
         })
         .collect())
 }
