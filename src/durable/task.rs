@@ -292,6 +292,10 @@ pub struct DurableStats {
     pub dead_lettered: u64,
     /// Tasks cancelled by `cancel` and `cancel_many`.
     pub cancelled: u64,
+    /// Whether the wheel is paused (for a partitioned wheel: any of its partitions), by
+    /// [`pause`](super::DurableScheduler::pause): workers claim nothing new, while the leader
+    /// ticks and tasks fall due and wait, ready.
+    pub paused: bool,
 }
 
 impl DurableStats {
@@ -309,6 +313,7 @@ impl DurableStats {
         self.retried += part.retried;
         self.dead_lettered += part.dead_lettered;
         self.cancelled += part.cancelled;
+        self.paused |= part.paused;
     }
 }
 

@@ -24,6 +24,7 @@ pub(super) async fn counts(timers: &DurableScheduler) -> Result<Value, Error> {
         "acked": s.acked,
         "retried": s.retried,
         "dead_lettered": s.dead_lettered,
+        "paused": s.paused,
     }))
 }
 

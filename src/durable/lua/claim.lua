@@ -15,6 +15,9 @@
   claim token) before its unchanged tail, the lease entry (its score formatted once a call),
   the retry record's entry; the answer is the record itself, which the worker reads.
 
+  While the wheel is paused (the field `paused` of META is set) it acknowledges and gives back
+  what an earlier attempt took, but claims nothing new.
+
   A claim that takes all it asked for leaves more ready, perhaps: it pushes a wake-up token for
   another idle worker, unless one is already waiting on `wake` (so that busy workers, which never
   take the tokens, push none).
@@ -65,7 +68,7 @@ if #before > 0 then
   return out
 end
 
-if replay_only or n <= 0 then return out end
+if replay_only or n <= 0 or redis.call('HEXISTS', META, 'paused') == 1 then return out end
 
 local names = redis.call('ZRANGE', READY, 0, n - 1)
 if #names == 0 then return out end

@@ -29,6 +29,7 @@ pub(crate) async fn stats(wheel: &WheelClient, keys: &WheelKeys) -> Result<Durab
         retried: at(8),
         dead_lettered: at(9),
         cancelled: at(10),
+        paused: at(11) == 1,
     })
 }
 

@@ -1,7 +1,7 @@
 //! Every Redis call of the wheel: the Lua scripts and the one Rust function that calls each (its
 //! arguments named and in their order, its reply read into a type), and the few plain commands
 //! beside them (`inspect.rs`'s reads, the workers' `registry.rs`, the wake-up lists of
-//! `wake.rs`, the server's checks in `server.rs`). Nothing else in the crate builds a call or
+//! `wake.rs`, the pause of `control.rs`, the server's checks in `server.rs`). Nothing else in the crate builds a call or
 //! parses its reply.
 //!
 //! Each script in `lua/` opens with a header naming its `KEYS`, `ARGV`, output and the keys it
@@ -11,6 +11,7 @@
 //! Two includes are made here from Rust: `keys`, the key names of [`WheelKeys`](super::WheelKeys)
 //! bound as Lua locals, and `constants`, the numbers the Lua and the Rust code share.
 
+pub(crate) mod control;
 mod inspect;
 mod leader;
 pub(crate) mod registry;

@@ -101,6 +101,7 @@ function showStats(stats) {
     const value = stats[node.dataset.stat];
     if (value !== undefined) node.textContent = number(value);
   }
+  $("paused-note").hidden = !stats.paused;
 }
 
 function showLateness(late) {
