@@ -132,6 +132,7 @@ const DURABLE: &[File] = &[
     inner!("durable", "worker", "durable/worker/handler.rs"),
     inner!("durable", "worker", "durable/worker/lease.rs"),
     inner!("durable", "worker", "durable/worker/stop.rs"),
+    inner!("durable", "worker", "durable/worker/cancel.rs"),
     inner!("durable", "worker", "durable/worker/gauges.rs"),
     top!("durable", "coalesce", "durable/coalesce/mod.rs"),
     inner!("durable", "coalesce", "durable/coalesce/queue.rs"),

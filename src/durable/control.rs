@@ -1,5 +1,6 @@
 //! The calls that control a running wheel, an `impl` block of [`DurableScheduler`] of their own:
-//! pausing and resuming the workers' claims. Every Redis call these make goes through `scripts`.
+//! pausing and resuming the workers' claims, and cancelling a running task's handler. Every Redis
+//! call these make goes through `scripts`.
 
 use super::scripts::{self, control, wake};
 use super::DurableScheduler;
@@ -90,5 +91,40 @@ impl DurableScheduler {
             }
         }
         Ok(false)
+    }
+
+    /// Asks the handler of the running task `key` to stop: the [cancellation
+    /// token](super::Task::cancel_token) of its delivery is cancelled, on whichever node runs it
+    /// (within a round trip of Redis's: every worker follows the requests as they come), and
+    /// whatever the handler then returns, `Ok` or `Err`, the task ends as cancelled: it is
+    /// removed, neither retried nor a dead letter, and counted in
+    /// [`DurableStats::cancelled`](super::DurableStats::cancelled). A task claimed ahead by a
+    /// worker and not started yet does not start. A recurring task's series ends with it.
+    ///
+    /// Returns true if the task was running (claimed, under a live lease), false if not: a task
+    /// waiting or ready is not touched (that is [`cancel`](Self::cancel)'s work), nor one whose
+    /// lease ran out. The handler is not dropped: one that does not watch its token runs on until
+    /// it returns, and its task stays leased meanwhile. Should its worker die first, the task ends
+    /// as cancelled when its lease runs out, rather than being handed out again.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// // Not yet running: take it back; running: stop its handler.
+    /// if !timers.cancel("export-7").await? && timers.cancel_running("export-7").await? {
+    ///     println!("export-7's handler was told to stop");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still cancel the handler.
+    pub async fn cancel_running(&self, key: impl AsRef<str>) -> Result<bool, Error> {
+        let key = key.as_ref();
+        control::cancel_running(&self.wheel, &self.wheel.partition_of(key).keys, key).await
     }
 }

@@ -7,14 +7,28 @@ use std::time::SystemTime;
 /// Delivery is at least once: the same task can reach a handler again (with a higher
 /// [`attempt`](Self::attempt)) if a worker died or its lease ran out before it acknowledged, so
 /// make handlers idempotent on the [`key`](Self::key).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two tasks are equal when their deliveries are (key, payload, attempt, due and claim times):
+/// their [`cancel_token`](Self::cancel_token)s are not compared.
+#[derive(Debug, Clone)]
 pub struct Task {
     pub(crate) key: String,
     pub(crate) payload: Vec<u8>,
     pub(crate) attempt: u32,
     pub(crate) due: SystemTime,
     pub(crate) claimed_at: SystemTime,
+    /// Cancelled when the handler should stop: see [`Task::cancel_token`].
+    pub(crate) cancel: tokio_util::sync::CancellationToken,
 }
+
+impl PartialEq for Task {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.key, &self.payload, self.attempt, self.due, self.claimed_at)
+            == (&other.key, &other.payload, other.attempt, other.due, other.claimed_at)
+    }
+}
+
+impl Eq for Task {}
 
 impl Task {
     /// The key the task was scheduled under.
@@ -42,6 +56,41 @@ impl Task {
     /// is how late it was handed out.
     pub fn claimed_at(&self) -> SystemTime {
         self.claimed_at
+    }
+
+    /// A token that is cancelled when this delivery's handler should stop, at once, of its own
+    /// accord (it is also dropped at the bounds below, at its next `.await`, but a handler that
+    /// watches the token can end cleanly, say by giving up a call in flight):
+    ///
+    /// - [`cancel_running`](super::DurableScheduler::cancel_running) was called for its key, from
+    ///   any node: whatever the handler then returns, the task ends as cancelled (neither retried
+    ///   nor a dead letter);
+    /// - the worker learned that the delivery's lease went to another worker (it was cut off
+    ///   from Redis or paused past its lease): its outcome will not be recorded;
+    /// - the worker is stopping with [`shutdown_timeout`](super::Worker::shutdown_timeout),
+    ///   whose bound is near: at a tenth of the bound (at most a second) before it;
+    /// - the [handler timeout](super::DurableBuilder::handler_timeout) is near: a tenth of it (at
+    ///   most a second) before it.
+    ///
+    /// Clones of the task share the token.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tokio_timewheel::durable::{DurableScheduler, Task};
+    ///
+    /// # async fn export(_key: &str) -> Result<(), std::io::Error> { Ok(()) }
+    /// # async fn run(timers: DurableScheduler) {
+    /// let worker = timers.run(|task: Task| async move {
+    ///     let token = task.cancel_token();
+    ///     tokio::select! {
+    ///         done = export(task.key()) => done,
+    ///         () = token.cancelled() => Ok(()), // stop the export; the task ends as cancelled
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn cancel_token(&self) -> tokio_util::sync::CancellationToken {
+        self.cancel.clone()
     }
 
     /// Takes the task apart into its key and payload.

@@ -15,6 +15,9 @@
   claim token) before its unchanged tail, the lease entry (its score formatted once a call),
   the retry record's entry; the answer is the record itself, which the worker reads.
 
+  A delivery to acknowledge whose cancel was requested (cancel_running.lua) ends as cancelled
+  instead (cancelled.lua), and its acknowledgement is refused.
+
   While the wheel is paused (the field `paused` of META is set) it acknowledges and gives back
   what an earlier attempt took, but claims nothing new.
 
@@ -35,7 +38,7 @@
     {claimed ms (Redis's clock, when this claim first ran; '0' when it took nothing), the
     acknowledgements' answers (one digit per delivery, as ack.lua answers), then two entries per
     task: key, record (record.lua's format, with this delivery's count and claim token)}.
-  Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META, WAKE, and through the
+  Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META, WAKE, CANCELLING, and through the
   acknowledgements those of ack.lua.
 ]]
 -- @include keys
@@ -44,12 +47,14 @@
 -- @include zadd_all
 -- @include hash_all
 -- @include acknowledge
+-- @include cancelled
 local n, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local replay_only, record_ms = ARGV[3] == '1', tonumber(ARGV[4])
 local tick_ms, slots = tonumber(ARGV[5]), tonumber(ARGV[6])
 -- The deliveries to acknowledge: delivery j's key is ARGV[ACKS_FROM + 2j - 2], its token the next.
 local ACKS_FROM = 7
 
+end_cancelled(ARGV, ACKS_FROM)
 local acks = acknowledge(ARGV, ACKS_FROM, tick_ms, slots)
 if PREVIOUS_KEY ~= CALL_KEY then redis.call('DEL', PREVIOUS_KEY) end
 local out = {'0', acks}

@@ -27,7 +27,7 @@
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready}.
-  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, WAKE, DEAD, DEAD_TASKS, and the
+  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, WAKE, DEAD, DEAD_TASKS, CANCELLING, and the
   declared slots.
 ]]
 -- @include keys
@@ -38,6 +38,7 @@
 -- @include rpush_all
 -- @include zrem_all
 -- @include hash_all
+-- @include cancelled
 -- @include wake
 -- @include advance
 -- @include bury
@@ -56,7 +57,8 @@ local function requeue_expired(now)
   for _, k in ipairs(expired) do
     local rec = redis.call('HGET', TASKS, k)
     -- A lease entry belongs to a claimed task (token not 0); any other is stale and just goes.
-    if rec and token_of(rec) ~= '0' then
+    -- One whose cancel was requested ends as cancelled instead (cancelled.lua).
+    if rec and token_of(rec) ~= '0' and end_cancelled({k, token_of(rec)}, 1) == 0 then
       local t = decode(rec)
       if t.a >= max_attempts then
         bury(k, t, 'lease expired', now)

@@ -38,7 +38,7 @@ pub(crate) use tasks::{
 #[cfg(test)]
 pub(crate) use worker::claim;
 pub(crate) use worker::Failed;
-pub(crate) use worker::{ack, claim_and_ack, fail, renew, Claim, Claimed};
+pub(crate) use worker::{ack, claim_and_ack, fail, renew, Claim, Claimed, Renewal};
 
 /// How many wake-up tokens wait on `wake` at most: a burst leaves only a few wake-ups with nothing
 /// to claim behind it.
@@ -61,6 +61,7 @@ const INCLUDES: &[(&str, &str)] = &[
     ("bury", include_str!("../lua/includes/bury.lua")),
     ("advance", include_str!("../lua/includes/advance.lua")),
     ("acknowledge", include_str!("../lua/includes/acknowledge.lua")),
+    ("cancelled", include_str!("../lua/includes/cancelled.lua")),
 ];
 
 /// The Lua of the include `name`: a helper file, or one of the two made from Rust.
@@ -191,6 +192,7 @@ scripts!(
     delete_dead,
     due_next,
     due_counts,
+    cancel_running,
 );
 
 /// A call of `script` on the (partition of the) wheel whose keys are `keys`, with every fixed
