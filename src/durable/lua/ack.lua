@@ -13,13 +13,16 @@
   Output:
     one digit per delivery, as one string: 1 acknowledged, 0 refused (a delivery whose cancel
     was requested ends as cancelled instead: see cancelled.lua).
-  Keys: TASKS, LEASED, META, and for a recurring task FAR, READY, CURSOR, WAKE.
+  Keys: TASKS, LEASED, META, CANCELLING, CLAIMED, HOLDERS, and for a recurring task FAR, READY, CURSOR, WAKE.
 ]]
 -- @include acknowledge
 -- @include cancelled
+-- @include claims
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
 -- The deliveries: delivery j's key is ARGV[DELIVERIES_FROM + 2j - 2], its claim token the next.
 local DELIVERIES_FROM = 3
 
 end_cancelled(ARGV, DELIVERIES_FROM)
-return acknowledge(ARGV, DELIVERIES_FROM, tick_ms, slots)
+local answers = acknowledge(ARGV, DELIVERIES_FROM, tick_ms, slots)
+forget_acknowledged(ARGV, DELIVERIES_FROM, answers)
+return answers

@@ -27,7 +27,8 @@
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready}.
-  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, WAKE, DEAD, DEAD_TASKS, CANCELLING, and the
+  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, WAKE, DEAD, DEAD_TASKS, CANCELLING, CLAIMED, HOLDERS,
+  and the
   declared slots.
 ]]
 -- @include keys
@@ -39,6 +40,7 @@
 -- @include zrem_all
 -- @include hash_all
 -- @include cancelled
+-- @include claims
 -- @include wake
 -- @include advance
 -- @include bury
@@ -53,6 +55,7 @@ local function requeue_expired(now)
   local expired = redis.call('ZRANGEBYSCORE', LEASED, '-inf', now, 'LIMIT', 0, budget)
   if #expired == 0 then return 0, 0 end
   zrem_all(LEASED, expired)
+  forget_claims(expired)
   local to_ready, dead, buried = {}, {}, 0
   for _, k in ipairs(expired) do
     local rec = redis.call('HGET', TASKS, k)

@@ -61,6 +61,7 @@ const INCLUDES: &[(&str, &str)] = &[
     ("bury", include_str!("../lua/includes/bury.lua")),
     ("advance", include_str!("../lua/includes/advance.lua")),
     ("acknowledge", include_str!("../lua/includes/acknowledge.lua")),
+    ("claims", include_str!("../lua/includes/claims.lua")),
     ("cancelled", include_str!("../lua/includes/cancelled.lua")),
 ];
 

@@ -28,7 +28,7 @@ pub(crate) async fn claim(
     replay_only: bool,
     previous: &str,
 ) -> Result<Vec<Claimed>, Error> {
-    let call = Claim { n, claim_id, replay_only, previous, acks: &[] };
+    let call = Claim { n, claim_id, replay_only, previous, node: "test-node", acks: &[] };
     Ok(claim_and_ack(wheel, keys, &call, Window::Response).await?.claimed)
 }
 
@@ -42,6 +42,8 @@ pub(crate) struct Claim<'a> {
     pub(crate) replay_only: bool,
     /// The id of this worker's last answered claim (its record can go), or "".
     pub(crate) previous: &'a str,
+    /// The id of the worker's node, recorded with each claim.
+    pub(crate) node: &'a str,
     /// The deliveries (key, claim token) whose handlers succeeded.
     pub(crate) acks: &'a [(&'a str, &'a str)],
 }
@@ -71,7 +73,8 @@ pub(crate) async fn claim_and_ack(
         .arg(if call.replay_only { "1" } else { "0" })
         .arg(wheel.cfg.request_ttl_ms)
         .arg(wheel.cfg.tick_ms)
-        .arg(wheel.cfg.slots);
+        .arg(wheel.cfg.slots)
+        .arg(call.node);
     for (key, token) in call.acks {
         inv.arg(*key).arg(*token);
     }

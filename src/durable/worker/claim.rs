@@ -53,6 +53,7 @@ pub(super) async fn claim_loop(
     freed: Arc<Notify>,
     signals: Signals,
     bid_now: &Notify,
+    node: &str,
 ) {
     let Signals { mut stop, mut abandon, mut wind_down, started } = signals;
     let (concurrency, prefetch) = (wheel.cfg.concurrency, wheel.cfg.prefetch);
@@ -97,7 +98,7 @@ pub(super) async fn claim_loop(
             }
         };
         let pairs: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
-        let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, acks: &pairs };
+        let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, node, acks: &pairs };
         let reply = match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
             Ok(reply) => reply,
             Err(e) => {
@@ -141,7 +142,7 @@ pub(super) async fn claim_loop(
     // come back after the lease as another attempt.
     if let Some((claim_id, acks)) = unanswered.take() {
         let pairs: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
-        let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", acks: &pairs };
+        let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", node, acks: &pairs };
         match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
             Ok(reply) => {
                 refused(wheel, &pairs, &reply.acked);

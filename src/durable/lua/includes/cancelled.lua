@@ -3,9 +3,10 @@
 -- lease go, the request too, and the task counts as cancelled, whatever the handler's outcome
 -- (the script that calls this then finds no record and refuses the outcome). Returns how many
 -- it ended. While no cancel is requested it costs one HLEN.
--- Keys: CANCELLING, TASKS, LEASED, META.
+-- Keys: CANCELLING, TASKS, LEASED, META, CLAIMED, HOLDERS.
 -- @include keys
 -- @include record
+-- @include claims
 local function end_cancelled(list, from)
   if redis.call('HLEN', CANCELLING) == 0 then return 0 end
   local n = 0
@@ -17,6 +18,7 @@ local function end_cancelled(list, from)
       if rec and token_of(rec) == tok then
         redis.call('HDEL', TASKS, k)
         redis.call('ZREM', LEASED, k)
+        forget_claims({k})
         n = n + 1
       end
     end
