@@ -139,6 +139,7 @@ const DURABLE: &[File] = &[
     inner!("durable", "coalesce", "durable/coalesce/many.rs"),
     top!("durable", "scheduler", "durable/scheduler.rs"),
     top!("durable", "admin", "durable/admin.rs"),
+    top!("durable", "list", "durable/list.rs"),
     top!("durable", "control", "durable/control.rs"),
     top!("durable", "open", "durable/open.rs"),
     top!("durable", "builder", "durable/builder.rs"),

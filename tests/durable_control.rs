@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use support::durable::{builder, keys, wait_until, Log, LEASE, TICK};
 use support::redis_server::RedisServer;
 use tokio::sync::mpsc;
-use tokio_timewheel::durable::{DurableScheduler, Task, TaskState};
+use tokio_timewheel::durable::{DurableScheduler, ListCursor, Task, TaskInfo, TaskState};
 
 /// With no worker running, nothing ticks: a task whose due time passed is still waiting, and
 /// `get` and `due_next` say how long it is overdue; a task not yet due is not.
@@ -84,6 +84,10 @@ async fn a_pause_holds_across_a_restart_of_every_node_and_resume_hands_out_withi
     eprintln!("resume to the last of 20 handled: {took:?}");
     assert!(took < TICK + LOAD_MARGIN, "{took:?}");
     assert!(!timers.is_paused().await.unwrap() && !timers.stats().await.unwrap().paused);
+    // Acknowledged, their claims are forgotten.
+    let k = keys("pause");
+    let forgotten = || server.command(&["ZCARD", &k.claimed()]).as_int() == Some(0) && server.command(&["HLEN", &k.holders()]).as_int() == Some(0);
+    assert!(wait_until(Duration::from_secs(5), forgotten).await, "claims left after the acknowledgements");
     worker.shutdown().await;
 }
 
@@ -102,12 +106,15 @@ struct Event {
 }
 
 /// A handler that reports its start, awaits its token, reports its end and returns `Err` for a
-/// key that starts with "err", else `Ok`.
+/// key that starts with "err", else `Ok`; for a key that starts with "dead", it fails at once.
 fn awaits_its_token(events: mpsc::UnboundedSender<Event>) -> impl Fn(Task) -> BoxFuture<'static, Result<(), String>> {
     move |task: Task| {
         let events = events.clone();
         Box::pin(async move {
             let (key, attempt) = (task.key().to_string(), task.attempt());
+            if key.starts_with("dead") {
+                return Err("failed at once".to_string());
+            }
             let _ = events.send(Event { key: key.clone(), attempt, ended: false, at: Instant::now() });
             task.cancel_token().cancelled().await;
             let _ = events.send(Event { key: key.clone(), attempt, ended: true, at: Instant::now() });
@@ -174,6 +181,9 @@ async fn cancel_running_stops_the_handler_at_once_and_the_task_ends_as_cancelled
     assert!(!other.cancel_running("ok-1").await.unwrap(), "no longer running");
     let no_requests_left = server.command(&["HLEN", &keys("cancel-running").cancelling()]).as_int();
     assert_eq!(no_requests_left, Some(0));
+    let k = keys("cancel-running");
+    let claims_left = (server.command(&["ZCARD", &k.claimed()]).as_int(), server.command(&["HLEN", &k.holders()]).as_int());
+    assert_eq!(claims_left, (Some(0), Some(0)), "the ended tasks' claims are forgotten");
     worker.shutdown().await;
 }
 
@@ -193,13 +203,19 @@ async fn cancel_running_of_a_task_not_running_answers_false_and_changes_nothing(
     while timers.get("ready").await.unwrap().unwrap().state() != TaskState::Ready && Instant::now() < deadline {
         tokio::time::sleep(TICK).await;
     }
-    let before = timers.stats().await.unwrap();
+    // The figures, the cursor's lag aside (it moves with the clock).
+    let figures = || async {
+        let mut stats = timers.stats().await.unwrap();
+        stats.cursor_lag_ticks = 0;
+        stats
+    };
+    let before = figures().await;
     for key in ["waiting", "ready", "never-scheduled"] {
         assert!(!timers.cancel_running(key).await.unwrap(), "{key}");
     }
     assert_eq!(timers.get("waiting").await.unwrap().unwrap().state(), TaskState::Waiting);
     assert_eq!(timers.get("ready").await.unwrap().unwrap().state(), TaskState::Ready);
-    assert_eq!(timers.stats().await.unwrap(), before);
+    assert_eq!(figures().await, before);
     assert_eq!(server.command(&["EXISTS", &keys("not-running").cancelling()]).as_int(), Some(0));
     worker.shutdown().await;
 }
@@ -275,4 +291,114 @@ async fn the_handler_timeout_cancels_the_token_before_it() {
     assert!(took >= timeout - timeout / 10 - TICK && took < timeout, "{took:?}");
     assert!(gone(&timers, "job").await, "ended with Ok within the timeout: acknowledged");
     worker.shutdown().await;
+}
+
+/// Every task of `state`, paged `limit` at a time, with the number of pages.
+async fn list_all(timers: &DurableScheduler, state: TaskState, limit: usize) -> (Vec<TaskInfo>, usize) {
+    let (mut all, mut pages) = (Vec::new(), 0);
+    let mut cursor: Option<ListCursor> = None;
+    loop {
+        let page = timers.list(state, cursor.as_ref(), limit).await.unwrap();
+        pages += 1;
+        assert!(page.tasks().len() <= limit);
+        let (tasks, next) = page.into_parts();
+        all.extend(tasks);
+        match next {
+            Some(next) => cursor = Some(next),
+            None => return (all, pages),
+        }
+        assert!(pages < 10_000, "paging does not end");
+    }
+}
+
+/// `list` pages 1,000 tasks in each state (waiting, ready, running, dead), every key once, none
+/// missing, each page in its state's order, while nothing changes; running tasks say which
+/// worker holds them and since when.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_every_task_of_each_state_once() {
+    const N: usize = 1000;
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server.url(), "list").max_attempts(1).concurrency(N).connect().await.expect("connect");
+    let (tx, _events) = mpsc::unbounded_channel();
+    // Keys that start with "dead" fail at once (and, with one attempt, die); the others run until
+    // cancelled.
+    let worker = timers.run(awaits_its_token(tx));
+    worker.ready().await;
+    let until = |what: &'static str, done: fn(&tokio_timewheel::durable::DurableStats) -> bool| {
+        let timers = timers.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let stats = timers.stats().await.unwrap();
+                if done(&stats) {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "{what}: {stats:?}");
+                tokio::time::sleep(TICK).await;
+            }
+        }
+    };
+    let keys_of = |prefix: &str| (0..N).map(|i| format!("{prefix}-{i:04}")).collect::<Vec<_>>();
+    let soon = |prefix: &str| keys_of(prefix).into_iter().map(|k| (k, Duration::from_millis(10), Vec::new()));
+    timers.schedule_many(soon("dead")).await.unwrap();
+    until("dead", |s| s.dead == N).await;
+    timers.schedule_many(soon("running")).await.unwrap();
+    until("running", |s| s.in_flight == N).await;
+    timers.pause().await.unwrap();
+    timers.schedule_many(soon("ready")).await.unwrap();
+    until("ready", |s| s.ready == N).await;
+    let later = keys_of("waiting").into_iter().map(|k| (k, Duration::from_secs(3600), Vec::new()));
+    timers.schedule_many(later).await.unwrap();
+    let node = worker_node(&timers).await;
+
+    for (state, prefix) in [
+        (TaskState::Waiting, "waiting"),
+        (TaskState::Ready, "ready"),
+        (TaskState::Running, "running"),
+        (TaskState::Dead, "dead"),
+    ] {
+        for limit in [1000, 100, 7] {
+            let (tasks, pages) = list_all(&timers, state, limit).await;
+            let mut keys: Vec<String> = tasks.iter().map(|t| t.key().to_string()).collect();
+            let order: Vec<(std::time::SystemTime, &str)> = tasks
+                .iter()
+                .map(|t| match state {
+                    TaskState::Running => (t.claimed_at().expect("claimed at"), t.key()),
+                    _ => (t.due(), t.key()),
+                })
+                .collect();
+            if state != TaskState::Dead {
+                assert!(order.windows(2).all(|w| w[0] < w[1]), "{state:?} by {limit}: out of order");
+            }
+            assert!(tasks.iter().all(|t| t.state() == state), "{state:?}");
+            if state == TaskState::Waiting {
+                let dues: std::collections::HashSet<_> = tasks.iter().map(|t| t.due()).collect();
+                assert!(dues.len() < N / 2, "scheduled in batches, many share a due time: pages end amid ties");
+            }
+            keys.sort();
+            let before = keys.len();
+            keys.dedup();
+            assert_eq!(before, keys.len(), "{state:?} by {limit}: a key listed twice");
+            assert_eq!(keys, keys_of(prefix), "{state:?} by {limit}: every key once, in {pages} pages");
+            // Full pages, then the last one (empty when the full ones hold them all).
+            assert_eq!(pages, N / limit + 1, "{state:?} by {limit}");
+            if state == TaskState::Running {
+                assert!(tasks.iter().all(|t| t.worker() == Some(node.as_str())), "{:?}", tasks[0].worker());
+            } else {
+                assert!(tasks.iter().all(|t| t.worker().is_none() && t.claimed_at().is_none()));
+            }
+        }
+    }
+    let wrong = timers.list(TaskState::Ready, None, 1).await.unwrap().into_parts().1.unwrap();
+    assert!(timers.list(TaskState::Dead, Some(&wrong), 10).await.is_err(), "a cursor of another state");
+    assert!(timers.list(TaskState::Dead, None, 0).await.is_err());
+    assert!(timers.list(TaskState::Dead, None, tokio_timewheel::durable::MAX_PAGE + 1).await.is_err());
+    worker.shutdown_timeout(Duration::from_millis(100)).await;
+}
+
+/// The node id of the one worker running on `timers`.
+async fn worker_node(timers: &DurableScheduler) -> String {
+    let workers = timers.workers().await.unwrap();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    workers[0].clone()
 }

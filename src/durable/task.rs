@@ -216,6 +216,9 @@ pub struct TaskInfo {
     /// Redis's clock when the task was read: what [`overdue_by`](TaskInfo::overdue_by) measures
     /// from.
     pub(crate) read_at: SystemTime,
+    /// For a running task read by `list`: when it was claimed, and the node id of the worker
+    /// that claimed it (`None` when not known).
+    pub(crate) claim: Option<(SystemTime, Option<String>)>,
 }
 
 impl TaskInfo {
@@ -276,6 +279,20 @@ impl TaskInfo {
             return None;
         }
         self.read_at.duration_since(self.due).ok().filter(|late| !late.is_zero())
+    }
+
+    /// When a worker claimed the task, on Redis's clock: for a running task as
+    /// [`list`](super::DurableScheduler::list) reads it, `None` otherwise.
+    pub fn claimed_at(&self) -> Option<SystemTime> {
+        self.claim.as_ref().map(|(at, _)| *at)
+    }
+
+    /// The node id of the worker that runs the task (as [`workers`](super::DurableScheduler::workers)
+    /// and [`leaders`](super::DurableScheduler::leaders) name it): for a running task as
+    /// [`list`](super::DurableScheduler::list) reads it, `None` otherwise (or when a worker of an
+    /// earlier version claimed it).
+    pub fn worker(&self) -> Option<&str> {
+        self.claim.as_ref().and_then(|(_, node)| node.as_deref())
     }
 
     /// Whether the task's due time had passed, and it was not handed out yet, when it was read:
@@ -398,4 +415,48 @@ impl DuePage {
 pub struct DueCursor {
     pub(crate) due_ms: u64,
     pub(crate) key: String,
+}
+
+/// One page of [`list`](super::DurableScheduler::list): the tasks of one state in that state's
+/// order, and where the next page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    pub(crate) tasks: Vec<TaskInfo>,
+    pub(crate) next: Option<ListCursor>,
+}
+
+impl ListPage {
+    /// The tasks of this page, in their state's order (see
+    /// [`list`](super::DurableScheduler::list)).
+    pub fn tasks(&self) -> &[TaskInfo] {
+        &self.tasks
+    }
+
+    /// Where the next page starts; `None` when this page reached the end.
+    pub fn next(&self) -> Option<&ListCursor> {
+        self.next.as_ref()
+    }
+
+    /// Takes the page apart into its tasks and the next page's cursor.
+    pub fn into_parts(self) -> (Vec<TaskInfo>, Option<ListCursor>) {
+        (self.tasks, self.next)
+    }
+}
+
+/// Where a page of [`list`](super::DurableScheduler::list) ends: the next page starts after this
+/// task in its state's order (its due, claim or death time, then its key), so a task that comes or
+/// goes meanwhile neither shifts nor repeats the others. It belongs to one state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ListCursor {
+    pub(crate) state: TaskState,
+    /// The due, claim or death time in ms.
+    pub(crate) score: u64,
+    pub(crate) key: String,
+}
+
+impl ListCursor {
+    /// The state whose tasks it pages.
+    pub fn state(&self) -> TaskState {
+        self.state
+    }
 }

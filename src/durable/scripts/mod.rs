@@ -27,7 +27,9 @@ use redis::{Script, ScriptInvocation};
 
 use super::keys::{self, WheelKeys};
 
-pub(crate) use inspect::{contains, cursor, dead_letters, delete_dead, due_counts, due_next, get, leader, stats};
+pub(crate) use inspect::{
+    contains, cursor, dead_letters, delete_dead, due_counts, due_next, get, leader, list, stats,
+};
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
 pub(crate) use server::{config_value, server_version};
 #[cfg(test)]
@@ -62,6 +64,7 @@ const INCLUDES: &[(&str, &str)] = &[
     ("advance", include_str!("../lua/includes/advance.lua")),
     ("acknowledge", include_str!("../lua/includes/acknowledge.lua")),
     ("claims", include_str!("../lua/includes/claims.lua")),
+    ("zpage", include_str!("../lua/includes/zpage.lua")),
     ("cancelled", include_str!("../lua/includes/cancelled.lua")),
 ];
 
@@ -194,6 +197,7 @@ scripts!(
     due_next,
     due_counts,
     cancel_running,
+    list,
 );
 
 /// A call of `script` on the (partition of the) wheel whose keys are `keys`, with every fixed
