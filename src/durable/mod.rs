@@ -191,7 +191,7 @@
 //!
 //! | key            | type   | holds |
 //! |----------------|--------|-------|
-//! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout` and the counters of [`DurableStats`] |
+//! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout`, the counters of [`DurableStats`], and `paused` while [`DurableScheduler::pause`] holds |
 //! | `cursor`       | string | the last tick processed: every task due at or before it has left the ring |
 //! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<missed runs>:<error length>:<error><payload>` |
 //! | `ring`         | string | how many entries the ring's slots hold together |
@@ -205,6 +205,10 @@
 //! | `seq`          | string | claim tokens handed out so far |
 //! | `wake`         | list   | wake-up tokens for idle workers, pushed when tasks become ready |
 //! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
+//! | `cancelling`   | hash   | the running tasks whose cancel [`DurableScheduler::cancel_running`] requested, by key: the claim token of the delivery to cancel; gone when its outcome lands |
+//! | `cancels`      | stream | the cancel requests (`key`, `token`), about the last 1,000, which every worker follows to cancel its handlers' tokens at once |
+//! | `claimed`      | zset   | the running tasks' keys by when they were claimed (ms), the order [`DurableScheduler::list`] lists them in |
+//! | `holders`      | hash   | the running tasks' holders by key: `<claim token>:<node id>` of the worker that claimed it |
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |

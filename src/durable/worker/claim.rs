@@ -31,7 +31,8 @@ const MAX_CLAIM: usize = 64;
 /// nothing ahead of them.
 const GATHER: Duration = Duration::from_millis(2);
 
-/// How a claim loop is told to stop, to abandon its handlers, and tells that it claims.
+/// How a claim loop is told to stop, to abandon its handlers, and tells that it claims; and the
+/// id of its worker's node, which its claims record.
 pub(super) struct Signals {
     /// True: stop claiming, let the handlers finish.
     pub(super) stop: watch::Receiver<bool>,
@@ -41,6 +42,8 @@ pub(super) struct Signals {
     pub(super) wind_down: watch::Receiver<bool>,
     /// Counts the loops of the worker that have had their first answer from Redis.
     pub(super) started: Arc<watch::Sender<usize>>,
+    /// The id of the worker's node.
+    pub(super) node: String,
 }
 
 /// Claims from partition `part` for handlers that hold one of `permits` each (the worker's
@@ -53,9 +56,9 @@ pub(super) async fn claim_loop(
     freed: Arc<Notify>,
     signals: Signals,
     bid_now: &Notify,
-    node: &str,
 ) {
-    let Signals { mut stop, mut abandon, mut wind_down, started } = signals;
+    let Signals { mut stop, mut abandon, mut wind_down, started, node } = signals;
+    let node = node.as_str();
     let (concurrency, prefetch) = (wheel.cfg.concurrency, wheel.cfg.prefetch);
     let keys = &wheel.partitions[part].keys;
     let mut waker: Option<Waker> = None;

@@ -262,14 +262,15 @@ async fn supervise(
         leaders.spawn(async move {
             super::leader::run(&w, &w.partitions[part], n, s, &b, &st.leads[part], &st.started).await;
         });
-        let (w, p, h, f, n) = (wheel.clone(), permits.clone(), handler.clone(), freed.clone(), node.clone());
+        let (w, p, h, f) = (wheel.clone(), permits.clone(), handler.clone(), freed.clone());
         let signals = Signals {
             stop: stop.clone(),
             abandon: abandon.clone(),
             wind_down: wind_down.clone(),
             started: status.started.clone(),
+            node: node.clone(),
         };
-        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, f, signals, &bid_now, &n).await });
+        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, f, signals, &bid_now).await });
     }
     while claimers.join_next().await.is_some() {}
     let _ = leader_stop.send(true);
