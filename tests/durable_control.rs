@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use support::durable::{builder, keys, wait_until, Log, LEASE, TICK};
 use support::redis_server::RedisServer;
 use tokio::sync::mpsc;
-use tokio_timewheel::durable::{DurableScheduler, ListCursor, Task, TaskInfo, TaskState};
+use tokio_timewheel::durable::{DurableScheduler, ListCursor, Task, TaskInfo, TaskState, WheelKeys};
 
 /// With no worker running, nothing ticks: a task whose due time passed is still waiting, and
 /// `get` and `due_next` say how long it is overdue; a task not yet due is not.
@@ -45,15 +45,15 @@ async fn a_task_due_while_no_leader_ticks_reads_as_overdue() {
 /// How much later than a tick a test lets a wake-up come, for a loaded machine.
 const LOAD_MARGIN: Duration = Duration::from_millis(200);
 
-/// A pause holds across a restart of every node: while tasks fall due the leader ticks them
-/// ready, and no worker, old or new, claims one. `resume` wakes the idle worker at once: it
+/// A pause holds across a restart of every node, on every partition: while tasks fall due the
+/// leaders tick them ready, and no worker, old or new, claims one. `resume` wakes the idle worker at once: it
 /// claims them within a tick (plus a margin for load).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_holds_across_a_restart_of_every_node_and_resume_hands_out_within_a_tick() {
     let Some(server) = RedisServer::start() else { return };
     let log = Log::default();
     {
-        let timers = builder(&server.url(), "pause").connect().await.expect("connect");
+        let timers = builder(&server.url(), "pause").partitions(2).connect().await.expect("connect");
         let worker = log.worker(&timers);
         worker.ready().await;
         timers.pause().await.unwrap();
@@ -65,7 +65,7 @@ async fn a_pause_holds_across_a_restart_of_every_node_and_resume_hands_out_withi
         worker.shutdown().await;
     }
     // Every node again: a new connection and a new worker, which leads now.
-    let timers = builder(&server.url(), "pause").connect().await.expect("connect");
+    let timers = builder(&server.url(), "pause").partitions(2).connect().await.expect("connect");
     let worker = log.worker(&timers);
     worker.ready().await;
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -85,10 +85,12 @@ async fn a_pause_holds_across_a_restart_of_every_node_and_resume_hands_out_withi
     assert!(took < TICK + LOAD_MARGIN, "{took:?}");
     assert!(!timers.is_paused().await.unwrap() && !timers.stats().await.unwrap().paused);
     // Acknowledged, their claims are forgotten.
-    let k = keys("pause");
+    let parts = [WheelKeys::for_partition("pause", 0, 2), WheelKeys::for_partition("pause", 1, 2)];
     let forgotten = || {
-        server.command(&["ZCARD", &k.claimed()]).as_int() == Some(0)
-            && server.command(&["HLEN", &k.holders()]).as_int() == Some(0)
+        parts.iter().all(|k| {
+            server.command(&["ZCARD", &k.claimed()]).as_int() == Some(0)
+                && server.command(&["HLEN", &k.holders()]).as_int() == Some(0)
+        })
     };
     assert!(wait_until(Duration::from_secs(5), forgotten).await, "claims left after the acknowledgements");
     worker.shutdown().await;
@@ -317,12 +319,13 @@ async fn list_all(timers: &DurableScheduler, state: TaskState, limit: usize) -> 
 
 /// `list` pages 1,000 tasks in each state (waiting, ready, running, dead), every key once, none
 /// missing, each page in its state's order, while nothing changes; running tasks say which
-/// worker holds them and since when.
+/// worker holds them and since when. On a wheel of two partitions, whose pages it merges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_pages_every_task_of_each_state_once() {
     const N: usize = 1000;
     let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "list").max_attempts(1).concurrency(N).connect().await.expect("connect");
+    let timers =
+        builder(&server.url(), "list").partitions(2).max_attempts(1).concurrency(N).connect().await.expect("connect");
     let (tx, _events) = mpsc::unbounded_channel();
     // Keys that start with "dead" fail at once (and, with one attempt, die); the others run until
     // cancelled.
@@ -405,4 +408,41 @@ async fn worker_node(timers: &DurableScheduler) -> String {
     let workers = timers.workers().await.unwrap();
     assert_eq!(workers.len(), 1, "{workers:?}");
     workers[0].clone()
+}
+
+/// A task whose cancel was requested while its handler ignores its token, and whose worker then
+/// goes away (here `shutdown_timeout` drops the handler and gives its lease back): when the lease
+/// runs out the task ends as cancelled, rather than being handed out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_task_whose_worker_goes_away_ends_as_cancelled() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server.url(), "cancel-gone").connect().await.expect("connect");
+    let log = Log::default();
+    let handler = {
+        let log = log.clone();
+        move |task: Task| {
+            log.record(&task, 1);
+            async {
+                // Deaf to its token.
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    let worker = timers.run(handler);
+    worker.ready().await;
+    timers.schedule("job", Duration::from_millis(10), "x").await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
+    assert!(timers.cancel_running("job").await.unwrap());
+    assert_eq!(timers.get("job").await.unwrap().unwrap().state(), TaskState::Running, "left to its handler");
+    worker.shutdown_timeout(Duration::from_millis(100)).await;
+    // Another worker would take it on the next tick, were it handed out again.
+    let other = timers.run(log.handler(2));
+    other.ready().await;
+    assert!(gone(&timers, "job").await, "ends when its lease runs out");
+    tokio::time::sleep(TICK * 4).await;
+    assert_eq!(log.len(), 1, "not handed out again");
+    let stats = timers.stats().await.unwrap();
+    assert_eq!((stats.cancelled, stats.retried, stats.dead, stats.acked), (1, 0, 0, 0), "{stats:?}");
+    other.shutdown().await;
 }
