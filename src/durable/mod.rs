@@ -241,10 +241,13 @@
 //!   entry checked against its record), one `ZADD` to `ready` and an `EXISTS`; far-tier tasks it
 //!   promotes go in one `RPUSH` per slot.
 //! - a claim: one `ZRANGE` and one `ZREMRANGEBYRANK` of `ready`, one `HMGET` and one `HSET`
-//!   (each record's head rewritten: its delivery count and claim token) for the lot; an
-//!   acknowledgement one `HMGET`, one `HDEL` and one `ZREM` for the lot (and an `HSET` per
-//!   recurring task, its next run), carried by the worker's next claim where one comes; a
-//!   renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the lot.
+//!   (each record's head rewritten: its delivery count and claim token), and a `ZADD` to
+//!   `claimed` and an `HSET` of `holders` (its claim, for `list`) for the lot; an
+//!   acknowledgement one `HMGET`, one `HDEL` and three `ZREM`s or `HDEL`s (the lease and the
+//!   claim) for the lot (and an `HSET` per recurring task, its next run), carried by the
+//!   worker's next claim where one comes, and an `HLEN` of `cancelling` (more only for a task
+//!   whose cancel was requested); a renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the
+//!   lot, and the `HLEN`. While paused, a claim reads the `paused` field and takes nothing.
 //!
 //! A wheel written by an earlier version of this crate in another layout (1: one hash per task,
 //! keys the scripts named themselves; 2: ring slots as sorted sets, scored by due ms) is taken

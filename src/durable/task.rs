@@ -356,7 +356,8 @@ pub struct DurableStats {
     pub retried: u64,
     /// Tasks moved to the dead letters.
     pub dead_lettered: u64,
-    /// Tasks cancelled by `cancel` and `cancel_many`.
+    /// Tasks cancelled by `cancel` and `cancel_many`, and running tasks that ended as cancelled
+    /// after `cancel_running`.
     pub cancelled: u64,
     /// Whether the wheel is paused (for a partitioned wheel: any of its partitions), by
     /// [`pause`](super::DurableScheduler::pause): workers claim nothing new, while the leader
