@@ -44,7 +44,7 @@ pub(crate) const FIXED: &[(&str, &str)] = &[
     ("cancelling", "cancelling"),
     ("cancels", "cancels"),
     ("claimed", "claimed"),
-    ("holders", "holders"),
+    ("claims", "claims"),
 ];
 
 const SLOT: &str = "slot:";
@@ -178,16 +178,17 @@ impl WheelKeys {
         self.fixed("cancels")
     }
 
-    /// The sorted set of the running tasks' keys by when they were claimed (ms on Redis's clock),
-    /// the order in which they are listed.
+    /// The sorted set of the running tasks' keys by claim token: the order in which they were
+    /// claimed, and in which they are listed.
     pub fn claimed(&self) -> String {
         self.fixed("claimed")
     }
 
-    /// The hash of the running tasks' holders, by key: `<claim token>:<node id>`, the worker's
-    /// node that claimed the task (as [`workers`](Self::workers) names it).
-    pub fn holders(&self) -> String {
-        self.fixed("holders")
+    /// The sorted set of the claim calls that running tasks came from, by first claim token:
+    /// `<first token>:<tasks>:<claimed ms>:<node id>` each (a call's tokens are consecutive), the
+    /// node whose worker claimed them as [`workers`](Self::workers) names it.
+    pub fn claims(&self) -> String {
+        self.fixed("claims")
     }
 
     /// The sorted set of the workers that run: their node ids, scored by when each last said so
@@ -280,7 +281,7 @@ mod tests {
             keys.cancelling(),
             keys.cancels(),
             keys.claimed(),
-            keys.holders(),
+            keys.claims(),
         ];
         let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
         assert_eq!(methods.to_vec(), table);

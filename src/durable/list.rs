@@ -16,7 +16,8 @@ impl DurableScheduler {
     /// - [`Waiting`](TaskState::Waiting): by due time, then key (as
     ///   [`due_next`](Self::due_next) lists them, the ready ones left out);
     /// - [`Ready`](TaskState::Ready): by due time, then key;
-    /// - [`Running`](TaskState::Running): by when a worker claimed them, then key, each with
+    /// - [`Running`](TaskState::Running): in the order they were claimed (by claim token, then
+    ///   key; each partition of a wheel numbers its claims on its own), each with
     ///   [`claimed_at`](TaskInfo::claimed_at) and the [`worker`](TaskInfo::worker) that holds it.
     ///   A task a worker claimed ahead of its handlers counts as running, and so does one whose
     ///   lease ran out until the next tick hands it out again;

@@ -207,8 +207,8 @@
 //! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
 //! | `cancelling`   | hash   | the running tasks whose cancel [`DurableScheduler::cancel_running`] requested, by key: the claim token of the delivery to cancel; gone when its outcome lands |
 //! | `cancels`      | stream | the cancel requests (`key`, `token`), about the last 1,000, which every worker follows to cancel its handlers' tokens at once |
-//! | `claimed`      | zset   | the running tasks' keys by when they were claimed (ms), the order [`DurableScheduler::list`] lists them in |
-//! | `holders`      | hash   | the running tasks' holders by key: `<claim token>:<node id>` of the worker that claimed it |
+//! | `claimed`      | zset   | the running tasks' keys by claim token: the order they were claimed in, which [`DurableScheduler::list`] lists them in |
+//! | `claims`       | zset   | the claim calls running tasks came from, `<first token>:<tasks>:<claimed ms>:<node id>` scored by first token (a call's tokens are consecutive); those before the oldest running task's go at the next claim |
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
@@ -242,8 +242,8 @@
 //!   promotes go in one `RPUSH` per slot.
 //! - a claim: one `ZRANGE` and one `ZREMRANGEBYRANK` of `ready`, one `HMGET` and one `HSET`
 //!   (each record's head rewritten: its delivery count and claim token), and a `ZADD` to
-//!   `claimed` and an `HSET` of `holders` (its claim, for `list`) for the lot; an
-//!   acknowledgement one `HMGET`, one `HDEL` and three `ZREM`s or `HDEL`s (the lease and the
+//!   `claimed` (its claim, for `list`) for the lot, and for the call a `ZADD` to `claims` and
+//!   its upkeep; an acknowledgement one `HMGET`, one `HDEL` and two `ZREM`s (the lease and the
 //!   claim) for the lot (and an `HSET` per recurring task, its next run), carried by the
 //!   worker's next claim where one comes, and an `HLEN` of `cancelling` (more only for a task
 //!   whose cancel was requested); a renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the

@@ -282,7 +282,8 @@ impl TaskInfo {
     }
 
     /// When a worker claimed the task, on Redis's clock: for a running task as
-    /// [`list`](super::DurableScheduler::list) reads it, `None` otherwise.
+    /// [`list`](super::DurableScheduler::list) reads it, `None` otherwise (or when a worker of an
+    /// earlier version claimed it).
     pub fn claimed_at(&self) -> Option<SystemTime> {
         self.claim.as_ref().map(|(at, _)| *at)
     }
@@ -445,12 +446,13 @@ impl ListPage {
 }
 
 /// Where a page of [`list`](super::DurableScheduler::list) ends: the next page starts after this
-/// task in its state's order (its due, claim or death time, then its key), so a task that comes or
+/// task in its state's order (its due time, its place in the claim order or its death time, then
+/// its key), so a task that comes or
 /// goes meanwhile neither shifts nor repeats the others. It belongs to one state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ListCursor {
     pub(crate) state: TaskState,
-    /// The due, claim or death time in ms.
+    /// The due time in ms, the claim token (claim order) or the death time in ms.
     pub(crate) score: u64,
     pub(crate) key: String,
 }

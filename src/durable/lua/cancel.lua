@@ -12,7 +12,7 @@
     ARGV[1]  ms to keep the answer   ARGV[2 ..] keys
   Output:
     one digit per key: 1 cancelled (by this call), 0 none pending, 2 running (left alone).
-  Keys: CALL_KEY, TASKS, FAR, READY, LEASED, CLAIMED, HOLDERS, META. A cancelled task's ring entry is left in its
+  Keys: CALL_KEY, TASKS, FAR, READY, LEASED, CLAIMED, META. A cancelled task's ring entry is left in its
   slot (its key is not known here, and need not be): the cursor drops it when it passes it,
   since no record matches it any more (see tick.lua).
 ]]

@@ -13,8 +13,8 @@
 
   Per task it writes what the claim changes and nothing else: the record's head (deliveries,
   claim token) before its unchanged tail, the lease entry (its score formatted once a call),
-  the retry record's entry, its claim (includes/claims.lua: when, and the worker's node); the
-  answer is the record itself, which the worker reads.
+  the retry record's entry, its claim token in CLAIMED (and once a call when, and the worker's
+  node: includes/claims.lua); the answer is the record itself, which the worker reads.
 
   A delivery to acknowledge whose cancel was requested (cancel_running.lua) ends as cancelled
   instead (cancelled.lua), and its acknowledgement is refused.
@@ -41,7 +41,7 @@
     acknowledgements' answers (one digit per delivery, as ack.lua answers), then two entries per
     task: key, record (record.lua's format, with this delivery's count and claim token)}.
   Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META, WAKE, CANCELLING, CLAIMED,
-  HOLDERS, and through the
+  CLAIMS, and through the
   acknowledgements those of ack.lua.
 ]]
 -- @include keys
@@ -88,7 +88,7 @@ local last = redis.call('INCRBY', SEQ, #names)
 local first = last - #names
 local until_ms = string.format('%d', now + lease)
 out[1] = string.format('%d', now)
-local leases, claimed, records, claims, holders = {}, {out[1]}, {}, {}, {}
+local leases, claimed, records, claims = {}, {out[1]}, {}, {}
 local recs = hmget_all(TASKS, names)
 for j, k in ipairs(names) do
   local rec = recs[j]
@@ -101,18 +101,15 @@ for j, k in ipairs(names) do
     leases[#leases + 1] = k
     claimed[#claimed + 1] = k
     claimed[#claimed + 1] = tok
-    claims[#claims + 1] = out[1]
+    claims[#claims + 1] = tok
     claims[#claims + 1] = k
-    holders[#holders + 1] = k
-    holders[#holders + 1] = tok .. ':' .. node
     out[#out + 1] = k
     out[#out + 1] = rec
   end
 end
 zadd_all(LEASED, leases)
 hset_all(TASKS, records)
-zadd_all(CLAIMED, claims)
-hset_all(HOLDERS, holders)
+record_claims(claims, first + 1, #names, out[1], node)
 if #claimed > 1 then
   redis.call('RPUSH', CALL_KEY, unpack(claimed))
   redis.call('PEXPIRE', CALL_KEY, math.min(lease, record_ms))

@@ -12,7 +12,7 @@
   Output:
     1 retried, 2 dead, 0 refused, 3 cancelled (its cancel was requested: it ends as cancelled,
     see cancelled.lua).
-  Keys: TASKS, LEASED, CANCELLING, CLAIMED, HOLDERS, the declared slots, RING, FAR, READY, CURSOR, META, WAKE, and when it
+  Keys: TASKS, LEASED, CANCELLING, CLAIMED, the declared slots, RING, FAR, READY, CURSOR, META, WAKE, and when it
   dies DEAD_TASKS, DEAD.
 ]]
 -- @include keys

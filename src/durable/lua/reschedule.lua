@@ -12,7 +12,7 @@
     ARGV[6 ..]  the tasks' keys
   Output:
     one digit per task: 1 moved, 0 none pending, 2 running (left alone).
-  Keys: TASKS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, HOLDERS, CURSOR, WAKE. The task's old
+  Keys: TASKS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, CURSOR, WAKE. The task's old
   slot entry is left behind: the cursor drops it when it passes it, since it no longer matches
   the task's record (see tick.lua).
 ]]

@@ -31,7 +31,7 @@
     one digit per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
     is pending (DuplicateKey); with ARGV[4] '1', 4 a pending task was moved (keeping its
     payload) and 3 a running one was left alone.
-  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, HOLDERS, CURSOR, META, WAKE.
+  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, CURSOR, META, WAKE.
 ]]
 -- @include keys
 -- @include wheel_now

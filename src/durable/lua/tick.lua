@@ -27,7 +27,7 @@
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready}.
-  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, WAKE, DEAD, DEAD_TASKS, CANCELLING, CLAIMED, HOLDERS,
+  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, WAKE, DEAD, DEAD_TASKS, CANCELLING, CLAIMED,
   and the
   declared slots.
 ]]

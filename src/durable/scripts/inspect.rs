@@ -160,7 +160,8 @@ pub(crate) async fn leader(wheel: &WheelClient, keys: &WheelKeys) -> Result<Opti
     Ok(token.map(|t| t.rsplit_once(':').map_or(t.clone(), |(node, _)| node.to_string())))
 }
 
-/// What one `list.lua` call read: its tasks (each with its score: due, claim or death ms), and
+/// What one `list.lua` call read: its tasks (each with its score: due ms, claim token or death
+/// ms), and
 /// where it stopped reading when it read all it was asked for (more may follow).
 pub(crate) struct Listed {
     pub(crate) tasks: Vec<(u64, TaskInfo)>,
@@ -193,7 +194,7 @@ pub(crate) async fn list(
     let [now, last_key, last_score, full] = head;
     let read_at = from_unix_ms(number(now));
     let tasks = rest
-        .chunks_exact(7)
+        .chunks_exact(8)
         .map(|t| {
             let score = number(&t[1]);
             let info = TaskInfo {
@@ -204,8 +205,8 @@ pub(crate) async fn list(
                 state,
                 last_error: Some(text(&t[4])).filter(|e| !e.is_empty()),
                 read_at,
-                claim: (state == TaskState::Running)
-                    .then(|| (from_unix_ms(score), Some(text(&t[6])).filter(|n| !n.is_empty()))),
+                claim: (!t[7].is_empty())
+                    .then(|| (from_unix_ms(number(&t[7])), Some(text(&t[6])).filter(|n| !n.is_empty()))),
             };
             (score, info)
         })

@@ -3,7 +3,7 @@
 -- lease go, the request too, and the task counts as cancelled, whatever the handler's outcome
 -- (the script that calls this then finds no record and refuses the outcome). Returns how many
 -- it ended. While no cancel is requested it costs one HLEN.
--- Keys: CANCELLING, TASKS, LEASED, META, CLAIMED, HOLDERS.
+-- Keys: CANCELLING, TASKS, LEASED, META, CLAIMED.
 -- @include keys
 -- @include record
 -- @include claims
