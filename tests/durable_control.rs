@@ -12,8 +12,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use support::durable::{builder, keys, wait_until, Log, LEASE, TICK};
+use support::durable::{builder, keys, wait_until, Log, LEASE, SLOTS, TICK};
 use support::redis_server::RedisServer;
+use support::topology::Cluster;
 use tokio::sync::mpsc;
 use tokio_timewheel::durable::{DurableScheduler, ListCursor, Task, TaskInfo, TaskState, WheelKeys};
 
@@ -435,4 +436,48 @@ async fn a_cancelled_task_whose_worker_goes_away_ends_as_cancelled() {
     let stats = timers.stats().await.unwrap();
     assert_eq!((stats.cancelled, stats.retried, stats.dead, stats.acked), (1, 0, 0, 0), "{stats:?}");
     other.shutdown().await;
+}
+
+/// On a Redis Cluster, a wheel of two partitions: `cancel_running` reaches the handler at once
+/// (every worker follows each partition's stream of requests on the node that holds it), `list`
+/// finds the running task and its worker, and the pause holds on every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controls_on_a_cluster() {
+    let Some(cluster) = Cluster::start(3, 0) else { return };
+    let timers = DurableScheduler::cluster(cluster.seed_urls(), "ctl")
+        .tick(TICK)
+        .slots(SLOTS)
+        .lease(LEASE)
+        .partitions(2)
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect to the cluster");
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let worker = timers.run(awaits_its_token(tx));
+    worker.ready().await;
+    for key in ["a", "b", "c", "d"] {
+        timers.schedule(key, Duration::from_millis(10), "x").await.unwrap();
+    }
+    for _ in 0..4 {
+        assert!(!next(&mut events).await.ended);
+    }
+    let (running, _) = list_all(&timers, TaskState::Running, 3).await;
+    let node = worker_node(&timers).await;
+    assert_eq!(running.len(), 4);
+    assert!(running.iter().all(|t| t.worker() == Some(node.as_str()) && t.claimed_at().is_some()));
+    for key in ["a", "b", "c", "d"] {
+        let asked = Instant::now();
+        assert!(timers.cancel_running(key).await.unwrap(), "{key}");
+        let ended = next(&mut events).await;
+        assert!(ended.ended && ended.key == key, "{ended:?}");
+        let took = ended.at - asked;
+        eprintln!("cluster, {key}: cancel_running to the handler's end: {took:?}");
+        assert!(took < TOKEN_BOUND + LOAD_MARGIN, "{key}: {took:?}");
+    }
+    timers.pause().await.unwrap();
+    assert!(timers.is_paused().await.unwrap() && timers.stats().await.unwrap().paused);
+    timers.resume().await.unwrap();
+    assert!(!timers.is_paused().await.unwrap());
+    worker.shutdown().await;
 }
