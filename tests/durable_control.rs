@@ -117,7 +117,8 @@ fn awaits_its_token(events: mpsc::UnboundedSender<Event>) -> impl Fn(Task) -> Bo
                 return Err("failed at once".to_string());
             }
             let _ = events.send(Event { key: key.clone(), attempt, ended: false, at: Instant::now() });
-            task.cancel_token().cancelled().await;
+            let token: tokio_util::sync::CancellationToken = task.cancel_token();
+            token.cancelled().await;
             let _ = events.send(Event { key: key.clone(), attempt, ended: true, at: Instant::now() });
             if key.starts_with("err") {
                 Err("stopped: cancelled".to_string())
