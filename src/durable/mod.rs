@@ -297,9 +297,9 @@ pub use config::{
     MAX_BACKOFF, MAX_PARTITIONS, MAX_SLOTS,
 };
 pub use keys::WheelKeys;
+pub use scheduler::DurableScheduler;
+pub use task::{DeadTask, DueCursor, DuePage, DurableStats, ListCursor, ListPage, Task, TaskInfo, TaskState};
 /// The type of a handler's [`Task::cancel_token`], tokio-util's, here so that durable code needs
 /// one import.
 pub use tokio_util::sync::CancellationToken;
-pub use scheduler::DurableScheduler;
-pub use task::{DeadTask, DueCursor, DuePage, DurableStats, ListCursor, ListPage, Task, TaskInfo, TaskState};
 pub use worker::Worker;
