@@ -141,6 +141,10 @@ async fn each_section_answers_what_the_wheel_says() {
         assert_eq!(shown[field].as_u64(), Some(value), "{field} in {shown}");
     }
     assert_eq!((stats.waiting, stats.dead), (3, 2));
+    assert_eq!(shown["paused"], false, "{shown}");
+    timers.pause().await.unwrap();
+    assert_eq!(get(&router, "/api/stats").await.json()["paused"], true, "a paused wheel says so");
+    timers.resume().await.unwrap();
 
     let dead = get(&router, "/api/dead").await.json();
     let letters = dead["letters"].as_array().unwrap();
@@ -159,6 +163,7 @@ async fn each_section_answers_what_the_wheel_says() {
     assert_eq!(later["pending"], true);
     assert_eq!(later["detail"]["state"], "waiting", "{later}");
     assert_eq!(later["detail"]["attempt"], 0, "{later}");
+    assert_eq!(later["detail"]["overdue_ms"], serde_json::Value::Null, "not yet due: {later}");
     let due_ms = later["detail"]["due_ms"].as_u64().unwrap();
     let want = timers.deadline("later-1").await.unwrap().unwrap();
     assert_eq!(due_ms as u128, want.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis());

@@ -43,6 +43,10 @@ pub(crate) const FIXED: &[(&str, &str)] = &[
     ("lead", "lead"),
     ("figures", "figures"),
     ("upserts", "upserts"),
+    ("cancelling", "cancelling"),
+    ("cancels", "cancels"),
+    ("claimed", "claimed"),
+    ("claims", "claims"),
 ];
 
 const SLOT: &str = "slot:";
@@ -174,6 +178,33 @@ impl WheelKeys {
         self.fixed("upserts")
     }
 
+    /// The hash of the running tasks whose cancel was requested (`cancel_running`), by key: the
+    /// claim token of the delivery to cancel. An entry goes when that delivery's outcome lands
+    /// (the task then ends as cancelled) or its lease runs out.
+    pub fn cancelling(&self) -> String {
+        self.fixed("cancelling")
+    }
+
+    /// The stream of cancel requests (`key`, `token` fields) that every worker reads, so that a
+    /// handler's token is cancelled at once, whichever node holds it. Capped at about 1,000
+    /// entries.
+    pub fn cancels(&self) -> String {
+        self.fixed("cancels")
+    }
+
+    /// The sorted set of the running tasks' keys by claim token: the order in which they were
+    /// claimed, and in which they are listed.
+    pub fn claimed(&self) -> String {
+        self.fixed("claimed")
+    }
+
+    /// The sorted set of the claim calls that running tasks came from, by first claim token:
+    /// `<first token>:<tasks>:<claimed ms>:<node id>` each (a call's tokens are consecutive), the
+    /// node whose worker claimed them as [`workers`](Self::workers) names it.
+    pub fn claims(&self) -> String {
+        self.fixed("claims")
+    }
+
     /// The sorted set of the workers that run: their node ids, scored by when each last said so
     /// (ms on Redis's clock as the node estimates it). No script touches it.
     pub fn workers(&self) -> String {
@@ -263,6 +294,10 @@ mod tests {
             keys.lead(),
             keys.figures(),
             keys.upserts(),
+            keys.cancelling(),
+            keys.cancels(),
+            keys.claimed(),
+            keys.claims(),
         ];
         let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
         assert_eq!(methods.to_vec(), table);
@@ -304,7 +339,7 @@ mod tests {
         assert!(!lua.contains('\n'));
         assert!(lua.starts_with("local META, CURSOR, TASKS, RING, FAR, READY, "), "{lua}");
         assert!(lua.contains("= KEYS[1], KEYS[2], KEYS[3]"), "{lua}");
-        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[17], KEYS[18] local FIXED_KEYS = 16"), "{lua}");
+        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[21], KEYS[22] local FIXED_KEYS = 20"), "{lua}");
         assert!(lua.contains("local function declared_slots(from, indices)"), "{lua}");
     }
 }

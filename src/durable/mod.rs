@@ -199,7 +199,7 @@
 //!
 //! | key            | type   | holds |
 //! |----------------|--------|-------|
-//! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout` and the counters of [`DurableStats`] |
+//! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout`, the counters of [`DurableStats`], and `paused` while [`DurableScheduler::pause`] holds |
 //! | `cursor`       | string | the last tick processed: every task due at or before it has left the ring |
 //! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<missed runs>:[c<spec length>:<spec>]<error length>:<error><payload>` (the spec, of a series whose next run the node works out, only there) |
 //! | `ring`         | string | how many entries the ring's slots hold together |
@@ -215,6 +215,10 @@
 //! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
 //! | `figures`      | hash   | the wheel-wide figures a minute, `<minute>:<what>` (handed out, acknowledged, failed, dead, and claims by lateness bucket), counted by the scripts that do the work and kept two hours; read by [`DurableScheduler::figures`] |
 //! | `upserts`      | hash   | a series upserted while a run of its key was in flight, by key: the record that takes the series' place when the run ends ([`DurableScheduler::upsert_recurring`]) |
+//! | `cancelling`   | hash   | the running tasks whose cancel [`DurableScheduler::cancel_running`] requested, by key: the claim token of the delivery to cancel; gone when its outcome lands |
+//! | `cancels`      | stream | the cancel requests (`key`, `token`), about the last 1,000, which every worker follows to cancel its handlers' tokens at once |
+//! | `claimed`      | zset   | the running tasks' keys by claim token: the order they were claimed in, which [`DurableScheduler::list`] lists them in |
+//! | `claims`       | zset   | the claim calls running tasks came from, `<first token>:<tasks>:<claimed ms>:<node id>` scored by first token (a call's tokens are consecutive); those before the oldest running task's go at the next claim |
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
@@ -247,10 +251,13 @@
 //!   entry checked against its record), one `ZADD` to `ready` and an `EXISTS`; far-tier tasks it
 //!   promotes go in one `RPUSH` per slot.
 //! - a claim: one `ZRANGE` and one `ZREMRANGEBYRANK` of `ready`, one `HMGET` and one `HSET`
-//!   (each record's head rewritten: its delivery count and claim token) for the lot; an
-//!   acknowledgement one `HMGET`, one `HDEL` and one `ZREM` for the lot (and an `HSET` per
-//!   recurring task, its next run), carried by the worker's next claim where one comes; a
-//!   renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the lot.
+//!   (each record's head rewritten: its delivery count and claim token), and a `ZADD` to
+//!   `claimed` (its claim, for `list`) for the lot, and for the call a `ZADD` to `claims` and
+//!   its upkeep; an acknowledgement one `HMGET`, one `HDEL` and two `ZREM`s (the lease and the
+//!   claim) for the lot (and an `HSET` per recurring task, its next run), carried by the
+//!   worker's next claim where one comes, and an `HLEN` of `cancelling` (more only for a task
+//!   whose cancel was requested); a renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the
+//!   lot, and the `HLEN`. While paused, a claim reads the `paused` field and takes nothing.
 //!
 //! A wheel written by an earlier version of this crate in another layout (1: one hash per task,
 //! keys the scripts named themselves; 2: ring slots as sorted sets, scored by due ms) is taken
@@ -261,12 +268,13 @@
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
 // time, config, keys, ids, task, metrics, deployment, shared_conn, client, scripts, leader, worker,
-// coalesce, scheduler, admin, open, builder, dashboard), which the crate's `layering` tests check.
+// coalesce, scheduler, admin, list, control, open, builder, dashboard), which the crate's `layering` tests check.
 mod admin;
 mod builder;
 mod client;
 mod coalesce;
 mod config;
+mod control;
 #[cfg(feature = "dashboard")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
@@ -274,6 +282,7 @@ mod deployment;
 mod ids;
 mod keys;
 mod leader;
+mod list;
 mod metrics;
 mod open;
 mod recurring;
@@ -304,5 +313,10 @@ pub use keys::WheelKeys;
 pub use routes::Routes;
 pub use scheduler::DurableScheduler;
 pub use series::MAX_BURST;
-pub use task::{DeadTask, DueCursor, DuePage, DurableStats, Figures, MinuteCounts, Task, TaskInfo, TaskState};
+pub use task::{
+    DeadTask, DueCursor, DuePage, DurableStats, Figures, ListCursor, ListPage, MinuteCounts, Task, TaskInfo, TaskState,
+};
+/// The type of a handler's [`Task::cancel_token`], tokio-util's, here so that durable code needs
+/// one import.
+pub use tokio_util::sync::CancellationToken;
 pub use worker::Worker;

@@ -13,13 +13,20 @@
              Redis's clock, the node's answer for a series with a spec, see record.lua; '' for
              any other task, and '0' when such a series has no run left)
   Output:
-    one digit per delivery, as one string: 1 acknowledged, 0 refused.
-  Keys: TASKS, LEASED, META, FIGURES, UPSERTS, and for a recurring task FAR, READY, CURSOR, WAKE.
+    one digit per delivery, as one string: 1 acknowledged, 0 refused (a delivery whose cancel
+    was requested ends as cancelled instead: see cancelled.lua).
+  Keys: TASKS, LEASED, META, FIGURES, UPSERTS, CANCELLING, CLAIMED, and for a recurring task FAR,
+  READY, CURSOR, WAKE.
 ]]
 -- @include acknowledge
+-- @include cancelled
+-- @include claims
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
 -- The deliveries: delivery j's key is ARGV[DELIVERIES_FROM + 3j - 3], its claim token and next
 -- due the two after it.
 local DELIVERIES_FROM = 3
 
-return acknowledge(ARGV, DELIVERIES_FROM, tick_ms, slots)
+end_cancelled(ARGV, DELIVERIES_FROM)
+local answers = acknowledge(ARGV, DELIVERIES_FROM, tick_ms, slots)
+forget_acknowledged(ARGV, DELIVERIES_FROM, answers)
+return answers

@@ -13,8 +13,10 @@
     ARGV[10] the series' next due time after this run, for a series with a spec (as for ack.lua;
              '' for any other task)
   Output:
-    1 retried, 2 dead, 0 refused.
-  Keys: TASKS, LEASED, UPSERTS, the declared slots, RING, FAR, READY, CURSOR, META, FIGURES, WAKE, and when it
+    1 retried, 2 dead, 0 refused, 3 cancelled (its cancel was requested: it ends as cancelled,
+    see cancelled.lua).
+  Keys: TASKS, LEASED, UPSERTS, CANCELLING, CLAIMED, the declared slots, RING, FAR, READY, CURSOR,
+  META, FIGURES, WAKE, and when it
   dies DEAD_TASKS, DEAD.
 ]]
 -- @include keys
@@ -26,6 +28,8 @@
 -- @include bury
 -- @include figures
 -- @include queued
+-- @include cancelled
+-- @include claims
 local k, tok, err = ARGV[1], ARGV[2], ARGV[3]
 local max_attempts, backoff_ms, backoff_cap_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local tick_ms, slots, declared = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
@@ -33,10 +37,12 @@ local next_due = ARGV[10]
 
 local rec = redis.call('HGET', TASKS, k)
 if not rec or token_of(rec) ~= tok then return 0 end
+if end_cancelled({k, tok}, 1) > 0 then return 3 end
 local t = decode(rec)
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, declared)
 local up = w.up
 redis.call('ZREM', LEASED, k)
+forget_claims({k})
 local queued = queued_of({k})[1]
 -- The upsert queued behind this run replaces what comes next.
 local function take_queued()

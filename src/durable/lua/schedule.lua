@@ -33,8 +33,8 @@
     one digit per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
     is pending (DuplicateKey); with ARGV[4] '1', 4 a pending task was moved (keeping its
     payload) and 3 a running one was left alone.
-  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CURSOR, META, WAKE, UPSERTS
-  (an upsert left queued under a key that had no task is dropped when one is made).
+  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, CURSOR, META, WAKE,
+  UPSERTS (an upsert left queued under a key that had no task is dropped when one is made).
 ]]
 -- @include keys
 -- @include wheel_now
@@ -46,6 +46,7 @@
 -- @include hash_all
 -- @include wake
 -- @include queued
+-- @include claims
 local tick_ms, slots, ttl, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local every, runs, missed = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local declared, times, modes, own_slots = ARGV[8], ARGV[9], ARGV[10], ARGV[11] == '1'
@@ -108,6 +109,7 @@ else
         zrem_all(FAR, {k})
         zrem_all(READY, {k})
         zrem_all(LEASED, {k})
+        forget_claims({k})
         place(k, due, w, batch)
         out[j] = '4'
       end

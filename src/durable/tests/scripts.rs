@@ -8,7 +8,7 @@ use super::{acks, dump, expect, meta, redis_now_ms, wheel, SLOTS, TICK_MS};
 use crate::durable::scripts::{self, Ack, Bid, Cancelled, Failed, Moved, NewTask, Requeued, Scheduled, TickReply};
 use crate::durable::shared_conn::Window;
 use crate::durable::time::When;
-use crate::durable::WheelKeys;
+use crate::durable::{TaskState, WheelKeys};
 
 /// A task's record as the scripts write it (`lua/includes/record.lua`): due, deliveries, claim
 /// token, period, runs left, missed-run policy, then the last error's length, the error and the
@@ -451,7 +451,7 @@ async fn renew_extends_held_leases_and_refuses_one_that_went_to_another_worker()
     let lease = 5_000;
     let before = redis_now_ms(&server);
     let pairs = [("held", "7"), ("lapsed", "7"), ("held", "6"), ("waiting", "7"), ("gone", "7")];
-    let got = scripts::renew(w, keys, &pairs, lease, Window::Default).await.unwrap();
+    let got = renewed(scripts::renew(w, keys, &pairs, lease, Window::Default).await.unwrap());
     let after = redis_now_ms(&server);
     assert_eq!(got, [true, true, false, false, false], "{pairs:?}");
     let score = |k: &str| server.command(&["ZSCORE", &keys.leased(), k]).as_str().unwrap().parse::<u64>().unwrap();
@@ -470,12 +470,12 @@ async fn renew_extends_held_leases_and_refuses_one_that_went_to_another_worker()
     let (key, token) = (claimed[0].task.key.clone(), claimed[0].token.clone());
     assert_eq!((key.as_str(), claimed[0].task.attempt), ("held", 2));
     let taken = dump(&server, keys);
-    assert_eq!(scripts::renew(w, keys, &[("held", "7")], lease, Window::Default).await.unwrap(), [false]);
+    assert_eq!(renewed(scripts::renew(w, keys, &[("held", "7")], lease, Window::Default).await.unwrap()), [false]);
     assert_eq!(dump(&server, keys), taken, "a refused renewal changed something");
-    assert_eq!(scripts::renew(w, keys, &[("held", &token)], lease, Window::Default).await.unwrap(), [true]);
+    assert_eq!(renewed(scripts::renew(w, keys, &[("held", &token)], lease, Window::Default).await.unwrap()), [true]);
 
     // Given back: the lease runs out now, and the next tick makes the task ready again.
-    assert_eq!(scripts::renew(w, keys, &[("held", &token)], 0, Window::Default).await.unwrap(), [true]);
+    assert_eq!(renewed(scripts::renew(w, keys, &[("held", &token)], 0, Window::Default).await.unwrap()), [true]);
     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     scripts::tick(w, keys, "me:1", 128, 0..=0).await.unwrap();
     let d = dump(&server, keys);
@@ -719,7 +719,7 @@ async fn claim_acknowledges_what_finished_then_claims() {
         seed_ready(&server, keys, k, due, &format!("payload of {k}"));
     }
     let given = acks(&[("done", "7"), ("done", "7"), ("other", "6"), ("gone", "7")]);
-    let call = scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", acks: &given };
+    let call = scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", node: "test-node", acks: &given };
     let got = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!(got.acked, [true, false, false, false], "{given:?}");
     let summary: Vec<(&str, u32, &str, &[u8])> =
@@ -749,11 +749,13 @@ async fn claim_acknowledges_what_finished_then_claims() {
 
     // A token waits already: a full claim pushes no second one; a short one pushes none.
     seed_ready(&server, keys, "d", 40, "x");
-    let call = scripts::Claim { n: 1, claim_id: "k2", replay_only: false, previous: "k1", acks: &[] };
+    let call =
+        scripts::Claim { n: 1, claim_id: "k2", replay_only: false, previous: "k1", node: "test-node", acks: &[] };
     assert_eq!(scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap().claimed.len(), 1);
     assert_eq!(dump(&server, keys)["wake"], "1");
     server.command(&["DEL", &keys.wake()]);
-    let call = scripts::Claim { n: 5, claim_id: "k3", replay_only: false, previous: "k2", acks: &[] };
+    let call =
+        scripts::Claim { n: 5, claim_id: "k3", replay_only: false, previous: "k2", node: "test-node", acks: &[] };
     let short = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!(short.claimed.len(), 1);
     let d = dump(&server, keys);
@@ -763,8 +765,87 @@ async fn claim_acknowledges_what_finished_then_claims() {
     // Acknowledging alone (n = 0) claims nothing and answers no time.
     let (k, tok) = (short.claimed[0].task.key().to_string(), short.claimed[0].token.clone());
     let given = [Ack::plain(&k, &tok)];
-    let call = scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", acks: &given };
+    let call = scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", node: "test-node", acks: &given };
     let only = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!((only.acked.as_slice(), only.claimed.len()), (&[true][..], 0));
     assert!(!dump(&server, keys)["tasks"].contains(&format!("{k}=")));
+}
+
+/// `cancel_running.lua` asks only a running task (claimed, under a live lease), records the
+/// request and adds it to the stream; the renewal then says so, and the delivery's outcome,
+/// failure or acknowledgement, ends the task as cancelled, counted once.
+#[tokio::test]
+async fn cancel_running_asks_a_running_task_only_and_its_outcome_ends_it_as_cancelled() {
+    let Some((server, timers)) = wheel("s-cancel-running").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    seed_running(&server, keys, "a", 5, 1, now + 60_000);
+    seed_running(&server, keys, "b", 5, 1, now + 60_000);
+    seed_running(&server, keys, "lapsed", 5, 1, now - 1_000);
+    seed_ready(&server, keys, "ready", 5, "x");
+    let before = dump(&server, keys);
+    for k in ["lapsed", "ready", "gone"] {
+        assert!(!scripts::control::cancel_running(w, keys, k).await.unwrap(), "{k}");
+    }
+    assert_eq!(dump(&server, keys), before, "a refused request changed something");
+
+    assert!(scripts::control::cancel_running(w, keys, "a").await.unwrap());
+    assert!(scripts::control::cancel_running(w, keys, "a").await.unwrap(), "a retry answers the same");
+    let d = dump(&server, keys);
+    assert_eq!(d["cancelling"], "a=7");
+    assert_eq!(d["cancels"], "(stream)");
+    assert_eq!(server.command(&["XLEN", &keys.cancels()]).as_int(), Some(2));
+    let renewed = scripts::renew(w, keys, &[("a", "7"), ("b", "7")], 60_000, Window::Default).await.unwrap();
+    assert_eq!(renewed, [scripts::Renewal::CancelRequested, scripts::Renewal::Renewed]);
+    // A handler's failure under another token is refused; under its own, the task is cancelled.
+    assert_eq!(scripts::fail(w, keys, &Ack::plain("a", "6"), "boom", Window::Default).await.unwrap(), Failed::Refused);
+    assert_eq!(scripts::fail(w, keys, &Ack::plain("a", "7"), "boom", Window::Default).await.unwrap(), Failed::Cancelled);
+    let d = dump(&server, keys);
+    assert!(!d["tasks"].contains("a=") && !d["leased"].contains("a@") && !d.contains_key("cancelling"), "{d:?}");
+    assert!(!d.contains_key("far") && !d.contains_key("dead"), "neither retried nor buried: {d:?}");
+
+    // An acknowledgement of a requested delivery is refused: the task ends as cancelled.
+    assert!(scripts::control::cancel_running(w, keys, "b").await.unwrap());
+    assert_eq!(scripts::ack(w, keys, &[Ack::plain("b", "7")], Window::Default).await.unwrap(), [false]);
+    let d = dump(&server, keys);
+    assert!(!d["tasks"].contains("b=") && !d.contains_key("cancelling"), "{d:?}");
+    assert_eq!((meta(&server, keys, "cancelled"), meta(&server, keys, "acked")), (2, 0));
+    assert_eq!(meta(&server, keys, "retried") + meta(&server, keys, "dead_lettered"), 0);
+}
+
+/// `list.lua` pages a state's sorted set by (score, key) from its cursor, through any number of
+/// ties at one score, and on from the score when the cursor's task left meanwhile.
+#[tokio::test]
+async fn list_pages_through_ties_and_past_a_cursor_whose_task_left() {
+    let Some((server, timers)) = wheel("s-list").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    seed_ready(&server, keys, "early", 3, "e");
+    for i in 0..10 {
+        seed_ready(&server, keys, &format!("tie-{i}"), 5, "t");
+    }
+    seed_ready(&server, keys, "late", 9, "l");
+    let page = |from: u64, after: &'static str| async move {
+        let listed = scripts::list(w, keys, TaskState::Ready, (from, after), 4).await.unwrap();
+        let keys: Vec<String> = listed.tasks.iter().map(|(_, t)| t.key.clone()).collect();
+        (keys, listed.full)
+    };
+    let (first, full) = page(0, "").await;
+    assert_eq!(
+        (first, full),
+        (vec!["early".into(), "tie-0".into(), "tie-1".into(), "tie-2".into()], Some((5, "tie-2".into())))
+    );
+    let (second, _) = page(5, "tie-2").await;
+    assert_eq!(second, ["tie-3", "tie-4", "tie-5", "tie-6"]);
+    // `tie-6` left: the next page starts past the ties up to it all the same.
+    server.command(&["ZREM", &keys.ready(), "tie-6"]);
+    server.command(&["HDEL", &keys.tasks(), "tie-6"]);
+    let (third, _) = page(5, "tie-6").await;
+    assert_eq!(third, ["tie-7", "tie-8", "tie-9", "late"]);
+    let (last, full) = page(9, "late").await;
+    assert_eq!((last.len(), full), (0, None));
+}
+
+/// Each renewal's answer as renewed or not.
+fn renewed(answers: Vec<scripts::Renewal>) -> Vec<bool> {
+    answers.into_iter().map(|a| a != scripts::Renewal::Refused).collect()
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 
+use super::cancel::follow_cancels;
 use super::handler::{claimed_late, start_runners, Handler, Handlers, RunTimes};
 use super::lease::{give_back_leases, renew_leases, Deliveries};
 use super::outcome::{lost, record_outcomes, refused, Outcomes};
@@ -30,14 +31,19 @@ const MAX_CLAIM: usize = 64;
 /// nothing ahead of them.
 const GATHER: Duration = Duration::from_millis(2);
 
-/// How a claim loop is told to stop, to abandon its handlers, and tells that it claims.
+/// How a claim loop is told to stop, to abandon its handlers, and tells that it claims; and the
+/// id of its worker's node, which its claims record.
 pub(super) struct Signals {
     /// True: stop claiming, let the handlers finish.
     pub(super) stop: watch::Receiver<bool>,
     /// True: drop the handlers still running (the end of `shutdown_timeout`).
     pub(super) abandon: watch::Receiver<bool>,
+    /// True: cancel the running handlers' tokens (`shutdown_timeout`'s bound is near).
+    pub(super) wind_down: watch::Receiver<bool>,
     /// Counts the loops of the worker that have had their first answer from Redis.
     pub(super) started: Arc<watch::Sender<usize>>,
+    /// The id of the worker's node.
+    pub(super) node: String,
 }
 
 /// Claims from partition `part` for handlers that hold one of `permits` each (the worker's
@@ -51,7 +57,8 @@ pub(super) async fn claim_loop(
     signals: Signals,
     bid_now: &Notify,
 ) {
-    let Signals { mut stop, mut abandon, started } = signals;
+    let Signals { mut stop, mut abandon, mut wind_down, started, node } = signals;
+    let node = node.as_str();
     let (concurrency, prefetch) = (wheel.cfg.concurrency, wheel.cfg.prefetch);
     let keys = &wheel.partitions[part].keys;
     let mut waker: Option<Waker> = None;
@@ -62,6 +69,7 @@ pub(super) async fn claim_loop(
     let outcomes = Arc::new(Outcomes::new(deliveries.clone()));
     let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, outcomes.clone()));
     let renewer = tokio::spawn(renew_leases(wheel.clone(), part, deliveries.clone()));
+    let cancels = tokio::spawn(follow_cancels(wheel.clone(), part, deliveries.clone()));
     let handlers = Handlers {
         handler,
         timeout: wheel.cfg.handler_timeout,
@@ -92,7 +100,7 @@ pub(super) async fn claim_loop(
                 (wheel.ids.next(), outcomes.take(MAX_CLAIM), want)
             }
         };
-        let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, acks: &acks };
+        let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, node, acks: &acks };
         let reply = match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
             Ok(reply) => reply,
             Err(e) => {
@@ -135,7 +143,7 @@ pub(super) async fn claim_loop(
     // (taking nothing new) and runs them like the others in flight, rather than leaving them to
     // come back after the lease as another attempt.
     if let Some((claim_id, acks)) = unanswered.take() {
-        let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", acks: &acks };
+        let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", node, acks: &acks };
         match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
             Ok(reply) => {
                 refused(wheel, &acks, &reply.acked);
@@ -153,8 +161,15 @@ pub(super) async fn claim_loop(
     // Wait for the handlers to run what the buffer holds (each runner holds a permit until the
     // buffer is empty), or drop those still running when told to abandon them.
     let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
+    let mut wound_down = false;
     loop {
         tokio::select! {
+            told = async { wind_down.wait_for(|w| *w).await.map(|_| ()) }, if !wound_down => {
+                wound_down = true;
+                if told.is_ok() {
+                    deliveries.cancel_running();
+                }
+            }
             held = permits.clone().acquire_many_owned(all) => {
                 if deliveries.buffered() == 0 {
                     break;
@@ -176,6 +191,7 @@ pub(super) async fn claim_loop(
     outcomes.close();
     let _ = recorder.await;
     renewer.abort();
+    cancels.abort();
 }
 
 /// How many tasks the buffer has room for: the free handlers, and as many more as the handlers

@@ -210,6 +210,9 @@ async fn record_failure(wheel: &WheelClient, part: usize, ack: &Ack, why: &str, 
         }
         Ok(Failed::Retried) => metrics.retried(),
         Ok(Failed::Refused) => {}
+        Ok(Failed::Cancelled) => {
+            tracing::debug!(wheel = %wheel.name(), key = %key, "a cancelled task's handler failed; it ends as cancelled")
+        }
         Err(e) => lost(wheel, key, &e),
     }
 }
