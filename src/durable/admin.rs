@@ -296,7 +296,7 @@ impl DurableScheduler {
         let (from_ms, after_key) = after.map_or((0, ""), |c| (c.due_ms, c.key.as_str()));
         let mut tasks = Vec::new();
         for part in &self.wheel.partitions {
-            tasks.extend(self.due_next_in(&part.keys, (from_ms, after_key), limit).await?);
+            tasks.extend(self.due_next_in(&part.keys, (from_ms, after_key), limit, false).await?);
         }
         tasks.sort_by(|a, b| a.due.cmp(&b.due).then_with(|| a.key.cmp(&b.key)));
         let full = tasks.len() >= limit;
@@ -305,13 +305,15 @@ impl DurableScheduler {
         Ok(DuePage { tasks, next })
     }
 
-    /// One partition's first `limit` tasks after the cursor: the ring a window of ticks at a
-    /// time (its slots named), then the far tier beyond it.
-    async fn due_next_in(
+    /// One partition's first `limit` tasks after the cursor (only the waiting ones with
+    /// `waiting_only`): the ring a window of ticks at a time (its slots named), then the far tier
+    /// beyond it.
+    pub(super) async fn due_next_in(
         &self,
         keys: &WheelKeys,
         (from_ms, after): (u64, &str),
         limit: usize,
+        waiting_only: bool,
     ) -> Result<Vec<TaskInfo>, Error> {
         const WINDOW_TICKS: u64 = 64;
         let (tick_ms, slots) = (self.wheel.cfg.tick_ms, self.wheel.cfg.slots);
@@ -329,7 +331,8 @@ impl DurableScheduler {
                 let until = if last == horizon { MAX_DUE_MS } else { last * tick_ms };
                 (Some(first..=last), until)
             };
-            let got = scripts::due_next(&self.wheel, keys, (from, &after), until, ticks, limit - found.len()).await?;
+            let want = limit - found.len();
+            let got = scripts::due_next(&self.wheel, keys, (from, &after), until, ticks, want, waiting_only).await?;
             found.extend(got);
             if found.len() >= limit || until == MAX_DUE_MS {
                 return Ok(found);

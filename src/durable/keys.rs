@@ -41,6 +41,10 @@ pub(crate) const FIXED: &[(&str, &str)] = &[
     ("seq", "seq"),
     ("wake", "wake"),
     ("lead", "lead"),
+    ("cancelling", "cancelling"),
+    ("cancels", "cancels"),
+    ("claimed", "claimed"),
+    ("holders", "holders"),
 ];
 
 const SLOT: &str = "slot:";
@@ -160,6 +164,32 @@ impl WheelKeys {
         self.fixed("lead")
     }
 
+    /// The hash of the running tasks whose cancel was requested (`cancel_running`), by key: the
+    /// claim token of the delivery to cancel. An entry goes when that delivery's outcome lands
+    /// (the task then ends as cancelled) or its lease runs out.
+    pub fn cancelling(&self) -> String {
+        self.fixed("cancelling")
+    }
+
+    /// The stream of cancel requests (`key`, `token` fields) that every worker reads, so that a
+    /// handler's token is cancelled at once, whichever node holds it. Capped at about 1,000
+    /// entries.
+    pub fn cancels(&self) -> String {
+        self.fixed("cancels")
+    }
+
+    /// The sorted set of the running tasks' keys by when they were claimed (ms on Redis's clock),
+    /// the order in which they are listed.
+    pub fn claimed(&self) -> String {
+        self.fixed("claimed")
+    }
+
+    /// The hash of the running tasks' holders, by key: `<claim token>:<node id>`, the worker's
+    /// node that claimed the task (as [`workers`](Self::workers) names it).
+    pub fn holders(&self) -> String {
+        self.fixed("holders")
+    }
+
     /// The sorted set of the workers that run: their node ids, scored by when each last said so
     /// (ms on Redis's clock as the node estimates it). No script touches it.
     pub fn workers(&self) -> String {
@@ -247,6 +277,10 @@ mod tests {
             keys.seq(),
             keys.wake(),
             keys.lead(),
+            keys.cancelling(),
+            keys.cancels(),
+            keys.claimed(),
+            keys.holders(),
         ];
         let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
         assert_eq!(methods.to_vec(), table);
@@ -288,7 +322,7 @@ mod tests {
         assert!(!lua.contains('\n'));
         assert!(lua.starts_with("local META, CURSOR, TASKS, RING, FAR, READY, "), "{lua}");
         assert!(lua.contains("= KEYS[1], KEYS[2], KEYS[3]"), "{lua}");
-        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[15], KEYS[16] local FIXED_KEYS = 14"), "{lua}");
+        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[19], KEYS[20] local FIXED_KEYS = 18"), "{lua}");
         assert!(lua.contains("local function declared_slots(from, indices)"), "{lua}");
     }
 }

@@ -251,12 +251,13 @@
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
 // time, config, keys, ids, task, metrics, deployment, shared_conn, client, scripts, leader, worker,
-// coalesce, scheduler, admin, open, builder, dashboard), which the crate's `layering` tests check.
+// coalesce, scheduler, admin, list, control, open, builder, dashboard), which the crate's `layering` tests check.
 mod admin;
 mod builder;
 mod client;
 mod coalesce;
 mod config;
+mod control;
 #[cfg(feature = "dashboard")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
@@ -264,6 +265,7 @@ mod deployment;
 mod ids;
 mod keys;
 mod leader;
+mod list;
 mod metrics;
 mod open;
 mod scheduler;
@@ -289,5 +291,5 @@ pub use config::{
 };
 pub use keys::WheelKeys;
 pub use scheduler::DurableScheduler;
-pub use task::{DeadTask, DueCursor, DuePage, DurableStats, Task, TaskInfo, TaskState};
+pub use task::{DeadTask, DueCursor, DuePage, DurableStats, ListCursor, ListPage, Task, TaskInfo, TaskState};
 pub use worker::Worker;

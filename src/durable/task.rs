@@ -7,14 +7,28 @@ use std::time::SystemTime;
 /// Delivery is at least once: the same task can reach a handler again (with a higher
 /// [`attempt`](Self::attempt)) if a worker died or its lease ran out before it acknowledged, so
 /// make handlers idempotent on the [`key`](Self::key).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two tasks are equal when their deliveries are (key, payload, attempt, due and claim times):
+/// their [`cancel_token`](Self::cancel_token)s are not compared.
+#[derive(Debug, Clone)]
 pub struct Task {
     pub(crate) key: String,
     pub(crate) payload: Vec<u8>,
     pub(crate) attempt: u32,
     pub(crate) due: SystemTime,
     pub(crate) claimed_at: SystemTime,
+    /// Cancelled when the handler should stop: see [`Task::cancel_token`].
+    pub(crate) cancel: tokio_util::sync::CancellationToken,
 }
+
+impl PartialEq for Task {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.key, &self.payload, self.attempt, self.due, self.claimed_at)
+            == (&other.key, &other.payload, other.attempt, other.due, other.claimed_at)
+    }
+}
+
+impl Eq for Task {}
 
 impl Task {
     /// The key the task was scheduled under.
@@ -42,6 +56,41 @@ impl Task {
     /// is how late it was handed out.
     pub fn claimed_at(&self) -> SystemTime {
         self.claimed_at
+    }
+
+    /// A token that is cancelled when this delivery's handler should stop, at once, of its own
+    /// accord (it is also dropped at the bounds below, at its next `.await`, but a handler that
+    /// watches the token can end cleanly, say by giving up a call in flight):
+    ///
+    /// - [`cancel_running`](super::DurableScheduler::cancel_running) was called for its key, from
+    ///   any node: whatever the handler then returns, the task ends as cancelled (neither retried
+    ///   nor a dead letter);
+    /// - the worker learned that the delivery's lease went to another worker (it was cut off
+    ///   from Redis or paused past its lease): its outcome will not be recorded;
+    /// - the worker is stopping with [`shutdown_timeout`](super::Worker::shutdown_timeout),
+    ///   whose bound is near: at a tenth of the bound (at most a second) before it;
+    /// - the [handler timeout](super::DurableBuilder::handler_timeout) is near: a tenth of it (at
+    ///   most a second) before it.
+    ///
+    /// Clones of the task share the token.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tokio_timewheel::durable::{DurableScheduler, Task};
+    ///
+    /// # async fn export(_key: &str) -> Result<(), std::io::Error> { Ok(()) }
+    /// # async fn run(timers: DurableScheduler) {
+    /// let worker = timers.run(|task: Task| async move {
+    ///     let token = task.cancel_token();
+    ///     tokio::select! {
+    ///         done = export(task.key()) => done,
+    ///         () = token.cancelled() => Ok(()), // stop the export; the task ends as cancelled
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn cancel_token(&self) -> tokio_util::sync::CancellationToken {
+        self.cancel.clone()
     }
 
     /// Takes the task apart into its key and payload.
@@ -144,7 +193,8 @@ impl DeadTask {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TaskState {
-    /// Not yet due (or waiting out a retry's backoff).
+    /// Not yet made ready by a tick: not yet due (or waiting out a retry's backoff), or due while
+    /// no leader ticked the wheel, which [`TaskInfo::overdue_by`] tells apart.
     Waiting,
     /// Due, waiting for a worker (or its lease ran out: the next tick hands it out again).
     Ready,
@@ -163,6 +213,12 @@ pub struct TaskInfo {
     pub(crate) attempt: u32,
     pub(crate) state: TaskState,
     pub(crate) last_error: Option<String>,
+    /// Redis's clock when the task was read: what [`overdue_by`](TaskInfo::overdue_by) measures
+    /// from.
+    pub(crate) read_at: SystemTime,
+    /// For a running task read by `list`: when it was claimed, and the node id of the worker
+    /// that claimed it (`None` when not known).
+    pub(crate) claim: Option<(SystemTime, Option<String>)>,
 }
 
 impl TaskInfo {
@@ -195,6 +251,54 @@ impl TaskInfo {
     /// The last failure's text (a handler's error, a panic, "lease expired"), if it failed.
     pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
+    }
+
+    /// How long past its due time the task waited, unhanded, when it was read (on Redis's
+    /// clock): `Some` for a task waiting or ready whose due time had passed, `None` for one not
+    /// yet due, running or dead.
+    ///
+    /// A ready task is overdue by less than a tick or two while workers keep up. A waiting task
+    /// that is overdue has not been made ready yet: no leader ticked the wheel since it fell due
+    /// (no worker runs, or a takeover is under way), and it is handed out on the first tick.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::{DurableScheduler, TaskState}, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// if let Some(task) = timers.get("order-950:review").await? {
+    ///     match task.overdue_by() {
+    ///         Some(late) if task.state() == TaskState::Waiting => println!("{late:?} overdue: is a worker running?"),
+    ///         Some(late) => println!("{late:?} overdue, waiting for a worker"),
+    ///         None => println!("{:?}, due at {:?}", task.state(), task.due()),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn overdue_by(&self) -> Option<std::time::Duration> {
+        if !matches!(self.state, TaskState::Waiting | TaskState::Ready) {
+            return None;
+        }
+        self.read_at.duration_since(self.due).ok().filter(|late| !late.is_zero())
+    }
+
+    /// When a worker claimed the task, on Redis's clock: for a running task as
+    /// [`list`](super::DurableScheduler::list) reads it, `None` otherwise.
+    pub fn claimed_at(&self) -> Option<SystemTime> {
+        self.claim.as_ref().map(|(at, _)| *at)
+    }
+
+    /// The node id of the worker that runs the task (as [`workers`](super::DurableScheduler::workers)
+    /// and [`leaders`](super::DurableScheduler::leaders) name it): for a running task as
+    /// [`list`](super::DurableScheduler::list) reads it, `None` otherwise (or when a worker of an
+    /// earlier version claimed it).
+    pub fn worker(&self) -> Option<&str> {
+        self.claim.as_ref().and_then(|(_, node)| node.as_deref())
+    }
+
+    /// Whether the task's due time had passed, and it was not handed out yet, when it was read:
+    /// [`overdue_by`](Self::overdue_by) is `Some`.
+    pub fn is_overdue(&self) -> bool {
+        self.overdue_by().is_some()
     }
 }
 
@@ -254,6 +358,10 @@ pub struct DurableStats {
     pub dead_lettered: u64,
     /// Tasks cancelled by `cancel` and `cancel_many`.
     pub cancelled: u64,
+    /// Whether the wheel is paused (for a partitioned wheel: any of its partitions), by
+    /// [`pause`](super::DurableScheduler::pause): workers claim nothing new, while the leader
+    /// ticks and tasks fall due and wait, ready.
+    pub paused: bool,
 }
 
 impl DurableStats {
@@ -271,6 +379,7 @@ impl DurableStats {
         self.retried += part.retried;
         self.dead_lettered += part.dead_lettered;
         self.cancelled += part.cancelled;
+        self.paused |= part.paused;
     }
 }
 
@@ -306,4 +415,48 @@ impl DuePage {
 pub struct DueCursor {
     pub(crate) due_ms: u64,
     pub(crate) key: String,
+}
+
+/// One page of [`list`](super::DurableScheduler::list): the tasks of one state in that state's
+/// order, and where the next page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    pub(crate) tasks: Vec<TaskInfo>,
+    pub(crate) next: Option<ListCursor>,
+}
+
+impl ListPage {
+    /// The tasks of this page, in their state's order (see
+    /// [`list`](super::DurableScheduler::list)).
+    pub fn tasks(&self) -> &[TaskInfo] {
+        &self.tasks
+    }
+
+    /// Where the next page starts; `None` when this page reached the end.
+    pub fn next(&self) -> Option<&ListCursor> {
+        self.next.as_ref()
+    }
+
+    /// Takes the page apart into its tasks and the next page's cursor.
+    pub fn into_parts(self) -> (Vec<TaskInfo>, Option<ListCursor>) {
+        (self.tasks, self.next)
+    }
+}
+
+/// Where a page of [`list`](super::DurableScheduler::list) ends: the next page starts after this
+/// task in its state's order (its due, claim or death time, then its key), so a task that comes or
+/// goes meanwhile neither shifts nor repeats the others. It belongs to one state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ListCursor {
+    pub(crate) state: TaskState,
+    /// The due, claim or death time in ms.
+    pub(crate) score: u64,
+    pub(crate) key: String,
+}
+
+impl ListCursor {
+    /// The state whose tasks it pages.
+    pub fn state(&self) -> TaskState {
+        self.state
+    }
 }

@@ -24,6 +24,7 @@ pub(super) async fn counts(timers: &DurableScheduler) -> Result<Value, Error> {
         "acked": s.acked,
         "retried": s.retried,
         "dead_lettered": s.dead_lettered,
+        "paused": s.paused,
     }))
 }
 
@@ -87,7 +88,8 @@ pub(super) async fn dead_letters(timers: &DurableScheduler, limit: usize) -> Res
 }
 
 /// One task by its key: whether one is pending.
-/// Answers "detail": {"state": "waiting" | "ready" | "running" | "dead", "due_ms", "attempt",
+/// Answers "detail": {"state": "waiting" | "ready" | "running" | "dead", "due_ms", "overdue_ms"
+/// (null unless [`TaskInfo::overdue_by`](crate::durable::TaskInfo::overdue_by) says so), "attempt",
 /// "payload_bytes", "last_error"} (null when there is no such task), and "pending" from its
 /// state, which app.js's `search` shows.
 pub(super) async fn find_task(timers: &DurableScheduler, key: &str) -> Result<Value, Error> {
@@ -106,6 +108,7 @@ pub(super) async fn find_task(timers: &DurableScheduler, key: &str) -> Result<Va
         "detail": {
             "state": state,
             "due_ms": unix_ms(task.due()),
+            "overdue_ms": task.overdue_by().map(|late| late.as_millis() as u64),
             "attempt": task.attempt(),
             "payload_bytes": task.payload().len(),
             "last_error": task.last_error(),

@@ -11,12 +11,18 @@
     ARGV[1]  tick in ms   ARGV[2] slots
     ARGV[3 + 2i], ARGV[4 + 2i]  per delivery: key, claim token
   Output:
-    one digit per delivery, as one string: 1 acknowledged, 0 refused.
-  Keys: TASKS, LEASED, META, and for a recurring task FAR, READY, CURSOR, WAKE.
+    one digit per delivery, as one string: 1 acknowledged, 0 refused (a delivery whose cancel
+    was requested ends as cancelled instead: see cancelled.lua).
+  Keys: TASKS, LEASED, META, CANCELLING, CLAIMED, HOLDERS, and for a recurring task FAR, READY, CURSOR, WAKE.
 ]]
 -- @include acknowledge
+-- @include cancelled
+-- @include claims
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
 -- The deliveries: delivery j's key is ARGV[DELIVERIES_FROM + 2j - 2], its claim token the next.
 local DELIVERIES_FROM = 3
 
-return acknowledge(ARGV, DELIVERIES_FROM, tick_ms, slots)
+end_cancelled(ARGV, DELIVERIES_FROM)
+local answers = acknowledge(ARGV, DELIVERIES_FROM, tick_ms, slots)
+forget_acknowledged(ARGV, DELIVERIES_FROM, answers)
+return answers

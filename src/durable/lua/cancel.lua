@@ -12,7 +12,7 @@
     ARGV[1]  ms to keep the answer   ARGV[2 ..] keys
   Output:
     one digit per key: 1 cancelled (by this call), 0 none pending, 2 running (left alone).
-  Keys: CALL_KEY, TASKS, FAR, READY, LEASED, META. A cancelled task's ring entry is left in its
+  Keys: CALL_KEY, TASKS, FAR, READY, LEASED, CLAIMED, HOLDERS, META. A cancelled task's ring entry is left in its
   slot (its key is not known here, and need not be): the cursor drops it when it passes it,
   since no record matches it any more (see tick.lua).
 ]]
@@ -22,6 +22,7 @@
 -- @include request
 -- @include zrem_all
 -- @include hash_all
+-- @include claims
 local ttl = ARGV[1]
 -- The keys to cancel, from ARGV[KEYS_FROM] on.
 local KEYS_FROM = 2
@@ -58,6 +59,7 @@ if #gone > 0 then
   zrem_all(FAR, gone)
   zrem_all(READY, gone)
   zrem_all(LEASED, held)
+  forget_claims(held)
   redis.call('HINCRBY', META, 'cancelled', #gone)
 end
 return remember(table.concat(out), ttl)

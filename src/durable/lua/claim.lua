@@ -13,7 +13,14 @@
 
   Per task it writes what the claim changes and nothing else: the record's head (deliveries,
   claim token) before its unchanged tail, the lease entry (its score formatted once a call),
-  the retry record's entry; the answer is the record itself, which the worker reads.
+  the retry record's entry, its claim (includes/claims.lua: when, and the worker's node); the
+  answer is the record itself, which the worker reads.
+
+  A delivery to acknowledge whose cancel was requested (cancel_running.lua) ends as cancelled
+  instead (cancelled.lua), and its acknowledgement is refused.
+
+  While the wheel is paused (the field `paused` of META is set) it acknowledges and gives back
+  what an earlier attempt took, but claims nothing new.
 
   A claim that takes all it asked for leaves more ready, perhaps: it pushes a wake-up token for
   another idle worker, unless one is already waiting on `wake` (so that busy workers, which never
@@ -27,12 +34,14 @@
     ARGV[3]  '1' to only get back what an earlier attempt took (a stopping worker), else '0'
     ARGV[4]  ms to remember what this claim took (at most the lease)
     ARGV[5]  tick in ms   ARGV[6] slots (to place a recurring task's next run)
-    ARGV[7 + 2i], ARGV[8 + 2i]  per delivery to acknowledge first: key, claim token
+    ARGV[7]  the id of the worker's node (recorded with each claim, for listing)
+    ARGV[8 + 2i], ARGV[9 + 2i]  per delivery to acknowledge first: key, claim token
   Output:
     {claimed ms (Redis's clock, when this claim first ran; '0' when it took nothing), the
     acknowledgements' answers (one digit per delivery, as ack.lua answers), then two entries per
     task: key, record (record.lua's format, with this delivery's count and claim token)}.
-  Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META, WAKE, and through the
+  Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META, WAKE, CANCELLING, CLAIMED,
+  HOLDERS, and through the
   acknowledgements those of ack.lua.
 ]]
 -- @include keys
@@ -41,13 +50,17 @@
 -- @include zadd_all
 -- @include hash_all
 -- @include acknowledge
+-- @include cancelled
+-- @include claims
 local n, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local replay_only, record_ms = ARGV[3] == '1', tonumber(ARGV[4])
-local tick_ms, slots = tonumber(ARGV[5]), tonumber(ARGV[6])
+local tick_ms, slots, node = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 -- The deliveries to acknowledge: delivery j's key is ARGV[ACKS_FROM + 2j - 2], its token the next.
-local ACKS_FROM = 7
+local ACKS_FROM = 8
 
+end_cancelled(ARGV, ACKS_FROM)
 local acks = acknowledge(ARGV, ACKS_FROM, tick_ms, slots)
+forget_acknowledged(ARGV, ACKS_FROM, acks)
 if PREVIOUS_KEY ~= CALL_KEY then redis.call('DEL', PREVIOUS_KEY) end
 local out = {'0', acks}
 
@@ -65,7 +78,7 @@ if #before > 0 then
   return out
 end
 
-if replay_only or n <= 0 then return out end
+if replay_only or n <= 0 or redis.call('HEXISTS', META, 'paused') == 1 then return out end
 
 local names = redis.call('ZRANGE', READY, 0, n - 1)
 if #names == 0 then return out end
@@ -75,7 +88,7 @@ local last = redis.call('INCRBY', SEQ, #names)
 local first = last - #names
 local until_ms = string.format('%d', now + lease)
 out[1] = string.format('%d', now)
-local leases, claimed, records = {}, {out[1]}, {}
+local leases, claimed, records, claims, holders = {}, {out[1]}, {}, {}, {}
 local recs = hmget_all(TASKS, names)
 for j, k in ipairs(names) do
   local rec = recs[j]
@@ -88,12 +101,18 @@ for j, k in ipairs(names) do
     leases[#leases + 1] = k
     claimed[#claimed + 1] = k
     claimed[#claimed + 1] = tok
+    claims[#claims + 1] = out[1]
+    claims[#claims + 1] = k
+    holders[#holders + 1] = k
+    holders[#holders + 1] = tok .. ':' .. node
     out[#out + 1] = k
     out[#out + 1] = rec
   end
 end
 zadd_all(LEASED, leases)
 hset_all(TASKS, records)
+zadd_all(CLAIMED, claims)
+hset_all(HOLDERS, holders)
 if #claimed > 1 then
   redis.call('RPUSH', CALL_KEY, unpack(claimed))
   redis.call('PEXPIRE', CALL_KEY, math.min(lease, record_ms))

@@ -11,16 +11,19 @@
   Input:
     KEYS     the wheel's keys, then the slot keys of the ticks in [from, until]
     ARGV[1]  from ms   ARGV[2] the key after which to start at `from` ('' for all of it)
-    ARGV[3]  until ms   ARGV[4] limit
+    ARGV[3]  until ms   ARGV[4] limit   ARGV[5] 'waiting' to leave the ready tasks out, else ''
   Output:
-    a flat array, five entries per task (key, state 'waiting' or 'ready', due ms, deliveries,
-    payload), oldest due first.
+    Redis's clock in ms, then five entries per task (key, state 'waiting' or 'ready', due ms,
+    deliveries, payload), oldest due first.
   Keys: READY, FAR, TASKS and the declared slots.
 ]]
 -- @include keys
+-- @include clock
 -- @include record
 -- @include hash_all
+-- @include zpage
 local from, after, until_ms, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local waiting_only = ARGV[5] == 'waiting'
 
 local found, seen = {}, {}
 local function consider(k, due, state)
@@ -29,12 +32,12 @@ local function consider(k, due, state)
   if due < from or due > until_ms or (due == from and after ~= '' and k <= after) then return end
   found[#found + 1] = {k, due, state}
 end
--- Enough of each sorted set to fill `limit` even after ties at `from` are skipped.
+-- The first `limit` of a sorted set after the cursor, however many tie at `from`.
 local function read(key, state)
-  local r = redis.call('ZRANGEBYSCORE', key, from, until_ms, 'WITHSCORES', 'LIMIT', 0, limit + 64)
+  local r = zpage(key, from, after, until_ms, limit)
   for i = 1, #r, 2 do consider(r[i], tonumber(r[i + 1]), state) end
 end
-read(READY, 'ready')
+if not waiting_only then read(READY, 'ready') end
 read(FAR, 'waiting')
 local names = {}
 for i = FIXED_KEYS + 1, #KEYS do
@@ -44,12 +47,13 @@ local recs = hmget_all(TASKS, names)
 for j, k in ipairs(names) do
   local due, tok
   if recs[j] then due, tok = head_of(recs[j]) end
-  if tok == '0' then consider(k, tonumber(due), 'slot') end
+  -- (An old slot entry of a task now ready is listed from `ready`, or not at all.)
+  if tok == '0' and not (waiting_only and redis.call('ZSCORE', READY, k)) then consider(k, tonumber(due), 'slot') end
 end
 table.sort(found, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
-local out = {}
+local out = {string.format('%d', clock())}
 for _, f in ipairs(found) do
-  if #out >= limit * 5 then break end
+  if #out > limit * 5 then break end
   local rec = redis.call('HGET', TASKS, f[1])
   if rec then
     local t = decode(rec)

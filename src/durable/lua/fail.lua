@@ -10,8 +10,9 @@
     ARGV[7]  tick in ms   ARGV[8] slots   ARGV[9] the declared slots' indices (packed, as for
              schedule)
   Output:
-    1 retried, 2 dead, 0 refused.
-  Keys: TASKS, LEASED, the declared slots, RING, FAR, READY, CURSOR, META, WAKE, and when it
+    1 retried, 2 dead, 0 refused, 3 cancelled (its cancel was requested: it ends as cancelled,
+    see cancelled.lua).
+  Keys: TASKS, LEASED, CANCELLING, CLAIMED, HOLDERS, the declared slots, RING, FAR, READY, CURSOR, META, WAKE, and when it
   dies DEAD_TASKS, DEAD.
 ]]
 -- @include keys
@@ -21,16 +22,20 @@
 -- @include advance
 -- @include wake
 -- @include bury
+-- @include cancelled
+-- @include claims
 local k, tok, err = ARGV[1], ARGV[2], ARGV[3]
 local max_attempts, backoff_ms, backoff_cap_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local tick_ms, slots, declared = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
 
 local rec = redis.call('HGET', TASKS, k)
 if not rec or token_of(rec) ~= tok then return 0 end
+if end_cancelled({k, tok}, 1) > 0 then return 3 end
 local t = decode(rec)
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, declared)
 local up = w.up
 redis.call('ZREM', LEASED, k)
+forget_claims({k})
 if t.a >= max_attempts then
   bury(k, t, err, up)
   redis.call('HINCRBY', META, 'dead_lettered', 1)

@@ -4,15 +4,16 @@
     KEYS     the wheel's keys
     ARGV[1]  key
   Output:
-    {} when there is no such task; else {state, due ms, deliveries, last error, payload} with
-    state 'waiting', 'ready', 'running' or 'dead' (a task whose lease ran out is 'ready': the
-    next tick hands it out again).
+    {} when there is no such task; else {state, due ms, deliveries, last error, payload, Redis's
+    clock in ms} with state 'waiting', 'ready', 'running' or 'dead' (a task whose lease ran out
+    is 'ready': the next tick hands it out again).
   Keys: TASKS, READY, LEASED, DEAD_TASKS.
 ]]
 -- @include keys
 -- @include clock
 -- @include record
 local k = ARGV[1]
+local now = clock()
 
 local rec = redis.call('HGET', TASKS, k)
 if rec then
@@ -20,13 +21,13 @@ if rec then
   local state = 'waiting'
   if t.tok ~= '0' then
     state = 'ready'
-    if tonumber(redis.call('ZSCORE', LEASED, k) or 0) > clock() then state = 'running' end
+    if tonumber(redis.call('ZSCORE', LEASED, k) or 0) > now then state = 'running' end
   elseif redis.call('ZSCORE', READY, k) then
     state = 'ready'
   end
-  return {state, tostring(t.due), tostring(t.a), t.err, t.p}
+  return {state, tostring(t.due), tostring(t.a), t.err, t.p, string.format('%d', now)}
 end
 local dead = redis.call('HGET', DEAD_TASKS, k)
 if not dead then return {} end
 local d = decode_dead(dead)
-return {'dead', d.due, d.a, d.err, d.p}
+return {'dead', d.due, d.a, d.err, d.p, string.format('%d', now)}

@@ -13,8 +13,9 @@
     ARGV[1]  lease in ms (0: give the leases back)
     ARGV[2 + 2i], ARGV[3 + 2i]  per delivery: key, claim token
   Output:
-    one digit per delivery, as one string: 1 renewed, 0 refused.
-  Keys: TASKS, LEASED.
+    one digit per delivery, as one string: 1 renewed, 0 refused, 2 renewed and its cancel
+    requested (cancel_running.lua: the worker cancels the handler's token).
+  Keys: TASKS, LEASED, CANCELLING.
 
   Per call, not per delivery: one HMGET of the records, one ZMSCORE of the leases, one ZADD of
   the renewed ones under one lease end formatted once.
@@ -39,12 +40,15 @@ for i = 1, #names, 4000 do
   local part = redis.call('ZMSCORE', LEASED, unpack(names, i, math.min(i + 3999, #names)))
   for j = 1, #part do leased[#leased + 1] = part[j] end
 end
+-- The cancel requests of these deliveries, read only when there are any.
+local cancelling = {}
+if lease > 0 and redis.call('HLEN', CANCELLING) > 0 then cancelling = hmget_all(CANCELLING, names) end
 for j, k in ipairs(names) do
   local rec, tok = recs[j], ARGV[DELIVERIES_FROM + 2 * j - 1]
   if rec and leased[j] and token_of(rec) == tok then
     renewed[#renewed + 1] = until_ms
     renewed[#renewed + 1] = k
-    out[j] = '1'
+    out[j] = cancelling[j] == tok and '2' or '1'
   else
     out[j] = '0'
   end

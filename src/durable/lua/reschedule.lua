@@ -12,7 +12,7 @@
     ARGV[6 ..]  the tasks' keys
   Output:
     one digit per task: 1 moved, 0 none pending, 2 running (left alone).
-  Keys: TASKS, the declared slots, RING, FAR, READY, LEASED, CURSOR, WAKE. The task's old
+  Keys: TASKS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, HOLDERS, CURSOR, WAKE. The task's old
   slot entry is left behind: the cursor drops it when it passes it, since it no longer matches
   the task's record (see tick.lua).
 ]]
@@ -23,6 +23,7 @@
 -- @include due_times
 -- @include zrem_all
 -- @include wake
+-- @include claims
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
 local declared, times, modes = ARGV[3], ARGV[4], ARGV[5]
 -- The tasks' keys: task j's is ARGV[KEYS_FROM + j - 1].
@@ -54,6 +55,7 @@ end
 zrem_all(READY, moved)
 zrem_all(FAR, moved)
 zrem_all(LEASED, moved)
+forget_claims(moved)
 local batch = new_batch()
 for _, k in ipairs(moved) do place(k, due_of[k], w, batch) end
 if flush(batch) then wake() end

@@ -31,7 +31,7 @@
     one digit per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
     is pending (DuplicateKey); with ARGV[4] '1', 4 a pending task was moved (keeping its
     payload) and 3 a running one was left alone.
-  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CURSOR, META, WAKE.
+  Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, HOLDERS, CURSOR, META, WAKE.
 ]]
 -- @include keys
 -- @include wheel_now
@@ -42,6 +42,7 @@
 -- @include zrem_all
 -- @include hash_all
 -- @include wake
+-- @include claims
 local tick_ms, slots, ttl, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local every, runs, missed = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local declared, times, modes, own_slots = ARGV[8], ARGV[9], ARGV[10], ARGV[11] == '1'
@@ -98,6 +99,7 @@ else
         zrem_all(FAR, {k})
         zrem_all(READY, {k})
         zrem_all(LEASED, {k})
+        forget_claims({k})
         place(k, due, w, batch)
         out[j] = '4'
       end

@@ -5,7 +5,7 @@
     ARGV[1]  tick in ms
   Output:
     {waiting, ready, leased, dead, cursor lag in ticks, scheduled, handed_out, acked, retried,
-    dead_lettered, cancelled}
+    dead_lettered, cancelled, 1 if paused else 0}
   Keys: CURSOR, META, TASKS, READY, LEASED, DEAD. Waiting is every pending task neither ready nor
   leased (the ring's count also holds the entries of cancelled tasks not yet passed).
 ]]
@@ -27,4 +27,5 @@ local out = {
   lag,
 }
 for i = 1, 6 do out[#out + 1] = tonumber(c[i] or '0') end
+out[#out + 1] = redis.call('HEXISTS', META, 'paused')
 return out

@@ -27,7 +27,8 @@
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready}.
-  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, WAKE, DEAD, DEAD_TASKS, and the
+  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, WAKE, DEAD, DEAD_TASKS, CANCELLING, CLAIMED, HOLDERS,
+  and the
   declared slots.
 ]]
 -- @include keys
@@ -38,6 +39,8 @@
 -- @include rpush_all
 -- @include zrem_all
 -- @include hash_all
+-- @include cancelled
+-- @include claims
 -- @include wake
 -- @include advance
 -- @include bury
@@ -52,11 +55,13 @@ local function requeue_expired(now)
   local expired = redis.call('ZRANGEBYSCORE', LEASED, '-inf', now, 'LIMIT', 0, budget)
   if #expired == 0 then return 0, 0 end
   zrem_all(LEASED, expired)
+  forget_claims(expired)
   local to_ready, dead, buried = {}, {}, 0
   for _, k in ipairs(expired) do
     local rec = redis.call('HGET', TASKS, k)
     -- A lease entry belongs to a claimed task (token not 0); any other is stale and just goes.
-    if rec and token_of(rec) ~= '0' then
+    -- One whose cancel was requested ends as cancelled instead (cancelled.lua).
+    if rec and token_of(rec) ~= '0' and end_cancelled({k, token_of(rec)}, 1) == 0 then
       local t = decode(rec)
       if t.a >= max_attempts then
         bury(k, t, 'lease expired', now)

@@ -1,5 +1,5 @@
 //! The scripts that read the wheel, and the dead letters' upkeep: `stats.lua`, `get.lua`,
-//! `dead_letters.lua`, `delete_dead.lua`.
+//! `dead_letters.lua`, `delete_dead.lua`, `due_next.lua`, `due_counts.lua`, `list.lua`.
 
 use super::{invoke, number, text, SCRIPTS};
 use crate::durable::client::WheelClient;
@@ -29,6 +29,7 @@ pub(crate) async fn stats(wheel: &WheelClient, keys: &WheelKeys) -> Result<Durab
         retried: at(8),
         dead_lettered: at(9),
         cancelled: at(10),
+        paused: at(11) == 1,
     })
 }
 
@@ -60,7 +61,7 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
     let mut inv = invoke(keys, &SCRIPTS.get);
     inv.arg(key);
     let r: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
-    let Ok([state, due, attempt, err, payload]) = <[Vec<u8>; 5]>::try_from(r) else { return Ok(None) };
+    let Ok([state, due, attempt, err, payload, now]) = <[Vec<u8>; 6]>::try_from(r) else { return Ok(None) };
     let state = match state.as_slice() {
         b"waiting" => TaskState::Waiting,
         b"ready" => TaskState::Ready,
@@ -75,6 +76,8 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
         attempt: u32::try_from(number(&attempt)).unwrap_or(u32::MAX),
         state,
         last_error: Some(text(&err)).filter(|e| !e.is_empty()),
+        read_at: from_unix_ms(number(&now)),
+        claim: None,
     }))
 }
 
@@ -94,14 +97,16 @@ pub(crate) async fn due_next(
     until_ms: u64,
     ticks: Option<std::ops::RangeInclusive<u64>>,
     limit: usize,
+    waiting_only: bool,
 ) -> Result<Vec<TaskInfo>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.due_next);
     for t in ticks.into_iter().flatten() {
         inv.key(keys.slot(t % wheel.cfg.slots));
     }
-    inv.arg(from_ms).arg(after).arg(until_ms).arg(limit);
+    inv.arg(from_ms).arg(after).arg(until_ms).arg(limit).arg(if waiting_only { "waiting" } else { "" });
     let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
-    Ok(flat
+    let read_at = from_unix_ms(flat.first().map_or(0, |now| number(now)));
+    Ok(flat[1.min(flat.len())..]
         .chunks_exact(5)
         .map(|t| TaskInfo {
             key: text(&t[0]),
@@ -110,6 +115,8 @@ pub(crate) async fn due_next(
             attempt: u32::try_from(number(&t[3])).unwrap_or(u32::MAX),
             payload: t[4].clone(),
             last_error: None,
+            read_at,
+            claim: None,
         })
         .collect())
 }
@@ -166,4 +173,53 @@ pub(crate) async fn recorded(wheel: &WheelClient, keys: &WheelKeys) -> Result<Op
 pub(crate) async fn leader(wheel: &WheelClient, keys: &WheelKeys) -> Result<Option<String>, Error> {
     let token: Option<String> = wheel.conn.command(redis::cmd("GET").arg(keys.leader())).await?;
     Ok(token.map(|t| t.rsplit_once(':').map_or(t.clone(), |(node, _)| node.to_string())))
+}
+
+/// What one `list.lua` call read: its tasks (each with its score: due, claim or death ms), and
+/// where it stopped reading when it read all it was asked for (more may follow).
+pub(crate) struct Listed {
+    pub(crate) tasks: Vec<(u64, TaskInfo)>,
+    pub(crate) full: Option<(u64, String)>,
+}
+
+/// The ready, running or dead tasks after `(from, after)` in that state's order, at most `limit`.
+pub(crate) async fn list(
+    wheel: &WheelClient,
+    keys: &WheelKeys,
+    state: TaskState,
+    (from, after): (u64, &str),
+    limit: usize,
+) -> Result<Listed, Error> {
+    let name = match state {
+        TaskState::Ready => "ready",
+        TaskState::Running => "running",
+        _ => "dead",
+    };
+    let mut inv = invoke(keys, &SCRIPTS.list);
+    inv.arg(name).arg(from).arg(after).arg(limit);
+    let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
+    let Some((head, rest)) = flat.split_first_chunk::<4>() else {
+        return Err(redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "list.lua answered fewer than four entries")).into());
+    };
+    let [now, last_key, last_score, full] = head;
+    let read_at = from_unix_ms(number(now));
+    let tasks = rest
+        .chunks_exact(7)
+        .map(|t| {
+            let score = number(&t[1]);
+            let info = TaskInfo {
+                key: text(&t[0]),
+                payload: t[5].clone(),
+                due: from_unix_ms(number(&t[2])),
+                attempt: u32::try_from(number(&t[3])).unwrap_or(u32::MAX),
+                state,
+                last_error: Some(text(&t[4])).filter(|e| !e.is_empty()),
+                read_at,
+                claim: (state == TaskState::Running)
+                    .then(|| (from_unix_ms(score), Some(text(&t[6])).filter(|n| !n.is_empty()))),
+            };
+            (score, info)
+        })
+        .collect();
+    Ok(Listed { tasks, full: (full.as_slice() == b"1").then(|| (number(last_score), text(last_key))) })
 }

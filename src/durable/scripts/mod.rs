@@ -1,7 +1,7 @@
 //! Every Redis call of the wheel: the Lua scripts and the one Rust function that calls each (its
 //! arguments named and in their order, its reply read into a type), and the few plain commands
 //! beside them (`inspect.rs`'s reads, the workers' `registry.rs`, the wake-up lists of
-//! `wake.rs`, the server's checks in `server.rs`). Nothing else in the crate builds a call or
+//! `wake.rs`, the pause of `control.rs`, the server's checks in `server.rs`). Nothing else in the crate builds a call or
 //! parses its reply.
 //!
 //! Each script in `lua/` opens with a header naming its `KEYS`, `ARGV`, output and the keys it
@@ -11,6 +11,7 @@
 //! Two includes are made here from Rust: `keys`, the key names of [`WheelKeys`](super::WheelKeys)
 //! bound as Lua locals, and `constants`, the numbers the Lua and the Rust code share.
 
+pub(crate) mod control;
 mod inspect;
 mod leader;
 pub(crate) mod registry;
@@ -27,7 +28,8 @@ use redis::{Script, ScriptInvocation};
 use super::keys::{self, WheelKeys};
 
 pub(crate) use inspect::{
-    contains, cursor, dead_letters, delete_dead, due_counts, due_next, get, leader, recorded, stats,
+    contains, cursor, dead_letters, delete_dead, due_counts, due_next, get, leader, list, recorded,
+    stats,
 };
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
 pub(crate) use server::{config_value, server_version};
@@ -39,7 +41,7 @@ pub(crate) use tasks::{
 #[cfg(test)]
 pub(crate) use worker::claim;
 pub(crate) use worker::Failed;
-pub(crate) use worker::{ack, claim_and_ack, fail, renew, Claim, Claimed};
+pub(crate) use worker::{ack, claim_and_ack, fail, renew, Claim, Claimed, Renewal};
 
 /// How many wake-up tokens wait on `wake` at most: a burst leaves only a few wake-ups with nothing
 /// to claim behind it.
@@ -62,6 +64,9 @@ const INCLUDES: &[(&str, &str)] = &[
     ("bury", include_str!("../lua/includes/bury.lua")),
     ("advance", include_str!("../lua/includes/advance.lua")),
     ("acknowledge", include_str!("../lua/includes/acknowledge.lua")),
+    ("claims", include_str!("../lua/includes/claims.lua")),
+    ("zpage", include_str!("../lua/includes/zpage.lua")),
+    ("cancelled", include_str!("../lua/includes/cancelled.lua")),
 ];
 
 /// The Lua of the include `name`: a helper file, or one of the two made from Rust.
@@ -192,6 +197,8 @@ scripts!(
     delete_dead,
     due_next,
     due_counts,
+    cancel_running,
+    list,
 );
 
 /// A call of `script` on the (partition of the) wheel whose keys are `keys`, with every fixed

@@ -35,3 +35,17 @@ pub(crate) async fn unblock(wheel: &WheelClient, id: i64, beside: &str) {
         let _: Result<i64, _> = conn.beside(&unblock, beside).await;
     }
 }
+
+/// Pushes `tokens` tokens on the list `key`, keeping at most that many: every idle worker (up
+/// to `tokens`) wakes at once. A failure is only a wake-up missed, as for [`push_token`].
+pub(crate) async fn push_tokens(wheel: &WheelClient, key: &str, tokens: usize) {
+    let Some(mut conn) = wheel.conn.shared().await else { return };
+    let ones = vec![1; tokens.max(1)];
+    let _: Result<(), _> = redis::pipe()
+        .lpush(key, ones)
+        .ignore()
+        .ltrim(key, 0, tokens.max(1) as isize - 1)
+        .ignore()
+        .query_async(&mut conn)
+        .await;
+}

@@ -28,7 +28,7 @@ pub(crate) async fn claim(
     replay_only: bool,
     previous: &str,
 ) -> Result<Vec<Claimed>, Error> {
-    let call = Claim { n, claim_id, replay_only, previous, acks: &[] };
+    let call = Claim { n, claim_id, replay_only, previous, node: "test-node", acks: &[] };
     Ok(claim_and_ack(wheel, keys, &call, Window::Response).await?.claimed)
 }
 
@@ -42,6 +42,8 @@ pub(crate) struct Claim<'a> {
     pub(crate) replay_only: bool,
     /// The id of this worker's last answered claim (its record can go), or "".
     pub(crate) previous: &'a str,
+    /// The id of the worker's node, recorded with each claim.
+    pub(crate) node: &'a str,
     /// The deliveries (key, claim token) whose handlers succeeded.
     pub(crate) acks: &'a [(&'a str, &'a str)],
 }
@@ -71,7 +73,8 @@ pub(crate) async fn claim_and_ack(
         .arg(if call.replay_only { "1" } else { "0" })
         .arg(wheel.cfg.request_ttl_ms)
         .arg(wheel.cfg.tick_ms)
-        .arg(wheel.cfg.slots);
+        .arg(wheel.cfg.slots)
+        .arg(call.node);
     for (key, token) in call.acks {
         inv.arg(*key).arg(*token);
     }
@@ -116,6 +119,7 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
             attempt: u32::try_from(number(attempt)).unwrap_or(u32::MAX),
             due: from_unix_ms(number(due)),
             claimed_at,
+            cancel: tokio_util::sync::CancellationToken::new(),
         },
         token: text(token),
     })
@@ -152,6 +156,8 @@ pub(crate) enum Failed {
     Dead,
     /// The claim token is no longer the task's: nothing changed.
     Refused,
+    /// Its cancel was requested (`cancel_running`): it ended as cancelled.
+    Cancelled,
 }
 
 /// Reports that the delivery of `key` under `token` failed with `why`.
@@ -182,26 +188,44 @@ pub(crate) async fn fail(
     Ok(match wheel.conn.call::<i64>(&inv, window).await? {
         1 => Failed::Retried,
         2 => Failed::Dead,
+        3 => Failed::Cancelled,
         _ => Failed::Refused,
     })
 }
 
+/// What `renew.lua` answered for one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// Renewed (or given back).
+    Renewed,
+    /// Refused: its token is no longer the task's (the lease went to another delivery, or the
+    /// task finished).
+    Refused,
+    /// Renewed, and its cancel was requested (`cancel_running`).
+    CancelRequested,
+}
+
 /// Renews the leases of `deliveries` (key, claim token) in one call, to Redis's now +
-/// `lease_ms`, or gives them back with a `lease_ms` of 0; true for each one renewed, false for
-/// one refused (its token is no longer the task's: the lease went to another delivery, or the
-/// task finished).
+/// `lease_ms`, or gives them back with a `lease_ms` of 0: what became of each.
 pub(crate) async fn renew(
     wheel: &WheelClient,
     keys: &WheelKeys,
     deliveries: &[(&str, &str)],
     lease_ms: u64,
     window: Window,
-) -> Result<Vec<bool>, Error> {
+) -> Result<Vec<Renewal>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.renew);
     inv.arg(lease_ms);
     for (key, token) in deliveries {
         inv.arg(*key).arg(*token);
     }
     let reply: Vec<u8> = wheel.conn.call(&inv, window).await?;
-    Ok(digits(&reply))
+    Ok(reply
+        .iter()
+        .map(|d| match d {
+            b'1' => Renewal::Renewed,
+            b'2' => Renewal::CancelRequested,
+            _ => Renewal::Refused,
+        })
+        .collect())
 }

@@ -447,7 +447,7 @@ async fn renew_extends_held_leases_and_refuses_one_that_went_to_another_worker()
     let lease = 5_000;
     let before = redis_now_ms(&server);
     let pairs = [("held", "7"), ("lapsed", "7"), ("held", "6"), ("waiting", "7"), ("gone", "7")];
-    let got = scripts::renew(w, keys, &pairs, lease, Window::Default).await.unwrap();
+    let got = renewed(scripts::renew(w, keys, &pairs, lease, Window::Default).await.unwrap());
     let after = redis_now_ms(&server);
     assert_eq!(got, [true, true, false, false, false], "{pairs:?}");
     let score = |k: &str| server.command(&["ZSCORE", &keys.leased(), k]).as_str().unwrap().parse::<u64>().unwrap();
@@ -466,12 +466,12 @@ async fn renew_extends_held_leases_and_refuses_one_that_went_to_another_worker()
     let (key, token) = (claimed[0].task.key.clone(), claimed[0].token.clone());
     assert_eq!((key.as_str(), claimed[0].task.attempt), ("held", 2));
     let taken = dump(&server, keys);
-    assert_eq!(scripts::renew(w, keys, &[("held", "7")], lease, Window::Default).await.unwrap(), [false]);
+    assert_eq!(renewed(scripts::renew(w, keys, &[("held", "7")], lease, Window::Default).await.unwrap()), [false]);
     assert_eq!(dump(&server, keys), taken, "a refused renewal changed something");
-    assert_eq!(scripts::renew(w, keys, &[("held", &token)], lease, Window::Default).await.unwrap(), [true]);
+    assert_eq!(renewed(scripts::renew(w, keys, &[("held", &token)], lease, Window::Default).await.unwrap()), [true]);
 
     // Given back: the lease runs out now, and the next tick makes the task ready again.
-    assert_eq!(scripts::renew(w, keys, &[("held", &token)], 0, Window::Default).await.unwrap(), [true]);
+    assert_eq!(renewed(scripts::renew(w, keys, &[("held", &token)], 0, Window::Default).await.unwrap()), [true]);
     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     scripts::tick(w, keys, "me:1", 128, 0..=0).await.unwrap();
     let d = dump(&server, keys);
@@ -715,7 +715,7 @@ async fn claim_acknowledges_what_finished_then_claims() {
         seed_ready(&server, keys, k, due, &format!("payload of {k}"));
     }
     let acks = [("done", "7"), ("done", "7"), ("other", "6"), ("gone", "7")];
-    let call = scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", acks: &acks };
+    let call = scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", node: "test-node", acks: &acks };
     let got = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!(got.acked, [true, false, false, false], "{acks:?}");
     let summary: Vec<(&str, u32, &str, &[u8])> =
@@ -745,11 +745,11 @@ async fn claim_acknowledges_what_finished_then_claims() {
 
     // A token waits already: a full claim pushes no second one; a short one pushes none.
     seed_ready(&server, keys, "d", 40, "x");
-    let call = scripts::Claim { n: 1, claim_id: "k2", replay_only: false, previous: "k1", acks: &[] };
+    let call = scripts::Claim { n: 1, claim_id: "k2", replay_only: false, previous: "k1", node: "test-node", acks: &[] };
     assert_eq!(scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap().claimed.len(), 1);
     assert_eq!(dump(&server, keys)["wake"], "1");
     server.command(&["DEL", &keys.wake()]);
-    let call = scripts::Claim { n: 5, claim_id: "k3", replay_only: false, previous: "k2", acks: &[] };
+    let call = scripts::Claim { n: 5, claim_id: "k3", replay_only: false, previous: "k2", node: "test-node", acks: &[] };
     let short = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!(short.claimed.len(), 1);
     let d = dump(&server, keys);
@@ -759,8 +759,13 @@ async fn claim_acknowledges_what_finished_then_claims() {
     // Acknowledging alone (n = 0) claims nothing and answers no time.
     let (k, tok) = (short.claimed[0].task.key().to_string(), short.claimed[0].token.clone());
     let acks = [(k.as_str(), tok.as_str())];
-    let call = scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", acks: &acks };
+    let call = scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", node: "test-node", acks: &acks };
     let only = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!((only.acked.as_slice(), only.claimed.len()), (&[true][..], 0));
     assert!(!dump(&server, keys)["tasks"].contains(&format!("{k}=")));
+}
+
+/// Each renewal's answer as renewed or not.
+fn renewed(answers: Vec<scripts::Renewal>) -> Vec<bool> {
+    answers.into_iter().map(|a| a != scripts::Renewal::Refused).collect()
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 
+use super::cancel::follow_cancels;
 use super::handler::{claimed_late, start_runners, Handler, Handlers, RunTimes};
 use super::lease::{give_back_leases, renew_leases, Deliveries};
 use super::outcome::{lost, record_outcomes, refused, Outcomes};
@@ -36,6 +37,8 @@ pub(super) struct Signals {
     pub(super) stop: watch::Receiver<bool>,
     /// True: drop the handlers still running (the end of `shutdown_timeout`).
     pub(super) abandon: watch::Receiver<bool>,
+    /// True: cancel the running handlers' tokens (`shutdown_timeout`'s bound is near).
+    pub(super) wind_down: watch::Receiver<bool>,
     /// Counts the loops of the worker that have had their first answer from Redis.
     pub(super) started: Arc<watch::Sender<usize>>,
 }
@@ -50,8 +53,9 @@ pub(super) async fn claim_loop(
     freed: Arc<Notify>,
     signals: Signals,
     bid_now: &Notify,
+    node: &str,
 ) {
-    let Signals { mut stop, mut abandon, started } = signals;
+    let Signals { mut stop, mut abandon, mut wind_down, started } = signals;
     let (concurrency, prefetch) = (wheel.cfg.concurrency, wheel.cfg.prefetch);
     let keys = &wheel.partitions[part].keys;
     let mut waker: Option<Waker> = None;
@@ -62,6 +66,7 @@ pub(super) async fn claim_loop(
     let outcomes = Arc::new(Outcomes::new(deliveries.clone()));
     let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, outcomes.clone()));
     let renewer = tokio::spawn(renew_leases(wheel.clone(), part, deliveries.clone()));
+    let cancels = tokio::spawn(follow_cancels(wheel.clone(), part, deliveries.clone()));
     let handlers = Handlers {
         handler,
         timeout: wheel.cfg.handler_timeout,
@@ -93,7 +98,7 @@ pub(super) async fn claim_loop(
             }
         };
         let pairs: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
-        let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, acks: &pairs };
+        let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, node, acks: &pairs };
         let reply = match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
             Ok(reply) => reply,
             Err(e) => {
@@ -137,7 +142,7 @@ pub(super) async fn claim_loop(
     // come back after the lease as another attempt.
     if let Some((claim_id, acks)) = unanswered.take() {
         let pairs: Vec<(&str, &str)> = acks.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
-        let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", acks: &pairs };
+        let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", node, acks: &pairs };
         match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
             Ok(reply) => {
                 refused(wheel, &pairs, &reply.acked);
@@ -155,8 +160,15 @@ pub(super) async fn claim_loop(
     // Wait for the handlers to run what the buffer holds (each runner holds a permit until the
     // buffer is empty), or drop those still running when told to abandon them.
     let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
+    let mut wound_down = false;
     loop {
         tokio::select! {
+            told = async { wind_down.wait_for(|w| *w).await.map(|_| ()) }, if !wound_down => {
+                wound_down = true;
+                if told.is_ok() {
+                    deliveries.cancel_running();
+                }
+            }
             held = permits.clone().acquire_many_owned(all) => {
                 if deliveries.buffered() == 0 {
                     break;
@@ -178,6 +190,7 @@ pub(super) async fn claim_loop(
     outcomes.close();
     let _ = recorder.await;
     renewer.abort();
+    cancels.abort();
 }
 
 /// How many tasks the buffer has room for: the free handlers, and as many more as the handlers

@@ -54,6 +54,10 @@ pub(super) struct RunTimes {
     average_ns: AtomicU64,
 }
 
+/// The longest time before the handler timeout at which a handler's token is cancelled (a tenth
+/// of the timeout when that is less).
+const TIMEOUT_GRACE: Duration = Duration::from_secs(1);
+
 /// How much work a worker claims ahead of its free handlers: about this long of it.
 pub(super) const AHEAD: Duration = Duration::from_millis(50);
 
@@ -132,9 +136,33 @@ async fn run_one(h: &Handlers, Claimed { task, token }: Claimed) -> Result<(), (
         attempt = task.attempt
     );
     let key = task.key.clone();
+    let cancel = task.cancel.clone();
+    if h.deliveries.requested(&token) {
+        // Cancelled (`cancel_running`) while it waited in the buffer: it does not start, and its
+        // outcome ends it as cancelled.
+        tracing::debug!(wheel = %h.wheel.name(), key = %key, "a task claimed ahead was cancelled before it started");
+        if h.deliveries.finish(&token) {
+            h.outcomes.push(&h.wheel, h.part, key, token, Ok(()));
+        }
+        return Ok(());
+    }
     let started = Instant::now();
+    // The handler's token is cancelled a grace before the timeout, so it may end cleanly.
+    let grace = (h.timeout / 10).min(TIMEOUT_GRACE);
+    let near_timeout = async {
+        tokio::time::sleep(h.timeout - grace).await;
+        cancel.cancel();
+        std::future::pending::<Result<(), String>>().await
+    };
     let run = async {
-        match tokio::time::timeout(h.timeout, run_handler(&h.handler, task)).await {
+        let handler = run_handler(&h.handler, task);
+        let guarded = async {
+            tokio::select! {
+                outcome = handler => outcome,
+                never = near_timeout => never,
+            }
+        };
+        match tokio::time::timeout(h.timeout, guarded).await {
             Ok(outcome) => outcome,
             Err(_) => Err(format!("the handler timed out after {:?} (the handler timeout)", h.timeout)),
         }

@@ -3,15 +3,20 @@
 //! free handlers, which the handlers take their next task from; [`renew_leases`] renews them all,
 //! buffered ones too, every third of the lease, in one script call per round;
 //! [`Deliveries::abandon`] gives back the leases of what is still running or buffered at the end
-//! of `shutdown_timeout`.
+//! of `shutdown_timeout`. Each delivery's cancellation token ([`Task::cancel_token`]) is
+//! cancelled here: on a cancel request, a lost lease, the approach of `shutdown_timeout`'s bound
+//! and at the abandon.
+//!
+//! [`Task::cancel_token`]: crate::durable::Task::cancel_token
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::durable::client::WheelClient;
-use crate::durable::scripts::{self, Claimed};
+use crate::durable::scripts::{self, Claimed, Renewal};
 use crate::durable::shared_conn::Window;
 
 /// The most deliveries one renewal call carries.
@@ -21,6 +26,11 @@ const RENEW_BATCH: usize = 128;
 struct Held {
     key: String,
     state: State,
+    /// The handler's token (the task's [`cancel_token`](crate::durable::Task::cancel_token)).
+    cancel: CancellationToken,
+    /// Its cancel was requested (`cancel_running`): a buffered task does not start, and the
+    /// outcome of a running one ends the task as cancelled.
+    requested: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +86,8 @@ impl Deliveries {
             return tasks;
         }
         for c in tasks {
-            inner.held.insert(c.token.clone(), Held { key: c.task.key.clone(), state: State::Buffered });
+            let held = Held { key: c.task.key.clone(), state: State::Buffered, cancel: c.task.cancel.clone(), requested: false };
+            inner.held.insert(c.token.clone(), held);
             inner.buffer.push_back(c);
         }
         Vec::new()
@@ -144,6 +155,28 @@ impl Deliveries {
             .collect()
     }
 
+    /// The cancel of the delivery `token` was requested (`cancel_running`): cancels its handler's
+    /// token. False if this worker does not hold it.
+    pub(super) fn cancel_requested(&self, token: &str) -> bool {
+        let mut inner = self.inner();
+        let Some(h) = inner.held.get_mut(token) else { return false };
+        h.requested = true;
+        h.cancel.cancel();
+        true
+    }
+
+    /// Whether the cancel of the delivery `token` was requested.
+    pub(super) fn requested(&self, token: &str) -> bool {
+        self.inner().held.get(token).is_some_and(|h| h.requested)
+    }
+
+    /// Cancels the tokens of the handlers running: `shutdown_timeout`'s bound is near.
+    pub(super) fn cancel_running(&self) {
+        for h in self.inner().held.values().filter(|h| h.state == State::Running) {
+            h.cancel.cancel();
+        }
+    }
+
     /// A renewal of `token` was refused: another worker has its task now (this one was cut off
     /// or paused past its lease), or its outcome landed just before. The state it was in.
     fn lost(&self, token: &str) -> Option<State> {
@@ -151,6 +184,7 @@ impl Deliveries {
             Some(h) if matches!(h.state, State::Running | State::Buffered) => {
                 let was = h.state;
                 h.state = State::Lost;
+                h.cancel.cancel();
                 Some(was)
             }
             _ => None,
@@ -175,6 +209,7 @@ impl Deliveries {
                 if h.state == State::Running {
                     dropped += 1;
                 }
+                h.cancel.cancel();
                 if h.state != State::Lost {
                     give_back.push((std::mem::take(&mut h.key), token.clone()));
                 }
@@ -225,14 +260,20 @@ pub(super) async fn renew_leases(wheel: Arc<WheelClient>, part: usize, deliverie
         for chunk in held.chunks(RENEW_BATCH) {
             let pairs: Vec<(&str, &str)> = chunk.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
             match scripts::renew(&wheel, keys, &pairs, wheel.cfg.lease_ms, Window::Response).await {
-                Ok(renewed) => {
+                Ok(answers) => {
                     if failures > 0 {
                         tracing::info!(wheel = %wheel.name(), partition = part, "renewing leases works again");
                         failures = 0;
                     }
-                    for ((key, token), renewed) in chunk.iter().zip(renewed) {
-                        if renewed {
-                            continue;
+                    for ((key, token), answer) in chunk.iter().zip(answers) {
+                        match answer {
+                            Renewal::Renewed => continue,
+                            Renewal::CancelRequested => {
+                                // Missed on the stream of cancel requests (or not read yet).
+                                deliveries.cancel_requested(token);
+                                continue;
+                            }
+                            Renewal::Refused => {}
                         }
                         let lost = deliveries.lost(token);
                         if lost == Some(State::Buffered) {

@@ -7,6 +7,7 @@
 //! with the `metrics` feature, the loop that publishes the wheel's gauges: `gauges`) and, on
 //! stop, lets the handlers finish before the leadership is given up.
 
+mod cancel;
 mod claim;
 #[cfg(feature = "metrics")]
 mod gauges;
@@ -44,6 +45,7 @@ use handler::Handler;
 pub struct Worker {
     stop: watch::Sender<bool>,
     abandon: watch::Sender<bool>,
+    wind_down: watch::Sender<bool>,
     status: Arc<Status>,
     done: Option<JoinHandle<()>>,
 }
@@ -158,6 +160,9 @@ impl Worker {
     /// returns. A handler that finishes within the bound has its outcome recorded as with
     /// [`shutdown`](Self::shutdown) (and the leadership is given up once they all have).
     ///
+    /// The handlers' [cancellation tokens](super::Task::cancel_token) are cancelled a tenth of
+    /// `timeout` (at most a second) before the bound, so a handler that watches its token can end
+    /// cleanly (its outcome is recorded as any other: an `Ok` acknowledges the task).
     /// Handlers still running when the bound runs out are dropped (at their next `.await`), and
     /// their leases, and those of the tasks claimed ahead that no handler started, are **given
     /// back**: their tasks are handed out again on the next tick, to
@@ -183,9 +188,13 @@ impl Worker {
     /// `Worker` does: its handlers are then not dropped.
     pub async fn shutdown_timeout(mut self, timeout: Duration) {
         let _ = self.stop.send(true);
+        let grace = (timeout / 10).min(WIND_DOWN);
         if let Some(mut done) = self.done.take() {
-            if tokio::time::timeout(timeout, &mut done).await.is_err() {
-                let _ = self.abandon.send(true);
+            if tokio::time::timeout(timeout - grace, &mut done).await.is_err() {
+                let _ = self.wind_down.send(true);
+                if tokio::time::timeout(grace, &mut done).await.is_err() {
+                    let _ = self.abandon.send(true);
+                }
             }
         }
     }
@@ -196,6 +205,10 @@ impl Drop for Worker {
         let _ = self.stop.send(true);
     }
 }
+
+/// The longest time before `shutdown_timeout`'s bound at which the running handlers' tokens are
+/// cancelled (a tenth of the bound when that is less).
+const WIND_DOWN: Duration = Duration::from_secs(1);
 
 pub(crate) fn start<F, Fut, E>(wheel: Arc<WheelClient>, handler: F) -> Worker
 where
@@ -209,12 +222,14 @@ where
     });
     let (stop, stop_rx) = watch::channel(false);
     let (abandon, abandon_rx) = watch::channel(false);
+    let (wind_down, wind_down_rx) = watch::channel(false);
     let status = Arc::new(Status {
         leads: wheel.partitions.iter().map(|_| Lead::default()).collect(),
         started: Arc::new(watch::Sender::new(0)),
     });
-    let done = tokio::spawn(supervise(wheel, handler, stop_rx, abandon_rx, status.clone()));
-    Worker { stop, abandon, status, done: Some(done) }
+    let signals = (stop_rx, abandon_rx, wind_down_rx);
+    let done = tokio::spawn(supervise(wheel, handler, signals, status.clone()));
+    Worker { stop, abandon, wind_down, status, done: Some(done) }
 }
 
 /// Runs a leader loop and a claim loop for each partition; on stop, lets the handlers finish
@@ -222,8 +237,7 @@ where
 async fn supervise(
     wheel: Arc<WheelClient>,
     handler: Handler,
-    stop: watch::Receiver<bool>,
-    abandon: watch::Receiver<bool>,
+    (stop, abandon, wind_down): (watch::Receiver<bool>, watch::Receiver<bool>, watch::Receiver<bool>),
     status: Arc<Status>,
 ) {
     let node = wheel.ids.next();
@@ -248,9 +262,14 @@ async fn supervise(
         leaders.spawn(async move {
             super::leader::run(&w, &w.partitions[part], n, s, &b, &st.leads[part], &st.started).await;
         });
-        let (w, p, h, f) = (wheel.clone(), permits.clone(), handler.clone(), freed.clone());
-        let signals = Signals { stop: stop.clone(), abandon: abandon.clone(), started: status.started.clone() };
-        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, f, signals, &bid_now).await });
+        let (w, p, h, f, n) = (wheel.clone(), permits.clone(), handler.clone(), freed.clone(), node.clone());
+        let signals = Signals {
+            stop: stop.clone(),
+            abandon: abandon.clone(),
+            wind_down: wind_down.clone(),
+            started: status.started.clone(),
+        };
+        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, f, signals, &bid_now, &n).await });
     }
     while claimers.join_next().await.is_some() {}
     let _ = leader_stop.send(true);

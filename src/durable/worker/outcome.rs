@@ -217,6 +217,9 @@ async fn record_failure(wheel: &WheelClient, part: usize, key: &str, token: &str
         }
         Ok(Failed::Retried) => metrics.retried(),
         Ok(Failed::Refused) => {}
+        Ok(Failed::Cancelled) => {
+            tracing::debug!(wheel = %wheel.name(), key = %key, "a cancelled task's handler failed; it ends as cancelled")
+        }
         Err(e) => lost(wheel, key, &e),
     }
 }

@@ -101,6 +101,7 @@ function showStats(stats) {
     const value = stats[node.dataset.stat];
     if (value !== undefined) node.textContent = number(value);
   }
+  $("paused-note").hidden = !stats.paused;
 }
 
 function showLateness(late) {
@@ -195,7 +196,8 @@ async function search(event) {
     const d = found.detail;
     if (d) {
       line.setAttribute("data-state", d.state);
-      let text = " is " + d.state + ", due " + new Date(d.due_ms).toISOString() + ", "
+      let text = " is " + d.state + ", due " + new Date(d.due_ms).toISOString()
+        + (d.overdue_ms != null ? " (overdue by " + number(d.overdue_ms) + " ms)" : "") + ", "
         + d.attempt + " deliveries so far, " + d.payload_bytes + " bytes of payload";
       if (d.last_error) text += "; last error: " + d.last_error;
       line.appendChild(document.createTextNode(text + "."));
