@@ -120,8 +120,10 @@ const STYLE_CSS: &str = include_str!("assets/style.css");
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'self'; form-action 'none'; frame-ancestors 'none'";
 
-/// How many dead letters the overview lists, unless it asks for another number.
+/// How many dead letters `api/dead` lists, unless it is asked for another number.
 const DEAD_LETTERS_SHOWN: usize = 50;
+/// How many dead letters the page's overview lists (the tasks view pages through them all).
+const OVERVIEW_DEAD_LETTERS: usize = 10;
 /// The most dead letters one `api/dead` call lists.
 pub const DEAD_LETTERS_MAX: usize = 500;
 /// How many tasks a page of `api/tasks` holds, unless it asks for another number.
@@ -386,7 +388,7 @@ async fn info(State(d): Mounted) -> Response {
         "actions": d.actions,
         "delete": d.actions,
         "refresh_ms": REFRESH_MS,
-        "dead_letters_shown": DEAD_LETTERS_SHOWN,
+        "dead_letters_shown": OVERVIEW_DEAD_LETTERS,
         "page_size": PAGE_SIZE,
         "page_max": PAGE_MAX,
         "bulk_max": BULK_MAX,

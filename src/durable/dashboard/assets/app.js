@@ -3,7 +3,7 @@
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
-let info = { wheels: [], actions: false, delete: false, refresh_ms: 1500, dead_letters_shown: 50, page_size: 50, bulk_max: 500 };
+let info = { wheels: [], actions: false, delete: false, refresh_ms: 1500, dead_letters_shown: 10, page_size: 50, bulk_max: 500 };
 let refreshes = 0;
 
 // Where the page is: the wheel, the view, the state listed and the page of it (the cursors of
@@ -217,7 +217,7 @@ function showDue(due) {
   const labels = due.counts.map((_, i) => "+" + Math.round((i * due.bucket_s) / 60) + " min");
   drawBars($("due-plot"), due.counts, labels, 10, "tasks due");
   const total = due.counts.reduce((a, b) => a + b, 0);
-  $("due-note").textContent = number(total) + " tasks fall due in the next hour, a bar a minute from " + time(due.from_ms) + ".";
+  $("due-note").textContent = number(total) + (total === 1 ? " task falls" : " tasks fall") + " due in the next hour, a bar a minute from " + time(due.from_ms) + ".";
 }
 
 function showNodes(nodes) {
