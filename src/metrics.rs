@@ -55,6 +55,8 @@
 //! | `tokio_timewheel_durable_tasks` | gauge | `wheel`, `partition`, `state` | the wheel's tasks by `state`: `waiting`, `ready`, `running`, `dead` |
 //! | `tokio_timewheel_durable_cursor_lag_ticks` | gauge | `wheel`, `partition` | how many ticks the cursor is behind Redis's clock |
 //! | `tokio_timewheel_durable_lateness_seconds` | histogram | `wheel`, `partition` | how late this process's workers claimed each delivery: claim time minus due time, both on Redis's clock |
+//! | `tokio_timewheel_durable_acked_total` | counter | `wheel`, `partition` | deliveries whose handler succeeded in this process's workers, counted as the handler returns and sent to be acknowledged |
+//! | `tokio_timewheel_durable_handler_seconds` | histogram | `wheel`, `partition` | how long each of this process's handler runs took, whatever its outcome |
 //!
 //! The counters and the lateness count what this process did, so a sum over the processes is
 //! the wheel's whole. The gauges are the whole wheel's, as

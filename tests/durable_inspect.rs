@@ -290,3 +290,55 @@ async fn only_existing_takes_the_recorded_settings_and_creates_no_wheel() {
     let keys = server.command(&["KEYS", "*never-opened*"]);
     assert!(keys.as_array().is_empty(), "nothing was written for it: {keys:?}");
 }
+
+/// The figures a minute live in Redis: a handle with no worker (an admin process's) reads what
+/// the workers did, per minute and in lateness buckets, and minutes older than Redis keeps are
+/// dropped by the first count of a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_handle_reads_the_wheel_wide_figures_the_workers_wrote() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "figures").connect().await.expect("connect");
+    let keys = tokio_timewheel::durable::WheelKeys::new("figures");
+    // A minute long gone, which the first count of this minute must drop.
+    server.command(&["HSET", &keys.figures(), "1000:a", "7", "1000:l3", "2"]);
+
+    let good: Vec<_> = (0..40).map(|i| (format!("good-{i}"), Duration::ZERO, Vec::new())).collect();
+    timers.schedule_many(good).await.unwrap().into_iter().for_each(|r| r.expect("scheduled"));
+    for i in 0..4 {
+        timers.schedule(format!("bad-{i}"), Duration::ZERO, Vec::new()).await.unwrap();
+    }
+    let worker = timers.run(|task: Task| async move {
+        if task.key().starts_with("bad") {
+            Err("refused")
+        } else {
+            Ok(())
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = timers.stats().await.unwrap();
+        if s.pending == 0 && s.dead == 4 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "every task acknowledged or dead: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.shutdown().await;
+
+    let admin = DurableScheduler::builder(server.url(), "figures").only_existing().connect().await.expect("admin");
+    let figures = admin.figures(5).await.expect("figures");
+    assert_eq!(figures.minutes().len(), 5);
+    let sum = |f: fn(&tokio_timewheel::durable::MinuteCounts) -> u64| figures.minutes().iter().map(f).sum::<u64>();
+    assert_eq!((sum(|m| m.handed_out), sum(|m| m.acked), sum(|m| m.failed), sum(|m| m.dead)), (44, 40, 4, 4));
+    assert_eq!(figures.lateness().iter().map(|&(_, n)| n).sum::<u64>(), 44, "{:?}", figures.lateness());
+    assert!(figures.lateness().windows(2).all(|w| w[0].0 < w[1].0), "buckets rise: {:?}", figures.lateness());
+    assert!(figures.lateness_quantile(0.99).is_some());
+    let starts: Vec<_> = figures.minutes().iter().map(|m| m.start).collect();
+    assert!(starts.windows(2).all(|w| w[1].duration_since(w[0]).unwrap() == Duration::from_secs(60)));
+    assert_eq!(admin.figures(5).await.unwrap(), timers.figures(5).await.unwrap(), "every handle reads the same");
+
+    let old = server.command(&["HEXISTS", &keys.figures(), "1000:a"]);
+    assert_eq!(old.as_int(), Some(0), "the long-gone minute was dropped");
+    assert!(matches!(admin.figures(0).await, Err(Error::Invalid(_))));
+    assert!(matches!(admin.figures(121).await, Err(Error::Invalid(_))));
+}

@@ -356,6 +356,9 @@ async fn dead(
     Ok(Ended::Done)
 }
 
+/// How many minutes of wheel-wide figures `watch` shows.
+const WATCH_MINUTES: usize = 10;
+
 /// Prints the counts every `interval` seconds, with the rates since the last refresh, until
 /// interrupted or `count` refreshes have been printed.
 async fn watch(cli: &Cli, timers: &DurableScheduler, interval: f64, count: Option<u64>) -> Result<(), Failure> {
@@ -387,18 +390,32 @@ async fn watch(cli: &Cli, timers: &DurableScheduler, interval: f64, count: Optio
             None => (0.0, 0.0),
         };
         let due_soon = timers.due_counts(SystemTime::now(), Duration::from_secs(10), 6).await?;
+        let figures = timers.figures(WATCH_MINUTES).await?;
+        let quantile = |q: f64| figures.lateness_quantile(q).map(|d| d.as_secs_f64() * 1e3);
         if cli.json {
             let mut line = show::stats_json(&cli.wheel, &stats);
             line["handed_out_per_s"] = json!(handed);
             line["acked_per_s"] = json!(acked);
             line["due_per_10s_next_minute"] = json!(due_soon);
+            line["minutes"] = show::minutes_json(figures.minutes());
+            line["lateness_p50_ms_at_most"] = json!(quantile(0.5));
+            line["lateness_p99_ms_at_most"] = json!(quantile(0.99));
             println!("{line}");
         } else {
             // Clear the screen and go home, as `watch(1)` does.
             print!("\x1b[2J\x1b[H");
             print!("{}", show::stats_text(&cli.wheel, &stats));
-            println!("  handed out {handed:>9.1}/s   acknowledged {acked:>9.1}/s");
+            println!("  handed out {handed:>9.1}/s   acknowledged {acked:>9.1}/s   (since the last refresh)");
             println!("  due in the next minute, per 10 s: {due_soon:?}");
+            let late = |q: f64| {
+                figures.lateness_quantile(q).map_or_else(|| "-".to_string(), |d| format!("< {}", show::span(d)))
+            };
+            println!(
+                "\n  every node, the last {WATCH_MINUTES} minutes (lateness of claims: p50 {}, p99 {})",
+                late(0.5),
+                late(0.99)
+            );
+            print!("{}", show::minutes_table(figures.minutes()));
             println!("\n(every {}; Ctrl-C to stop)", show::span(every));
         }
         last = Some((at, stats));

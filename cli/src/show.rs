@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use tokio_timewheel::durable::{DeadTask, DurableStats, TaskInfo, TaskState};
+use tokio_timewheel::durable::{DeadTask, DurableStats, MinuteCounts, TaskInfo, TaskState};
 
 /// A payload as a person reads it: pretty JSON when it parses as JSON, else text when it is
 /// UTF-8, else hex. The second value names which.
@@ -168,6 +168,42 @@ pub fn stats_text(wheel: &str, s: &DurableStats) -> String {
         s.scheduled, s.handed_out, s.acked, s.retried, s.dead_lettered, s.cancelled
     );
     out
+}
+
+/// Minutes of wheel-wide figures as a JSON array.
+pub fn minutes_json(minutes: &[MinuteCounts]) -> Value {
+    Value::Array(
+        minutes
+            .iter()
+            .map(|m| {
+                json!({
+                    "start_unix_ms": unix_ms(m.start),
+                    "handed_out": m.handed_out,
+                    "acked": m.acked,
+                    "failed": m.failed,
+                    "dead": m.dead,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Minutes of wheel-wide figures as a table, a minute a row.
+pub fn minutes_table(minutes: &[MinuteCounts]) -> String {
+    let rows: Vec<Vec<String>> = minutes
+        .iter()
+        .map(|m| {
+            let start = utc(m.start);
+            vec![
+                start.get(11..16).unwrap_or(&start).to_string(),
+                m.handed_out.to_string(),
+                m.acked.to_string(),
+                m.failed.to_string(),
+                m.dead.to_string(),
+            ]
+        })
+        .collect();
+    table(&["MINUTE", "HANDED OUT", "ACKED", "FAILED", "DEAD"], &rows)
 }
 
 /// A task as a JSON object.

@@ -142,6 +142,12 @@ async fn every_subcommand_reads_and_acts_as_the_library_does() {
     let pending = timers.stats().await.unwrap().pending;
     assert!(lines.iter().all(|l| l["pending"] == pending), "{lines:?}");
     assert_eq!(lines[0]["due_per_10s_next_minute"].as_array().map(Vec::len), Some(6));
+    // The wheel-wide figures: the three deliveries that failed and died, whichever process ran them.
+    let minutes = lines[1]["minutes"].as_array().expect("minutes");
+    assert_eq!(minutes.len(), 10);
+    let total = |what: &str| minutes.iter().map(|m| m[what].as_u64().unwrap()).sum::<u64>();
+    assert_eq!((total("handed_out"), total("failed"), total("dead")), (3, 3, 3));
+    assert!(lines[1]["lateness_p99_ms_at_most"].as_f64().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

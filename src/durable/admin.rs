@@ -7,11 +7,15 @@ use std::time::{Duration, SystemTime};
 
 use super::scripts::{self, Requeued};
 use super::time::{unix_ms, MAX_DUE_MS};
-use super::{DeadTask, DueCursor, DuePage, DurableScheduler, DurableStats, TaskInfo, TaskState, WheelKeys};
+use super::{
+    DeadTask, DueCursor, DuePage, DurableScheduler, DurableStats, Figures, MinuteCounts, TaskInfo, TaskState, WheelKeys,
+};
 use crate::{Error, Lateness};
 
 /// The most tasks or dead letters one page of `due_next` or `dead_letters_page` holds.
 pub const MAX_PAGE: usize = 1000;
+/// How many minutes of figures Redis keeps (`lua/includes/figures.lua`'s `FIGURES_MINUTES`).
+pub const FIGURES_MINUTES: usize = 120;
 /// How many dead letters one `dead_letters` script call reads at most (payloads included).
 const DEAD_LETTERS_PAGE: usize = 128;
 
@@ -421,5 +425,77 @@ impl DurableScheduler {
     /// Cancel safe: it only reads.
     pub async fn workers(&self) -> Result<Vec<String>, Error> {
         scripts::registry::heard(&self.wheel, self.wheel.clock.now_ms()).await
+    }
+
+    /// The wheel-wide figures of the last `minutes` minutes (the current one included): per
+    /// minute, the deliveries handed out, acknowledged and failed and the tasks sent to the dead
+    /// letters, and how late deliveries were claimed. Every node's scripts count them in Redis in
+    /// the calls they make anyway (no call of their own), so any process reads the same figures,
+    /// one with no worker too (an admin process, the dashboard's, the `timewheel` command line).
+    /// Redis keeps [`FIGURES_MINUTES`] minutes; minutes are Redis's clock's.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let hour = timers.figures(60).await?;
+    /// let acked: u64 = hour.minutes().iter().map(|m| m.acked).sum();
+    /// println!("{acked} acknowledged in the last hour, p99 claimed within {:?}", hour.lateness_quantile(0.99));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::Invalid`] for 0 minutes or more than [`FIGURES_MINUTES`];
+    /// - [`Error::Redis`] if Redis failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn figures(&self, minutes: usize) -> Result<Figures, Error> {
+        if minutes == 0 || minutes > FIGURES_MINUTES {
+            return Err(Error::invalid(format!(
+                "figures of {minutes} minutes: ask for 1 to {FIGURES_MINUTES} (what Redis keeps)"
+            )));
+        }
+        let last = self.wheel.clock.now_ms() / 60_000;
+        let first = last + 1 - minutes as u64;
+        let mut counts = vec![[0u64; 4]; minutes];
+        let mut late = [0u64; 25];
+        for part in &self.wheel.partitions {
+            for (field, n) in scripts::figures(&self.wheel, &part.keys).await? {
+                let Some((minute, what)) = field.split_once(':') else { continue };
+                let Some(minute) = minute.parse::<u64>().ok().filter(|m| (first..=last).contains(m)) else { continue };
+                let i = (minute - first) as usize;
+                match what {
+                    "h" => counts[i][0] += n,
+                    "a" => counts[i][1] += n,
+                    "f" => counts[i][2] += n,
+                    "d" => counts[i][3] += n,
+                    _ => {
+                        if let Some(b) = what.strip_prefix('l').and_then(|b| b.parse::<usize>().ok()) {
+                            late[b.min(late.len() - 1)] += n;
+                        }
+                    }
+                }
+            }
+        }
+        let minutes = counts
+            .iter()
+            .enumerate()
+            .map(|(i, &[handed_out, acked, failed, dead])| MinuteCounts {
+                start: SystemTime::UNIX_EPOCH + Duration::from_secs((first + i as u64) * 60),
+                handed_out,
+                acked,
+                failed,
+                dead,
+            })
+            .collect();
+        // Bucket b holds [2^(b-1), 2^b) ms (bucket 0 under 1 ms); the last is open-ended.
+        let lateness = late
+            .iter()
+            .enumerate()
+            .filter(|&(_, &n)| n > 0)
+            .map(|(b, &n)| (if b + 1 == late.len() { Duration::MAX } else { Duration::from_millis(1 << b) }, n))
+            .collect();
+        Ok(Figures { minutes, lateness })
     }
 }

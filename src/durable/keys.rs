@@ -45,6 +45,7 @@ pub(crate) const FIXED: &[(&str, &str)] = &[
     ("cancels", "cancels"),
     ("claimed", "claimed"),
     ("holders", "holders"),
+    ("figures", "figures"),
 ];
 
 const SLOT: &str = "slot:";
@@ -90,6 +91,12 @@ impl WheelKeys {
     /// The hash of the wheel's settings (`tick_ms`, `slots`) and counters.
     pub fn meta(&self) -> String {
         self.fixed("meta")
+    }
+
+    /// The hash of the wheel-wide figures a minute (handed out, acknowledged, failed, dead, and
+    /// how late deliveries were claimed), kept for two hours: [`DurableScheduler::figures`](super::DurableScheduler::figures).
+    pub fn figures(&self) -> String {
+        self.fixed("figures")
     }
 
     /// The last tick the leader processed.
@@ -281,6 +288,7 @@ mod tests {
             keys.cancels(),
             keys.claimed(),
             keys.holders(),
+            keys.figures(),
         ];
         let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
         assert_eq!(methods.to_vec(), table);
@@ -322,7 +330,7 @@ mod tests {
         assert!(!lua.contains('\n'));
         assert!(lua.starts_with("local META, CURSOR, TASKS, RING, FAR, READY, "), "{lua}");
         assert!(lua.contains("= KEYS[1], KEYS[2], KEYS[3]"), "{lua}");
-        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[19], KEYS[20] local FIXED_KEYS = 18"), "{lua}");
+        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[20], KEYS[21] local FIXED_KEYS = 19"), "{lua}");
         assert!(lua.contains("local function declared_slots(from, indices)"), "{lua}");
     }
 }

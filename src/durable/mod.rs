@@ -205,6 +205,7 @@
 //! | `seq`          | string | claim tokens handed out so far |
 //! | `wake`         | list   | wake-up tokens for idle workers, pushed when tasks become ready |
 //! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
+//! | `figures`      | hash   | the wheel-wide figures a minute, `<minute>:<what>` (handed out, acknowledged, failed, dead, and claims by lateness bucket), counted by the scripts that do the work and kept two hours; read by [`DurableScheduler::figures`] |
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
@@ -282,7 +283,7 @@ pub use crate::error::RedisFailure;
 pub use crate::recurrence::{MissedRuns, Repeat};
 // The crate's one error type, here too, so that durable code needs one import.
 pub use crate::Error;
-pub use admin::MAX_PAGE;
+pub use admin::{FIGURES_MINUTES, MAX_PAGE};
 pub use builder::DurableBuilder;
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDLER_TIMEOUT, DEFAULT_LEASE,
@@ -291,5 +292,7 @@ pub use config::{
 };
 pub use keys::WheelKeys;
 pub use scheduler::DurableScheduler;
-pub use task::{DeadTask, DueCursor, DuePage, DurableStats, ListCursor, ListPage, Task, TaskInfo, TaskState};
+pub use task::{
+    DeadTask, DueCursor, DuePage, DurableStats, Figures, ListCursor, ListPage, MinuteCounts, Task, TaskInfo, TaskState,
+};
 pub use worker::Worker;

@@ -1,6 +1,6 @@
 //! What a handler receives, what the dead letters hold, and what `stats` reports.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// One delivery of a due task to a [`Worker`](super::Worker)'s handler.
 ///
@@ -381,6 +381,65 @@ impl DurableStats {
         self.cancelled += part.cancelled;
         self.paused |= part.paused;
     }
+}
+
+/// The wheel-wide figures of the last minutes, as [`figures`](super::DurableScheduler::figures)
+/// read them from Redis: what every node's workers did, whichever process asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Figures {
+    pub(crate) minutes: Vec<MinuteCounts>,
+    pub(crate) lateness: Vec<(Duration, u64)>,
+}
+
+impl Figures {
+    /// One entry a minute, oldest first, the current (unfinished) minute last; minutes in which
+    /// nothing happened count zeros.
+    pub fn minutes(&self) -> &[MinuteCounts] {
+        &self.minutes
+    }
+
+    /// How late deliveries were claimed over those minutes, after their due time on Redis's
+    /// clock: `(bound, count)` buckets in rising order, each counting the deliveries later than
+    /// the previous bound and no later than this one (under 1 ms, under 2 ms, 4 ms, ... a bucket
+    /// an octave, the last open-ended, given as `Duration::MAX`). Empty buckets are left out.
+    pub fn lateness(&self) -> &[(Duration, u64)] {
+        &self.lateness
+    }
+
+    /// The upper bound of the bucket that holds the `q` quantile of the lateness (`q` from 0 to
+    /// 1), within a factor of two; `None` when nothing was claimed.
+    pub fn lateness_quantile(&self, q: f64) -> Option<Duration> {
+        let total: u64 = self.lateness.iter().map(|&(_, n)| n).sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        self.lateness
+            .iter()
+            .find(|&&(_, n)| {
+                seen += n;
+                seen >= rank
+            })
+            .map(|&(bound, _)| bound)
+    }
+}
+
+/// What the wheel's workers did in one minute of Redis's clock, all nodes together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MinuteCounts {
+    /// When the minute began.
+    pub start: SystemTime,
+    /// Deliveries handed to workers (claimed).
+    pub handed_out: u64,
+    /// Deliveries acknowledged (handlers that succeeded).
+    pub acked: u64,
+    /// Deliveries that failed: a handler's error, panic or timeout, or a lease that ran out
+    /// (each retried or sent to the dead letters).
+    pub failed: u64,
+    /// Tasks sent to the dead letters.
+    pub dead: u64,
 }
 
 /// One page of [`due_next`](super::DurableScheduler::due_next): tasks by due time, and where the

@@ -13,7 +13,7 @@
   Output:
     one digit per delivery, as one string: 1 acknowledged, 0 refused (a delivery whose cancel
     was requested ends as cancelled instead: see cancelled.lua).
-  Keys: TASKS, LEASED, META, CANCELLING, CLAIMED, HOLDERS, and for a recurring task FAR, READY, CURSOR, WAKE.
+  Keys: TASKS, LEASED, META, FIGURES, CANCELLING, CLAIMED, HOLDERS, and for a recurring task FAR, READY, CURSOR, WAKE.
 ]]
 -- @include acknowledge
 -- @include cancelled

@@ -40,8 +40,8 @@
     {claimed ms (Redis's clock, when this claim first ran; '0' when it took nothing), the
     acknowledgements' answers (one digit per delivery, as ack.lua answers), then two entries per
     task: key, record (record.lua's format, with this delivery's count and claim token)}.
-  Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META, WAKE, CANCELLING, CLAIMED,
-  HOLDERS, and through the
+  Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META, FIGURES, WAKE, CANCELLING,
+  CLAIMED, HOLDERS, and through the
   acknowledgements those of ack.lua.
 ]]
 -- @include keys
@@ -52,6 +52,7 @@
 -- @include acknowledge
 -- @include cancelled
 -- @include claims
+-- @include figures
 local n, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local replay_only, record_ms = ARGV[3] == '1', tonumber(ARGV[4])
 local tick_ms, slots, node = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
@@ -88,13 +89,16 @@ local last = redis.call('INCRBY', SEQ, #names)
 local first = last - #names
 local until_ms = string.format('%d', now + lease)
 out[1] = string.format('%d', now)
-local leases, claimed, records, claims, holders = {}, {out[1]}, {}, {}, {}
+local leases, claimed, records, claims, holders, figures = {}, {out[1]}, {}, {}, {}, {}
 local recs = hmget_all(TASKS, names)
 for j, k in ipairs(names) do
   local rec = recs[j]
   if rec then
     local tok = string.format('%d', first + j)
-    rec = claimed_record(rec, tok)
+    local due
+    rec, due = claimed_record(rec, tok)
+    local late = 'l' .. late_bucket(now - due)
+    figures[late] = (figures[late] or 0) + 1
     records[#records + 1] = k
     records[#records + 1] = rec
     leases[#leases + 1] = until_ms
@@ -118,6 +122,8 @@ if #claimed > 1 then
   redis.call('PEXPIRE', CALL_KEY, math.min(lease, record_ms))
 end
 redis.call('HINCRBY', META, 'handed_out', #records / 2)
+figures.h = #records / 2
+count_figures(figures, now)
 if #names == n and redis.call('LLEN', WAKE) == 0 then redis.call('LPUSH', WAKE, 1) end
 if #out == 2 then out[1] = '0' end
 return out

@@ -12,7 +12,7 @@
   Output:
     1 retried, 2 dead, 0 refused, 3 cancelled (its cancel was requested: it ends as cancelled,
     see cancelled.lua).
-  Keys: TASKS, LEASED, CANCELLING, CLAIMED, HOLDERS, the declared slots, RING, FAR, READY, CURSOR, META, WAKE, and when it
+  Keys: TASKS, LEASED, CANCELLING, CLAIMED, HOLDERS, the declared slots, RING, FAR, READY, CURSOR, META, FIGURES, WAKE, and when it
   dies DEAD_TASKS, DEAD.
 ]]
 -- @include keys
@@ -24,6 +24,7 @@
 -- @include bury
 -- @include cancelled
 -- @include claims
+-- @include figures
 local k, tok, err = ARGV[1], ARGV[2], ARGV[3]
 local max_attempts, backoff_ms, backoff_cap_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local tick_ms, slots, declared = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
@@ -39,6 +40,7 @@ forget_claims({k})
 if t.a >= max_attempts then
   bury(k, t, err, up)
   redis.call('HINCRBY', META, 'dead_lettered', 1)
+  count_figures({ f = 1, d = 1 }, up)
   if advance(t, w.down) then
     redis.call('HSET', TASKS, k, encode(t))
     local batch = new_batch()
@@ -56,4 +58,5 @@ local batch = new_batch()
 place(k, t.due, w, batch)
 if flush(batch) then wake() end
 redis.call('HINCRBY', META, 'retried', 1)
+count_figures({ f = 1 }, up)
 return 1

@@ -27,8 +27,8 @@
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready}.
-  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, WAKE, DEAD, DEAD_TASKS, CANCELLING, CLAIMED, HOLDERS,
-  and the
+  Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, META, FIGURES, WAKE, DEAD, DEAD_TASKS, CANCELLING, CLAIMED,
+  HOLDERS, and the
   declared slots.
 ]]
 -- @include keys
@@ -44,6 +44,7 @@
 -- @include wake
 -- @include advance
 -- @include bury
+-- @include figures
 local token, tick_ms, slots, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local budget, max_attempts = tonumber(ARGV[5]), tonumber(ARGV[6])
 local dead_max, dead_max_age = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -85,6 +86,8 @@ local function requeue_expired(now)
   if #dead > 0 then zrem_all(TASKS, dead, 'HDEL') end
   if buried > 0 then redis.call('HINCRBY', META, 'dead_lettered', buried) end
   if #to_ready > 0 then redis.call('HINCRBY', META, 'retried', #to_ready / 2) end
+  -- A lease that ran out is a failed delivery.
+  if #expired > 0 then count_figures({ f = buried + #to_ready / 2, d = buried }, now) end
   return #expired, #to_ready / 2
 end
 

@@ -32,6 +32,9 @@ impl PartitionMetrics {
     pub(crate) fn fired(&self, _late: Duration) {}
 
     #[inline(always)]
+    pub(crate) fn handled(&self, _run: Duration, _ok: bool) {}
+
+    #[inline(always)]
     pub(crate) fn retried(&self) {}
 
     #[inline(always)]

@@ -17,6 +17,8 @@ const DEAD: &str = "tokio_timewheel_durable_dead_total";
 const TASKS: &str = "tokio_timewheel_durable_tasks";
 const CURSOR_LAG: &str = "tokio_timewheel_durable_cursor_lag_ticks";
 const LATENESS: &str = "tokio_timewheel_durable_lateness_seconds";
+const ACKED: &str = "tokio_timewheel_durable_acked_total";
+const HANDLER: &str = "tokio_timewheel_durable_handler_seconds";
 
 /// A durable wheel's metrics, registered once at `connect`, one set per partition.
 pub(crate) struct WheelMetrics {
@@ -43,6 +45,12 @@ impl WheelMetrics {
             Unit::Seconds,
             "How late this process's workers claimed deliveries, on Redis's clock."
         );
+        describe_counter!(
+            ACKED,
+            Unit::Count,
+            "Deliveries whose handler succeeded in this process's workers, sent to be acknowledged."
+        );
+        describe_histogram!(HANDLER, Unit::Seconds, "How long this process's handlers ran, each delivery's run.");
         let partitions = (0..partitions.max(1)).map(|p| PartitionMetrics::new(wheel, p)).collect();
         WheelMetrics { partitions }
     }
@@ -60,6 +68,8 @@ pub(crate) struct PartitionMetrics {
     cancelled: Counter,
     retried: Counter,
     dead: Counter,
+    acked: Counter,
+    handler: Histogram,
     /// `waiting`, `ready`, `running`, `dead`.
     tasks: [Gauge; 4],
     cursor_lag: Gauge,
@@ -79,6 +89,8 @@ impl PartitionMetrics {
             cancelled: counter!(CANCELLED, &labels),
             retried: counter!(RETRIED, &labels),
             dead: counter!(DEAD, &labels),
+            acked: counter!(ACKED, &labels),
+            handler: histogram!(HANDLER, &labels),
             tasks: [state("waiting"), state("ready"), state("running"), state("dead")],
             cursor_lag: gauge!(CURSOR_LAG, &labels),
             lateness: histogram!(LATENESS, &labels),
@@ -97,6 +109,14 @@ impl PartitionMetrics {
     pub(crate) fn fired(&self, late: Duration) {
         self.fired.increment(1);
         self.lateness.record(late.as_secs_f64());
+    }
+
+    /// One handler's run ended after `run`, successfully when `ok`.
+    pub(crate) fn handled(&self, run: Duration, ok: bool) {
+        self.handler.record(run.as_secs_f64());
+        if ok {
+            self.acked.increment(1);
+        }
     }
 
     pub(crate) fn retried(&self) {

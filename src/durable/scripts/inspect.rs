@@ -168,6 +168,12 @@ pub(crate) async fn recorded(wheel: &WheelClient, keys: &WheelKeys) -> Result<Op
     })
 }
 
+/// The partition's figures a minute (`HGETALL` on `figures`): each field `<minute>:<what>` with
+/// its count (see `lua/includes/figures.lua`).
+pub(crate) async fn figures(wheel: &WheelClient, keys: &WheelKeys) -> Result<Vec<(String, u64)>, Error> {
+    wheel.conn.command(redis::cmd("HGETALL").arg(keys.figures())).await
+}
+
 /// The node that leads the partition, from its fencing token `<node>:<epoch>` (`GET leader`);
 /// `None` while no node leads it.
 pub(crate) async fn leader(wheel: &WheelClient, keys: &WheelKeys) -> Result<Option<String>, Error> {

@@ -28,8 +28,8 @@ use redis::{Script, ScriptInvocation};
 use super::keys::{self, WheelKeys};
 
 pub(crate) use inspect::{
-    contains, cursor, dead_letters, delete_dead, due_counts, due_next, get, leader, list, recorded,
-    stats,
+    contains, cursor, dead_letters, delete_dead, due_counts, due_next, figures, get, leader, list,
+    recorded, stats,
 };
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
 pub(crate) use server::{config_value, server_version};
@@ -63,6 +63,7 @@ const INCLUDES: &[(&str, &str)] = &[
     ("wake", include_str!("../lua/includes/wake.lua")),
     ("bury", include_str!("../lua/includes/bury.lua")),
     ("advance", include_str!("../lua/includes/advance.lua")),
+    ("figures", include_str!("../lua/includes/figures.lua")),
     ("acknowledge", include_str!("../lua/includes/acknowledge.lua")),
     ("claims", include_str!("../lua/includes/claims.lua")),
     ("zpage", include_str!("../lua/includes/zpage.lua")),

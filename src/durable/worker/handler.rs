@@ -168,7 +168,9 @@ async fn run_one(h: &Handlers, Claimed { task, token }: Claimed) -> Result<(), (
         }
     };
     let outcome = run.instrument(span).await;
-    h.runs.record(started.elapsed());
+    let took = started.elapsed();
+    h.runs.record(took);
+    h.wheel.metrics.partition(h.part).handled(took, outcome.is_ok());
     // A delivery whose lease went to another worker, or that was abandoned at a shutdown, has no
     // outcome to record: Redis would refuse it.
     let result = outcome.as_ref().map(|_| ()).map_err(|_| ());

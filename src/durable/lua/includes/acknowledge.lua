@@ -5,7 +5,7 @@
 -- not the task's current one is refused and changes nothing, and so is a key given twice (the
 -- records were read before any change). Returns one digit per delivery, as one string: 1
 -- acknowledged, 0 refused.
--- Keys: TASKS, LEASED, META, and for a recurring task FAR, READY, CURSOR, WAKE.
+-- Keys: TASKS, LEASED, META, FIGURES, and for a recurring task FAR, READY, CURSOR, WAKE.
 -- @include keys
 -- @include wheel_now
 -- @include record
@@ -14,6 +14,7 @@
 -- @include zrem_all
 -- @include hash_all
 -- @include wake
+-- @include figures
 local function acknowledge(list, from, tick_ms, slots)
   local out, acked, done, w, batch, seen = {}, {}, {}, nil, new_batch(), {}
   local names, recs = records_of(list, from, 2)
@@ -42,6 +43,7 @@ local function acknowledge(list, from, tick_ms, slots)
     if #done > 0 then zrem_all(TASKS, done, 'HDEL') end
     if flush(batch) then wake() end
     redis.call('HINCRBY', META, 'acked', #acked)
+    count_figures({ a = #acked })
   end
   return table.concat(out)
 end

@@ -39,9 +39,10 @@ local function head_of(rec)
 end
 -- The record `rec` as claimed: one more delivery, claim token `tok` (a string), the rest (from
 -- the period on, payload included) copied unparsed.
+-- Also answers the due time, as a number.
 local function claimed_record(rec, tok)
   local due, a, tail = string.match(rec, '^(%d+):(%d+):%d+:()')
-  return string.format('%s:%d:%s:', due, a + 1, tok) .. string.sub(rec, tail)
+  return string.format('%s:%d:%s:', due, a + 1, tok) .. string.sub(rec, tail), tonumber(due)
 end
 -- A dead letter's record, the value under its key in DEAD_TASKS, one string:
 --   <due ms>:<deliveries>:<error length>:<error><payload>
