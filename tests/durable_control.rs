@@ -86,7 +86,10 @@ async fn a_pause_holds_across_a_restart_of_every_node_and_resume_hands_out_withi
     assert!(!timers.is_paused().await.unwrap() && !timers.stats().await.unwrap().paused);
     // Acknowledged, their claims are forgotten.
     let k = keys("pause");
-    let forgotten = || server.command(&["ZCARD", &k.claimed()]).as_int() == Some(0) && server.command(&["HLEN", &k.holders()]).as_int() == Some(0);
+    let forgotten = || {
+        server.command(&["ZCARD", &k.claimed()]).as_int() == Some(0)
+            && server.command(&["HLEN", &k.holders()]).as_int() == Some(0)
+    };
     assert!(wait_until(Duration::from_secs(5), forgotten).await, "claims left after the acknowledgements");
     worker.shutdown().await;
 }
@@ -182,7 +185,8 @@ async fn cancel_running_stops_the_handler_at_once_and_the_task_ends_as_cancelled
     let no_requests_left = server.command(&["HLEN", &keys("cancel-running").cancelling()]).as_int();
     assert_eq!(no_requests_left, Some(0));
     let k = keys("cancel-running");
-    let claims_left = (server.command(&["ZCARD", &k.claimed()]).as_int(), server.command(&["HLEN", &k.holders()]).as_int());
+    let claims_left =
+        (server.command(&["ZCARD", &k.claimed()]).as_int(), server.command(&["HLEN", &k.holders()]).as_int());
     assert_eq!(claims_left, (Some(0), Some(0)), "the ended tasks' claims are forgotten");
     worker.shutdown().await;
 }

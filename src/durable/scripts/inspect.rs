@@ -205,7 +205,11 @@ pub(crate) async fn list(
     inv.arg(name).arg(from).arg(after).arg(limit);
     let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
     let Some((head, rest)) = flat.split_first_chunk::<4>() else {
-        return Err(redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "list.lua answered fewer than four entries")).into());
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "list.lua answered fewer than four entries",
+        ))
+        .into());
     };
     let [now, last_key, last_score, full] = head;
     let read_at = from_unix_ms(number(now));

@@ -28,8 +28,7 @@ use redis::{Script, ScriptInvocation};
 use super::keys::{self, WheelKeys};
 
 pub(crate) use inspect::{
-    contains, cursor, dead_letters, delete_dead, due_counts, due_next, figures, get, leader, list,
-    recorded, stats,
+    contains, cursor, dead_letters, delete_dead, due_counts, due_next, figures, get, leader, list, recorded, stats,
 };
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
 pub(crate) use server::{config_value, server_version};

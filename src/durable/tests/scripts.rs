@@ -715,7 +715,8 @@ async fn claim_acknowledges_what_finished_then_claims() {
         seed_ready(&server, keys, k, due, &format!("payload of {k}"));
     }
     let acks = [("done", "7"), ("done", "7"), ("other", "6"), ("gone", "7")];
-    let call = scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", node: "test-node", acks: &acks };
+    let call =
+        scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", node: "test-node", acks: &acks };
     let got = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!(got.acked, [true, false, false, false], "{acks:?}");
     let summary: Vec<(&str, u32, &str, &[u8])> =
@@ -745,11 +746,13 @@ async fn claim_acknowledges_what_finished_then_claims() {
 
     // A token waits already: a full claim pushes no second one; a short one pushes none.
     seed_ready(&server, keys, "d", 40, "x");
-    let call = scripts::Claim { n: 1, claim_id: "k2", replay_only: false, previous: "k1", node: "test-node", acks: &[] };
+    let call =
+        scripts::Claim { n: 1, claim_id: "k2", replay_only: false, previous: "k1", node: "test-node", acks: &[] };
     assert_eq!(scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap().claimed.len(), 1);
     assert_eq!(dump(&server, keys)["wake"], "1");
     server.command(&["DEL", &keys.wake()]);
-    let call = scripts::Claim { n: 5, claim_id: "k3", replay_only: false, previous: "k2", node: "test-node", acks: &[] };
+    let call =
+        scripts::Claim { n: 5, claim_id: "k3", replay_only: false, previous: "k2", node: "test-node", acks: &[] };
     let short = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!(short.claimed.len(), 1);
     let d = dump(&server, keys);
@@ -759,7 +762,8 @@ async fn claim_acknowledges_what_finished_then_claims() {
     // Acknowledging alone (n = 0) claims nothing and answers no time.
     let (k, tok) = (short.claimed[0].task.key().to_string(), short.claimed[0].token.clone());
     let acks = [(k.as_str(), tok.as_str())];
-    let call = scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", node: "test-node", acks: &acks };
+    let call =
+        scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", node: "test-node", acks: &acks };
     let only = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!((only.acked.as_slice(), only.claimed.len()), (&[true][..], 0));
     assert!(!dump(&server, keys)["tasks"].contains(&format!("{k}=")));

@@ -86,7 +86,12 @@ impl Deliveries {
             return tasks;
         }
         for c in tasks {
-            let held = Held { key: c.task.key.clone(), state: State::Buffered, cancel: c.task.cancel.clone(), requested: false };
+            let held = Held {
+                key: c.task.key.clone(),
+                state: State::Buffered,
+                cancel: c.task.cancel.clone(),
+                requested: false,
+            };
             inner.held.insert(c.token.clone(), held);
             inner.buffer.push_back(c);
         }
