@@ -64,7 +64,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .connect()
         .await?;
 
-    let mail = DurableScheduler::builder(&url, format!("mail{}", name.strip_prefix("shop").unwrap_or(""))).connect().await?;
+    let mail =
+        DurableScheduler::builder(&url, format!("mail{}", name.strip_prefix("shop").unwrap_or(""))).connect().await?;
 
     // Two workers, as two nodes would run them, and one for the mail.
     let mut workers: Vec<Worker> = (0..2).map(|_| timers.run(handle)).collect();
@@ -79,7 +80,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let address = listener.local_addr()?;
     let page = Dashboard::new(timers.clone()).wheel(mail.clone()).actions(true).router();
-    let app = axum::Router::new().route("/", axum::routing::get(|| async { "the shop; its timers are at /admin/timers/" }));
+    let app =
+        axum::Router::new().route("/", axum::routing::get(|| async { "the shop; its timers are at /admin/timers/" }));
     let app = dashboard::mount(app, "/admin/timers", page);
     tokio::spawn(async move { axum::serve(listener, app).await });
     println!("the dashboard of the wheels {name:?} and mail: http://{address}/admin/timers/  (Ctrl-C stops)");

@@ -167,6 +167,16 @@ async fn each_section_answers_what_the_wheel_says() {
     let bars: u64 = late["bars"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
     assert_eq!(bars, 2, "{late}");
 
+    // Every node's figures of the last hour: the two deliveries handed out and failed.
+    let figures = get(&router, "/api/figures").await.json();
+    let minutes = figures["minutes"].as_array().unwrap();
+    assert_eq!(minutes.len(), 60, "{figures}");
+    let sum = |field: &str| minutes.iter().map(|m| m[field].as_u64().unwrap()).sum::<u64>();
+    assert_eq!((sum("handed_out"), sum("acked"), sum("failed"), sum("dead")), (2, 0, 2, 2), "{figures}");
+    let bars: u64 = figures["lateness"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!((bars, figures["claimed"].as_u64()), (2, Some(2)), "{figures}");
+    assert!(figures["p99_ms"].is_number(), "{figures}");
+
     let later = get(&router, "/api/task?key=later-1").await.json();
     assert_eq!(later["pending"], true);
     assert_eq!(later["detail"]["state"], "waiting", "{later}");
@@ -310,8 +320,14 @@ async fn several_wheels_each_paged_by_state() {
     assert_eq!(info["wheels"], serde_json::json!(["dash", "emails"]));
     let overview = get(&router, "/api/overview").await.json();
     let wheels = overview["wheels"].as_array().unwrap();
-    assert_eq!((wheels[0]["wheel"].as_str(), wheels[0]["waiting"].as_u64(), wheels[0]["dead"].as_u64()), (Some("dash"), Some(3), Some(2)));
-    assert_eq!((wheels[1]["wheel"].as_str(), wheels[1]["waiting"].as_u64(), wheels[1]["paused"].as_bool()), (Some("emails"), Some(130), Some(false)));
+    assert_eq!(
+        (wheels[0]["wheel"].as_str(), wheels[0]["waiting"].as_u64(), wheels[0]["dead"].as_u64()),
+        (Some("dash"), Some(3), Some(2))
+    );
+    assert_eq!(
+        (wheels[1]["wheel"].as_str(), wheels[1]["waiting"].as_u64(), wheels[1]["paused"].as_bool()),
+        (Some("emails"), Some(130), Some(false))
+    );
     assert_eq!(get(&router, "/api/w/emails/stats").await.json()["waiting"], 130);
     assert_eq!(get(&router, "/api/stats").await.json()["waiting"], 3, "api/.. is the first wheel");
     let unknown = get(&router, "/api/w/nowhere/stats").await;
@@ -409,7 +425,10 @@ async fn each_action_does_what_the_library_call_does() {
     assert!(!timers.contains("later-1").await.unwrap());
     assert_eq!(post(&router, &format!("{w}/cancel"), "later-1", SAME_ORIGIN).await.status, StatusCode::NOT_FOUND);
     // Cancel running: nothing runs here.
-    assert_eq!(post(&router, &format!("{w}/cancel-running"), "later-2", SAME_ORIGIN).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        post(&router, &format!("{w}/cancel-running"), "later-2", SAME_ORIGIN).await.status,
+        StatusCode::NOT_FOUND
+    );
     // Pause and resume, each refused read-only.
     assert_eq!(post(&read_only, &format!("{w}/pause"), "", SAME_ORIGIN).await.status, StatusCode::FORBIDDEN);
     assert_eq!(post(&router, &format!("{w}/pause"), "", SAME_ORIGIN).await.status, StatusCode::OK);
@@ -443,7 +462,9 @@ async fn each_action_does_what_the_library_call_does() {
     assert_eq!((reply.status, reply.json()["left"].as_u64()), (StatusCode::OK, Some(0)), "{}", reply.body);
     // Every action is guarded alike.
     let cross = [("content-type", "application/json"), ("x-timewheel-action", "1"), ("sec-fetch-site", "cross-site")];
-    for path in ["run-now", "cancel", "cancel-running", "pause", "resume", "dead/requeue", "dead/delete", "dead/requeue-all"] {
+    for path in
+        ["run-now", "cancel", "cancel-running", "pause", "resume", "dead/requeue", "dead/delete", "dead/requeue-all"]
+    {
         let reply = post(&router, &format!("{w}/{path}"), "later-2", &cross).await;
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{path}: {}", reply.body);
     }

@@ -105,8 +105,12 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     // run now, an export whose handler runs until told to stop, and payments and refunds whose
     // handler fails until told otherwise (each dies at its first failure).
     for i in 0..40u64 {
-        let payload = if i == 0 { br#"{"invoice":0,"customer":"ACME","total":[129.5,"EUR"]}"#.to_vec() } else { Vec::new() };
-        orders.schedule(format!("invoice-{i}:remind"), Duration::from_secs(90 + i * 85), payload).await.expect("schedule");
+        let payload =
+            if i == 0 { br#"{"invoice":0,"customer":"ACME","total":[129.5,"EUR"]}"#.to_vec() } else { Vec::new() };
+        orders
+            .schedule(format!("invoice-{i}:remind"), Duration::from_secs(90 + i * 85), payload)
+            .await
+            .expect("schedule");
     }
     let reviews = (0..30u64).map(|i| (format!("order-{i}:review"), Duration::from_millis(i * 20), Vec::new()));
     orders.schedule_many(reviews).await.expect("schedule_many").into_iter().for_each(|r| r.expect("scheduled"));
@@ -156,7 +160,11 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
     let address = listener.local_addr().unwrap();
     let app = axum::Router::new().route("/", axum::routing::get(|| async { "the shop" }));
-    let app = dashboard::mount(app, "/admin/timers", Dashboard::new(orders.clone()).wheel(emails.clone()).actions(true).router());
+    let app = dashboard::mount(
+        app,
+        "/admin/timers",
+        Dashboard::new(orders.clone()).wheel(emails.clone()).actions(true).router(),
+    );
     let serving = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let mut chromium = Chromium::launch(&binary, 1280, 900).await;
@@ -191,11 +199,49 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     assert_eq!(shown, expected);
     assert_eq!(chromium.eval("document.getElementById('wheel').textContent").await, "orders");
     // The overview's plots and lists.
-    see(&mut chromium, "document.getElementById('due-note').textContent.includes('40 tasks fall due') || null", "document.getElementById('due-note').textContent").await;
-    see(&mut chromium, "document.getElementById('late-note').textContent.includes('deliveries claimed') || null", "document.getElementById('late-note').textContent").await;
-    see(&mut chromium, "document.getElementById('nodes').textContent.includes('led by') || null", "document.getElementById('nodes').textContent").await;
-    see(&mut chromium, "document.getElementById('rates-note').textContent.length > 0 || null", "document.getElementById('rates-note').textContent").await;
-    see(&mut chromium, "document.querySelectorAll('#dead-letters button[data-requeue]').length === 10 || null", "document.getElementById('dead-note').textContent").await;
+    see(
+        &mut chromium,
+        "document.getElementById('due-note').textContent.includes('40 tasks fall due') || null",
+        "document.getElementById('due-note').textContent",
+    )
+    .await;
+    see(
+        &mut chromium,
+        "document.getElementById('late-note').textContent.includes('deliveries claimed') || null",
+        "document.getElementById('late-note').textContent",
+    )
+    .await;
+    see(
+        &mut chromium,
+        "document.getElementById('nodes').textContent.includes('led by') || null",
+        "document.getElementById('nodes').textContent",
+    )
+    .await;
+    // Every node's figures of the last hour, as figures() reads them: the chart's three lines
+    // and its sums, and the wheel-wide lateness.
+    let hour = orders.figures(60).await.expect("figures");
+    let acked: u64 = hour.minutes().iter().map(|m| m.acked).sum();
+    let claimed: u64 = hour.lateness().iter().map(|&(_, n)| n).sum();
+    assert_eq!((acked, claimed), (30, 84), "{hour:?}");
+    see(
+        &mut chromium,
+        "document.getElementById('rates-note').textContent.includes('84 handed out, 30 acknowledged, 53 failed') && \
+         document.querySelectorAll('#rates-plot polyline').length === 3 || null",
+        "document.getElementById('rates-note').textContent",
+    )
+    .await;
+    see(
+        &mut chromium,
+        "document.getElementById('late-note').textContent.includes('84 deliveries claimed in the last hour') || null",
+        "document.getElementById('late-note').textContent",
+    )
+    .await;
+    see(
+        &mut chromium,
+        "document.querySelectorAll('#dead-letters button[data-requeue]').length === 10 || null",
+        "document.getElementById('dead-note').textContent",
+    )
+    .await;
     // A long dead-letter key stays on one line, cut: its button is as high as a wheel's name.
     let heights = chromium
         .eval(
@@ -213,7 +259,8 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     // Pause: the banner shows, the wheel is paused; resume: both undone.
     click(&mut chromium, "#pause").await;
     until("the click paused the wheel", || async { orders.is_paused().await.expect("is_paused").then_some(()) }).await;
-    see(&mut chromium, "!document.getElementById('paused-banner').hidden || null", "document.body.dataset.paused").await;
+    see(&mut chromium, "!document.getElementById('paused-banner').hidden || null", "document.body.dataset.paused")
+        .await;
     see(
         &mut chromium,
         "document.querySelector('#wheels tr[data-wheel=\"orders\"] td.paused-tag') || null",
@@ -221,13 +268,19 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     )
     .await;
     click(&mut chromium, "#resume").await;
-    until("the click resumed the wheel", || async { (!orders.is_paused().await.expect("is_paused")).then_some(()) }).await;
+    until("the click resumed the wheel", || async { (!orders.is_paused().await.expect("is_paused")).then_some(()) })
+        .await;
     see(&mut chromium, "document.getElementById('paused-banner').hidden || null", "document.body.dataset.paused").await;
 
     // The tasks view: the waiting reminders, and a payload as JSON.
     click(&mut chromium, "button.view[data-view=tasks]").await;
     click(&mut chromium, "button.state[data-state=waiting]").await;
-    see(&mut chromium, "document.querySelectorAll('#tasks tr[data-key]').length === 40 || null", "document.getElementById('tasks').textContent").await;
+    see(
+        &mut chromium,
+        "document.querySelectorAll('#tasks tr[data-key]').length === 40 || null",
+        "document.getElementById('tasks').textContent",
+    )
+    .await;
     click(&mut chromium, "#tasks button[data-open=\"invoice-0:remind\"]").await;
     let payload = see(
         &mut chromium,
@@ -250,12 +303,23 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
         (!orders.contains("invoice-38:remind").await.expect("contains")).then_some(())
     })
     .await;
-    see(&mut chromium, "document.querySelectorAll('#tasks tr[data-key]').length === 38 || null", "document.getElementById('tasks').textContent").await;
+    see(
+        &mut chromium,
+        "document.querySelectorAll('#tasks tr[data-key]').length === 38 || null",
+        "document.getElementById('tasks').textContent",
+    )
+    .await;
 
     // The running export, with the worker that holds it; cancel running stops its handler.
     click(&mut chromium, "button.state[data-state=running]").await;
     let running = orders.list(TaskState::Running, None, 10).await.expect("list");
-    let holder = running.tasks().iter().find(|t| t.key() == "export-1:run").and_then(|t| t.worker()).expect("a worker").to_owned();
+    let holder = running
+        .tasks()
+        .iter()
+        .find(|t| t.key() == "export-1:run")
+        .and_then(|t| t.worker())
+        .expect("a worker")
+        .to_owned();
     let shown = see(
         &mut chromium,
         "(() => { const c = document.querySelector('#tasks tr[data-key=\"export-1:run\"] td.worker'); \
@@ -275,7 +339,12 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     // handler now succeeds.
     failing.store(false, Ordering::SeqCst);
     click(&mut chromium, "button.state[data-state=dead]").await;
-    see(&mut chromium, "document.querySelectorAll('#tasks input[data-pick]').length === 50 || null", "document.getElementById('tasks').textContent").await;
+    see(
+        &mut chromium,
+        "document.querySelectorAll('#tasks input[data-pick]').length === 50 || null",
+        "document.getElementById('tasks').textContent",
+    )
+    .await;
     let picked = chromium
         .eval(
             "(() => { const all = document.getElementById('pick-page'); all.click(); \
@@ -285,7 +354,12 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     let picked: HashSet<String> = picked.as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_owned()).collect();
     assert_eq!(picked.len(), 50);
     assert!(picked.iter().all(|k| failing_keys.contains(k)), "{picked:?}");
-    see(&mut chromium, "document.getElementById('selected-count').textContent === '50 selected' || null", "document.getElementById('selected-count').textContent").await;
+    see(
+        &mut chromium,
+        "document.getElementById('selected-count').textContent === '50 selected' || null",
+        "document.getElementById('selected-count').textContent",
+    )
+    .await;
     click(&mut chromium, "#requeue-selected").await;
     let left = until("the 50 selected were requeued and ran", || async {
         let dead = orders.dead_letters(100).await.expect("dead_letters");
@@ -294,7 +368,12 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     })
     .await;
     assert_eq!(left, 3, "the three not selected stay dead");
-    see(&mut chromium, "document.querySelectorAll('#tasks tr[data-key]').length === 3 || null", "document.getElementById('tasks').textContent").await;
+    see(
+        &mut chromium,
+        "document.querySelectorAll('#tasks tr[data-key]').length === 3 || null",
+        "document.getElementById('tasks').textContent",
+    )
+    .await;
 
     // The emails wheel, chosen in the selector: its 1,000 waiting tasks, 50 a page, each once.
     chromium
@@ -329,7 +408,8 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
         .await;
     click(&mut chromium, "button.view[data-view=overview]").await;
     chromium.resize(390, 844, true).await;
-    see(&mut chromium, "document.documentElement.clientWidth <= 400 || null", "document.documentElement.clientWidth").await;
+    see(&mut chromium, "document.documentElement.clientWidth <= 400 || null", "document.documentElement.clientWidth")
+        .await;
     see(
         &mut chromium,
         "document.body.dataset.view === 'overview' && document.getElementById('wheel').textContent === 'orders' && \

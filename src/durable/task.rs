@@ -594,10 +594,7 @@ mod tests {
             let text = cursor.to_string();
             assert_eq!(text.parse::<ListCursor>().unwrap(), cursor, "{text}");
         }
-        assert_eq!(
-            ListCursor { state: TaskState::Dead, score: 7, key: "a:b".into() }.to_string(),
-            "dead:7:a:b"
-        );
+        assert_eq!(ListCursor { state: TaskState::Dead, score: 7, key: "a:b".into() }.to_string(), "dead:7:a:b");
         for bad in ["", "dead", "dead:7", "gone:7:k", "dead:-1:k", "dead:x:k", "Dead:7:k"] {
             assert!(matches!(bad.parse::<ListCursor>(), Err(crate::Error::Invalid(_))), "{bad:?}");
         }

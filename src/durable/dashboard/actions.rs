@@ -66,11 +66,11 @@ fn keys(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<Keys, Response> {
         return Ok(Keys::One(key.to_owned()));
     }
     let send = format!("send {{\"key\": \"...\"}} or {{\"keys\": [...]}}, 1 to {BULK_MAX} keys");
-    let Some(list) = body.get("keys").and_then(Value::as_array).filter(|l| !l.is_empty() && l.len() <= BULK_MAX)
-    else {
+    let Some(list) = body.get("keys").and_then(Value::as_array).filter(|l| !l.is_empty() && l.len() <= BULK_MAX) else {
         return Err(refuse(StatusCode::BAD_REQUEST, &send));
     };
-    let keys: Option<Vec<String>> = list.iter().map(|k| k.as_str().filter(|k| !k.is_empty()).map(str::to_owned)).collect();
+    let keys: Option<Vec<String>> =
+        list.iter().map(|k| k.as_str().filter(|k| !k.is_empty()).map(str::to_owned)).collect();
     keys.map(Keys::Many).ok_or_else(|| refuse(StatusCode::BAD_REQUEST, &send))
 }
 
@@ -98,9 +98,12 @@ pub(super) async fn run_now(w: Wheel, headers: HeaderMap, body: Bytes) -> Respon
     };
     acted(match w.timers.reschedule(&key, Duration::ZERO).await {
         Ok(()) => Ok(found_or_not(&key, true, "due_now", "")),
-        Err(Error::NotFound) => {
-            Ok(found_or_not(&key, false, "", "no task waiting or ready under this key (running, finished or cancelled)"))
-        }
+        Err(Error::NotFound) => Ok(found_or_not(
+            &key,
+            false,
+            "",
+            "no task waiting or ready under this key (running, finished or cancelled)",
+        )),
         Err(e) => Err(e),
     })
 }
@@ -198,14 +201,20 @@ pub(super) async fn delete(w: Wheel, headers: HeaderMap, body: Bytes) -> Respons
     let missing = "no dead letter under this key";
     acted(match keys {
         Keys::One(key) => w.timers.delete_dead(&key).await.map(|found| found_or_not(&key, found, "deleted", missing)),
-        Keys::Many(keys) => async {
-            let (mut deleted, mut not_found) = (Vec::new(), Vec::new());
-            for key in &keys {
-                if w.timers.delete_dead(key).await? { deleted.push(key) } else { not_found.push(key) }
+        Keys::Many(keys) => {
+            async {
+                let (mut deleted, mut not_found) = (Vec::new(), Vec::new());
+                for key in &keys {
+                    if w.timers.delete_dead(key).await? {
+                        deleted.push(key)
+                    } else {
+                        not_found.push(key)
+                    }
+                }
+                Ok((StatusCode::OK, json!({ "deleted": deleted, "missing": not_found })))
             }
-            Ok((StatusCode::OK, json!({ "deleted": deleted, "missing": not_found })))
+            .await
         }
-        .await,
     })
 }
 

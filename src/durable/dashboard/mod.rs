@@ -4,10 +4,11 @@
 //! The page refreshes itself every 1.5 s. It opens on an overview of every wheel it was given
 //! (the counts by state, and whether each is paused), then shows one wheel, chosen in its
 //! selector, in two views:
-//! - **Overview**: the counts by state and the counters ([`DurableScheduler::stats`]); how late
-//!   this process's workers claimed their deliveries ([`DurableScheduler::lateness`]), as a
-//!   histogram; what falls due over the next hour; the leader and the workers; a search by key;
-//!   the oldest dead letters with their last error.
+//! - **Overview**: the counts by state and the counters ([`DurableScheduler::stats`]); every
+//!   node's deliveries handed out, acknowledged and failed a minute over the last hour, and how
+//!   late they were claimed ([`DurableScheduler::figures`]), beside the lateness this process's
+//!   workers saw lately ([`DurableScheduler::lateness`]); what falls due over the next hour; the
+//!   leader and the workers; a search by key; the oldest dead letters with their last error.
 //! - **Tasks**: the waiting, ready, running or dead tasks, a page at a time in their state's
 //!   order ([`DurableScheduler::list`]): key, due time or how long overdue, deliveries, the
 //!   worker that runs it and since when, the last error. A click on a key shows the task and its
@@ -61,7 +62,7 @@
 //! | `GET api/overview` | each wheel's counts by state and whether it is paused |
 //! | `GET api/w/{wheel}/stats` | the counts by state and the counters |
 //! | `GET api/w/{wheel}/lateness` | p50, p99, max and the histogram of how late this process's workers claimed deliveries |
-//! | `GET api/w/{wheel}/figures` | handed out, acknowledged and failed a minute over the last hour, and the wheel-wide lateness: `{"available": false, "note": ...}` while the crate keeps no such figures |
+//! | `GET api/w/{wheel}/figures` | every node's figures of the last hour ([`DurableScheduler::figures`]): handed out, acknowledged, failed and dead-lettered a minute, and how late deliveries were claimed, in bars of doubling width |
 //! | `GET api/w/{wheel}/tasks?state=s&after=c&limit=n` | a page of the tasks in state `s` (`waiting`, `ready`, `running`, `dead`), `n` of them (default 50, at most 200), after the cursor `c` (the `next` of the page before, an opaque text): key, due time, how long overdue, deliveries, worker and claim time, last error |
 //! | `GET api/w/{wheel}/dead?limit=n` | the oldest `n` dead letters (default 50, at most 500): key, attempts, last error, when it died |
 //! | `GET api/w/{wheel}/task?key=k` | the task under `k`, pending or dead: its state, due time, deliveries, payload size and last error |
@@ -409,7 +410,7 @@ async fn lateness(w: Wheel) -> Response {
 }
 
 async fn figures(w: Wheel) -> Response {
-    Json(sections::figures(&w.timers)).into_response()
+    answer(sections::figures(&w.timers).await)
 }
 
 /// `n` from `limit=n`, `default` without it, or the `400` to answer.

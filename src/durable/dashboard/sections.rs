@@ -264,20 +264,61 @@ fn show_payload(payload: &[u8]) -> (&'static str, String) {
         .enumerate()
         .map(|(i, row)| {
             let hex: Vec<String> = row.iter().map(|b| format!("{b:02x}")).collect();
-            let text: String = row.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }).collect();
+            let text: String =
+                row.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }).collect();
             format!("{:08x}  {:<47}  {text}", i * 16, hex.join(" "))
         })
         .collect();
     ("hex", lines.join("\n"))
 }
 
-/// The wheel-wide figures a minute (handed out, acknowledged, failed) and lateness: not kept
-/// by this version of the crate, which the page says beside the lateness of this process.
-pub(super) fn figures(_timers: &DurableScheduler) -> Value {
-    json!({
-        "available": false,
-        "note": "This version keeps no wheel-wide figures a minute: the lateness below is this process's.",
-    })
+/// How many minutes the chart of the wheel-wide figures shows: an hour.
+const FIGURES_SHOWN: usize = 60;
+/// The lateness bars of the wheel-wide figures reach at least this bound (128 ms), so that
+/// their scale stays put while the figures are small.
+const FIGURES_LATENESS_AT_LEAST: Duration = Duration::from_millis(128);
+
+/// The wheel-wide figures of the last hour ([`DurableScheduler::figures`], every node's): a
+/// minute at a time what was handed out, acknowledged, failed and buried, and how late
+/// deliveries were claimed, in bars of doubling width from the first bound to the last that
+/// holds a count (`below_us` null for the open-ended last one).
+pub(super) async fn figures(timers: &DurableScheduler) -> Result<Value, Error> {
+    let figures = timers.figures(FIGURES_SHOWN).await?;
+    let lateness = figures.lateness();
+    // The octaves from 1 ms to the last finite bound that holds a count (at least
+    // FIGURES_LATENESS_AT_LEAST), then the open-ended bucket if it holds any.
+    let count_at = |bound: Duration| lateness.iter().filter(|&&(b, _)| b == bound).map(|&(_, n)| n).sum::<u64>();
+    let last =
+        lateness.iter().map(|&(b, _)| b).filter(|&b| b != Duration::MAX).fold(FIGURES_LATENESS_AT_LEAST, Duration::max);
+    let mut bars: Vec<(Option<u64>, u64)> = Vec::new();
+    let mut bound = Duration::from_millis(1);
+    while bound <= last {
+        bars.push((Some(u64::try_from(bound.as_micros()).unwrap_or(u64::MAX)), count_at(bound)));
+        bound *= 2;
+    }
+    let beyond = count_at(Duration::MAX);
+    if beyond > 0 {
+        bars.push((None, beyond));
+    }
+    debug_assert_eq!(
+        bars.iter().map(|&(_, n)| n).sum::<u64>(),
+        lateness.iter().map(|&(_, n)| n).sum::<u64>(),
+        "every bucket of {lateness:?} lands in a bar: {bars:?}"
+    );
+    let ms = |d: Option<Duration>| d.filter(|d| *d != Duration::MAX).map(|d| d.as_secs_f64() * 1e3);
+    Ok(json!({
+        "minutes": figures.minutes().iter().map(|m| json!({
+            "start_ms": unix_ms(m.start),
+            "handed_out": m.handed_out,
+            "acked": m.acked,
+            "failed": m.failed,
+            "dead": m.dead,
+        })).collect::<Vec<_>>(),
+        "lateness": bars.into_iter().map(|(below_us, count)| json!({ "below_us": below_us, "count": count })).collect::<Vec<_>>(),
+        "claimed": lateness.iter().map(|&(_, n)| n).sum::<u64>(),
+        "p50_ms": ms(figures.lateness_quantile(0.5)),
+        "p99_ms": ms(figures.lateness_quantile(0.99)),
+    }))
 }
 
 /// Milliseconds since the Unix epoch (0 before it).

@@ -182,27 +182,26 @@ function showStats(stats) {
   $("resume").hidden = !info.actions || !stats.paused;
 }
 
-function showLateness(late) {
-  const labels = late.bars.map((b) => "< " + bound(b.below_us));
-  drawBars($("late-plot"), late.bars.map((b) => b.count), labels, 2, "deliveries");
-  $("late-note").textContent = late.count === 0
-    ? "No delivery claimed by this process's workers in the last " + late.window_s + " to " + 2 * late.window_s + " s."
-    : number(late.count) + " deliveries claimed by this process's workers in the last " + late.window_s + " to " +
-      2 * late.window_s + " s: p50 " + ms(late.p50_ms) + ", p99 " + ms(late.p99_ms) + ", max " + ms(late.max_ms) +
-      " after their due time (Redis's clock).";
+/// The lateness plot: every node's over the last hour (the wheel's figures); the note adds what
+/// this process's workers saw lately.
+function showLateness(late, figures) {
+  const here = late.count === 0
+    ? "This process's workers claimed nothing in the last " + late.window_s + " to " + 2 * late.window_s + " s."
+    : "This process's workers, the last " + late.window_s + " to " + 2 * late.window_s + " s: " + number(late.count) +
+      " deliveries claimed, p50 " + ms(late.p50_ms) + ", p99 " + ms(late.p99_ms) + ", max " + ms(late.max_ms) + " late.";
+  const labels = figures.lateness.map((b) => b.below_us == null ? "later" : "≤ " + bound(b.below_us));
+  drawBars($("late-plot"), figures.lateness.map((b) => b.count), labels, 2, "deliveries");
+  const wide = figures.claimed === 0
+    ? "No delivery claimed in the last hour, by any node."
+    : number(figures.claimed) + " deliveries claimed in the last hour, every node's: p50 within " + ms(figures.p50_ms) +
+      ", p99 within " + (figures.p99_ms == null ? "more than the largest bucket" : ms(figures.p99_ms)) + " of their due time (Redis's clock).";
+  $("late-note").textContent = wide + " " + here;
 }
 
+/// The chart of every node's deliveries a minute over the last hour.
 function showFigures(figures) {
-  const svg = $("rates-plot");
-  if (!figures.available) {
-    svg.replaceChildren();
-    svg.setAttribute("hidden", "");
-    $("rates-note").textContent = figures.note;
-    return;
-  }
-  svg.removeAttribute("hidden");
   const minutes = figures.minutes;
-  drawLines(svg, minutes.map((m) => m.start_ms), [
+  drawLines($("rates-plot"), minutes.map((m) => m.start_ms), [
     { name: "handed out", class: "handed", values: minutes.map((m) => m.handed_out) },
     { name: "acknowledged", class: "acked", values: minutes.map((m) => m.acked) },
     { name: "failed", class: "failed", values: minutes.map((m) => m.failed) },
@@ -210,7 +209,7 @@ function showFigures(figures) {
   const sum = (field) => minutes.reduce((a, m) => a + m[field], 0);
   $("rates-note").textContent = "Over the last " + minutes.length + " minutes, every node together: " +
     number(sum("handed_out")) + " handed out, " + number(sum("acked")) + " acknowledged, " + number(sum("failed")) +
-    " failed, " + number(sum("dead")) + " dead-lettered." + (figures.lateness_note ? " " + figures.lateness_note : "");
+    " failed, " + number(sum("dead")) + " dead-lettered.";
 }
 
 function showDue(due) {
@@ -525,7 +524,7 @@ async function refresh() {
     showStats(stats);
     if (at.view === "overview") {
       const [, , late, dead, due, nodes, figures] = answers;
-      showLateness(late);
+      showLateness(late, figures);
       showDead(dead, stats.dead);
       showDue(due);
       showNodes(nodes);
