@@ -18,13 +18,16 @@ use crate::Error;
 /// What an action did, for its answer: the HTTP status and the JSON body.
 type Done = (StatusCode, Value);
 
-fn refuse(status: StatusCode, why: &str) -> Response {
-    (status, Json(json!({ "error": why }))).into_response()
+/// An action refused: the status and `{"error": why}`, a small value to return early with.
+type Refused = (StatusCode, Json<Value>);
+
+fn refuse(status: StatusCode, why: &str) -> Refused {
+    (status, Json(json!({ "error": why })))
 }
 
 /// Checks an action (enabled, from the dashboard's own page, with a JSON body) and reads its
 /// body: the answer to send back otherwise.
-fn checked(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<Value, Response> {
+fn checked(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<Value, Refused> {
     if !w.actions {
         let why = "the dashboard is read-only: the mounting code enables actions with Dashboard::actions";
         return Err(refuse(StatusCode::FORBIDDEN, why));
@@ -46,7 +49,7 @@ fn checked(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<Value, Respons
 }
 
 /// The key an action names: `{"key": k}`.
-fn one_key(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<String, Response> {
+fn one_key(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<String, Refused> {
     match checked(w, headers, body)?.get("key").and_then(Value::as_str) {
         Some(key) if !key.is_empty() => Ok(key.to_owned()),
         _ => Err(refuse(StatusCode::BAD_REQUEST, "send the key as JSON: {\"key\": \"...\"}")),
@@ -60,7 +63,7 @@ enum Keys {
     Many(Vec<String>),
 }
 
-fn keys(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<Keys, Response> {
+fn keys(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<Keys, Refused> {
     let body = checked(w, headers, body)?;
     if let Some(key) = body.get("key").and_then(Value::as_str).filter(|k| !k.is_empty()) {
         return Ok(Keys::One(key.to_owned()));
@@ -94,7 +97,7 @@ fn found_or_not(key: &str, found: bool, done: &str, missing: &str) -> Done {
 pub(super) async fn run_now(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
     let key = match one_key(&w, &headers, &body) {
         Ok(key) => key,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     acted(match w.timers.reschedule(&key, Duration::ZERO).await {
         Ok(()) => Ok(found_or_not(&key, true, "due_now", "")),
@@ -112,7 +115,7 @@ pub(super) async fn run_now(w: Wheel, headers: HeaderMap, body: Bytes) -> Respon
 pub(super) async fn cancel(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
     let key = match one_key(&w, &headers, &body) {
         Ok(key) => key,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let missing = "no task waiting or ready under this key (a running one is stopped by cancel-running)";
     acted(w.timers.cancel(&key).await.map(|found| found_or_not(&key, found, "cancelled", missing)))
@@ -122,7 +125,7 @@ pub(super) async fn cancel(w: Wheel, headers: HeaderMap, body: Bytes) -> Respons
 pub(super) async fn cancel_running(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
     let key = match one_key(&w, &headers, &body) {
         Ok(key) => key,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let missing = "no task running under this key";
     acted(w.timers.cancel_running(&key).await.map(|found| found_or_not(&key, found, "cancel_requested", missing)))
@@ -130,14 +133,14 @@ pub(super) async fn cancel_running(w: Wheel, headers: HeaderMap, body: Bytes) ->
 
 pub(super) async fn pause(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = checked(&w, &headers, &body) {
-        return refused;
+        return refused.into_response();
     }
     acted(w.timers.pause().await.map(|()| (StatusCode::OK, json!({ "paused": true }))))
 }
 
 pub(super) async fn resume(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = checked(&w, &headers, &body) {
-        return refused;
+        return refused.into_response();
     }
     acted(w.timers.resume().await.map(|()| (StatusCode::OK, json!({ "paused": false }))))
 }
@@ -162,7 +165,7 @@ async fn requeue_one(timers: &DurableScheduler, key: &str) -> Result<Requeued, E
 pub(super) async fn requeue(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
     let keys = match keys(&w, &headers, &body) {
         Ok(keys) => keys,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     acted(match keys {
         Keys::One(key) => requeue_one(&w.timers, &key).await.map(|done| match done {
@@ -196,7 +199,7 @@ async fn requeue_each(timers: &DurableScheduler, keys: &[String]) -> Result<Valu
 pub(super) async fn delete(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
     let keys = match keys(&w, &headers, &body) {
         Ok(keys) => keys,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let missing = "no dead letter under this key";
     acted(match keys {
@@ -222,7 +225,7 @@ pub(super) async fn delete(w: Wheel, headers: HeaderMap, body: Bytes) -> Respons
 /// again until none is (or none of those left could be requeued: their keys are pending).
 pub(super) async fn requeue_all(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = checked(&w, &headers, &body) {
-        return refused;
+        return refused.into_response();
     }
     acted(
         async {

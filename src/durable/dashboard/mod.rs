@@ -414,11 +414,19 @@ async fn figures(w: Wheel) -> Response {
 }
 
 /// `n` from `limit=n`, `default` without it, or the `400` to answer.
-fn limit(query: &HashMap<String, String>, default: usize, max: usize, least: usize) -> Result<usize, Response> {
+fn limit(
+    query: &HashMap<String, String>,
+    default: usize,
+    max: usize,
+    least: usize,
+) -> Result<usize, (StatusCode, Json<Value>)> {
     match query.get("limit").map(|l| l.parse::<usize>()) {
         None => Ok(default),
         Some(Ok(limit)) if (least..=max).contains(&limit) => Ok(limit),
-        Some(_) => Err(bad_request(&format!("limit must be a number from {least} to {max}"))),
+        Some(_) => Err((
+            StatusCode::BAD_REQUEST,
+            Json(json!({ "error": format!("limit must be a number from {least} to {max}") })),
+        )),
     }
 }
 
@@ -432,7 +440,7 @@ async fn tasks(w: Wheel, Query(query): Params) -> Response {
     };
     let limit = match limit(&query, PAGE_SIZE, PAGE_MAX, 1) {
         Ok(limit) => limit,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let after = match query.get("after").filter(|a| !a.is_empty()).map(|a| sections::decode_cursor(a)) {
         None => None,
@@ -445,7 +453,7 @@ async fn tasks(w: Wheel, Query(query): Params) -> Response {
 async fn dead_letters(w: Wheel, Query(query): Params) -> Response {
     match limit(&query, DEAD_LETTERS_SHOWN, DEAD_LETTERS_MAX, 0) {
         Ok(limit) => answer(sections::dead_letters(&w.timers, limit).await),
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 

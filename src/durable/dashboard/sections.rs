@@ -203,7 +203,7 @@ pub(super) fn encode_cursor(cursor: &ListCursor) -> String {
 
 /// The cursor [`encode_cursor`] wrote, or `None` for other text.
 pub(super) fn decode_cursor(text: &str) -> Option<ListCursor> {
-    if text.len() % 2 != 0 || !text.is_ascii() {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
         return None;
     }
     let bytes: Option<Vec<u8>> =

@@ -45,6 +45,9 @@ pub(super) struct Signals {
 
 /// Claims from partition `part` for handlers that hold one of `permits` each (the worker's
 /// concurrency, shared by the claim loops of every partition).
+// Each argument is a different thing the loop is handed by the worker that starts it; a struct
+// of them would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn claim_loop(
     wheel: &Arc<WheelClient>,
     part: usize,
