@@ -413,7 +413,8 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     see(
         &mut chromium,
         "document.body.dataset.view === 'overview' && document.getElementById('wheel').textContent === 'orders' && \
-         document.querySelectorAll('#dead-letters tr[data-key]').length === 3 || null",
+         document.querySelectorAll('#dead-letters tr[data-key]').length === 3 && \
+         document.getElementById('rates-plot').getAttribute('viewBox') === '0 0 600 260' || null",
         "document.body.dataset.view",
     )
     .await;

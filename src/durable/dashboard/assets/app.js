@@ -125,10 +125,13 @@ function niceStep(raw) {
   return 10 * p;
 }
 
-/// Lines of several series over the same minutes, in a plot of 1200 x 220, with a legend.
+/// Lines of several series over the same minutes, with a legend: in a plot of 1200 x 220, or of
+/// 600 x 260 on a narrow screen, where the wide one's text would be too small to read.
 function drawLines(svg, starts, series) {
   svg.replaceChildren();
-  const width = 1200, height = 220, left = 52, bottom = 26, top = 24, right = 10;
+  const narrow = svg.parentNode.clientWidth < 700;
+  const width = narrow ? 600 : 1200, height = narrow ? 260 : 220, left = 52, bottom = 26, top = 24, right = 10;
+  svg.setAttribute("viewBox", "0 0 " + width + " " + height);
   const plotW = width - left - right, plotH = height - top - bottom;
   const max = Math.max(1, ...series.flatMap((s) => s.values));
   grid(svg, max, left, width - right, top, plotH);
@@ -136,11 +139,12 @@ function drawLines(svg, starts, series) {
   series.forEach((s, n) => {
     const points = s.values.map((v, i) => x(i) + "," + (top + plotH - (v / max) * plotH)).join(" ");
     svg.appendChild(svgEl("polyline", { points: points, class: "line " + s.class }));
-    svg.appendChild(svgEl("rect", { x: left + n * 150, y: 4, width: 12, height: 12, class: "swatch " + s.class }));
-    svg.appendChild(svgEl("text", { x: left + n * 150 + 18, y: 14, class: "axis" }, s.name));
+    const legendX = left + n * (narrow ? 130 : 150);
+    svg.appendChild(svgEl("rect", { x: legendX, y: 4, width: 12, height: 12, class: "swatch " + s.class }));
+    svg.appendChild(svgEl("text", { x: legendX + 18, y: 14, class: "axis" }, s.name));
   });
   starts.forEach((start, i) => {
-    if (i % 10 === 0) svg.appendChild(svgEl("text", { x: x(i), y: height - 8, class: "axis", "text-anchor": "middle" }, clock(start).slice(0, 5)));
+    if (i % (narrow ? 15 : 10) === 0) svg.appendChild(svgEl("text", { x: x(i), y: height - 8, class: "axis", "text-anchor": "middle" }, clock(start).slice(0, 5)));
   });
 }
 
