@@ -1,12 +1,15 @@
-//! A live durable wheel and its dashboard.
+//! Two live durable wheels and their dashboard.
 //!
 //! Starts a `redis-server` of its own (append-only file on, in a temp directory) unless
-//! `REDIS_URL` names one, opens the wheel `shop` there and puts a steady workload on it: invoice
-//! reminders spread over the next hour, and a few tasks a second due within half a minute, run
-//! by two workers (as two nodes would): order reviews that take a moment, payments that fail now
-//! and then (retried, and after three failures dead), exports that always fail (dead letters to
-//! requeue from the page). It serves the dashboard, with its actions, on 127.0.0.1 and prints
-//! the address and, every five seconds, the wheel's counts. Ctrl-C stops it.
+//! `REDIS_URL` names one, opens the wheels `shop` and `mail` there and puts a steady workload on
+//! them. On `shop`: invoice reminders spread over the next hour (a JSON payload each), and a few
+//! tasks a second due within half a minute, run by two workers (as two nodes would): order
+//! reviews that take a moment, payments that fail now and then (retried, and after three
+//! failures dead), exports that always fail (dead letters to requeue from the page). On `mail`:
+//! newsletters over the next hours, and digests whose handler runs until it is told to stop
+//! (the page's Cancel running). It serves the dashboard of both, with its actions, under
+//! `/admin/timers` on 127.0.0.1 and prints the address and, every five seconds, the counts.
+//! Ctrl-C stops it.
 //!
 //! Run it with `cargo run --release --features dashboard --example dashboard`. `PORT` picks the
 //! port (else a free one).
@@ -19,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis_server::RedisServer;
-use tokio_timewheel::durable::dashboard::Dashboard;
+use tokio_timewheel::durable::dashboard::{self, Dashboard};
 use tokio_timewheel::durable::{DurableScheduler, Task, Worker};
 
 /// How often new tasks are scheduled, and how many each time.
@@ -61,8 +64,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .connect()
         .await?;
 
-    // Two workers, as two nodes would run them.
-    let workers: Vec<Worker> = (0..2).map(|_| timers.run(handle)).collect();
+    let mail =
+        DurableScheduler::builder(&url, format!("mail{}", name.strip_prefix("shop").unwrap_or(""))).connect().await?;
+
+    // Two workers, as two nodes would run them, and one for the mail.
+    let mut workers: Vec<Worker> = (0..2).map(|_| timers.run(handle)).collect();
+    workers.push(mail.run(send_mail));
 
     let port: u16 = match std::env::var("PORT") {
         Ok(port) if !port.is_empty() => {
@@ -72,17 +79,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let address = listener.local_addr()?;
-    let router = Dashboard::new(timers.clone()).actions(true).router();
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    println!("the dashboard of the wheel {name:?}: http://{address}/  (Ctrl-C stops)");
+    let page = Dashboard::new(timers.clone()).wheel(mail.clone()).actions(true).router();
+    let app =
+        axum::Router::new().route("/", axum::routing::get(|| async { "the shop; its timers are at /admin/timers/" }));
+    let app = dashboard::mount(app, "/admin/timers", page);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    println!("the dashboard of the wheels {name:?} and mail: http://{address}/admin/timers/  (Ctrl-C stops)");
 
     let reminders = (0..REMINDERS).map(|i| {
         let delay = Duration::from_secs(30 + (3570 * i / REMINDERS));
-        (format!("invoice-{i}:remind"), delay, format!("invoice {i}").into_bytes())
+        let payload = format!(r#"{{"invoice":{i},"customer":"customer-{}","total_cents":{}}}"#, i % 37, 1000 + i * 7);
+        (format!("invoice-{i}:remind"), delay, payload.into_bytes())
     });
     for result in timers.schedule_many(reminders).await? {
         if let Err(e) = result {
             println!("a reminder was not scheduled: {e}");
+        }
+    }
+
+    let letters = (0..200u64).map(|i| {
+        let kind = if i % 20 == 0 { "digest" } else { "newsletter" };
+        (format!("{kind}-{i}"), Duration::from_secs(if kind == "digest" { 5 + i } else { 600 + i * 60 }), Vec::new())
+    });
+    for result in mail.schedule_many(letters).await? {
+        if let Err(e) = result {
+            println!("a letter was not scheduled: {e}");
         }
     }
 
@@ -112,6 +133,18 @@ async fn handle(task: Task) -> Result<(), String> {
         "export" => Err("the export bucket refused the upload: 507 insufficient storage".to_owned()),
         _ => Ok(()),
     }
+}
+
+/// The mail's handler: a digest runs until the page's Cancel running stops it (or ten minutes).
+async fn send_mail(task: Task) -> Result<(), String> {
+    if task.key().starts_with("digest") {
+        let stop = task.cancel_token();
+        tokio::select! {
+            () = stop.cancelled() => return Err("stopped from the dashboard".to_owned()),
+            () = tokio::time::sleep(Duration::from_secs(600)) => {}
+        }
+    }
+    Ok(())
 }
 
 /// A few tasks every [`EVERY`], due within half a minute; every tenth round, the reviews of

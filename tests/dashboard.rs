@@ -98,12 +98,24 @@ async fn the_page_and_its_files_come_from_the_router_with_a_strict_policy() {
     assert!(page.body.contains(r#"<base href="/">"#), "{}", page.body);
     assert!(!page.body.contains("http://") && !page.body.contains("https://"), "the page names no other site");
 
-    // Mounted under a prefix (where axum answers without the final slash), the page's paths
-    // resolve there.
-    let app = Router::new().nest("/ops/timers", dashboard::router(timers));
-    let page = get(&app, "/ops/timers").await;
+    // Mounted under a prefix, the page's paths resolve there: with mount, at the prefix with
+    // and without the final slash; with axum's nest, without it (axum routes nothing to a
+    // nested router at the prefix and a slash).
+    let app = dashboard::mount(Router::new(), "/ops/timers", dashboard::router(timers.clone()));
+    for path in ["/ops/timers", "/ops/timers/"] {
+        let page = get(&app, path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}");
+        assert!(page.body.contains(r#"<base href="/ops/timers/">"#), "{path}: {}", page.body);
+    }
+    assert_eq!(get(&app, "/ops/timers/api/info").await.json()["wheel"], "dash");
+    let nested = Router::new().nest("/admin/timers", dashboard::router(timers.clone()));
+    let page = get(&nested, "/admin/timers").await;
     assert_eq!(page.status, StatusCode::OK);
-    assert!(page.body.contains(r#"<base href="/ops/timers/">"#), "{}", page.body);
+    assert!(page.body.contains(r#"<base href="/admin/timers/">"#), "{}", page.body);
+    // A trailing slash in mount's path is the same mount.
+    let app = dashboard::mount(Router::new(), "/ops/timers/", dashboard::router(timers));
+    assert_eq!(get(&app, "/ops/timers/").await.status, StatusCode::OK);
+    assert_eq!(get(&app, "/ops/timers").await.status, StatusCode::OK);
     for (path, kind) in [("/ops/timers/app.js", "text/javascript"), ("/ops/timers/style.css", "text/css")] {
         let file = get(&app, path).await;
         assert_eq!(file.status, StatusCode::OK, "{path}");
@@ -158,6 +170,16 @@ async fn each_section_answers_what_the_wheel_says() {
     assert_eq!(late["count"], 2, "the two deliveries this process's worker claimed: {late}");
     let bars: u64 = late["bars"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
     assert_eq!(bars, 2, "{late}");
+
+    // Every node's figures of the last hour: the two deliveries handed out and failed.
+    let figures = get(&router, "/api/figures").await.json();
+    let minutes = figures["minutes"].as_array().unwrap();
+    assert_eq!(minutes.len(), 60, "{figures}");
+    let sum = |field: &str| minutes.iter().map(|m| m[field].as_u64().unwrap()).sum::<u64>();
+    assert_eq!((sum("handed_out"), sum("acked"), sum("failed"), sum("dead")), (2, 0, 2, 2), "{figures}");
+    let bars: u64 = figures["lateness"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!((bars, figures["claimed"].as_u64()), (2, Some(2)), "{figures}");
+    assert!(figures["p99_ms"].is_number(), "{figures}");
 
     let later = get(&router, "/api/task?key=later-1").await.json();
     assert_eq!(later["pending"], true);
@@ -276,4 +298,180 @@ async fn actions_need_to_be_enabled_and_to_come_from_the_page() {
     assert_eq!(timers.get("doomed").await.unwrap(), None, "the dead letter is still there");
     let reply = post(&router, "/api/dead/delete", "doomed", SAME_ORIGIN).await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.body);
+}
+
+/// A second wheel on the same server: `n` tasks waiting, under `wait-0000` ...
+async fn second_wheel(server: &RedisServer, n: usize) -> DurableScheduler {
+    let timers = DurableScheduler::builder(server.url(), "emails")
+        .tick(Duration::from_millis(50))
+        .connect()
+        .await
+        .expect("connect");
+    let tasks = (0..n).map(|i| (format!("wait-{i:04}"), Duration::from_secs(600 + (i as u64 % 7)), Vec::new()));
+    for r in timers.schedule_many(tasks).await.expect("schedule_many") {
+        r.expect("scheduled");
+    }
+    timers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_wheels_each_paged_by_state() {
+    let Some(server) = RedisServer::start() else { return };
+    let dash = wheel(&server).await;
+    let emails = second_wheel(&server, 130).await;
+    let router = Dashboard::new(dash.clone()).wheel(emails.clone()).router();
+
+    let info = get(&router, "/api/info").await.json();
+    assert_eq!(info["wheels"], serde_json::json!(["dash", "emails"]));
+    let overview = get(&router, "/api/overview").await.json();
+    let wheels = overview["wheels"].as_array().unwrap();
+    assert_eq!(
+        (wheels[0]["wheel"].as_str(), wheels[0]["waiting"].as_u64(), wheels[0]["dead"].as_u64()),
+        (Some("dash"), Some(3), Some(2))
+    );
+    assert_eq!(
+        (wheels[1]["wheel"].as_str(), wheels[1]["waiting"].as_u64(), wheels[1]["paused"].as_bool()),
+        (Some("emails"), Some(130), Some(false))
+    );
+    assert_eq!(get(&router, "/api/w/emails/stats").await.json()["waiting"], 130);
+    assert_eq!(get(&router, "/api/stats").await.json()["waiting"], 3, "api/.. is the first wheel");
+    let unknown = get(&router, "/api/w/nowhere/stats").await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND, "{}", unknown.body);
+
+    // The waiting tasks, 50 a page: each key once, in list's order, and the cursor opaque.
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page = get(&router, &format!("/api/w/emails/tasks?state=waiting&limit=50&after={after}")).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        let page = page.json();
+        seen.extend(page["tasks"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap().to_owned()));
+        match page["next"].as_str() {
+            Some(next) => {
+                assert!(next.bytes().all(|b| b.is_ascii_hexdigit()), "{next}");
+                after = next.to_owned();
+            }
+            None => break,
+        }
+        assert!(seen.len() <= 130, "paging goes on past the end");
+    }
+    let mut want: Vec<String> = (0..130).map(|i| format!("wait-{i:04}")).collect();
+    let mut sorted = seen.clone();
+    sorted.sort();
+    want.sort();
+    assert_eq!(sorted, want, "each waiting key once");
+    let listed: Vec<String> = emails
+        .list(tokio_timewheel::durable::TaskState::Waiting, None, 130)
+        .await
+        .unwrap()
+        .tasks()
+        .iter()
+        .map(|t| t.key().to_owned())
+        .collect();
+    assert_eq!(seen, listed, "in list's order");
+
+    // The dead letters of the first wheel, with their error; a state's page does not take
+    // another state's cursor.
+    let dead = get(&router, "/api/w/dash/tasks?state=dead").await.json();
+    let rows = dead["tasks"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{dead}");
+    let row = rows.iter().find(|r| r["key"] == "dead-0").expect("dead-0 is listed");
+    assert_eq!(row["last_error"], "dead-0 is broken <b>here</b>");
+    for path in [
+        "/api/w/dash/tasks",
+        "/api/w/dash/tasks?state=finished",
+        "/api/w/dash/tasks?state=dead&limit=0",
+        "/api/w/dash/tasks?state=dead&limit=201",
+        "/api/w/dash/tasks?state=dead&after=zz",
+        &format!("/api/w/emails/tasks?state=dead&after={after}"),
+    ] {
+        let reply = get(&router, path).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{path}: {}", reply.body);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_shows_as_json_text_or_hex() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = wheel(&server).await;
+    let router = dashboard::router(timers.clone());
+    let hour = Duration::from_secs(3600);
+    timers.schedule("json", hour, br#"{"order":42,"lines":["a","b"]}"#.to_vec()).await.unwrap();
+    timers.schedule("text", hour, b"plain <b>words</b>".to_vec()).await.unwrap();
+    timers.schedule("bytes", hour, vec![0, 159, 146, 150]).await.unwrap();
+    let json = get(&router, "/api/payload?key=json").await.json();
+    assert_eq!((json["format"].as_str(), json["state"].as_str()), (Some("json"), Some("waiting")), "{json}");
+    assert!(json["shown"].as_str().unwrap().contains("\n  \"order\": 42"), "{json}");
+    let text = get(&router, "/api/w/dash/payload?key=text").await.json();
+    assert_eq!((text["format"].as_str(), text["shown"].as_str()), (Some("text"), Some("plain <b>words</b>")));
+    let bytes = get(&router, "/api/payload?key=bytes").await.json();
+    assert_eq!(bytes["format"], "hex", "{bytes}");
+    assert!(bytes["shown"].as_str().unwrap().starts_with("00000000  00 9f 92 96"), "{bytes}");
+    assert_eq!(get(&router, "/api/payload?key=nobody").await.json()["found"], false);
+    assert_eq!(get(&router, "/api/payload").await.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_action_does_what_the_library_call_does() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = wheel(&server).await;
+    let router = Dashboard::new(timers.clone()).actions(true).router();
+    let read_only = dashboard::router(timers.clone());
+    let w = "/api/w/dash";
+
+    // Run now: due at once, so it is overdue or ready rather than an hour out.
+    let reply = post(&router, &format!("{w}/run-now"), "later-0", SAME_ORIGIN).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let due = timers.deadline("later-0").await.unwrap().unwrap();
+    assert!(due <= std::time::SystemTime::now() + Duration::from_secs(1), "{due:?}");
+    assert_eq!(post(&router, &format!("{w}/run-now"), "nobody", SAME_ORIGIN).await.status, StatusCode::NOT_FOUND);
+    // Cancel.
+    assert_eq!(post(&router, &format!("{w}/cancel"), "later-1", SAME_ORIGIN).await.status, StatusCode::OK);
+    assert!(!timers.contains("later-1").await.unwrap());
+    assert_eq!(post(&router, &format!("{w}/cancel"), "later-1", SAME_ORIGIN).await.status, StatusCode::NOT_FOUND);
+    // Cancel running: nothing runs here.
+    assert_eq!(
+        post(&router, &format!("{w}/cancel-running"), "later-2", SAME_ORIGIN).await.status,
+        StatusCode::NOT_FOUND
+    );
+    // Pause and resume, each refused read-only.
+    assert_eq!(post(&read_only, &format!("{w}/pause"), "", SAME_ORIGIN).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(post(&router, &format!("{w}/pause"), "", SAME_ORIGIN).await.status, StatusCode::OK);
+    assert!(timers.is_paused().await.unwrap());
+    assert_eq!(get(&router, "/api/overview").await.json()["wheels"][0]["paused"], true);
+    assert_eq!(post(&router, &format!("{w}/resume"), "", SAME_ORIGIN).await.status, StatusCode::OK);
+    assert!(!timers.is_paused().await.unwrap());
+
+    // Bulk: requeue one of the two dead letters and a missing key, then delete the other.
+    let bulk = |path: String, keys: serde_json::Value| {
+        let router = router.clone();
+        async move {
+            let mut request = Request::post(path);
+            for (name, value) in SAME_ORIGIN {
+                request = request.header(*name, *value);
+            }
+            send(&router, request.body(Body::from(serde_json::json!({ "keys": keys }).to_string())).unwrap()).await
+        }
+    };
+    let reply = bulk(format!("{w}/dead/requeue"), serde_json::json!(["dead-0", "nobody"])).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.json()["requeued"], serde_json::json!(["dead-0"]));
+    assert_eq!(reply.json()["missing"], serde_json::json!(["nobody"]));
+    let reply = bulk(format!("{w}/dead/delete"), serde_json::json!(["dead-1"])).await;
+    assert_eq!(reply.json()["deleted"], serde_json::json!(["dead-1"]), "{}", reply.body);
+    assert_eq!(timers.stats().await.unwrap().dead, 0);
+    let too_many: Vec<String> = (0..501).map(|i| format!("k{i}")).collect();
+    assert_eq!(bulk(format!("{w}/dead/requeue"), serde_json::json!(too_many)).await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bulk(format!("{w}/dead/requeue"), serde_json::json!([])).await.status, StatusCode::BAD_REQUEST);
+    let reply = post(&router, &format!("{w}/dead/requeue-all"), "", SAME_ORIGIN).await;
+    assert_eq!((reply.status, reply.json()["left"].as_u64()), (StatusCode::OK, Some(0)), "{}", reply.body);
+    // Every action is guarded alike.
+    let cross = [("content-type", "application/json"), ("x-timewheel-action", "1"), ("sec-fetch-site", "cross-site")];
+    for path in
+        ["run-now", "cancel", "cancel-running", "pause", "resume", "dead/requeue", "dead/delete", "dead/requeue-all"]
+    {
+        let reply = post(&router, &format!("{w}/{path}"), "later-2", &cross).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{path}: {}", reply.body);
+    }
+    assert!(timers.contains("later-2").await.unwrap());
 }

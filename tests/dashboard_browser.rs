@@ -1,8 +1,11 @@
-//! The dashboard in a real browser: headless Chromium loads the page of a live wheel and a
-//! test checks what a person would see. The counts shown are `stats()`'s, a scheduled key is
-//! found by the search box, and a click on a dead letter's Requeue button puts it back (seen
-//! through the wheel's own calls). It saves a screenshot to `docs/dashboard.png`, the one the
-//! README shows.
+//! The dashboard in a real browser: headless Chromium loads the page of two live wheels and a
+//! test checks what a person would see and do. The counts shown are `stats()`'s; the tasks
+//! view pages through 1,000 waiting tasks and sees each once; a running task shows its worker;
+//! a payload shows as JSON; clicks run a task now, cancel one, stop a running handler, pause and
+//! resume the wheel, and requeue 50 dead letters at once, each seen through the wheel's own
+//! calls. The page is mounted under `/admin/timers` and served with and without the final
+//! slash. It saves the screenshots the README shows: `docs/dashboard.png` (the overview),
+//! `docs/dashboard-tasks.png` (a page of tasks and a payload) and `docs/dashboard-phone.png`.
 //!
 //! Run with `cargo test --features dashboard --test dashboard_browser`. It needs a
 //! `redis-server` and Chromium (Debian's `chromium`); without either it prints a skip note and
@@ -13,6 +16,8 @@ mod support;
 #[path = "support/browser.rs"]
 mod browser;
 
+use std::collections::HashSet;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,11 +25,12 @@ use std::time::{Duration, Instant};
 use browser::Chromium;
 use serde_json::Value;
 use support::redis_server::RedisServer;
-use tokio_timewheel::durable::dashboard::Dashboard;
-use tokio_timewheel::durable::{DurableScheduler, DurableStats, Task};
+use tokio_timewheel::durable::dashboard::{self, Dashboard};
+use tokio_timewheel::durable::{DurableScheduler, DurableStats, Task, TaskState};
 
-/// How long the page may take to show what is asked of it.
-const SHOWN_WITHIN: Duration = Duration::from_secs(15);
+/// How long the page, or the wheel, may take to show what is asked of it: generous, for a
+/// loaded machine of two cores.
+const SHOWN_WITHIN: Duration = Duration::from_secs(20);
 
 /// The counts the page shows, by their `data-stat` names, as numbers.
 const READ_COUNTS: &str = r#"(() => {
@@ -33,6 +39,7 @@ const READ_COUNTS: &str = r#"(() => {
   for (const node of document.querySelectorAll("[data-stat]")) {
     out[node.dataset.stat] = Number(node.textContent.replace(/,/g, ""));
   }
+  delete out.cursor_lag_ticks;
   return out;
 })()"#;
 
@@ -44,45 +51,97 @@ fn expected_counts(s: &DurableStats) -> Value {
     })
 }
 
-/// The shown counts without the cursor's lag, which moves with every tick.
-fn without_lag(mut shown: Value) -> Value {
-    if let Some(map) = shown.as_object_mut() {
-        map.remove("cursor_lag_ticks");
+/// Waits until `check` gives `Some`, polling the wheel every 20 ms; panics with `what` after
+/// [`SHOWN_WITHIN`].
+async fn until<T, F: Future<Output = Option<T>>>(what: &str, mut check: impl FnMut() -> F) -> T {
+    let deadline = Instant::now() + SHOWN_WITHIN;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {SHOWN_WITHIN:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    shown
+}
+
+/// Clicks the element `selector` once it is there; panics if it does not come.
+async fn click(chromium: &mut Chromium, selector: &str) {
+    let script = format!(
+        "(() => {{ const b = document.querySelector({selector:?}); if (!b || b.disabled) return null; b.click(); return true; }})()"
+    );
+    let clicked = chromium.wait_for(&script, SHOWN_WITHIN).await;
+    assert!(clicked.is_some(), "{selector} is not there to click; Chromium's log:\n{}", chromium.log_tail());
+}
+
+/// Waits until `expression` holds in the page; panics with what `shown` reads then.
+async fn see(chromium: &mut Chromium, expression: &str, shown: &str) -> Value {
+    match chromium.wait_for(expression, SHOWN_WITHIN).await {
+        Some(value) => value,
+        None => panic!("the page does not show {expression}: {}", chromium.eval(shown).await),
+    }
+}
+
+async fn save_screenshot(chromium: &mut Chromium, name: &str) {
+    let png = chromium.screenshot().await;
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
+    let path = format!("{}/docs/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::write(&path, &png).unwrap_or_else(|e| panic!("write {path}: {e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_person_sees_the_wheel_finds_a_key_and_requeues_a_dead_letter() {
+async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     let started = Instant::now();
     let Some(binary) = Chromium::find() else { return };
     let Some(server) = RedisServer::start() else { return };
-    let timers = DurableScheduler::builder(server.url(), "orders")
+    let orders = DurableScheduler::builder(server.url(), "orders")
         .tick(Duration::from_millis(100))
         .max_attempts(1)
         .connect()
         .await
         .expect("connect");
+    let emails = DurableScheduler::builder(server.url(), "emails").connect().await.expect("connect");
 
-    // A small live wheel: reminders spread over the next hour, reviews that run now, and
-    // payments whose handler fails until told otherwise (each dies at its first failure).
+    // Orders: reminders spread over the next hour (the first with a JSON payload), reviews that
+    // run now, an export whose handler runs until told to stop, and payments and refunds whose
+    // handler fails until told otherwise (each dies at its first failure).
     for i in 0..40u64 {
-        let delay = Duration::from_secs(90 + i * 85);
-        timers.schedule(format!("invoice-{i}:remind"), delay, Vec::new()).await.expect("schedule");
+        let payload =
+            if i == 0 { br#"{"invoice":0,"customer":"ACME","total":[129.5,"EUR"]}"#.to_vec() } else { Vec::new() };
+        orders
+            .schedule(format!("invoice-{i}:remind"), Duration::from_secs(90 + i * 85), payload)
+            .await
+            .expect("schedule");
     }
     let reviews = (0..30u64).map(|i| (format!("order-{i}:review"), Duration::from_millis(i * 20), Vec::new()));
-    timers.schedule_many(reviews).await.expect("schedule_many").into_iter().for_each(|r| r.expect("scheduled"));
-    for i in 0..3 {
-        timers.schedule(format!("payment-{i}:capture"), Duration::ZERO, Vec::new()).await.expect("schedule");
+    orders.schedule_many(reviews).await.expect("schedule_many").into_iter().for_each(|r| r.expect("scheduled"));
+    let failing_keys = (0..3)
+        .map(|i| format!("payment-{i}:capture"))
+        .chain((0..50).map(|i| format!("refund-{i:02}:a-long-key-that-would-wrap-onto-three-lines-of-a-narrow-table")));
+    let failing_keys: Vec<String> = failing_keys.collect();
+    for key in &failing_keys {
+        orders.schedule(key.clone(), Duration::ZERO, Vec::new()).await.expect("schedule");
     }
+    orders.schedule("export-1:run", Duration::ZERO, Vec::new()).await.expect("schedule");
+    // Emails: 1,000 waiting an hour or two out, which no worker runs.
+    let mails = (0..1000u64).map(|i| (format!("mail-{i:04}"), Duration::from_secs(3600 + i * 7), Vec::new()));
+    emails.schedule_many(mails).await.expect("schedule_many").into_iter().for_each(|r| r.expect("scheduled"));
+
     let failing = Arc::new(AtomicBool::new(true));
     let handled = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stopped = Arc::new(AtomicBool::new(false));
     let worker = {
-        let (failing, handled) = (failing.clone(), handled.clone());
-        timers.run(move |task: Task| {
+        let (failing, handled, stopped) = (failing.clone(), handled.clone(), stopped.clone());
+        orders.run(move |task: Task| {
             handled.lock().unwrap().push(task.key().to_owned());
-            let fail = task.key().starts_with("payment-") && failing.load(Ordering::SeqCst);
+            let fail = (task.key().starts_with("payment-") || task.key().starts_with("refund-"))
+                && failing.load(Ordering::SeqCst);
+            let export = task.key().starts_with("export-").then(|| (task.cancel_token(), stopped.clone()));
             async move {
+                if let Some((token, stopped)) = export {
+                    token.cancelled().await;
+                    stopped.store(true, Ordering::SeqCst);
+                    return Ok(());
+                }
                 match fail {
                     true => Err("card declined: the issuer answered 05 (do not honour)".to_string()),
                     false => Ok(()),
@@ -90,147 +149,282 @@ async fn a_person_sees_the_wheel_finds_a_key_and_requeues_a_dead_letter() {
             }
         })
     };
-    let settled = async {
-        loop {
-            let s = timers.stats().await.expect("stats");
-            if s.acked == 30 && s.dead == 3 {
-                return s;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(20), settled).await.expect("the reviews ran and the payments died");
+    let settled = until("the reviews ran, the export runs, the payments and refunds died", || async {
+        let s = orders.stats().await.expect("stats");
+        (s.acked == 30 && s.dead == 53 && s.in_flight == 1).then_some(s)
+    })
+    .await;
+    assert_eq!(settled.waiting, 40);
 
-    // The dashboard, with its actions, on a free port of 127.0.0.1.
+    // The dashboard of both wheels, with its actions, under /admin/timers of an application.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
     let address = listener.local_addr().unwrap();
-    let router = Dashboard::new(timers.clone()).actions(true).router();
-    let serving = tokio::spawn(async move { axum::serve(listener, router).await });
+    let app = axum::Router::new().route("/", axum::routing::get(|| async { "the shop" }));
+    let app = dashboard::mount(
+        app,
+        "/admin/timers",
+        Dashboard::new(orders.clone()).wheel(emails.clone()).actions(true).router(),
+    );
+    let serving = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let mut chromium = Chromium::launch(&binary, 1280, 900).await;
-    chromium.goto(&format!("http://{address}/")).await;
+    // Both addresses serve the page; the wheels are listed, each with its counts.
+    for url in [format!("http://{address}/admin/timers"), format!("http://{address}/admin/timers/")] {
+        chromium.goto(&url).await;
+        let listed = see(
+            &mut chromium,
+            "(() => { const r = document.querySelectorAll('#wheels tr[data-wheel]'); \
+             return r.length === 2 ? Array.from(r).map((t) => t.dataset.wheel).join(',') : null; })()",
+            "document.getElementById('wheels').textContent",
+        )
+        .await;
+        assert_eq!(listed, "orders,emails", "at {url}");
+    }
+    see(
+        &mut chromium,
+        "document.querySelector('#wheels tr[data-wheel=\"emails\"] td[data-count=waiting]').textContent === '1,000' || null",
+        "document.getElementById('wheels').textContent",
+    )
+    .await;
 
-    // The counts shown are stats()'s (nothing is due meanwhile, so they hold still; the page
-    // may show an earlier read for a refresh, hence the wait for them to agree).
-    let stats = timers.stats().await.expect("stats");
-    let expected = expected_counts(&stats);
-    let mut shown = Value::Null;
+    // The counts shown are stats()'s (nothing moves meanwhile: the export runs on, the rest is
+    // an hour out).
+    let expected = expected_counts(&orders.stats().await.expect("stats"));
     let deadline = Instant::now() + SHOWN_WITHIN;
-    while Instant::now() < deadline {
-        shown = chromium.wait_for(READ_COUNTS, SHOWN_WITHIN).await.map(without_lag).unwrap_or(Value::Null);
-        if shown == expected {
+    let mut shown = Value::Null;
+    while shown != expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        shown = chromium.eval(READ_COUNTS).await;
+    }
+    assert_eq!(shown, expected);
+    assert_eq!(chromium.eval("document.getElementById('wheel').textContent").await, "orders");
+    // The overview's plots and lists.
+    see(
+        &mut chromium,
+        "document.getElementById('due-note').textContent.includes('40 tasks fall due') || null",
+        "document.getElementById('due-note').textContent",
+    )
+    .await;
+    see(
+        &mut chromium,
+        "document.getElementById('late-note').textContent.includes('deliveries claimed') || null",
+        "document.getElementById('late-note').textContent",
+    )
+    .await;
+    see(
+        &mut chromium,
+        "document.getElementById('nodes').textContent.includes('led by') || null",
+        "document.getElementById('nodes').textContent",
+    )
+    .await;
+    // Every node's figures of the last hour, as figures() reads them: the chart's three lines
+    // and its sums, and the wheel-wide lateness.
+    let hour = orders.figures(60).await.expect("figures");
+    let acked: u64 = hour.minutes().iter().map(|m| m.acked).sum();
+    let claimed: u64 = hour.lateness().iter().map(|&(_, n)| n).sum();
+    assert_eq!((acked, claimed), (30, 84), "{hour:?}");
+    see(
+        &mut chromium,
+        "document.getElementById('rates-note').textContent.includes('84 handed out, 30 acknowledged, 53 failed') && \
+         document.querySelectorAll('#rates-plot polyline').length === 3 || null",
+        "document.getElementById('rates-note').textContent",
+    )
+    .await;
+    see(
+        &mut chromium,
+        "document.getElementById('late-note').textContent.includes('84 deliveries claimed in the last hour') || null",
+        "document.getElementById('late-note').textContent",
+    )
+    .await;
+    see(
+        &mut chromium,
+        "document.querySelectorAll('#dead-letters button[data-requeue]').length === 10 || null",
+        "document.getElementById('dead-note').textContent",
+    )
+    .await;
+    // A long dead-letter key stays on one line, cut: its button is as high as a wheel's name.
+    let heights = chromium
+        .eval(
+            "(() => { const key = document.querySelector('#dead-letters tr[data-key^=\"refund-\"] td.key button'); \
+             const name = document.querySelector('#wheels td.key button'); \
+             return [key.getBoundingClientRect().height, name.getBoundingClientRect().height, key.scrollWidth > key.clientWidth]; })()",
+        )
+        .await;
+    let (long, short) = (heights[0].as_f64().unwrap(), heights[1].as_f64().unwrap());
+    assert!(long <= short + 1.0, "a long key is {long} px high, a wheel's name {short}");
+    assert_eq!(heights[2], Value::Bool(true), "the long key is cut with an ellipsis");
+    save_screenshot(&mut chromium, "dashboard.png").await;
+    chromium.eval("window.confirm = () => true; true").await;
+
+    // Pause: the banner shows, the wheel is paused; resume: both undone.
+    click(&mut chromium, "#pause").await;
+    until("the click paused the wheel", || async { orders.is_paused().await.expect("is_paused").then_some(()) }).await;
+    see(&mut chromium, "!document.getElementById('paused-banner').hidden || null", "document.body.dataset.paused")
+        .await;
+    see(
+        &mut chromium,
+        "document.querySelector('#wheels tr[data-wheel=\"orders\"] td.paused-tag') || null",
+        "document.getElementById('wheels').textContent",
+    )
+    .await;
+    click(&mut chromium, "#resume").await;
+    until("the click resumed the wheel", || async { (!orders.is_paused().await.expect("is_paused")).then_some(()) })
+        .await;
+    see(&mut chromium, "document.getElementById('paused-banner').hidden || null", "document.body.dataset.paused").await;
+
+    // The tasks view: the waiting reminders, and a payload as JSON.
+    click(&mut chromium, "button.view[data-view=tasks]").await;
+    click(&mut chromium, "button.state[data-state=waiting]").await;
+    see(
+        &mut chromium,
+        "document.querySelectorAll('#tasks tr[data-key]').length === 40 || null",
+        "document.getElementById('tasks').textContent",
+    )
+    .await;
+    click(&mut chromium, "#tasks button[data-open=\"invoice-0:remind\"]").await;
+    let payload = see(
+        &mut chromium,
+        "document.getElementById('payload').dataset.format === 'json' ? document.getElementById('payload').textContent : null",
+        "document.getElementById('detail-line').textContent",
+    )
+    .await;
+    assert!(payload.as_str().is_some_and(|p| p.contains("\"customer\": \"ACME\"") && p.contains('\n')), "{payload}");
+    chromium.resize(1280, 900, false).await;
+    save_screenshot(&mut chromium, "dashboard-tasks.png").await;
+
+    // Run now: the last reminder, an hour out, runs at once; cancel: the one before it goes.
+    click(&mut chromium, "#tasks button[data-act=run-now][data-key=\"invoice-39:remind\"]").await;
+    until("run now ran invoice-39", || async {
+        handled.lock().unwrap().iter().any(|k| k == "invoice-39:remind").then_some(())
+    })
+    .await;
+    click(&mut chromium, "#tasks button[data-act=cancel][data-key=\"invoice-38:remind\"]").await;
+    until("cancel took invoice-38 out", || async {
+        (!orders.contains("invoice-38:remind").await.expect("contains")).then_some(())
+    })
+    .await;
+    see(
+        &mut chromium,
+        "document.querySelectorAll('#tasks tr[data-key]').length === 38 || null",
+        "document.getElementById('tasks').textContent",
+    )
+    .await;
+
+    // The running export, with the worker that holds it; cancel running stops its handler.
+    click(&mut chromium, "button.state[data-state=running]").await;
+    let running = orders.list(TaskState::Running, None, 10).await.expect("list");
+    let holder = running
+        .tasks()
+        .iter()
+        .find(|t| t.key() == "export-1:run")
+        .and_then(|t| t.worker())
+        .expect("a worker")
+        .to_owned();
+    let shown = see(
+        &mut chromium,
+        "(() => { const c = document.querySelector('#tasks tr[data-key=\"export-1:run\"] td.worker'); \
+         return c && c.dataset.worker ? c.textContent : null; })()",
+        "document.getElementById('tasks').textContent",
+    )
+    .await;
+    assert!(shown.as_str().is_some_and(|t| t.starts_with(&holder) && t.contains(" · since ")), "{shown} for {holder}");
+    click(&mut chromium, "#tasks button[data-act=cancel-running][data-key=\"export-1:run\"]").await;
+    until("cancel running stopped the export", || async {
+        let gone = orders.get("export-1:run").await.expect("get").is_none();
+        (stopped.load(Ordering::SeqCst) && gone).then_some(())
+    })
+    .await;
+
+    // Bulk: the first page of dead letters selected (50 of 53), requeued with one click; their
+    // handler now succeeds.
+    failing.store(false, Ordering::SeqCst);
+    click(&mut chromium, "button.state[data-state=dead]").await;
+    see(
+        &mut chromium,
+        "document.querySelectorAll('#tasks input[data-pick]').length === 50 || null",
+        "document.getElementById('tasks').textContent",
+    )
+    .await;
+    let picked = chromium
+        .eval(
+            "(() => { const all = document.getElementById('pick-page'); all.click(); \
+             return Array.from(document.querySelectorAll('#tasks input[data-pick]')).filter((c) => c.checked).map((c) => c.dataset.pick); })()",
+        )
+        .await;
+    let picked: HashSet<String> = picked.as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_owned()).collect();
+    assert_eq!(picked.len(), 50);
+    assert!(picked.iter().all(|k| failing_keys.contains(k)), "{picked:?}");
+    see(
+        &mut chromium,
+        "document.getElementById('selected-count').textContent === '50 selected' || null",
+        "document.getElementById('selected-count').textContent",
+    )
+    .await;
+    click(&mut chromium, "#requeue-selected").await;
+    let left = until("the 50 selected were requeued and ran", || async {
+        let dead = orders.dead_letters(100).await.expect("dead_letters");
+        let ran = handled.lock().unwrap().iter().filter(|k| picked.contains(*k)).count();
+        (dead.iter().all(|d| !picked.contains(d.key())) && ran >= 100).then_some(dead.len())
+    })
+    .await;
+    assert_eq!(left, 3, "the three not selected stay dead");
+    see(
+        &mut chromium,
+        "document.querySelectorAll('#tasks tr[data-key]').length === 3 || null",
+        "document.getElementById('tasks').textContent",
+    )
+    .await;
+
+    // The emails wheel, chosen in the selector: its 1,000 waiting tasks, 50 a page, each once.
+    chromium
+        .eval("(() => { const s = document.getElementById('wheel-select'); s.value = 'emails'; s.dispatchEvent(new Event('change')); return true; })()")
+        .await;
+    click(&mut chromium, "button.state[data-state=waiting]").await;
+    let mut seen = Vec::new();
+    for page in 0..25 {
+        let keys = see(
+            &mut chromium,
+            &format!(
+                "(() => {{ const t = document.getElementById('tasks'); \
+                 if (t.dataset.loaded !== 'waiting:{page}' || document.getElementById('wheel').textContent !== 'emails') return null; \
+                 return Array.from(t.querySelectorAll('tr[data-key]')).map((r) => r.dataset.key); }})()"
+            ),
+            "document.getElementById('page-note').textContent",
+        )
+        .await;
+        seen.extend(keys.as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_owned()));
+        if chromium.eval("document.getElementById('page-next').disabled").await == Value::Bool(true) {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        click(&mut chromium, "#page-next").await;
     }
-    assert_eq!(shown, expected, "the page's counts against stats(); Chromium's log:\n{}", chromium.log_tail());
-    assert_eq!((stats.waiting, stats.dead), (40, 3));
-    let wheel = chromium.eval("document.getElementById('wheel').textContent").await;
-    assert_eq!(wheel, "orders");
+    let distinct: HashSet<&String> = seen.iter().collect();
+    assert_eq!((seen.len(), distinct.len()), (1000, 1000), "each of the 1,000 keys once");
+    assert!((0..1000).all(|i| distinct.contains(&format!("mail-{i:04}"))));
 
-    // The lateness plot has the deliveries this process's worker claimed.
-    let note = chromium
-        .wait_for("document.getElementById('late-note').textContent.includes('33 deliveries') || null", SHOWN_WITHIN)
+    // A phone's width: the overview of orders, readable.
+    chromium
+        .eval("(() => { const s = document.getElementById('wheel-select'); s.value = 'orders'; s.dispatchEvent(new Event('change')); return true; })()")
         .await;
-    assert!(
-        note.is_some(),
-        "the lateness note: {}",
-        chromium.eval("document.getElementById('late-note').textContent").await
-    );
-    let bars = chromium.eval("document.querySelectorAll('#late-plot rect.bar').length").await;
-    assert!(bars.as_u64().is_some_and(|n| n >= 8), "lateness bars: {bars}");
-    // What falls due over the next hour: the 40 waiting tasks, as due_counts counts them.
-    let in_hour: u64 = timers
-        .due_counts(std::time::SystemTime::now(), Duration::from_secs(60), 60)
-        .await
-        .expect("due_counts")
-        .iter()
-        .sum();
-    assert_eq!(in_hour, 40);
-    let due = chromium
-        .wait_for("document.getElementById('due-note').textContent.includes('40 tasks fall due') || null", SHOWN_WITHIN)
+    click(&mut chromium, "button.view[data-view=overview]").await;
+    chromium.resize(390, 844, true).await;
+    see(&mut chromium, "document.documentElement.clientWidth <= 400 || null", "document.documentElement.clientWidth")
         .await;
-    assert!(due.is_some(), "{}", chromium.eval("document.getElementById('due-note').textContent").await);
-
-    // The leader and the workers: this process's worker runs and leads.
-    let nodes = chromium
-        .wait_for(
-            "(() => { const t = document.getElementById('nodes').textContent; \
-             return t.includes('led by') && t.includes('worker ') ? t : null; })()",
-            SHOWN_WITHIN,
-        )
-        .await;
-    assert!(nodes.is_some(), "{}", chromium.eval("document.getElementById('nodes').textContent").await);
-
-    // The search box finds a scheduled key, and not one that is not pending.
-    for (key, found) in [("invoice-7:remind", "true"), ("order-3:review", "false")] {
-        let search = format!(
-            "document.getElementById('search-key').value = {key:?}; \
-             document.getElementById('search').requestSubmit(); true"
-        );
-        chromium.eval(&search).await;
-        let result = format!(
-            "(() => {{ const p = document.querySelector('#search-result [data-found]'); \
-             return p && p.querySelector('.key').textContent === {key:?} ? p.dataset.found : null; }})()"
-        );
-        let shown = chromium.wait_for(&result, SHOWN_WITHIN).await;
-        assert_eq!(shown, Some(Value::from(found)), "searching {key}");
-    }
-    // A task found shows its state, due time and deliveries (from `get`).
-    let detail = chromium.eval("document.querySelector('#search-result [data-found]').textContent").await;
-    assert!(detail.as_str().is_some_and(|t| t.contains("not pending")), "{detail}");
-    // The dead letters are listed with their last error and a Requeue button each.
-    let listed = chromium
-        .wait_for("document.querySelectorAll('#dead-letters button[data-requeue]').length === 3 || null", SHOWN_WITHIN)
-        .await;
-    assert!(listed.is_some(), "three Requeue buttons");
-    let error = chromium.eval("document.querySelector('#dead-letters td.error').textContent").await;
-    assert_eq!(error, "card declined: the issuer answered 05 (do not honour)");
-
-    // The screenshot the README shows: the search found, the dead letters listed.
-    chromium.eval("document.getElementById('search-key').value = 'invoice-7:remind'; document.getElementById('search').requestSubmit(); true").await;
-    chromium.wait_for("document.querySelector('#search-result [data-found=\"true\"]')", SHOWN_WITHIN).await;
-    let detail = chromium.eval("document.querySelector('#search-result [data-found]').textContent").await;
-    assert!(detail.as_str().is_some_and(|t| t.contains("invoice-7:remind is waiting, due ")), "{detail}");
-    let png = chromium.screenshot().await;
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/dashboard.png");
-    std::fs::write(path, &png).expect("write docs/dashboard.png");
-
-    // A click on Requeue puts the dead letter back: its handler now succeeds, so it runs once
-    // more and is acknowledged; the wheel's own calls show it.
-    failing.store(false, Ordering::SeqCst);
-    let runs_before = handled.lock().unwrap().iter().filter(|k| *k == "payment-1:capture").count();
-    let clicked = chromium
-        .eval("(() => { const b = document.querySelector('button[data-requeue=\"payment-1:capture\"]'); if (!b) return false; b.click(); return true; })()")
-        .await;
-    assert_eq!(clicked, Value::Bool(true), "the button is there");
-    let requeued = async {
-        loop {
-            let dead = timers.dead_letters(10).await.expect("dead_letters");
-            let runs = handled.lock().unwrap().iter().filter(|k| *k == "payment-1:capture").count();
-            if !dead.iter().any(|d| d.key() == "payment-1:capture") && runs > runs_before {
-                return dead.len();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    let left =
-        tokio::time::timeout(SHOWN_WITHIN, requeued).await.expect("the click requeued payment-1 and it ran again");
-    assert_eq!(left, 2);
-    let gone = chromium
-        .wait_for(
-            "(!document.querySelector('tr[data-key=\"payment-1:capture\"]') && \
-             document.querySelector('[data-stat=dead]').textContent === '2') || null",
-            SHOWN_WITHIN,
-        )
-        .await;
-    assert!(gone.is_some(), "the page shows the dead letter gone");
-    let flash = chromium.eval("document.getElementById('status').textContent").await;
-    assert!(flash.as_str().is_some_and(|t| t.contains("requeued") || t.starts_with("live")), "{flash}");
+    see(
+        &mut chromium,
+        "document.body.dataset.view === 'overview' && document.getElementById('wheel').textContent === 'orders' && \
+         document.querySelectorAll('#dead-letters tr[data-key]').length === 3 && \
+         document.getElementById('rates-plot').getAttribute('viewBox') === '0 0 600 260' || null",
+        "document.body.dataset.view",
+    )
+    .await;
+    let wide = chromium.eval("document.documentElement.scrollWidth").await;
+    assert!(wide.as_u64().is_some_and(|w| w <= 400), "the page is {wide} px wide on a phone");
+    save_screenshot(&mut chromium, "dashboard-phone.png").await;
 
     drop(chromium);
     serving.abort();
     worker.shutdown().await;
-    eprintln!("the browser test took {:.1} s", started.elapsed().as_secs_f64());
+    let took = started.elapsed();
+    eprintln!("the browser test took {:.1} s", took.as_secs_f64());
 }

@@ -522,3 +522,84 @@ impl ListCursor {
         self.state
     }
 }
+
+/// The cursor as text, to hand to another process or put in an address and read back with
+/// [`str::parse`]: `<state>:<ms>:<key>`, the state in lower case (`waiting`, `ready`,
+/// `running`, `dead`), then the due, claim or death time in milliseconds since the Unix epoch,
+/// then the key as it is (it may hold `:` itself: it is everything after the second one).
+///
+/// # Examples
+/// ```no_run
+/// # use tokio_timewheel::{durable::{DurableScheduler, ListCursor, TaskState}, Error};
+/// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+/// let page = timers.list(TaskState::Dead, None, 100).await?;
+/// if let Some(next) = page.next() {
+///     let text = next.to_string(); // "dead:1767225600000:order-42:review", say
+///     let again: ListCursor = text.parse()?;
+///     let _more = timers.list(TaskState::Dead, Some(&again), 100).await?;
+/// }
+/// # Ok(()) }
+/// ```
+impl std::fmt::Display for ListCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", state_word(self.state), self.score, self.key)
+    }
+}
+
+/// Reads a cursor written by its [`Display`](std::fmt::Display) form.
+///
+/// # Errors
+/// [`Error::Invalid`](crate::Error::Invalid) for text not of the form `<state>:<ms>:<key>`.
+impl std::str::FromStr for ListCursor {
+    type Err = crate::Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || crate::Error::invalid(format!("{text:?} is not a list cursor (<state>:<ms>:<key>)"));
+        let mut parts = text.splitn(3, ':');
+        let (Some(state), Some(score), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        let state = match state {
+            "waiting" => TaskState::Waiting,
+            "ready" => TaskState::Ready,
+            "running" => TaskState::Running,
+            "dead" => TaskState::Dead,
+            _ => return Err(bad()),
+        };
+        let score = score.parse().map_err(|_| bad())?;
+        Ok(ListCursor { state, score, key: key.to_owned() })
+    }
+}
+
+/// A state's name in a cursor's text.
+fn state_word(state: TaskState) -> &'static str {
+    match state {
+        TaskState::Waiting => "waiting",
+        TaskState::Ready => "ready",
+        TaskState::Running => "running",
+        TaskState::Dead => "dead",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_cursor_reads_back_from_its_text() {
+        for (state, key) in [
+            (TaskState::Waiting, "plain"),
+            (TaskState::Ready, "order-42:review"),
+            (TaskState::Running, ""),
+            (TaskState::Dead, "a key/with ?&=# and :: colons"),
+        ] {
+            let cursor = ListCursor { state, score: 1_767_225_600_123, key: key.to_owned() };
+            let text = cursor.to_string();
+            assert_eq!(text.parse::<ListCursor>().unwrap(), cursor, "{text}");
+        }
+        assert_eq!(ListCursor { state: TaskState::Dead, score: 7, key: "a:b".into() }.to_string(), "dead:7:a:b");
+        for bad in ["", "dead", "dead:7", "gone:7:k", "dead:-1:k", "dead:x:k", "Dead:7:k"] {
+            assert!(matches!(bad.parse::<ListCursor>(), Err(crate::Error::Invalid(_))), "{bad:?}");
+        }
+    }
+}

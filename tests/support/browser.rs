@@ -126,7 +126,8 @@ impl Chromium {
         if let Some(error) = reply.get("errorText") {
             panic!("navigating to {url}: {error}");
         }
-        let loaded = format!("location.href === {url:?} && document.readyState === 'complete'");
+        // The page may have put its own place in the fragment (`#...`) by then.
+        let loaded = format!("location.href.split('#')[0] === {url:?} && document.readyState === 'complete'");
         if self.wait_for(&loaded, START_TIMEOUT).await.is_none() {
             panic!("{url} did not load within {START_TIMEOUT:?}; Chromium's log:\n{}", self.log_tail());
         }
@@ -156,6 +157,13 @@ impl Chromium {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Gives the page a `width` x `height` window, as a phone's (`mobile`: its viewport rules
+    /// and touch) or a desktop's.
+    pub async fn resize(&mut self, width: u32, height: u32, mobile: bool) {
+        let metrics = json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile });
+        self.page("Emulation.setDeviceMetricsOverride", metrics).await;
     }
 
     /// A PNG of the whole page, as tall as its content.

@@ -1,51 +1,85 @@
-//! A web page of a durable wheel (feature `dashboard`), as an [axum](https://docs.rs/axum)
-//! router to mount in the application's own server.
+//! A web page of one or several durable wheels (feature `dashboard`), as an
+//! [axum](https://docs.rs/axum) router to mount in the application's own server.
 //!
-//! The page refreshes itself every 1.5 s and shows: the counts by state and the counters
-//! ([`DurableScheduler::stats`]); how late this process's workers claimed their deliveries
-//! ([`DurableScheduler::lateness`]), as a histogram; the dead letters with their last error; a
-//! search by key; what falls due over the next hour; the leader and the workers. Everything it
-//! needs (its HTML, script, styles and plots) is in the crate: it fetches nothing from anywhere
-//! else, so it works where the network is closed, and its `Content-Security-Policy` allows
-//! nothing else.
+//! The page refreshes itself every 1.5 s. It opens on an overview of every wheel it was given
+//! (the counts by state, and whether each is paused), then shows one wheel, chosen in its
+//! selector, in two views:
+//! - **Overview**: the counts by state and the counters ([`DurableScheduler::stats`]); every
+//!   node's deliveries handed out, acknowledged and failed a minute over the last hour, and how
+//!   late they were claimed ([`DurableScheduler::figures`]), beside the lateness this process's
+//!   workers saw lately ([`DurableScheduler::lateness`]); what falls due over the next hour; the
+//!   leader and the workers; a search by key; the oldest dead letters with their last error.
+//! - **Tasks**: the waiting, ready, running or dead tasks, a page at a time in their state's
+//!   order ([`DurableScheduler::list`]): key, due time or how long overdue, deliveries, the
+//!   worker that runs it and since when, the last error. A click on a key shows the task and its
+//!   payload, as pretty JSON, text or hex. (Finished tasks are not listed: the wheel keeps no
+//!   history of them.)
+//!
+//! Every view reads a bounded amount (a page of at most [`PAGE_MAX`] tasks, the
+//! [`DEAD_LETTERS_MAX`] oldest dead letters, a payload's first [`PAYLOAD_SHOWN`] bytes), so the page
+//! stays quick on a wheel of millions of tasks. Everything it needs (its HTML, script, styles
+//! and plots) is in the crate: it fetches nothing from anywhere else, so it works where the
+//! network is closed, and its `Content-Security-Policy` allows nothing else.
 //!
 //! It is read-only unless the mounting code enables the actions ([`Dashboard::actions`]): then
-//! each dead letter has a button that puts it back ([`DurableScheduler::requeue_dead`]).
+//! it can run a task now, cancel it, stop its running handler, pause and resume the wheel, and
+//! requeue or delete dead letters one at a time, the selected ones, or all of them.
 //!
 //! # Examples
 //! ```no_run
 //! use tokio_timewheel::durable::{dashboard, DurableScheduler};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let timers = DurableScheduler::builder("redis://127.0.0.1:6379/", "orders").connect().await?;
-//! // Read-only, under /timers of the application's router (axum serves the page at /timers):
-//! let app: axum::Router = axum::Router::new().nest("/timers", dashboard::router(timers.clone()));
-//! // Or with the actions, for operators:
-//! let ops: axum::Router = dashboard::Dashboard::new(timers).actions(true).router();
-//! # let _ = (app, ops);
+//! let orders = DurableScheduler::builder("redis://127.0.0.1:6379/", "orders").connect().await?;
+//! let emails = DurableScheduler::builder("redis://127.0.0.1:6379/", "emails").connect().await?;
+//! // Read-only, one wheel, under /timers of the application's router:
+//! let app: axum::Router = dashboard::mount(axum::Router::new(), "/timers", dashboard::router(orders.clone()));
+//! // Both wheels on one page, with the actions, for operators:
+//! let ops = dashboard::Dashboard::new(orders).wheel(emails).actions(true).router();
+//! let app = dashboard::mount(app, "/admin/timers", ops);
+//! # let _ = app;
 //! # Ok(()) }
 //! ```
 //! Serve it with `axum::serve` (axum's `tokio` and `http1` features), behind the application's
-//! own authentication: the dashboard has none of its own, and shows keys and error texts.
+//! own authentication: the dashboard has none of its own, and shows keys, payloads and error
+//! texts.
+//!
+//! # Mounting under a path
+//! [`mount`] nests the dashboard under a path so that both `/admin/timers` and
+//! `/admin/timers/` serve the page. With axum's own `Router::nest("/admin/timers", ..)` the
+//! page is served at `/admin/timers` only: axum routes nothing to a nested router at
+//! `/admin/timers/` (everything else works the same).
 //!
 //! # What it answers
 //! Paths are relative to where it is mounted; every answer is JSON but the page's own files.
+//! `{wheel}` is a wheel's name as [`Dashboard::wheel`] took it, percent-encoded; the paths
+//! under `api/` without `w/{wheel}/` (`api/stats`, `api/dead/requeue`, ...) name the first wheel.
 //!
 //! | method and path | answer |
 //! |---|---|
 //! | `GET /` | the page (also `app.js`, `style.css`) |
-//! | `GET api/info` | the wheel's name, whether the actions are on |
-//! | `GET api/stats` | the counts by state and the counters |
-//! | `GET api/lateness` | p50, p99, max and the histogram of how late deliveries were claimed |
-//! | `GET api/dead?limit=n` | the oldest `n` dead letters (default 50, at most 500): key, attempts, last error, when it died |
-//! | `GET api/task?key=k` | the task under `k`, pending or dead: its state, due time, deliveries, payload size and last error |
-//! | `GET api/due` | what falls due over the next hour, a count a minute |
-//! | `GET api/nodes` | the node that leads each partition, and the workers heard from |
-//! | `POST api/dead/requeue` | `{"key": k}`: puts the dead letter back; 404 if there is none, 409 if a task under `k` is pending |
-//! | `POST api/dead/delete` | `{"key": k}`: deletes the dead letter; 404 if there is none |
+//! | `GET api/info` | the wheels' names, whether the actions are on, the page's limits |
+//! | `GET api/overview` | each wheel's counts by state and whether it is paused |
+//! | `GET api/w/{wheel}/stats` | the counts by state and the counters |
+//! | `GET api/w/{wheel}/lateness` | p50, p99, max and the histogram of how late this process's workers claimed deliveries |
+//! | `GET api/w/{wheel}/figures` | every node's figures of the last hour ([`DurableScheduler::figures`]): handed out, acknowledged, failed and dead-lettered a minute, and how late deliveries were claimed, in bars of doubling width |
+//! | `GET api/w/{wheel}/tasks?state=s&after=c&limit=n` | a page of the tasks in state `s` (`waiting`, `ready`, `running`, `dead`), `n` of them (default 50, at most 200), after the cursor `c` (the `next` of the page before, an opaque text): key, due time, how long overdue, deliveries, worker and claim time, last error |
+//! | `GET api/w/{wheel}/dead?limit=n` | the oldest `n` dead letters (default 50, at most 500): key, attempts, last error, when it died |
+//! | `GET api/w/{wheel}/task?key=k` | the task under `k`, pending or dead: its state, due time, deliveries, payload size and last error |
+//! | `GET api/w/{wheel}/payload?key=k` | the payload of the task under `k` as pretty JSON, text or hex (its first 64 KiB) |
+//! | `GET api/w/{wheel}/due` | what falls due over the next hour, a count a minute |
+//! | `GET api/w/{wheel}/nodes` | the node that leads each partition, and the workers heard from |
+//! | `POST api/w/{wheel}/run-now` | `{"key": k}`: makes the waiting task due now ([`DurableScheduler::reschedule`]); 404 if none is waiting or ready |
+//! | `POST api/w/{wheel}/cancel` | `{"key": k}`: cancels the waiting or ready task; 404 if there is none |
+//! | `POST api/w/{wheel}/cancel-running` | `{"key": k}`: tells the running handler to stop ([`DurableScheduler::cancel_running`]); 404 if it is not running |
+//! | `POST api/w/{wheel}/pause`, `POST api/w/{wheel}/resume` | `{}`: pauses or resumes the wheel |
+//! | `POST api/w/{wheel}/dead/requeue` | `{"key": k}`: puts the dead letter back; 404 if there is none, 409 if a task under `k` is pending. `{"keys": [..]}` (at most 500): each of them, answering which were requeued, missing or pending |
+//! | `POST api/w/{wheel}/dead/delete` | `{"key": k}` or `{"keys": [..]}`: deletes the dead letters, as requeue does |
+//! | `POST api/w/{wheel}/dead/requeue-all` | `{}`: requeues the oldest 500 dead letters, and says how many are left (the page repeats it until none is) |
 //!
 //! A failed Redis call answers `503` when it is worth trying again (the page does, at its next
-//! refresh) and `500` otherwise, with `{"error": "..."}`.
+//! refresh) and `500` otherwise, with `{"error": "..."}`; a wheel the dashboard was not given
+//! answers `404`.
 //!
 //! # Actions and cross-site requests
 //! A `POST` is refused with `403` when the actions are off, and also unless it carries the header
@@ -55,26 +89,27 @@
 //! through a visitor's browser (a form cannot set the header; a script that tries is stopped by
 //! the browser, which asks this server first and is never told yes). A script outside a browser
 //! sends both headers itself:
-//! `curl -H 'X-Timewheel-Action: 1' -H 'Origin: http://127.0.0.1:8080' -H 'Content-Type: application/json' -d '{"key":"k"}' http://127.0.0.1:8080/api/dead/requeue`.
+//! `curl -H 'X-Timewheel-Action: 1' -H 'Origin: http://127.0.0.1:8080' -H 'Content-Type: application/json' -d '{"key":"k"}' http://127.0.0.1:8080/api/w/orders/dead/requeue`.
 
+mod actions;
 mod guard;
 mod sections;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{OriginalUri, Query, State};
+use axum::extract::{FromRequestParts, OriginalUri, Query, RawPathParams, State};
 use axum::http::header::{
     CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
 };
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::DurableScheduler;
+use super::{DurableScheduler, TaskState};
 use crate::Error;
 
 /// The page, its script and its styles, in the crate.
@@ -86,10 +121,20 @@ const STYLE_CSS: &str = include_str!("assets/style.css");
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'self'; form-action 'none'; frame-ancestors 'none'";
 
-/// How many dead letters the page lists, unless it asks for another number.
+/// How many dead letters `api/dead` lists, unless it is asked for another number.
 const DEAD_LETTERS_SHOWN: usize = 50;
+/// How many dead letters the page's overview lists (the tasks view pages through them all).
+const OVERVIEW_DEAD_LETTERS: usize = 10;
 /// The most dead letters one `api/dead` call lists.
-const DEAD_LETTERS_MAX: usize = 500;
+pub const DEAD_LETTERS_MAX: usize = 500;
+/// How many tasks a page of `api/tasks` holds, unless it asks for another number.
+const PAGE_SIZE: usize = 50;
+/// The most tasks one `api/tasks` page holds.
+pub const PAGE_MAX: usize = 200;
+/// The most keys one bulk action (`{"keys": [..]}`, `requeue-all`) acts on.
+pub const BULK_MAX: usize = 500;
+/// How much of a payload `api/payload` shows: 64 KiB.
+pub const PAYLOAD_SHOWN: usize = 64 * 1024;
 /// How often the page reads the wheel again.
 const REFRESH_MS: u64 = 1500;
 
@@ -107,54 +152,139 @@ pub fn router(timers: DurableScheduler) -> Router {
     Dashboard::new(timers).router()
 }
 
-/// The dashboard's settings: which wheel, and whether the page may act on it. Made by
-/// [`Dashboard::new`], turned into a router by [`router`](Self::router).
+/// Nests `dashboard` (a [`router`] or [`Dashboard::router`]) in `app` under `path`, so that
+/// the page answers at `path` and at `path/` alike, which axum's `Router::nest` does not do
+/// (it routes nothing to a nested router at `path/`). Everything under `path/` goes to the
+/// dashboard.
+///
+/// # Examples
+/// ```no_run
+/// # use tokio_timewheel::durable::{dashboard, DurableScheduler};
+/// # fn run(timers: DurableScheduler) {
+/// let app: axum::Router = axum::Router::new().route("/", axum::routing::get(|| async { "the shop" }));
+/// let app = dashboard::mount(app, "/admin/timers", dashboard::router(timers));
+/// # let _ = app;
+/// # }
+/// ```
+///
+/// # Panics
+/// As `Router::nest_service`: if `path` is empty or `/`, or clashes with a route of `app`.
+pub fn mount<S>(app: Router<S>, path: &str, dashboard: Router) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    app.nest_service(path.trim_end_matches('/'), dashboard)
+}
+
+/// The dashboard's settings: which wheels, and whether the page may act on them. Made by
+/// [`Dashboard::new`] or [`Dashboard::wheels`], turned into a router by
+/// [`router`](Self::router).
 ///
 /// # Examples
 /// ```no_run
 /// # use tokio_timewheel::durable::{dashboard::Dashboard, DurableScheduler};
-/// # fn run(timers: DurableScheduler) {
-/// let ops = Dashboard::new(timers).actions(true).router();
+/// # fn run(orders: DurableScheduler, emails: DurableScheduler) {
+/// let ops = Dashboard::new(orders).wheel(emails).actions(true).router();
 /// # let _ = ops;
 /// # }
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "a Dashboard does nothing until turned into a router with .router()"]
 pub struct Dashboard {
-    timers: DurableScheduler,
+    /// The wheels shown, in the order given, each under a name no other has.
+    wheels: Vec<(String, DurableScheduler)>,
     actions: bool,
 }
 
 impl Dashboard {
     /// The read-only dashboard of `timers`.
     pub fn new(timers: DurableScheduler) -> Self {
-        Dashboard { timers, actions: false }
+        Dashboard { wheels: Vec::new(), actions: false }.wheel(timers)
     }
 
-    /// Lets the page act on the wheel: requeue a dead letter (off by default). Each action is a
-    /// `POST` guarded against cross-site requests (see the [module docs](self)); mount a
-    /// dashboard with actions behind the application's authentication.
+    /// The read-only dashboard of several wheels, shown in this order (the first is the one the
+    /// page opens on).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::durable::{dashboard::Dashboard, DurableScheduler};
+    /// # fn run(orders: DurableScheduler, emails: DurableScheduler) {
+    /// let page = Dashboard::wheels([orders, emails]).router();
+    /// # let _ = page;
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    /// As [`wheel`](Self::wheel), if two wheels have the same name.
+    pub fn wheels(wheels: impl IntoIterator<Item = DurableScheduler>) -> Self {
+        wheels.into_iter().fold(Dashboard { wheels: Vec::new(), actions: false }, Dashboard::wheel)
+    }
+
+    /// Shows `timers` too, under its wheel's name.
+    ///
+    /// # Panics
+    /// If a wheel of the same name is shown already (two wheels of one name on two Redis
+    /// deployments): give one another name with [`wheel_named`](Self::wheel_named).
+    pub fn wheel(self, timers: DurableScheduler) -> Self {
+        let name = timers.name().to_owned();
+        self.wheel_named(name, timers)
+    }
+
+    /// Shows `timers` too, under `name` rather than its wheel's name.
+    ///
+    /// # Panics
+    /// If a wheel is shown under `name` already, or `name` is empty.
+    pub fn wheel_named(mut self, name: impl Into<String>, timers: DurableScheduler) -> Self {
+        let name = name.into();
+        assert!(!name.is_empty(), "a wheel on the dashboard needs a name");
+        assert!(
+            self.wheels.iter().all(|(shown, _)| *shown != name),
+            "the dashboard shows a wheel named {name:?} already: give this one another name with Dashboard::wheel_named"
+        );
+        self.wheels.push((name, timers));
+        self
+    }
+
+    /// Lets the page act on the wheels (off by default): run a task now, cancel it, stop its
+    /// handler, pause and resume, requeue and delete dead letters. Each action is a `POST`
+    /// guarded against cross-site requests (see the [module docs](self)); mount a dashboard with
+    /// actions behind the application's authentication.
     pub fn actions(mut self, enabled: bool) -> Self {
         self.actions = enabled;
         self
     }
 
     /// The router that serves the page and its JSON, to mount where the application likes
-    /// (`Router::nest`), or serve as it is.
+    /// ([`mount`], or `Router::nest`), or serve as it is.
     pub fn router(self) -> Router {
+        let one_wheel = || {
+            Router::new()
+                .route("/stats", get(stats))
+                .route("/lateness", get(lateness))
+                .route("/figures", get(figures))
+                .route("/tasks", get(tasks))
+                .route("/dead", get(dead_letters))
+                .route("/task", get(find_task))
+                .route("/payload", get(payload))
+                .route("/due", get(due_plot))
+                .route("/nodes", get(nodes))
+                .route("/run-now", post(actions::run_now))
+                .route("/cancel", post(actions::cancel))
+                .route("/cancel-running", post(actions::cancel_running))
+                .route("/pause", post(actions::pause))
+                .route("/resume", post(actions::resume))
+                .route("/dead/requeue", post(actions::requeue))
+                .route("/dead/delete", post(actions::delete))
+                .route("/dead/requeue-all", post(actions::requeue_all))
+        };
         Router::new()
             .route("/", get(index))
             .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
             .route("/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }))
             .route("/api/info", get(info))
-            .route("/api/stats", get(stats))
-            .route("/api/lateness", get(lateness))
-            .route("/api/dead", get(dead_letters))
-            .route("/api/task", get(find_task))
-            .route("/api/due", get(due_plot))
-            .route("/api/nodes", get(nodes))
-            .route("/api/dead/requeue", post(requeue))
-            .route("/api/dead/delete", post(delete_dead))
+            .route("/api/overview", get(overview))
+            .nest("/api/w/{wheel}", one_wheel())
+            .nest("/api", one_wheel())
             .layer(axum::middleware::map_response(secure))
             .with_state(Arc::new(self))
     }
@@ -162,6 +292,33 @@ impl Dashboard {
 
 /// The dashboard as mounted, which every handler reads.
 type Mounted = State<Arc<Dashboard>>;
+
+/// The wheel a request names (`api/w/{wheel}/..`), or the first (`api/..`); a `404` for a name
+/// the dashboard was not given.
+struct Wheel {
+    timers: DurableScheduler,
+    actions: bool,
+}
+
+impl FromRequestParts<Arc<Dashboard>> for Wheel {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, d: &Arc<Dashboard>) -> Result<Self, Response> {
+        let params = RawPathParams::from_request_parts(parts, d).await.ok();
+        let named = params.as_ref().and_then(|p| p.iter().find(|(name, _)| *name == "wheel").map(|(_, v)| v));
+        let found = match named {
+            Some(name) => d.wheels.iter().find(|(shown, _)| shown == name),
+            None => d.wheels.first(),
+        };
+        match found {
+            Some((_, timers)) => Ok(Wheel { timers: timers.clone(), actions: d.actions }),
+            None => {
+                let why = format!("no wheel named {:?} on this dashboard", named.unwrap_or_default());
+                Err((StatusCode::NOT_FOUND, Json(json!({ "error": why }))).into_response())
+            }
+        }
+    }
+}
 
 /// Headers every answer carries: the policy that keeps the page to its own files, and no
 /// caching (the figures change every moment).
@@ -222,91 +379,102 @@ fn bad_request(why: &str) -> Response {
     (StatusCode::BAD_REQUEST, Json(json!({ "error": why }))).into_response()
 }
 
+type Params = Query<HashMap<String, String>>;
+
 async fn info(State(d): Mounted) -> Response {
+    let names: Vec<&str> = d.wheels.iter().map(|(name, _)| name.as_str()).collect();
     Json(json!({
-        "wheel": d.timers.wheel.name(),
+        "wheels": names,
+        "wheel": names.first(),
         "actions": d.actions,
         "delete": d.actions,
         "refresh_ms": REFRESH_MS,
-        "dead_letters_shown": DEAD_LETTERS_SHOWN,
+        "dead_letters_shown": OVERVIEW_DEAD_LETTERS,
+        "page_size": PAGE_SIZE,
+        "page_max": PAGE_MAX,
+        "bulk_max": BULK_MAX,
     }))
     .into_response()
 }
 
-async fn stats(State(d): Mounted) -> Response {
-    answer(sections::counts(&d.timers).await)
+async fn overview(State(d): Mounted) -> Response {
+    Json(sections::overview(&d.wheels).await).into_response()
 }
 
-async fn lateness(State(d): Mounted) -> Response {
-    Json(sections::lateness(&d.timers)).into_response()
+async fn stats(w: Wheel) -> Response {
+    answer(sections::counts(&w.timers).await)
 }
 
-async fn dead_letters(State(d): Mounted, Query(query): Query<HashMap<String, String>>) -> Response {
-    let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
-        None => DEAD_LETTERS_SHOWN,
-        Some(Ok(limit)) if limit <= DEAD_LETTERS_MAX => limit,
-        Some(_) => return bad_request(&format!("limit must be a number from 0 to {DEAD_LETTERS_MAX}")),
+async fn lateness(w: Wheel) -> Response {
+    Json(sections::lateness(&w.timers)).into_response()
+}
+
+async fn figures(w: Wheel) -> Response {
+    answer(sections::figures(&w.timers).await)
+}
+
+/// `n` from `limit=n`, `default` without it, or the `400` to answer.
+fn limit(
+    query: &HashMap<String, String>,
+    default: usize,
+    max: usize,
+    least: usize,
+) -> Result<usize, (StatusCode, Json<Value>)> {
+    match query.get("limit").map(|l| l.parse::<usize>()) {
+        None => Ok(default),
+        Some(Ok(limit)) if (least..=max).contains(&limit) => Ok(limit),
+        Some(_) => Err((
+            StatusCode::BAD_REQUEST,
+            Json(json!({ "error": format!("limit must be a number from {least} to {max}") })),
+        )),
+    }
+}
+
+async fn tasks(w: Wheel, Query(query): Params) -> Response {
+    let state = match query.get("state").map(String::as_str) {
+        Some("waiting") => TaskState::Waiting,
+        Some("ready") => TaskState::Ready,
+        Some("running") => TaskState::Running,
+        Some("dead") => TaskState::Dead,
+        _ => return bad_request("state must be waiting, ready, running or dead"),
     };
-    answer(sections::dead_letters(&d.timers, limit).await)
+    let limit = match limit(&query, PAGE_SIZE, PAGE_MAX, 1) {
+        Ok(limit) => limit,
+        Err(refused) => return refused.into_response(),
+    };
+    let after = match query.get("after").filter(|a| !a.is_empty()).map(|a| sections::decode_cursor(a)) {
+        None => None,
+        Some(Some(cursor)) if cursor.state() == state => Some(cursor),
+        Some(_) => return bad_request("after must be the `next` of a page of the same state"),
+    };
+    answer(sections::tasks(&w.timers, state, after.as_ref(), limit).await)
 }
 
-async fn find_task(State(d): Mounted, Query(query): Query<HashMap<String, String>>) -> Response {
+async fn dead_letters(w: Wheel, Query(query): Params) -> Response {
+    match limit(&query, DEAD_LETTERS_SHOWN, DEAD_LETTERS_MAX, 0) {
+        Ok(limit) => answer(sections::dead_letters(&w.timers, limit).await),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn find_task(w: Wheel, Query(query): Params) -> Response {
     match query.get("key").filter(|k| !k.is_empty()) {
-        Some(key) => answer(sections::find_task(&d.timers, key).await),
+        Some(key) => answer(sections::find_task(&w.timers, key).await),
         None => bad_request("give the key to look for: api/task?key=..."),
     }
 }
 
-async fn due_plot(State(d): Mounted) -> Response {
-    answer(sections::due_plot(&d.timers).await)
-}
-
-async fn nodes(State(d): Mounted) -> Response {
-    answer(sections::leader_and_workers(&d.timers).await)
-}
-
-async fn requeue(State(d): Mounted, headers: HeaderMap, body: Bytes) -> Response {
-    match action_key(&d, &headers, &body) {
-        Ok(key) => acted(sections::requeue(&d.timers, &key).await),
-        Err(refused) => refused.into_response(),
+async fn payload(w: Wheel, Query(query): Params) -> Response {
+    match query.get("key").filter(|k| !k.is_empty()) {
+        Some(key) => answer(sections::payload(&w.timers, key).await),
+        None => bad_request("give the task's key: api/payload?key=..."),
     }
 }
 
-async fn delete_dead(State(d): Mounted, headers: HeaderMap, body: Bytes) -> Response {
-    match action_key(&d, &headers, &body) {
-        Ok(key) => acted(sections::delete_dead_letter(&d.timers, &key).await),
-        Err(refused) => refused.into_response(),
-    }
+async fn due_plot(w: Wheel) -> Response {
+    answer(sections::due_plot(&w.timers).await)
 }
 
-fn acted(result: Result<sections::Done, Error>) -> Response {
-    match result {
-        Ok((status, body)) => (status, Json(body)).into_response(),
-        Err(e) => failed(&e),
-    }
-}
-
-/// Checks an action (enabled, from the dashboard's own page, with a JSON body) and reads the
-/// key it names: the answer to send back otherwise.
-fn action_key(d: &Dashboard, headers: &HeaderMap, body: &[u8]) -> Result<String, (StatusCode, Json<Value>)> {
-    let refuse = |status, why: &str| (status, Json(json!({ "error": why })));
-    if !d.actions {
-        let why = "the dashboard is read-only: the mounting code enables actions with Dashboard::actions";
-        return Err(refuse(StatusCode::FORBIDDEN, why));
-    }
-    if let Some(why) = guard::refuse_cross_site(headers) {
-        return Err(refuse(StatusCode::FORBIDDEN, why));
-    }
-    let json_body = headers
-        .get(CONTENT_TYPE)
-        .and_then(|t| t.to_str().ok())
-        .is_some_and(|t| t.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json")));
-    let send_json = "send the key as JSON: Content-Type: application/json, {\"key\": \"...\"}";
-    if !json_body {
-        return Err(refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, send_json));
-    }
-    match serde_json::from_slice::<Value>(body).ok().as_ref().and_then(|v| v.get("key")).and_then(Value::as_str) {
-        Some(key) if !key.is_empty() => Ok(key.to_owned()),
-        _ => Err(refuse(StatusCode::BAD_REQUEST, send_json)),
-    }
+async fn nodes(w: Wheel) -> Response {
+    answer(sections::leader_and_workers(&w.timers).await)
 }

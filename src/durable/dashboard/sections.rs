@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::durable::{DurableScheduler, TaskState};
+use crate::durable::{DurableScheduler, ListCursor, TaskState};
 use crate::lateness::Histogram;
 use crate::Error;
 
@@ -147,31 +147,178 @@ pub(super) async fn leader_and_workers(timers: &DurableScheduler) -> Result<Valu
     Ok(json!({ "leaders": leaders, "workers": workers }))
 }
 
-/// What an action did, for its answer: the HTTP status and the JSON body.
-pub(super) type Done = (axum::http::StatusCode, Value);
-
-/// Puts the dead letter `key` back (due at once, attempts reset).
-pub(super) async fn requeue(timers: &DurableScheduler, key: &str) -> Result<Done, Error> {
-    use axum::http::StatusCode;
-    Ok(match timers.requeue_dead(key).await {
-        Ok(true) => (StatusCode::OK, json!({ "key": key, "requeued": true })),
-        Ok(false) => (StatusCode::NOT_FOUND, json!({ "key": key, "error": "no dead letter under this key" })),
-        Err(Error::DuplicateKey(_)) => (
-            StatusCode::CONFLICT,
-            json!({ "key": key, "error": "a task under this key is pending: the dead letter stays" }),
-        ),
-        Err(e) => return Err(e),
-    })
+/// Each wheel's counts by state and whether it is paused, one `stats` call a wheel; a wheel
+/// that could not be read says why.
+pub(super) async fn overview(wheels: &[(String, DurableScheduler)]) -> Value {
+    let mut shown = Vec::with_capacity(wheels.len());
+    for (name, timers) in wheels {
+        shown.push(match timers.stats().await {
+            Ok(s) => json!({
+                "wheel": name,
+                "waiting": s.waiting,
+                "ready": s.ready,
+                "running": s.in_flight,
+                "dead": s.dead,
+                "pending": s.pending,
+                "paused": s.paused,
+            }),
+            Err(e) => json!({ "wheel": name, "error": e.to_string() }),
+        });
+    }
+    json!({ "wheels": shown })
 }
 
-/// Deletes the dead letter `key` for good.
-pub(super) async fn delete_dead_letter(timers: &DurableScheduler, key: &str) -> Result<Done, Error> {
-    use axum::http::StatusCode;
-    Ok(if timers.delete_dead(key).await? {
-        (StatusCode::OK, json!({ "key": key, "deleted": true }))
-    } else {
-        (StatusCode::NOT_FOUND, json!({ "key": key, "error": "no dead letter under this key" }))
-    })
+/// A page of the tasks in `state` after `after` ([`DurableScheduler::list`]), payloads left out
+/// (the detail view reads one at a time), and the cursor of the next page as opaque text.
+pub(super) async fn tasks(
+    timers: &DurableScheduler,
+    state: TaskState,
+    after: Option<&ListCursor>,
+    limit: usize,
+) -> Result<Value, Error> {
+    let (tasks, next) = timers.list(state, after, limit).await?.into_parts();
+    Ok(json!({
+        "state": state_name(state),
+        "limit": limit,
+        "tasks": tasks.iter().map(|t| json!({
+            "key": t.key(),
+            "due_ms": unix_ms(t.due()),
+            "overdue_ms": t.overdue_by().map(|late| u64::try_from(late.as_millis()).unwrap_or(u64::MAX)),
+            "attempt": t.attempt(),
+            "worker": t.worker(),
+            "claimed_ms": t.claimed_at().map(unix_ms),
+            "last_error": t.last_error(),
+            "payload_bytes": t.payload().len(),
+        })).collect::<Vec<_>>(),
+        "next": next.as_ref().map(encode_cursor),
+    }))
+}
+
+/// A cursor as the text `api/tasks` answers in `next`: the hex digits of its
+/// [`Display`](std::fmt::Display) form, so that it goes in an address as it is and the page
+/// never reads it.
+pub(super) fn encode_cursor(cursor: &ListCursor) -> String {
+    cursor.to_string().bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The cursor [`encode_cursor`] wrote, or `None` for other text.
+pub(super) fn decode_cursor(text: &str) -> Option<ListCursor> {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok()).collect();
+    String::from_utf8(bytes?).ok()?.parse().ok()
+}
+
+fn state_name(state: TaskState) -> &'static str {
+    match state {
+        TaskState::Waiting => "waiting",
+        TaskState::Ready => "ready",
+        TaskState::Running => "running",
+        _ => "dead",
+    }
+}
+
+/// The payload of the task `key` ([`DurableScheduler::get`]), its first
+/// [`PAYLOAD_SHOWN`](super::PAYLOAD_SHOWN) bytes shown as pretty JSON when the whole of it is
+/// JSON, else as text when it is UTF-8, else as hex.
+pub(super) async fn payload(timers: &DurableScheduler, key: &str) -> Result<Value, Error> {
+    let Some(task) = timers.get(key).await? else {
+        return Ok(json!({ "key": key, "found": false }));
+    };
+    let (format, shown) = show_payload(task.payload());
+    Ok(json!({
+        "key": key,
+        "found": true,
+        "state": state_name(task.state()),
+        "bytes": task.payload().len(),
+        "format": format,
+        "shown": shown,
+        "truncated": task.payload().len() > super::PAYLOAD_SHOWN,
+    }))
+}
+
+/// How to show `payload`: `("json" | "text" | "hex" | "empty", the text)`, of its first
+/// [`PAYLOAD_SHOWN`](super::PAYLOAD_SHOWN) bytes.
+fn show_payload(payload: &[u8]) -> (&'static str, String) {
+    if payload.is_empty() {
+        return ("empty", String::new());
+    }
+    let head = &payload[..payload.len().min(super::PAYLOAD_SHOWN)];
+    if head.len() == payload.len() {
+        if let Ok(value) = serde_json::from_slice::<Value>(payload) {
+            return ("json", serde_json::to_string_pretty(&value).unwrap_or_default());
+        }
+    }
+    match std::str::from_utf8(head) {
+        Ok(text) => return ("text", text.to_owned()),
+        // Cut in the middle of a character: the text up to it.
+        Err(e) if e.error_len().is_none() && e.valid_up_to() > 0 => {
+            return ("text", String::from_utf8_lossy(&head[..e.valid_up_to()]).into_owned())
+        }
+        Err(_) => {}
+    }
+    let lines: Vec<String> = head
+        .chunks(16)
+        .enumerate()
+        .map(|(i, row)| {
+            let hex: Vec<String> = row.iter().map(|b| format!("{b:02x}")).collect();
+            let text: String =
+                row.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }).collect();
+            format!("{:08x}  {:<47}  {text}", i * 16, hex.join(" "))
+        })
+        .collect();
+    ("hex", lines.join("\n"))
+}
+
+/// How many minutes the chart of the wheel-wide figures shows: an hour.
+const FIGURES_SHOWN: usize = 60;
+/// The lateness bars of the wheel-wide figures reach at least this bound (128 ms), so that
+/// their scale stays put while the figures are small.
+const FIGURES_LATENESS_AT_LEAST: Duration = Duration::from_millis(128);
+
+/// The wheel-wide figures of the last hour ([`DurableScheduler::figures`], every node's): a
+/// minute at a time what was handed out, acknowledged, failed and buried, and how late
+/// deliveries were claimed, in bars of doubling width from the first bound to the last that
+/// holds a count (`below_us` null for the open-ended last one).
+pub(super) async fn figures(timers: &DurableScheduler) -> Result<Value, Error> {
+    let figures = timers.figures(FIGURES_SHOWN).await?;
+    let lateness = figures.lateness();
+    // The octaves from 1 ms to the last finite bound that holds a count (at least
+    // FIGURES_LATENESS_AT_LEAST), then the open-ended bucket if it holds any.
+    let count_at = |bound: Duration| lateness.iter().filter(|&&(b, _)| b == bound).map(|&(_, n)| n).sum::<u64>();
+    let last =
+        lateness.iter().map(|&(b, _)| b).filter(|&b| b != Duration::MAX).fold(FIGURES_LATENESS_AT_LEAST, Duration::max);
+    let mut bars: Vec<(Option<u64>, u64)> = Vec::new();
+    let mut bound = Duration::from_millis(1);
+    while bound <= last {
+        bars.push((Some(u64::try_from(bound.as_micros()).unwrap_or(u64::MAX)), count_at(bound)));
+        bound *= 2;
+    }
+    let beyond = count_at(Duration::MAX);
+    if beyond > 0 {
+        bars.push((None, beyond));
+    }
+    debug_assert_eq!(
+        bars.iter().map(|&(_, n)| n).sum::<u64>(),
+        lateness.iter().map(|&(_, n)| n).sum::<u64>(),
+        "every bucket of {lateness:?} lands in a bar: {bars:?}"
+    );
+    let ms = |d: Option<Duration>| d.filter(|d| *d != Duration::MAX).map(|d| d.as_secs_f64() * 1e3);
+    Ok(json!({
+        "minutes": figures.minutes().iter().map(|m| json!({
+            "start_ms": unix_ms(m.start),
+            "handed_out": m.handed_out,
+            "acked": m.acked,
+            "failed": m.failed,
+            "dead": m.dead,
+        })).collect::<Vec<_>>(),
+        "lateness": bars.into_iter().map(|(below_us, count)| json!({ "below_us": below_us, "count": count })).collect::<Vec<_>>(),
+        "claimed": lateness.iter().map(|&(_, n)| n).sum::<u64>(),
+        "p50_ms": ms(figures.lateness_quantile(0.5)),
+        "p99_ms": ms(figures.lateness_quantile(0.99)),
+    }))
 }
 
 /// Milliseconds since the Unix epoch (0 before it).
@@ -208,6 +355,34 @@ mod tests {
         assert_eq!(count(1 << 18), 1, "132 ms");
         assert_eq!(bars.last().unwrap(), &(1 << 23, 1), "5 s, the last bar");
         assert!(bars.windows(2).all(|w| w[1].0 == 2 * w[0].0), "{bars:?}");
+    }
+
+    #[test]
+    fn a_cursor_goes_through_its_opaque_text() {
+        let page = "dead:1767225600000:a key/with ?&=# and : colons".parse::<ListCursor>().unwrap();
+        let text = encode_cursor(&page);
+        assert!(text.bytes().all(|b| b.is_ascii_hexdigit()), "{text}");
+        assert_eq!(decode_cursor(&text), Some(page));
+        for bad in ["", "0", "zz", "6465", "ff00", "64656164"] {
+            assert_eq!(decode_cursor(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_payload_shows_as_json_text_or_hex() {
+        let (format, shown) = show_payload(br#"{"order":42,"lines":[1,2]}"#);
+        assert_eq!(format, "json");
+        assert!(shown.contains("\n  \"order\": 42"), "{shown}");
+        assert_eq!(show_payload(b"plain words"), ("text", "plain words".to_owned()));
+        assert_eq!(show_payload(b""), ("empty", String::new()));
+        let (format, shown) = show_payload(&[0, 1, 0xff, b'A']);
+        assert_eq!(format, "hex");
+        assert!(shown.starts_with("00000000  00 01 ff 41"), "{shown}");
+        assert!(shown.ends_with("..A"), "{shown}");
+        // A large text payload is cut at its bound, between characters.
+        let long = "é".repeat(super::super::PAYLOAD_SHOWN);
+        let (format, shown) = show_payload(long.as_bytes());
+        assert_eq!((format, shown.len()), ("text", super::super::PAYLOAD_SHOWN));
     }
 
     #[test]

@@ -141,8 +141,14 @@ async fn fire_path_instructions_per_task() {
         loop {
             let id = format!("c{calls}");
             let pairs: Vec<scripts::Ack> = last.iter().map(|(k, t)| scripts::Ack::plain(k, t)).collect();
-            let call =
-                scripts::Claim { n: batch, claim_id: &id, replay_only: false, previous: &previous, node: "test-node", acks: &pairs };
+            let call = scripts::Claim {
+                n: batch,
+                claim_id: &id,
+                replay_only: false,
+                previous: &previous,
+                node: "test-node",
+                acks: &pairs,
+            };
             let reply = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
             calls += 1;
             acked += reply.acked.iter().filter(|&&a| a).count();

@@ -719,7 +719,8 @@ async fn claim_acknowledges_what_finished_then_claims() {
         seed_ready(&server, keys, k, due, &format!("payload of {k}"));
     }
     let given = acks(&[("done", "7"), ("done", "7"), ("other", "6"), ("gone", "7")]);
-    let call = scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", node: "test-node", acks: &given };
+    let call =
+        scripts::Claim { n: 2, claim_id: "k1", replay_only: false, previous: "", node: "test-node", acks: &given };
     let got = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!(got.acked, [true, false, false, false], "{given:?}");
     let summary: Vec<(&str, u32, &str, &[u8])> =
@@ -765,7 +766,8 @@ async fn claim_acknowledges_what_finished_then_claims() {
     // Acknowledging alone (n = 0) claims nothing and answers no time.
     let (k, tok) = (short.claimed[0].task.key().to_string(), short.claimed[0].token.clone());
     let given = [Ack::plain(&k, &tok)];
-    let call = scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", node: "test-node", acks: &given };
+    let call =
+        scripts::Claim { n: 0, claim_id: "k4", replay_only: false, previous: "k3", node: "test-node", acks: &given };
     let only = scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap();
     assert_eq!((only.acked.as_slice(), only.claimed.len()), (&[true][..], 0));
     assert!(!dump(&server, keys)["tasks"].contains(&format!("{k}=")));
@@ -799,7 +801,10 @@ async fn cancel_running_asks_a_running_task_only_and_its_outcome_ends_it_as_canc
     assert_eq!(renewed, [scripts::Renewal::CancelRequested, scripts::Renewal::Renewed]);
     // A handler's failure under another token is refused; under its own, the task is cancelled.
     assert_eq!(scripts::fail(w, keys, &Ack::plain("a", "6"), "boom", Window::Default).await.unwrap(), Failed::Refused);
-    assert_eq!(scripts::fail(w, keys, &Ack::plain("a", "7"), "boom", Window::Default).await.unwrap(), Failed::Cancelled);
+    assert_eq!(
+        scripts::fail(w, keys, &Ack::plain("a", "7"), "boom", Window::Default).await.unwrap(),
+        Failed::Cancelled
+    );
     let d = dump(&server, keys);
     assert!(!d["tasks"].contains("a=") && !d["leased"].contains("a@") && !d.contains_key("cancelling"), "{d:?}");
     assert!(!d.contains_key("far") && !d.contains_key("dead"), "neither retried nor buried: {d:?}");
