@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
-use tokio_timewheel::durable::{DurableScheduler, TaskState};
+use tokio_timewheel::durable::{DurableScheduler, ListCursor, TaskState};
 use tokio_timewheel::Error;
 
 /// Read and administer a tokio-timewheel durable wheel in Redis.
@@ -71,6 +71,22 @@ enum Command {
         /// The task's key.
         key: String,
     },
+    /// The tasks in one state, a page at a time: waiting and ready by due time, running by
+    /// claim (with the worker that holds each), dead by when they died.
+    List {
+        /// waiting, ready, running or dead.
+        #[arg(value_enum)]
+        state: StateArg,
+        /// How many a page (at most 1,000).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Start after this cursor (printed at the end of the previous page).
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
+        /// Every page, not only the first (still read a page at a time).
+        #[arg(long)]
+        all: bool,
+    },
     /// The tasks due next, oldest due first (overdue ones say so).
     DueNext {
         /// How many.
@@ -97,6 +113,16 @@ enum Command {
         /// The task's key.
         key: String,
     },
+    /// Ask the handler of a running task to stop: its cancellation token is cancelled, and
+    /// whatever it returns, the task ends as cancelled.
+    CancelRunning {
+        /// The task's key.
+        key: String,
+    },
+    /// Stop handing out tasks (they still fall due and wait, ready) until `resume`.
+    Pause,
+    /// Hand out tasks again, at once.
+    Resume,
     /// Watch the counts and the rates of handing out and acknowledging, refreshed.
     Watch {
         /// Seconds between refreshes.
@@ -266,6 +292,26 @@ async fn run(cli: &Cli) -> Result<Ended, Failure> {
         Command::Dead { limit, requeue, delete, requeue_all } => {
             return dead(cli, &timers, *limit, requeue.as_deref(), delete.as_deref(), *requeue_all).await;
         }
+        Command::List { state, limit, after, all } => {
+            return list(cli, &timers, (*state).into(), *limit, after.as_deref(), *all).await;
+        }
+        Command::CancelRunning { key } => {
+            let done = timers.cancel_running(key).await?;
+            return Ok(said(
+                json,
+                done,
+                &format!("asked the handler of {key:?} to stop; the task ends as cancelled"),
+                &format!("{key:?} is not running"),
+            ));
+        }
+        Command::Pause => {
+            timers.pause().await?;
+            return Ok(said(json, true, &format!("paused {:?}: no worker claims until resume", cli.wheel), ""));
+        }
+        Command::Resume => {
+            timers.resume().await?;
+            return Ok(said(json, true, &format!("resumed {:?}", cli.wheel), ""));
+        }
         Command::Cancel { key } => {
             let cancelled = timers.cancel(key).await?;
             return Ok(said(
@@ -294,6 +340,68 @@ fn said(json: bool, done: bool, yes: &str, no: &str) -> Ended {
     } else {
         Ended::NothingToActOn
     }
+}
+
+/// Prints a page (or, with `all`, every page) of the tasks in `state`.
+async fn list(
+    cli: &Cli,
+    timers: &DurableScheduler,
+    state: TaskState,
+    limit: usize,
+    after: Option<&str>,
+    all: bool,
+) -> Result<Ended, Failure> {
+    let mut cursor = match after {
+        Some(text) => Some(
+            text.parse::<ListCursor>()
+                .map_err(|e| Failure::Setting(format!("--after {text:?}: not a cursor that `list` printed ({e})")))?,
+        ),
+        None => None,
+    };
+    let now = SystemTime::now();
+    let mut tasks = Vec::new();
+    loop {
+        let page = timers.list(state, cursor.as_ref(), limit).await?;
+        let (got, next) = page.into_parts();
+        tasks.extend(got);
+        cursor = next;
+        if !all || cursor.is_none() {
+            break;
+        }
+    }
+    if cli.json {
+        let listed: Vec<Value> = tasks
+            .iter()
+            .map(|t| {
+                let mut v = show::task_json(t);
+                v["worker"] = json!(t.worker());
+                v["claimed_unix_ms"] = json!(t.claimed_at().map(show::unix_ms));
+                v["overdue_ms"] = json!(t.overdue_by().map(|d| d.as_millis() as u64));
+                v
+            })
+            .collect();
+        println!("{}", json!({ "tasks": listed, "next": cursor.as_ref().map(ToString::to_string) }));
+    } else {
+        let rows: Vec<Vec<String>> = tasks
+            .iter()
+            .map(|t| {
+                vec![
+                    t.key().to_string(),
+                    show::due(t.due(), now),
+                    t.attempt().to_string(),
+                    t.worker().unwrap_or("").to_string(),
+                    t.claimed_at().map(|c| show::relative(c, now)).unwrap_or_default(),
+                    show::clip(t.last_error().unwrap_or(""), 40),
+                    show::payload_short(t.payload(), 40),
+                ]
+            })
+            .collect();
+        print!("{}", show::table(&["KEY", "DUE", "ATTEMPTS", "WORKER", "CLAIMED", "LAST ERROR", "PAYLOAD"], &rows));
+        if let Some(next) = &cursor {
+            println!("(more: --after {next})");
+        }
+    }
+    Ok(Ended::Done)
 }
 
 async fn dead(

@@ -140,6 +140,7 @@ pub fn stats_json(wheel: &str, s: &DurableStats) -> Value {
         "running": s.in_flight,
         "dead": s.dead,
         "cursor_lag_ticks": s.cursor_lag_ticks,
+        "paused": s.paused,
         "scheduled": s.scheduled,
         "handed_out": s.handed_out,
         "acked": s.acked,
@@ -152,7 +153,8 @@ pub fn stats_json(wheel: &str, s: &DurableStats) -> Value {
 /// The stats for a person.
 pub fn stats_text(wheel: &str, s: &DurableStats) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "wheel {wheel}");
+    let paused = if s.paused { "   PAUSED: no worker claims until resume" } else { "" };
+    let _ = writeln!(out, "wheel {wheel}{paused}");
     let _ = writeln!(
         out,
         "  pending  {:>10}   (waiting {}, ready {}, running {})",

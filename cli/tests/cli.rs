@@ -6,11 +6,12 @@
 mod redis_server;
 
 use std::process::{Command, Output};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_server::RedisServer;
 use serde_json::Value;
-use tokio_timewheel::durable::DurableScheduler;
+use tokio_timewheel::durable::{DurableScheduler, Task};
 
 const WHEEL: &str = "cli-orders";
 
@@ -177,4 +178,73 @@ async fn exit_codes_and_errors_say_what_went_wrong() {
     text(&url, WHEEL, &["no-such-command"], 2);
     let (_, err) = text(&url, WHEEL, &["watch", "--interval", "0"], 4);
     assert!(err.contains("--interval"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pause_resume_and_cancel_running() {
+    let Some(server) = RedisServer::start() else { return };
+    let url = server.url();
+    let timers = wheel(&url).await;
+
+    // list: 120 waiting tasks, paged by the cursor the command prints, each key once.
+    let tasks: Vec<_> = (0..120).map(|i| (format!("w:{i:03}"), Duration::from_secs(600 + i), Vec::new())).collect();
+    timers.schedule_many(tasks).await.unwrap().into_iter().for_each(|r| r.expect("scheduled"));
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = vec!["list", "waiting", "--limit", "50"];
+        if let Some(cursor) = &after {
+            args.extend(["--after", cursor.as_str()]);
+        }
+        let page = json(&url, &args, 0);
+        seen.extend(page["tasks"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap().to_string()));
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..120).map(|i| format!("w:{i:03}")).collect();
+    assert_eq!(seen, expected, "every waiting task once, by due time");
+    let all = json(&url, &["list", "waiting", "--limit", "7", "--all"], 0);
+    assert_eq!(all["tasks"].as_array().unwrap().len(), 120);
+    let (_, err) = text(&url, WHEEL, &["list", "waiting", "--after", "nonsense"], 4);
+    assert!(err.contains("--after"), "{err}");
+
+    // pause: stats say so and nothing is handed out; resume hands it out.
+    assert_eq!(json(&url, &["pause"], 0)["done"], true);
+    assert!(timers.is_paused().await.unwrap());
+    assert_eq!(json(&url, &["stats"], 0)["paused"], true);
+    let (out, _) = text(&url, WHEEL, &["stats"], 0);
+    assert!(out.contains("PAUSED"), "{out}");
+    timers.schedule("now", Duration::ZERO, Vec::new()).await.unwrap();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let worker = {
+        let started = started.clone();
+        timers.run(move |task: Task| {
+            let started = started.clone();
+            async move {
+                if task.key() == "long" {
+                    started.notify_one();
+                    task.cancel_token().cancelled().await;
+                }
+                Ok::<(), String>(())
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(timers.stats().await.unwrap().handed_out, 0, "nothing is handed out while paused");
+    assert_eq!(json(&url, &["resume"], 0)["done"], true);
+    wait_for("the ready task handed out after resume", async || timers.stats().await.unwrap().acked == 1).await;
+
+    // cancel-running: a running handler's token is cancelled and the task ends as cancelled.
+    assert_eq!(json(&url, &["cancel-running", "long"], 1)["done"], false, "not running: nothing to act on");
+    timers.schedule("long", Duration::ZERO, Vec::new()).await.unwrap();
+    started.notified().await;
+    let running = json(&url, &["list", "running"], 0);
+    assert_eq!(running["tasks"][0]["key"], "long");
+    assert!(running["tasks"][0]["worker"].is_string(), "{running}");
+    assert_eq!(json(&url, &["cancel-running", "long"], 0)["done"], true);
+    wait_for("the cancelled task gone", async || !timers.contains("long").await.unwrap()).await;
+    worker.shutdown().await;
+    assert_eq!(timers.stats().await.unwrap().dead, 0, "ended as cancelled, not dead");
 }
