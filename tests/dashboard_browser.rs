@@ -160,10 +160,15 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
     let address = listener.local_addr().unwrap();
     let app = axum::Router::new().route("/", axum::routing::get(|| async { "the shop" }));
+    // As an admin process would: handles of its own, opened as the wheels are recorded, with no
+    // worker, so that every figure the page shows comes from Redis, not from this handle's
+    // workers.
+    let admin = |name: &'static str| DurableScheduler::builder(server.url(), name).only_existing().connect();
+    let (admin_orders, admin_emails) = (admin("orders").await.expect("admin"), admin("emails").await.expect("admin"));
     let app = dashboard::mount(
         app,
         "/admin/timers",
-        Dashboard::new(orders.clone()).wheel(emails.clone()).actions(true).router(),
+        Dashboard::new(admin_orders).wheel(admin_emails).actions(true).router(),
     );
     let serving = tokio::spawn(async move { axum::serve(listener, app).await });
 
