@@ -165,11 +165,8 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     // workers.
     let admin = |name: &'static str| DurableScheduler::builder(server.url(), name).only_existing().connect();
     let (admin_orders, admin_emails) = (admin("orders").await.expect("admin"), admin("emails").await.expect("admin"));
-    let app = dashboard::mount(
-        app,
-        "/admin/timers",
-        Dashboard::new(admin_orders).wheel(admin_emails).actions(true).router(),
-    );
+    let app =
+        dashboard::mount(app, "/admin/timers", Dashboard::new(admin_orders).wheel(admin_emails).actions(true).router());
     let serving = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let mut chromium = Chromium::launch(&binary, 1280, 900).await;

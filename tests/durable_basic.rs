@@ -11,10 +11,11 @@ mod support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use support::durable::{keys, wait_until, Handled, Log};
+use support::logs::Captured;
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, Worker};
 use tokio_timewheel::Error;
@@ -337,21 +338,6 @@ async fn far_tier_tasks_are_promoted_and_fire_on_time() {
     worker.shutdown().await;
 }
 
-/// Collects what `tracing` writes, for the test that checks `connect`'s warnings.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn connect_warns_about_settings_that_lose_tasks() {
     use support::redis_server::Persistence;
@@ -365,14 +351,14 @@ async fn connect_warns_about_settings_that_lose_tasks() {
     });
     let _guard = tracing::subscriber::set_default(subscriber.finish());
     builder(&server, "unsafe").connect().await.expect("connect");
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let text = captured.text();
     assert!(text.contains("maxmemory-policy allkeys-lru"), "{text}");
     assert!(text.contains("appendonly no"), "{text}");
 
     let Some(safe) = RedisServer::start() else { return };
-    captured.0.lock().unwrap().clear();
+    captured.clear();
     builder(&safe, "safe").connect().await.expect("connect");
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let text = captured.text();
     assert!(!text.contains("WARN"), "{text}");
 }
 

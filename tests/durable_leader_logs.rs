@@ -10,42 +10,21 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::durable::{keys, leader_value, wait_until};
+use support::logs::Captured;
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::{DurableScheduler, Task};
 
 const NAME: &str = "leader-logs";
 
-/// Everything logged in this test binary, as text.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    /// Waits (up to `limit`) for a line that holds every one of `parts`, and returns it.
-    async fn line_with(&self, parts: &[&str], limit: Duration) -> String {
-        let found = || self.text().lines().find(|l| parts.iter().all(|p| l.contains(p))).map(str::to_owned);
-        wait_until(limit, || found().is_some()).await;
-        found().unwrap_or_else(|| panic!("no line with {parts:?} within {limit:?} in:\n{}", self.text()))
-    }
+/// Waits (up to `limit`) for a line logged into `captured` that holds every one of `parts`, and
+/// returns it.
+async fn line_with(captured: &Captured, parts: &[&str], limit: Duration) -> String {
+    let found = || captured.text().lines().find(|l| parts.iter().all(|p| l.contains(p))).map(str::to_owned);
+    wait_until(limit, || found().is_some()).await;
+    found().unwrap_or_else(|| panic!("no line with {parts:?} within {limit:?} in:\n{}", captured.text()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,7 +48,7 @@ async fn a_leader_says_why_it_lost_the_lead_and_which_setting_bounded_a_failed_c
     server.command(&["SET", &leader, "previous-run.0:1", "PX", "1000"]);
     let worker = timers.run(|_task: Task| async { Ok::<(), String>(()) });
     worker.ready().await;
-    let line = captured.line_with(&["INFO", "another node leads"], Duration::from_secs(10)).await;
+    let line = line_with(&captured, &["INFO", "another node leads"], Duration::from_secs(10)).await;
     assert!(line.contains("this node's previous run"), "{line}");
     assert!(wait_until(Duration::from_secs(10), || worker.is_leader()).await, "the only node never led");
     assert!(!captured.text().contains("lost the leadership"), "{}", captured.text());
@@ -77,14 +56,14 @@ async fn a_leader_says_why_it_lost_the_lead_and_which_setting_bounded_a_failed_c
     // The lead lapses with no other node about (as when Redis restarts without the key, or is
     // out of reach for longer than the lease): the node takes it back and says it lapsed.
     server.command(&["DEL", &leader]);
-    let line = captured.line_with(&["WARN", "leadership lapsed"], Duration::from_secs(10)).await;
+    let line = line_with(&captured, &["WARN", "leadership lapsed"], Duration::from_secs(10)).await;
     assert!(line.contains("no other node held it") && line.contains("2s"), "{line}");
     assert!(!captured.text().contains("lost the leadership"), "a node alone was told it lost:\n{}", captured.text());
     assert!(wait_until(Duration::from_secs(10), || worker.is_leader()).await, "the lead never came back");
 
     // Another node takes the lead (a token of a node of its own, for a second): this one says so.
     server.command(&["SET", &leader, "another-node.0:99", "PX", "1000"]);
-    let line = captured.line_with(&["WARN", "lost the leadership to another node"], Duration::from_secs(10)).await;
+    let line = line_with(&captured, &["WARN", "lost the leadership to another node"], Duration::from_secs(10)).await;
     assert!(line.contains("bids again"), "{line}");
     assert!(wait_until(Duration::from_secs(10), || worker.is_leader()).await, "the lead never came back");
     assert!(leader_value(&server, NAME).is_some_and(|t| t != "another-node.0:99"));
@@ -93,7 +72,7 @@ async fn a_leader_says_why_it_lost_the_lead_and_which_setting_bounded_a_failed_c
     // failed tick says it had no answer within the response timeout, not the connect timeout
     // (3 s here).
     server.command_detached(&["DEBUG", "SLEEP", "1.5"]);
-    let line = captured.line_with(&["ticking failed", "timed out"], Duration::from_secs(10)).await;
+    let line = line_with(&captured, &["ticking failed", "timed out"], Duration::from_secs(10)).await;
     assert!(line.contains("within 500ms (the response timeout"), "{line}");
     assert!(
         !captured.text().contains("(the connect timeout"),

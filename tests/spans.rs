@@ -6,26 +6,12 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use support::logs::Captured;
+
 use tokio_timewheel::Scheduler;
-
-/// Everything logged in this test binary, as text.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// The lines logged so far, installing the subscriber (every level, no colours) on first use.
 fn logged() -> String {
@@ -40,7 +26,7 @@ fn logged() -> String {
             .init();
         captured
     });
-    String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned()
+    captured.text()
 }
 
 #[tokio::test]
@@ -99,7 +85,7 @@ async fn a_panicking_job_is_logged_at_error_with_its_key_and_message() {
     // The outcome is known when the timer fires; its job starts just after.
     let started = std::time::Instant::now();
     loop {
-        let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+        let text = captured.text();
         let found = |(key, message): &(&str, &str)| {
             text.lines().any(|l| l.contains("ERROR") && l.contains(key) && l.contains(message))
         };

@@ -5,6 +5,7 @@
 
 #[cfg(feature = "redis")]
 pub mod durable;
+pub mod logs;
 pub mod redis_server;
 #[cfg(feature = "redis")]
 pub mod topology;
