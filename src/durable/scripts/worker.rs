@@ -8,6 +8,7 @@ use crate::durable::shared_conn::Window;
 use crate::durable::time::{from_unix_ms, When};
 use crate::durable::Task;
 use crate::durable::WheelKeys;
+use crate::origin::Origin;
 use crate::Error;
 
 /// One task a claim took, and the claim token its outcome must carry.
@@ -18,6 +19,11 @@ pub(crate) struct Claimed {
     /// The spec of a series whose next run the node works out (see `series.rs`), read from the
     /// record; `None` for any other task.
     pub(crate) spec: Option<Spec>,
+    /// Whether the task is one run of a series (a period or a spec).
+    pub(crate) recurring: bool,
+    /// The trace context of the span that scheduled the task, read from the record (of no size
+    /// without the `opentelemetry` feature, which then reads past it).
+    pub(crate) origin: Origin,
 }
 
 /// One delivery to acknowledge: its key, its claim token, and the next due time of its series
@@ -116,12 +122,12 @@ pub(crate) async fn claim_and_ack(
 }
 
 /// A claimed task from its key and its record as `claim.lua` answers it: record.lua's format,
-/// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>]<error length>:<error><payload>`.
+/// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>][t<trace length>:<trace>]<error length>:<error><payload>`.
 /// `None` for a record that does not read (none does: the scripts write every one).
 fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) -> Option<Claimed> {
     let mut rest = record;
     let (due, attempt, token) = (field(&mut rest)?, field(&mut rest)?, field(&mut rest)?);
-    let (_every, _runs, missed) = (field(&mut rest)?, field(&mut rest)?, field(&mut rest)?);
+    let (every, _runs, missed) = (field(&mut rest)?, field(&mut rest)?, field(&mut rest)?);
     // The spec, when there is one: `c<length>:<spec>`, before the error's length.
     let mut spec = None;
     if let Some(after) = rest.strip_prefix(b"c") {
@@ -130,6 +136,14 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
         let spec_text = rest.get(..len)?;
         rest = &rest[len..];
         spec = Some(Spec { text: text(spec_text), missed: *missed.first()? });
+    }
+    // The trace, when there is one: `t<length>:<trace>`, before the error's length.
+    let mut origin = Origin::default();
+    if let Some(after) = rest.strip_prefix(b"t") {
+        rest = after;
+        let len = usize::try_from(number(field(&mut rest)?)).ok()?;
+        origin = Origin::from_text(&text(rest.get(..len)?));
+        rest = &rest[len..];
     }
     let error_len = usize::try_from(number(field(&mut rest)?)).ok()?;
     let payload = rest.get(error_len..)?;
@@ -142,7 +156,9 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
             claimed_at,
         },
         token: text(token),
+        recurring: spec.is_some() || every != b"0",
         spec,
+        origin,
     })
 }
 
