@@ -14,12 +14,16 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use opentelemetry::trace::{SpanContext, TraceContextExt, TracerProvider as _};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+#[cfg(feature = "opentelemetry")]
+use opentelemetry_sdk::trace::SpanData;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 
-use support::durable::{builder, keys, wait_until, Log};
+use support::durable::{builder, keys};
+#[cfg(feature = "opentelemetry")]
+use support::durable::{wait_until, Log};
 use support::RedisServer;
 
 /// The spans this test binary finished, exported in memory; installs the subscriber (for every
@@ -38,6 +42,7 @@ fn exporter() -> &'static InMemorySpanExporter {
 }
 
 /// The finished `task` spans of the key `key`.
+#[cfg(feature = "opentelemetry")]
 fn runs_of(key: &str) -> Vec<SpanData> {
     let spans = exporter().get_finished_spans().unwrap();
     spans
@@ -52,6 +57,7 @@ fn context_of(span: &tracing::Span) -> SpanContext {
 }
 
 /// Waits up to 10 s for `n` finished runs of `key`.
+#[cfg(feature = "opentelemetry")]
 async fn wait_for_runs(key: &str, n: usize) -> Vec<SpanData> {
     let done = wait_until(Duration::from_secs(10), || runs_of(key).len() >= n).await;
     assert!(done, "{} runs of {key} finished, not {n}", runs_of(key).len());
@@ -59,6 +65,7 @@ async fn wait_for_runs(key: &str, n: usize) -> Vec<SpanData> {
 }
 
 /// Whether `run` has a link to exactly the span `origin`.
+#[cfg(feature = "opentelemetry")]
 fn linked_to(run: &SpanData, origin: &SpanContext) -> bool {
     run.links
         .links

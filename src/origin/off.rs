@@ -1,10 +1,17 @@
 //! Without the `opentelemetry` feature: no trace context, in a type of no size.
 
-/// Where a timer or a task came from: without the feature, nowhere that is kept.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Where a timer or a task came from: without the feature, nowhere that is kept. Not `Copy`, so
+/// that code written for both builds clones it as it must the real one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Origin;
 
 impl Origin {
+    /// No context.
+    #[inline(always)]
+    pub(crate) fn none() -> Self {
+        Origin
+    }
+
     /// Nothing is taken.
     #[inline(always)]
     pub(crate) fn current() -> Self {

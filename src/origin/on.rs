@@ -16,6 +16,11 @@ pub(crate) struct Origin(Option<SpanContext>);
 const VERSION: &str = "00";
 
 impl Origin {
+    /// No context.
+    pub(crate) fn none() -> Self {
+        Origin(None)
+    }
+
     /// The current span's context.
     pub(crate) fn current() -> Self {
         let span = tracing::Span::current();

@@ -138,7 +138,7 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
         spec = Some(Spec { text: text(spec_text), missed: *missed.first()? });
     }
     // The trace, when there is one: `t<length>:<trace>`, before the error's length.
-    let mut origin = Origin::default();
+    let mut origin = Origin::none();
     if let Some(after) = rest.strip_prefix(b"t") {
         rest = after;
         let len = usize::try_from(number(field(&mut rest)?)).ok()?;
