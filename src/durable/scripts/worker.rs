@@ -256,3 +256,33 @@ pub(crate) async fn renew(
     let reply: Vec<u8> = wheel.conn.call(&inv, window).await?;
     Ok(digits(&reply))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 rojo=00f067aa0ba902b7";
+
+    /// A record with both optional fields reads whole in every build: the trace is read past
+    /// (kept only with the `opentelemetry` feature), and the error and payload after it stay
+    /// intact; one without them reads as before.
+    #[test]
+    fn a_record_reads_with_and_without_its_optional_fields() {
+        let at = std::time::SystemTime::UNIX_EPOCH;
+        let spec = "0 every 100";
+        let record = format!("1000:2:77:0:-1:2:c{}:{spec}t{}:{TRACE}4:boompay:load", spec.len(), TRACE.len());
+        let c = claimed_task(b"k", record.as_bytes(), at).expect("the record reads");
+        assert_eq!((c.task.payload.as_slice(), c.task.attempt, c.token.as_str()), (&b"pay:load"[..], 2, "77"));
+        assert_eq!(c.spec.map(|s| s.text), Some(spec.to_string()));
+        assert!(c.recurring);
+        #[cfg(feature = "opentelemetry")]
+        assert_eq!(c.origin.to_text(), TRACE);
+        #[cfg(not(feature = "opentelemetry"))]
+        assert_eq!(c.origin, Origin::none());
+
+        let plain = claimed_task(b"k", b"1000:1:5:0:0:0:0:x", at).expect("the record reads");
+        assert_eq!((plain.task.payload.as_slice(), plain.recurring, plain.origin), (&b"x"[..], false, Origin::none()));
+        let fixed_rate = claimed_task(b"k", format!("1000:1:5:250:-1:0:t{}:{TRACE}0:x", TRACE.len()).as_bytes(), at);
+        assert!(fixed_rate.expect("the record reads").recurring);
+    }
+}
