@@ -1,7 +1,8 @@
 //! The layering of docs/DESIGN.md, checked: dependencies point downwards only. At the crate's
 //! level the pure wheels use nothing else; what both modes share (errors, the lateness
-//! histogram, recurrences) uses neither mode; the service never uses the durable mode. Inside
-//! each mode, every file imports only from the files below it in that mode's table.
+//! histogram, recurrences, the trace context of `origin`) uses neither mode; the service never
+//! uses the durable mode. Inside each mode, every file imports only from the files below it in
+//! that mode's table.
 //!
 //! The check reads the sources as text (comments and `mod tests` blocks aside): an import is a
 //! path that starts with one of a file's prefixes, `super::` for a mode's top-level files and
@@ -190,6 +191,9 @@ fn modes_share_only_what_lies_below_both() {
         include_str!("recurrence/mod.rs"),
         include_str!("recurrence/series.rs"),
         include_str!("recurrence/cron.rs"),
+        include_str!("origin/mod.rs"),
+        include_str!("origin/on.rs"),
+        include_str!("origin/off.rs"),
     ];
     for source in shared {
         for line in code(source) {

@@ -13,6 +13,7 @@ mod layering;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+mod origin;
 mod recurrence;
 mod service;
 pub mod wheel;

@@ -230,6 +230,36 @@ impl DurableBuilder {
         self
     }
 
+    /// Makes each handler's span (`task`) a child of the span that scheduled its task, so the
+    /// run shows inside the scheduling request's trace. By default it is the root of a trace
+    /// of its own with an OpenTelemetry link to the scheduling span: a task may run hours after
+    /// the request that scheduled it ended, which a trace viewer shows best as two traces.
+    ///
+    /// A run of a recurring task is linked either way: each run starts a trace of its own, so
+    /// that no trace grows for as long as the series runs.
+    ///
+    /// What the link or the parent points to is the trace context of the span current when
+    /// `schedule` (or its kin) was called, kept with the task; a span that no
+    /// tracing-opentelemetry layer saw has none, and its tasks are neither linked nor children.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tokio_timewheel::durable::DurableScheduler;
+    ///
+    /// # async fn run() -> Result<(), tokio_timewheel::Error> {
+    /// let timers = DurableScheduler::builder("redis://127.0.0.1:6379/", "orders")
+    ///     .trace_parent(true) // a run is part of the trace that scheduled it
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn trace_parent(mut self, parent: bool) -> Self {
+        self.settings.trace_parent = parent;
+        self
+    }
+
     /// Makes `schedule` and its kin, `reschedule`, `requeue_dead` and a `cancel` that took wait
     /// until `replicas` replicas hold the change (Redis's `WAIT` on the primary of the task's
     /// partition, for up to `timeout`), so that it survives a failover: a task whose `schedule`

@@ -126,6 +126,9 @@ pub(crate) struct Settings {
     pub(crate) dead_letter_max_age: Option<Duration>,
     /// Open only a wheel that a node already opened, with the settings recorded in Redis.
     pub(crate) only_existing: bool,
+    /// Make a handler's span a child of the span that scheduled its task, not only linked to
+    /// it (set only with the `opentelemetry` feature).
+    pub(crate) trace_parent: bool,
 }
 
 impl Settings {
@@ -151,6 +154,7 @@ impl Settings {
             dead_letter_limit: 0,
             dead_letter_max_age: None,
             only_existing: false,
+            trace_parent: false,
         }
     }
 }
@@ -181,6 +185,9 @@ pub(crate) struct Config {
     pub(crate) dead_letter_limit: usize,
     /// The longest a dead letter is kept, in ms (0: no limit).
     pub(crate) dead_letter_max_age_ms: u64,
+    /// A handler's span is a child of the span that scheduled its task (a run of a series
+    /// aside), not only linked to it; never true without the `opentelemetry` feature.
+    pub(crate) trace_parent: bool,
 }
 
 impl Config {
@@ -247,6 +254,7 @@ impl Config {
             request_ttl_ms: ceil_ms((retry_window * 4).max(MIN_REQUEST_TTL)),
             dead_letter_limit: b.dead_letter_limit,
             dead_letter_max_age_ms: b.dead_letter_max_age.map_or(0, ceil_ms),
+            trace_parent: b.trace_parent,
         })
     }
 

@@ -148,7 +148,8 @@
 //! `metrics` feature the same figures go to the application's metrics exporter (see
 //! [`metrics`]), and with the `dashboard` feature [`dashboard::router`] is a web page of them to
 //! mount in the application's server. Handlers run inside a `tracing` span with the key and the
-//! attempt.
+//! attempt; with the `opentelemetry` feature that span is linked to the span that scheduled the
+//! task (or its child: `DurableBuilder::trace_parent`), whose trace context the task keeps.
 //!
 //! [`metrics`]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/metrics/index.html
 //! [`dashboard::router`]: https://docs.rs/tokio-timewheel/latest/tokio_timewheel/durable/dashboard/fn.router.html

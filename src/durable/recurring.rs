@@ -6,6 +6,7 @@ use super::scheduler::DurableScheduler;
 use super::scripts::{self, NewTask, Upserted};
 use super::series::{self, Stored};
 use super::time::When;
+use crate::origin::Origin;
 use crate::{Error, Recurrence};
 
 impl DurableScheduler {
@@ -71,7 +72,7 @@ impl DurableScheduler {
         let (key, payload) = (key.as_ref(), payload.into());
         self.check(key, &payload)?;
         let series = series::store(&recurrence.into(), self.wheel.clock.now_ms())?;
-        let task = NewTask { key: key.to_string(), when: When::At(series.first_due_ms), payload };
+        let task = NewTask::new(key.to_string(), When::At(series.first_due_ms), payload);
         self.schedule_series(task, &series).await
     }
 
@@ -119,7 +120,9 @@ impl DurableScheduler {
         self.check(key, &payload)?;
         let series: Stored = series::store(&recurrence.into(), self.wheel.clock.now_ms())?;
         let keys = &self.wheel.partition_of(key).keys;
-        let answer = scripts::upsert(&self.wheel, keys, &self.wheel.ids.next(), key, &series, &payload).await?;
+        let answer =
+            scripts::upsert(&self.wheel, keys, &self.wheel.ids.next(), key, &series, &payload, &Origin::current())
+                .await?;
         self.wheel.conn.replicate(&keys.meta()).await?;
         Ok(answer == Upserted::Created)
     }

@@ -11,6 +11,7 @@ use super::scripts::{self, NewTask, Scheduled};
 use super::series::Stored;
 use super::time::When;
 use super::{Task, Worker};
+use crate::origin::Origin;
 use crate::Error;
 
 /// A handle to a durable timing wheel kept in Redis, shared by every node that connects to it.
@@ -226,13 +227,17 @@ impl DurableScheduler {
         // iterator (often a closure over borrowed keys) is not held across one: it would keep
         // the future from being `Send` in a spawned task (rustc cannot prove a closure with
         // borrowed arguments `Send` for every lifetime). A bad item is its own error.
+        let origin = Origin::current();
         let checked: Vec<Result<(usize, NewTask), Error>> = items
             .into_iter()
             .map(|(key, delay, payload)| {
                 let (key, payload) = (key.as_ref(), payload.into());
-                self.check(key, &payload)
-                    .and_then(|()| When::delay(delay))
-                    .map(|when| (self.wheel.partition_of(key).index, NewTask { key: key.to_string(), when, payload }))
+                self.check(key, &payload).and_then(|()| When::delay(delay)).map(|when| {
+                    (
+                        self.wheel.partition_of(key).index,
+                        NewTask { key: key.to_string(), when, payload, origin: origin.clone() },
+                    )
+                })
             })
             .collect();
         coalesce::schedule_many(&self.wheel, checked).await
@@ -398,7 +403,7 @@ impl DurableScheduler {
     ) -> Result<bool, Error> {
         let (key, payload) = (key.as_ref(), payload.into());
         self.check(key, &payload)?;
-        let task = NewTask { key: key.to_string(), when: When::delay(delay)?, payload };
+        let task = NewTask::new(key.to_string(), When::delay(delay)?, payload);
         let keys = &self.wheel.partition_of(key).keys;
         let answer = scripts::schedule(&self.wheel, keys, &self.wheel.ids.next(), &[task], true, None).await?;
         match answer.first() {
@@ -488,7 +493,7 @@ impl DurableScheduler {
             crate::Repeat::Times(n) => Some(n),
             crate::Repeat::Forever => None,
         };
-        let task = NewTask { key: key.to_string(), when: When::delay(period)?, payload };
+        let task = NewTask::new(key.to_string(), When::delay(period)?, payload);
         let series = Stored { every_ms, runs, missed, spec: String::new(), first_due_ms: 0 };
         self.schedule_series(task, &series).await
     }
@@ -619,7 +624,7 @@ impl DurableScheduler {
     ) -> Result<(), Error> {
         // Checked before it is queued: a bad call never reaches its batch.
         self.check(key, &payload)?;
-        let task = NewTask { key: key.to_string(), when, payload };
+        let task = NewTask::new(key.to_string(), when, payload);
         let part = self.wheel.partition_of(key).index;
         match request_id {
             // A test's own request id: its call goes alone, under that id.

@@ -20,6 +20,7 @@ use std::task::{Context, Poll};
 use tracing::Instrument;
 
 use super::key::Key;
+use crate::origin::Origin;
 
 /// A started job: the future its closure returned.
 pub(crate) type JobFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -29,6 +30,9 @@ pub(crate) trait Job: Send + Sync + 'static {
     /// Calls the user's closure with the key. It may panic: [`Starts::push`] catches and
     /// reports that, so it never unwinds into the actor.
     fn call(&self, key: String) -> Option<JobFuture>;
+
+    /// Makes the span of a run follow the span that scheduled the timer, if the job keeps it.
+    fn follow(&self, _span: &tracing::Span) {}
 }
 
 /// A one-shot timer's job: started at most once, so it may own what it needs (a
@@ -44,6 +48,9 @@ pub(crate) trait OnceJob: Send + 'static {
 
     /// The job as `Any`, for a queue to take back the value of a timer it removes.
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
+
+    /// As [`Job::follow`].
+    fn follow(&self, _span: &tracing::Span) {}
 }
 
 /// The job of a keyed sleep: its firing wakes the sleeper and starts nothing. A unit struct, so
@@ -91,6 +98,70 @@ where
     }
 }
 
+/// The one-shot job `job`, its runs following `origin`: kept inside the job's box, which grows by
+/// the span context, and only when there is one (never without the `opentelemetry` feature), so a
+/// timer stays its 40 bytes.
+pub(crate) fn once<F, Fut>(job: F, origin: &Origin) -> Box<dyn OnceJob>
+where
+    F: FnOnce(String) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    if origin.is_some() {
+        return Box::new(Following { job: Once(job), origin: origin.clone() });
+    }
+    Box::new(Once(job))
+}
+
+/// The repeating job `job`, each run following `origin`, as [`once`] keeps it.
+pub(crate) fn shared<F, Fut>(job: F, origin: &Origin) -> Arc<dyn Job>
+where
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    if origin.is_some() {
+        return Arc::new(Following { job, origin: origin.clone() });
+    }
+    Arc::new(job)
+}
+
+/// A job with the trace context of the span that scheduled it.
+struct Following<J> {
+    job: J,
+    origin: Origin,
+}
+
+impl<F, Fut> OnceJob for Following<Once<F>>
+where
+    F: FnOnce(String) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    fn call_once(self: Box<Self>, key: String) -> Option<JobFuture> {
+        Some(Box::pin((self.job.0)(key)))
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+
+    fn follow(&self, span: &tracing::Span) {
+        self.origin.follow(span, false);
+    }
+}
+
+impl<F, Fut> Job for Following<F>
+where
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    fn call(&self, key: String) -> Option<JobFuture> {
+        Some(Box::pin((self.job)(key)))
+    }
+
+    fn follow(&self, span: &tracing::Span) {
+        self.origin.follow(span, false);
+    }
+}
+
 /// A due timer's job, as the actor takes it out of the timer's shard: a one-shot timer's job
 /// leaves with the timer, a repeating timer's is shared with the timer waiting for its next run.
 pub(crate) enum JobRef {
@@ -99,6 +170,14 @@ pub(crate) enum JobRef {
 }
 
 impl JobRef {
+    /// Makes `span` follow the span that scheduled the timer (a link), if the job keeps it.
+    fn follow(&self, span: &tracing::Span) {
+        match self {
+            JobRef::Owned(job) => job.follow(span),
+            JobRef::Shared(job) => job.follow(span),
+        }
+    }
+
     /// Calls the job with the key.
     pub fn call(self, key: String) -> Option<JobFuture> {
         match self {
@@ -126,11 +205,16 @@ impl Starts {
     /// `tokio_timewheel::job`) that carries the service's name and the key and goes with the
     /// job's future. A span that no subscriber wants costs one check of the level, and the job
     /// is kept as it is: at a million firings a second, a span each is not free, so it is there
-    /// for whoever asks for it. A closure that panics is reported (see [`report`]) and does not
-    /// unwind into the actor.
+    /// for whoever asks for it. With the `opentelemetry` feature, an enabled span is linked to
+    /// the span that scheduled the timer (each run of a repeating one too: each is a trace of
+    /// its own). A closure that panics is reported (see [`report`]) and does not unwind into
+    /// the actor.
     pub fn push(&mut self, job: JobRef, key: Key) {
         let span =
             tracing::debug_span!(target: "tokio_timewheel::job", "timer", wheel = &*self.wheel, key = key.as_str());
+        if !span.is_disabled() {
+            job.follow(&span);
+        }
         let call = || catch_unwind(AssertUnwindSafe(|| job.call(key.as_str().to_owned())));
         let (started, span) = if span.is_disabled() { (call(), None) } else { (span.in_scope(call), Some(span)) };
         match (started, span) {

@@ -11,12 +11,13 @@ use tokio::time::Instant;
 use super::actor::Command;
 use super::clock::{Clock, Due};
 use super::handle::TimerHandle;
-use super::job::{Job, Once, Wake};
+use super::job::{self, Job, Wake};
 use super::key::Key;
 use super::scheduled::{CancelOnDrop, Scheduled};
 use super::shards::{Shared, Ticket};
 use super::stats::Stats;
 use super::timer::{Anchor, Calendar, Repeating, Run, Timer};
+use crate::origin::Origin;
 use crate::recurrence::{MissedRuns, Recurrence, Repeat};
 use crate::{Error, Lateness};
 
@@ -144,7 +145,7 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.submit(Prepared::new(key.as_ref(), self.clock.after(delay), Run::Once(Box::new(Once(job)))))
+        self.submit(Prepared::new(key.as_ref(), self.clock.after(delay), Run::Once(job::once(job, &Origin::current()))))
     }
 
     /// Like [`schedule`](Self::schedule), with an absolute deadline. A deadline in the past
@@ -166,7 +167,7 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.submit(Prepared::new(key.as_ref(), self.clock.at(deadline), Run::Once(Box::new(Once(job)))))
+        self.submit(Prepared::new(key.as_ref(), self.clock.at(deadline), Run::Once(job::once(job, &Origin::current()))))
     }
 
     /// Runs `job` every `period`, first one period after the call, at a fixed rate: run `n` is
@@ -262,7 +263,7 @@ impl Scheduler {
             Repeat::Forever => Ok(Recurrence::every(period).missed(missed)),
         };
         let prepared = recurrence.and_then(|recurrence| {
-            let (run, due) = self.recurring(recurrence, Arc::new(job))?;
+            let (run, due) = self.recurring(recurrence, job::shared(job, &Origin::current()))?;
             Prepared::new(key.as_ref(), Ok(due), run)
         });
         self.submit(prepared)
@@ -343,7 +344,7 @@ impl Scheduler {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let prepared = self
-            .recurring(recurrence.into(), Arc::new(job))
+            .recurring(recurrence.into(), job::shared(job, &Origin::current()))
             .and_then(|(run, due)| Prepared::new(key.as_ref(), Ok(due), run));
         self.submit(prepared)
     }
@@ -403,7 +404,7 @@ impl Scheduler {
         let upserted = (|| {
             let key = key.as_ref();
             check_key(key)?;
-            let (run, due) = self.recurring(recurrence.into(), Arc::new(job))?;
+            let (run, due) = self.recurring(recurrence.into(), job::shared(job, &Origin::current()))?;
             self.check_running()?;
             self.shared.replace(Timer::new(Key::from(key), run), due, false)
         })();
@@ -527,11 +528,12 @@ impl Scheduler {
         let items = items.into_iter();
         let mut results = Vec::with_capacity(items.size_hint().0);
         let mut timers = Vec::with_capacity(items.size_hint().0);
+        let origin = Origin::current();
         for (key, delay, job) in items {
             let key = key.as_ref();
             let checked = check_key(key).and_then(|()| self.clock.after_reading(&reading, delay));
             results.push(checked.map(|due| {
-                timers.push((Timer::new(Key::from(key), Run::Once(Box::new(Once(job)))), due.deadline));
+                timers.push((Timer::new(Key::from(key), Run::Once(job::once(job, &origin))), due.deadline));
             }));
         }
         let set_at = self.clock.tick_of(&reading);
@@ -662,7 +664,7 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let upserted = self.upsert(key.as_ref(), delay, || Run::Once(Box::new(Once(job))));
+        let upserted = self.upsert(key.as_ref(), delay, || Run::Once(job::once(job, &Origin::current())));
         Self::report(upserted.map(|(claimed, ..)| claimed))
     }
 
@@ -692,7 +694,7 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let upserted = self.upsert(key.as_ref(), delay, || Run::Once(Box::new(Once(job))));
+        let upserted = self.upsert(key.as_ref(), delay, || Run::Once(job::once(job, &Origin::current())));
         Self::report(upserted.map(|(_, key, ticket)| self.handle(key, ticket)))
     }
 

@@ -7,6 +7,7 @@ use crate::durable::series::{missed_digit, Stored};
 use crate::durable::shared_conn::Window;
 use crate::durable::time::When;
 use crate::durable::WheelKeys;
+use crate::origin::{self, Origin};
 use crate::Error;
 
 /// One task on its way to `schedule.lua`.
@@ -15,6 +16,16 @@ pub(crate) struct NewTask {
     pub(crate) key: String,
     pub(crate) when: When,
     pub(crate) payload: Vec<u8>,
+    /// The trace context of the span that scheduled it (of no size without the
+    /// `opentelemetry` feature).
+    pub(crate) origin: Origin,
+}
+
+impl NewTask {
+    /// The task `key`, due `when`, with `payload`, scheduled from the current span.
+    pub(crate) fn new(key: String, when: When, payload: Vec<u8>) -> Self {
+        NewTask { key, when, payload, origin: Origin::current() }
+    }
 }
 
 /// The two script arguments that carry the times of a call's tasks (see `due_times.lua`): their
@@ -87,6 +98,7 @@ pub(crate) async fn schedule_in(
     let (times, modes) = pack_times(tasks.iter().map(|t| t.when));
     inv.arg(slots).arg(times).arg(modes).arg(if guess.own_slots { "1" } else { "0" });
     inv.arg(repeat.map_or("", |r| r.spec.as_str()));
+    inv.arg(origin::joined(tasks.iter().map(|t| &t.origin)));
     for task in tasks {
         inv.arg(&task.key).arg(task.payload.as_slice());
     }
@@ -120,7 +132,8 @@ pub(crate) enum Upserted {
 }
 
 /// Makes the series `series` (its first run at `series.first_due_ms`) the one task under `key`,
-/// with `payload`, whatever was pending there, as request `request_id`.
+/// with `payload`, whatever was pending there, as request `request_id`, its runs following
+/// `origin`.
 pub(crate) async fn upsert(
     wheel: &WheelClient,
     keys: &WheelKeys,
@@ -128,6 +141,7 @@ pub(crate) async fn upsert(
     key: &str,
     series: &Stored,
     payload: &[u8],
+    origin: &Origin,
 ) -> Result<Upserted, Error> {
     let mut inv = invoke(keys, &SCRIPTS.upsert);
     inv.key(keys.request(request_id));
@@ -143,7 +157,8 @@ pub(crate) async fn upsert(
         .arg(runs_arg(series.runs))
         .arg(missed_digit(series.missed))
         .arg(series.spec.as_str())
-        .arg(payload);
+        .arg(payload)
+        .arg(origin.to_text());
     let reply: Vec<u8> = wheel.conn.call(&inv, Window::Default).await?;
     Ok(match reply.first() {
         Some(b'1') => Upserted::Created,

@@ -8,6 +8,7 @@ use crate::durable::shared_conn::Window;
 use crate::durable::time::{from_unix_ms, When};
 use crate::durable::Task;
 use crate::durable::WheelKeys;
+use crate::origin::Origin;
 use crate::Error;
 
 /// One task a claim took, and the claim token its outcome must carry.
@@ -18,6 +19,11 @@ pub(crate) struct Claimed {
     /// The spec of a series whose next run the node works out (see `series.rs`), read from the
     /// record; `None` for any other task.
     pub(crate) spec: Option<Spec>,
+    /// Whether the task is one run of a series (a period or a spec).
+    pub(crate) recurring: bool,
+    /// The trace context of the span that scheduled the task, read from the record (of no size
+    /// without the `opentelemetry` feature, which then reads past it).
+    pub(crate) origin: Origin,
 }
 
 /// One delivery to acknowledge: its key, its claim token, and the next due time of its series
@@ -119,12 +125,12 @@ pub(crate) async fn claim_and_ack(
 }
 
 /// A claimed task from its key and its record as `claim.lua` answers it: record.lua's format,
-/// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>]<error length>:<error><payload>`.
+/// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>][t<trace length>:<trace>]<error length>:<error><payload>`.
 /// `None` for a record that does not read (none does: the scripts write every one).
 fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) -> Option<Claimed> {
     let mut rest = record;
     let (due, attempt, token) = (field(&mut rest)?, field(&mut rest)?, field(&mut rest)?);
-    let (_every, _runs, missed) = (field(&mut rest)?, field(&mut rest)?, field(&mut rest)?);
+    let (every, _runs, missed) = (field(&mut rest)?, field(&mut rest)?, field(&mut rest)?);
     // The spec, when there is one: `c<length>:<spec>`, before the error's length.
     let mut spec = None;
     if let Some(after) = rest.strip_prefix(b"c") {
@@ -133,6 +139,14 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
         let spec_text = rest.get(..len)?;
         rest = &rest[len..];
         spec = Some(Spec { text: text(spec_text), missed: *missed.first()? });
+    }
+    // The trace, when there is one: `t<length>:<trace>`, before the error's length.
+    let mut origin = Origin::none();
+    if let Some(after) = rest.strip_prefix(b"t") {
+        rest = after;
+        let len = usize::try_from(number(field(&mut rest)?)).ok()?;
+        origin = Origin::from_text(&text(rest.get(..len)?));
+        rest = &rest[len..];
     }
     let error_len = usize::try_from(number(field(&mut rest)?)).ok()?;
     let payload = rest.get(error_len..)?;
@@ -146,7 +160,9 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
             cancel: tokio_util::sync::CancellationToken::new(),
         },
         token: text(token),
+        recurring: spec.is_some() || every != b"0",
         spec,
+        origin,
     })
 }
 
@@ -263,4 +279,34 @@ pub(crate) async fn renew(
             _ => Renewal::Refused,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 rojo=00f067aa0ba902b7";
+
+    /// A record with both optional fields reads whole in every build: the trace is read past
+    /// (kept only with the `opentelemetry` feature), and the error and payload after it stay
+    /// intact; one without them reads as before.
+    #[test]
+    fn a_record_reads_with_and_without_its_optional_fields() {
+        let at = std::time::SystemTime::UNIX_EPOCH;
+        let spec = "0 every 100";
+        let record = format!("1000:2:77:0:-1:2:c{}:{spec}t{}:{TRACE}4:boompay:load", spec.len(), TRACE.len());
+        let c = claimed_task(b"k", record.as_bytes(), at).expect("the record reads");
+        assert_eq!((c.task.payload.as_slice(), c.task.attempt, c.token.as_str()), (&b"pay:load"[..], 2, "77"));
+        assert_eq!(c.spec.map(|s| s.text), Some(spec.to_string()));
+        assert!(c.recurring);
+        #[cfg(feature = "opentelemetry")]
+        assert_eq!(c.origin.to_text(), TRACE);
+        #[cfg(not(feature = "opentelemetry"))]
+        assert_eq!(c.origin, Origin::none());
+
+        let plain = claimed_task(b"k", b"1000:1:5:0:0:0:0:x", at).expect("the record reads");
+        assert_eq!((plain.task.payload.as_slice(), plain.recurring, plain.origin), (&b"x"[..], false, Origin::none()));
+        let fixed_rate = claimed_task(b"k", format!("1000:1:5:250:-1:0:t{}:{TRACE}0:x", TRACE.len()).as_bytes(), at);
+        assert!(fixed_rate.expect("the record reads").recurring);
+    }
 }

@@ -63,9 +63,8 @@ async fn fire_path_instructions_per_task() {
         server.command(&["SET", &keys.leader(), "me:1"]);
         // Every task due at one tick a little ahead, in its slot.
         let due_tick = redis_now_ms(&server) / TICK_MS + 3;
-        let tasks: Vec<NewTask> = (0..N)
-            .map(|i| NewTask { key: format!("order-{i}"), when: When::At(due_tick * TICK_MS), payload: vec![b'p'; 32] })
-            .collect();
+        let tasks: Vec<NewTask> =
+            (0..N).map(|i| NewTask::new(format!("order-{i}"), When::At(due_tick * TICK_MS), vec![b'p'; 32])).collect();
         for (c, chunk) in tasks.chunks(512).enumerate() {
             scripts::schedule(w, keys, &format!("s{c}"), chunk, false, None).await.unwrap();
         }
@@ -120,9 +119,8 @@ async fn fire_path_instructions_per_task() {
         // The same tasks again, through the worker's cycle: each claim acknowledges the last one's.
         server.command(&["SET", &keys.leader(), "me:1"]);
         let due_tick = redis_now_ms(&server) / TICK_MS + 3;
-        let again: Vec<NewTask> = (0..N)
-            .map(|i| NewTask { key: format!("order-{i}"), when: When::At(due_tick * TICK_MS), payload: vec![b'p'; 32] })
-            .collect();
+        let again: Vec<NewTask> =
+            (0..N).map(|i| NewTask::new(format!("order-{i}"), When::At(due_tick * TICK_MS), vec![b'p'; 32])).collect();
         for (c, chunk) in again.chunks(512).enumerate() {
             scripts::schedule(w, keys, &format!("t{c}"), chunk, false, None).await.unwrap();
         }

@@ -63,7 +63,7 @@ fn seed_running(server: &super::RedisServer, keys: &WheelKeys, k: &str, due: u64
 }
 
 fn new_task(key: &str, due_ms: u64) -> NewTask {
-    NewTask { key: key.to_string(), when: When::At(due_ms), payload: b"x".to_vec() }
+    NewTask::new(key.to_string(), When::At(due_ms), b"x".to_vec())
 }
 
 #[tokio::test]
@@ -93,7 +93,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     // A delay is added to Redis's clock (rounded up), and the slot it lands in is found from this
     // process's estimate of that clock.
     let before = redis_now_ms(&server);
-    let delayed = |key: &str, ms: u64| NewTask { key: key.into(), when: When::Delay(ms), payload: b"y".to_vec() };
+    let delayed = |key: &str, ms: u64| NewTask::new(key.into(), When::Delay(ms), b"y".to_vec());
     let got = scripts::schedule(w, keys, "r2", &[delayed("c", 30_000), delayed("d", 350)], false, None).await.unwrap();
     assert_eq!(got, [Scheduled::Created, Scheduled::Created]);
     let after = redis_now_ms(&server);
@@ -137,7 +137,7 @@ async fn a_call_mixes_delays_and_times_on_redis_clock() {
     let Some((server, timers)) = wheel("s-mixed").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let c = cursor(&server, keys);
-    let delayed = |key: &str, ms: u64| NewTask { key: key.into(), when: When::Delay(ms), payload: b"y".to_vec() };
+    let delayed = |key: &str, ms: u64| NewTask::new(key.into(), When::Delay(ms), b"y".to_vec());
     let (soon, far) = ((c + 3) * TICK_MS, (c + SLOTS + 5) * TICK_MS);
     for (reset, tag) in [(false, "n"), (true, "r")] {
         let before = redis_now_ms(&server);

@@ -70,7 +70,7 @@ async fn ack_moves_a_spec_series_to_the_nodes_next_due() {
         w,
         keys,
         "r1",
-        &[scripts::NewTask { key: "plain".into(), when: crate::durable::time::When::At(1), payload: b"q".to_vec() }],
+        &[scripts::NewTask::new("plain".into(), crate::durable::time::When::At(1), b"q".to_vec())],
         false,
         None,
     )
@@ -125,18 +125,21 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     server.command(&["SET", &keys.cursor(), &(now / 100).to_string()]);
     let far = now + 60_000;
     let a = series(far, 0, SPEC);
-    assert_eq!(scripts::upsert(w, keys, "u1", "a", &a, b"one").await.unwrap(), Upserted::Created);
+    assert_eq!(scripts::upsert(w, keys, "u1", "a", &a, b"one", &Default::default()).await.unwrap(), Upserted::Created);
     let d = dump(&server, keys);
     let first = format!("{far}:0:0:0:-1:2:c{}:{SPEC}0:one", SPEC.len());
     assert_eq!(d["tasks"], format!("a={first}"));
     assert_eq!(d["far"], format!("a@{far}"));
     assert_eq!(meta(&server, keys, "scheduled"), 1);
     // Its retry: the same answer, nothing changed.
-    assert_eq!(scripts::upsert(w, keys, "u1", "a", &series(far + 1, 5, ""), b"x").await.unwrap(), Upserted::Created);
+    assert_eq!(
+        scripts::upsert(w, keys, "u1", "a", &series(far + 1, 5, ""), b"x", &Default::default()).await.unwrap(),
+        Upserted::Created
+    );
     assert_eq!(dump(&server, keys), d);
     // Replaced whole: a fixed rate now, another payload, its first run due now (ready).
     let b = series(now - 200, 250, "");
-    assert_eq!(scripts::upsert(w, keys, "u2", "a", &b, b"two").await.unwrap(), Upserted::Replaced);
+    assert_eq!(scripts::upsert(w, keys, "u2", "a", &b, b"two", &Default::default()).await.unwrap(), Upserted::Replaced);
     let d = dump(&server, keys);
     assert_eq!(d["tasks"], format!("a={}:0:0:250:-1:2:0:two", now - 200));
     assert_eq!(d["ready"], format!("a@{}", now - 200));
@@ -150,15 +153,18 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     }
     server.command(&["DEL", &keys.ready()]);
     server.command(&["HDEL", &keys.tasks(), "a"]);
-    assert_eq!(scripts::upsert(w, keys, "u3", "r", &series(far, 0, SPEC), b"early").await.unwrap(), Upserted::Queued);
     assert_eq!(
-        scripts::upsert(w, keys, "u4", "r", &series(far + 1, 0, SPEC), b"late").await.unwrap(),
+        scripts::upsert(w, keys, "u3", "r", &series(far, 0, SPEC), b"early", &Default::default()).await.unwrap(),
+        Upserted::Queued
+    );
+    assert_eq!(
+        scripts::upsert(w, keys, "u4", "r", &series(far + 1, 0, SPEC), b"late", &Default::default()).await.unwrap(),
         Upserted::Queued
     );
     for (i, k) in ["f", "c", "t"].iter().enumerate() {
         let id = format!("u5{i}");
         assert_eq!(
-            scripts::upsert(w, keys, &id, k, &series(now - 200, 0, SPEC), b"new").await.unwrap(),
+            scripts::upsert(w, keys, &id, k, &series(now - 200, 0, SPEC), b"new", &Default::default()).await.unwrap(),
             Upserted::Queued
         );
     }
@@ -207,7 +213,10 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
 
     // A lease that ran out is no longer running: an upsert replaces the task at once.
     server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "c"]);
-    assert_eq!(scripts::upsert(w, keys, "u6", "c", &series(far, 0, SPEC), b"now").await.unwrap(), Upserted::Replaced);
+    assert_eq!(
+        scripts::upsert(w, keys, "u6", "c", &series(far, 0, SPEC), b"now", &Default::default()).await.unwrap(),
+        Upserted::Replaced
+    );
     let d = dump(&server, keys);
     assert!(d["tasks"].contains(&format!("c={}", queued(far, "now"))), "{d:?}");
     assert!(!d.contains_key("leased"), "{d:?}");

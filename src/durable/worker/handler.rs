@@ -126,8 +126,9 @@ async fn run_buffered(h: Handlers, permit: OwnedSemaphorePermit) {
 
 /// Runs the handler on one claimed task, inside a `tracing` span `task` (target
 /// `tokio_timewheel::durable`, level `INFO`) with the wheel's name, the partition, the key and
-/// the attempt, and hands its outcome on. Returns the outcome: `Err` for a failure.
-async fn run_one(h: &Handlers, Claimed { task, token, spec }: Claimed) -> Result<(), ()> {
+/// the attempt, which follows the span that scheduled the task (with the `opentelemetry`
+/// feature), and hands its outcome on. Returns the outcome: `Err` for a failure.
+async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }: Claimed) -> Result<(), ()> {
     let span = tracing::info_span!(
         target: "tokio_timewheel::durable",
         "task",
@@ -136,6 +137,9 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec }: Claimed) -> Result
         key = task.key.as_str(),
         attempt = task.attempt
     );
+    // Linked to the span that scheduled the task; its child only when asked, and never a run of
+    // a series, whose every run starts a trace of its own (one trace would grow without end).
+    origin.follow(&span, h.wheel.cfg.trace_parent && !recurring);
     let (key, due) = (task.key.clone(), task.due);
     let cancel = task.cancel.clone();
     if h.deliveries.requested(&token) {

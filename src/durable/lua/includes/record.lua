@@ -1,5 +1,5 @@
 -- A pending task's record, the value under its key in TASKS, one string:
---   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>]<error length>:<error><payload>
+--   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>][t<trace length>:<trace>]<error length>:<error><payload>
 -- The claim token is 0 while no worker holds the task, and a task is in LEASED exactly while its
 -- token is not 0 (every script that sets it to 0 removes the lease entry in the same call). A
 -- task is recurring when its period is not 0 or it has a spec: `runs left` counts the runs of
@@ -10,23 +10,31 @@
 -- of 0: the node reads it and hands the next due time to the script that ends the run (see
 -- acknowledge.lua). The spec is text: `<end ms, 0 for none> every <period ms>` or
 -- `<end ms> cron <zone> <expression>`, length-prefixed so that it may hold any character. A
--- record without it (every record written before it existed) reads as before. The error is the
--- last failure's (empty if none). The payload is last so that it is never parsed.
--- `decode` gives a table of those fields (strings, but `due` and `a` numbers; `spec` is '' when
--- absent); `encode` the string.
+-- record without it (every record written before it existed) reads as before. The trace, the
+-- second optional field, is the W3C trace context of the span that scheduled the task, as text
+-- the node wrote and reads (with the `opentelemetry` feature; without it no record has one), kept
+-- as it is by every script that rewrites the record, so each run of a series links to it. The
+-- error is the last failure's (empty if none). The payload is last so that it is never parsed.
+-- `decode` gives a table of those fields (strings, but `due` and `a` numbers; `spec` and `trace`
+-- are '' when absent); `encode` the string.
 local function decode(rec)
   local due, a, tok, every, runs, missed, at = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d):()')
-  local spec = ''
+  local spec, trace = '', ''
   local len, from = string.match(rec, '^c(%d+):()', at)
   if len then
     spec = string.sub(rec, from, from + len - 1)
+    at = from + len
+  end
+  len, from = string.match(rec, '^t(%d+):()', at)
+  if len then
+    trace = string.sub(rec, from, from + len - 1)
     at = from + len
   end
   local n, e = string.match(rec, '^(%d+):()', at)
   n = tonumber(n)
   return {
     due = tonumber(due), a = tonumber(a), tok = tok, every = tonumber(every), runs = tonumber(runs),
-    missed = missed, spec = spec, err = string.sub(rec, e, e + n - 1), p = string.sub(rec, e + n),
+    missed = missed, spec = spec, trace = trace, err = string.sub(rec, e, e + n - 1), p = string.sub(rec, e + n),
   }
 end
 -- The spec field of a record: empty without a spec.
@@ -34,23 +42,31 @@ local function spec_field(spec)
   if spec == nil or spec == '' then return '' end
   return 'c' .. #spec .. ':' .. spec
 end
+-- The trace field of a record: empty without a trace.
+local function trace_field(trace)
+  if trace == nil or trace == '' then return '' end
+  return 't' .. #trace .. ':' .. trace
+end
 local function encode(t)
   return string.format('%d:%d:%s:%d:%d:%s:', t.due, t.a, t.tok, t.every, t.runs, t.missed) .. spec_field(t.spec)
-    .. #t.err .. ':' .. t.err .. t.p
+    .. trace_field(t.trace) .. #t.err .. ':' .. t.err .. t.p
 end
 -- The claim token alone, without copying the payload.
 local function token_of(rec)
   return string.match(rec, '^%d+:%d+:(%d+):')
 end
 -- What follows the due time in the record of a new task (no delivery, no claim, no error)
--- before its payload: one that runs once, or (with `every` > 0 or a `spec`) a recurring one. A
--- call that writes many new records of one kind makes it once.
-local function new_tail(every, runs, missed, spec)
-  return string.format(':0:0:%d:%d:%s:', every or 0, runs or 0, missed or '0') .. spec_field(spec) .. '0:'
+-- before its payload: one that runs once, or (with `every` > 0 or a `spec`) a recurring one,
+-- with the `trace` of the span that scheduled it, if any. A call that writes many new records of
+-- one kind with no trace makes it once.
+local function new_tail(every, runs, missed, spec, trace)
+  return string.format(':0:0:%d:%d:%s:', every or 0, runs or 0, missed or '0') .. spec_field(spec)
+    .. trace_field(trace) .. '0:'
 end
 -- A new task's record: `due` (a number, or its text as written) then `new_tail`'s, then the payload.
-local function new_record(due, payload, every, runs, missed, spec)
-  return (type(due) == 'string' and due or string.format('%d', due)) .. new_tail(every, runs, missed, spec) .. payload
+local function new_record(due, payload, every, runs, missed, spec, trace)
+  return (type(due) == 'string' and due or string.format('%d', due)) .. new_tail(every, runs, missed, spec, trace)
+    .. payload
 end
 -- The due time (as written: a string, to pass on as a score unformatted), claim token and
 -- period alone, without copying the payload.
