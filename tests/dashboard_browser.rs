@@ -181,6 +181,10 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
         )
         .await;
         assert_eq!(listed, "orders,emails", "at {url}");
+        // The page keeps its place in the fragment, and the path as it was loaded (a relative
+        // "#..." would resolve against its <base> and add the slash).
+        let shown = chromium.eval("location.href.split('#')[0]").await;
+        assert_eq!(shown, Value::String(url.clone()), "the address the page shows");
     }
     see(
         &mut chromium,

@@ -129,7 +129,11 @@ impl Chromium {
         // The page may have put its own place in the fragment (`#...`) by then.
         let loaded = format!("location.href.split('#')[0] === {url:?} && document.readyState === 'complete'");
         if self.wait_for(&loaded, START_TIMEOUT).await.is_none() {
-            panic!("{url} did not load within {START_TIMEOUT:?}; Chromium's log:\n{}", self.log_tail());
+            let at = self.eval("location.href + ' (' + document.readyState + ')'").await;
+            panic!(
+                "{url} did not load within {START_TIMEOUT:?}: the page is at {at}; Chromium's log:\n{}",
+                self.log_tail()
+            );
         }
     }
 

@@ -472,7 +472,9 @@ async function search(event) {
 /// The place in the address (#wheel=..&view=..&state=..), so that a reload or a link keeps it.
 function remember() {
   const place = new URLSearchParams({ wheel: at.wheel, view: at.view, state: at.state });
-  history.replaceState(null, "", "#" + place.toString());
+  // The path as loaded, not "#..." alone: a relative URL resolves against the page's <base>,
+  // which ends in "/", and would move /admin/timers to /admin/timers/.
+  history.replaceState(null, "", location.pathname + location.search + "#" + place.toString());
 }
 
 function choose(wheel) {
