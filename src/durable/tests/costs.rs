@@ -10,7 +10,7 @@
 //! exec valgrind --tool=callgrind --callgrind-out-file=/tmp/cg/redis.%p /usr/bin/redis-server "$@"
 //! EOF
 //! chmod +x /tmp/cg/redis-server
-//! REDIS_SERVER=/tmp/cg/redis-server CALLGRIND_DIR=/tmp/cg \
+//! TIMEWHEEL_REDIS_SERVER=/tmp/cg/redis-server CALLGRIND_DIR=/tmp/cg \
 //!   cargo test --features redis --lib fire_path_instructions -- --ignored --nocapture
 //! ```
 
@@ -53,7 +53,7 @@ fn zero(pid: &str) {
 #[ignore = "a measurement: run against a callgrind-wrapped redis-server (see the module docs)"]
 async fn fire_path_instructions_per_task() {
     let Some(dir) = std::env::var_os("CALLGRIND_DIR").map(PathBuf::from) else {
-        eprintln!("set CALLGRIND_DIR and REDIS_SERVER (see src/durable/tests/costs.rs)");
+        eprintln!("set CALLGRIND_DIR and TIMEWHEEL_REDIS_SERVER (see src/durable/tests/costs.rs)");
         return;
     };
     for batch in [4, 64] {
