@@ -85,26 +85,29 @@ pub(super) async fn claim_loop(
     // A claim that failed, perhaps after it landed (its reply lost): it is made again with the
     // same id and the same acknowledgements, so that it gets back the tasks its first attempt
     // took.
-    let mut unanswered: Option<(String, Vec<scripts::Ack>)> = None;
+    // A claim whose reply never came: its id, its acknowledgements, and when it was first sent
+    // (the leases of what it took, if it took anything, started after that).
+    let mut unanswered: Option<(String, Vec<scripts::Ack>, tokio::time::Instant)> = None;
     // The last claim answered: its record of what it took is no longer needed.
     let mut answered = String::new();
     while !stopping(&stop) {
         while runners.try_join_next().is_some() {}
-        let (claim_id, acks, want) = match unanswered.take() {
-            Some((id, acks)) => (id, acks, room(&handlers, concurrency, prefetch).max(1)),
+        let (claim_id, acks, want, sent) = match unanswered.take() {
+            Some((id, acks, sent)) => (id, acks, room(&handlers, concurrency, prefetch).max(1), sent),
             None => {
                 let room = wait_for_room(&handlers, concurrency, prefetch, backlog, &mut runners, &mut stop);
                 let Some(want) = room.await else {
                     break;
                 };
-                (wheel.ids.next(), outcomes.take(MAX_CLAIM), want)
+                // The leases of what this call claims start after it is sent.
+                (wheel.ids.next(), outcomes.take(MAX_CLAIM), want, tokio::time::Instant::now())
             }
         };
         let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, node, acks: &acks };
         let reply = match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
             Ok(reply) => reply,
             Err(e) => {
-                unanswered = Some((claim_id, acks));
+                unanswered = Some((claim_id, acks, sent));
                 failures += 1;
                 if failures == 1 {
                     tracing::warn!(wheel = %wheel.name(), partition = part, error = %e, "claiming failed; retrying with a backoff");
@@ -129,7 +132,7 @@ pub(super) async fn claim_loop(
         }
         let got = reply.claimed.len();
         backlog = got == want;
-        run(&handlers, &deliveries, reply.claimed, &mut runners).await;
+        run(&handlers, &deliveries, reply.claimed, sent + wheel.cfg.lease(), &mut runners).await;
         if got == want {
             // Perhaps more are ready (the claim passed a wake-up on to an idle worker, if none
             // was waiting yet): claim again once there is room.
@@ -142,7 +145,7 @@ pub(super) async fn claim_loop(
     // A claim left unanswered at the stop may have taken tasks: one last try gets them back
     // (taking nothing new) and runs them like the others in flight, rather than leaving them to
     // come back after the lease as another attempt.
-    if let Some((claim_id, acks)) = unanswered.take() {
+    if let Some((claim_id, acks, sent)) = unanswered.take() {
         let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", node, acks: &acks };
         match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
             Ok(reply) => {
@@ -150,7 +153,7 @@ pub(super) async fn claim_loop(
                 for ack in &acks {
                     deliveries.forget(&ack.token);
                 }
-                run(&handlers, &deliveries, reply.claimed, &mut runners).await;
+                run(&handlers, &deliveries, reply.claimed, sent + wheel.cfg.lease(), &mut runners).await;
             }
             Err(e) => {
                 lost(wheel, "(an unanswered claim)", &e);
@@ -254,12 +257,18 @@ async fn wait_for_room(
 /// Buffers what a claim took (how late each was claimed recorded first) and starts runners for
 /// it on the free handlers. A claim answered after the worker was abandoned gives its tasks
 /// back at once.
-async fn run(handlers: &Handlers, deliveries: &Deliveries, claimed: Vec<Claimed>, runners: &mut JoinSet<()>) {
+async fn run(
+    handlers: &Handlers,
+    deliveries: &Deliveries,
+    claimed: Vec<Claimed>,
+    until: tokio::time::Instant,
+    runners: &mut JoinSet<()>,
+) {
     if claimed.is_empty() {
         return;
     }
     claimed_late(&handlers.wheel, handlers.part, &claimed);
-    let back = deliveries.buffer(claimed);
+    let back = deliveries.buffer(claimed, until);
     if !back.is_empty() {
         let back: Vec<(String, String)> = back.into_iter().map(|c| (c.task.key, c.token)).collect();
         give_back_leases(&handlers.wheel, handlers.part, &back).await;

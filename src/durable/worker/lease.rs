@@ -13,6 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::durable::client::WheelClient;
@@ -31,6 +32,12 @@ struct Held {
     /// Its cancel was requested (`cancel_running`): a buffered task does not start, and the
     /// outcome of a running one ends the task as cancelled.
     requested: bool,
+    /// When its lease ends at the latest as this process knows it: the lease from when the
+    /// call that claimed or last renewed it was sent (Redis started the lease after that). A
+    /// buffered task found past it does not start: a process that was frozen or starved may
+    /// wake with tasks whose leases ran out and went to another worker, before any renewal
+    /// could tell it so.
+    until: Instant,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,9 +85,10 @@ impl Deliveries {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Lists `tasks` as buffered, at the back of the buffer. Given back at once, rather, when
-    /// the worker has been abandoned: returns those.
-    pub(super) fn buffer(&self, tasks: Vec<Claimed>) -> Vec<Claimed> {
+    /// Lists `tasks` as buffered, at the back of the buffer, their leases good `until` (see
+    /// [`Held::until`]). Given back at once, rather, when the worker has been abandoned: returns
+    /// those.
+    pub(super) fn buffer(&self, tasks: Vec<Claimed>, until: Instant) -> Vec<Claimed> {
         let mut inner = self.inner();
         if inner.abandoned {
             return tasks;
@@ -91,6 +99,7 @@ impl Deliveries {
                 state: State::Buffered,
                 cancel: c.task.cancel.clone(),
                 requested: false,
+                until,
             };
             inner.held.insert(c.token.clone(), held);
             inner.buffer.push_back(c);
@@ -99,20 +108,25 @@ impl Deliveries {
     }
 
     /// The next buffered task, now running; `None` when the buffer is empty or the worker was
-    /// abandoned. A buffered task whose lease went to another worker is skipped (and forgotten).
+    /// abandoned. A buffered task whose lease went to another worker, or ran out as far as this
+    /// process knows (see [`Held::until`]), is skipped and forgotten: the tick hands it out again.
     pub(super) fn next(&self) -> Option<Claimed> {
         let mut inner = self.inner();
+        let now = Instant::now();
         let next = loop {
             if inner.abandoned {
                 return None;
             }
             let c = inner.buffer.pop_front()?;
             match inner.held.get_mut(&c.token) {
-                Some(h) if h.state == State::Buffered => {
+                Some(h) if h.state == State::Buffered && now < h.until => {
                     h.state = State::Running;
                     break c;
                 }
-                _ => {
+                held => {
+                    if held.is_some_and(|h| h.state == State::Buffered) {
+                        tracing::debug!(key = %c.task.key, "a task claimed ahead outlived its lease in the buffer; it will not start here");
+                    }
                     inner.held.remove(&c.token);
                 }
             }
@@ -158,6 +172,16 @@ impl Deliveries {
             .filter(|(_, h)| h.state != State::Lost)
             .map(|(token, h)| (h.key.clone(), token.clone()))
             .collect()
+    }
+
+    /// The leases of `tokens` were renewed by a call sent at `sent`: good until `sent + lease`.
+    fn renewed(&self, tokens: &[&str], until: Instant) {
+        let mut inner = self.inner();
+        for token in tokens {
+            if let Some(h) = inner.held.get_mut(*token) {
+                h.until = until;
+            }
+        }
     }
 
     /// The cancel of the delivery `token` was requested (`cancel_running`): cancels its handler's
@@ -264,12 +288,20 @@ pub(super) async fn renew_leases(wheel: Arc<WheelClient>, part: usize, deliverie
         let held = deliveries.renewable();
         for chunk in held.chunks(RENEW_BATCH) {
             let pairs: Vec<(&str, &str)> = chunk.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
+            let sent = Instant::now();
             match scripts::renew(&wheel, keys, &pairs, wheel.cfg.lease_ms, Window::Response).await {
                 Ok(answers) => {
                     if failures > 0 {
                         tracing::info!(wheel = %wheel.name(), partition = part, "renewing leases works again");
                         failures = 0;
                     }
+                    let renewed: Vec<&str> = chunk
+                        .iter()
+                        .zip(&answers)
+                        .filter(|(_, a)| **a != Renewal::Refused)
+                        .map(|((_, t), _)| t.as_str())
+                        .collect();
+                    deliveries.renewed(&renewed, sent + wheel.cfg.lease());
                     for ((key, token), answer) in chunk.iter().zip(answers) {
                         match answer {
                             Renewal::Renewed => continue,
@@ -304,5 +336,54 @@ pub(super) async fn renew_leases(wheel: Arc<WheelClient>, part: usize, deliverie
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::durable::Task;
+    use crate::origin::Origin;
+
+    fn claimed(key: &str, token: &str) -> Claimed {
+        Claimed {
+            task: Task {
+                key: key.to_string(),
+                payload: Vec::new(),
+                attempt: 1,
+                due: SystemTime::UNIX_EPOCH,
+                claimed_at: SystemTime::UNIX_EPOCH,
+                cancel: CancellationToken::new(),
+            },
+            token: token.to_string(),
+            spec: None,
+            recurring: false,
+            origin: Origin::none(),
+        }
+    }
+
+    /// A process frozen (or starved) past its leases wakes with tasks in its buffer that the
+    /// tick may have handed to another worker meanwhile: they do not start, whatever a renewal
+    /// has not yet said. A renewal moves the bound on.
+    #[tokio::test(start_paused = true)]
+    async fn a_buffered_task_past_its_lease_does_not_start() {
+        let lease = Duration::from_secs(1);
+        let deliveries = Deliveries::default();
+        let sent = Instant::now();
+        assert!(deliveries
+            .buffer(vec![claimed("a", "1"), claimed("b", "2"), claimed("c", "3")], sent + lease)
+            .is_empty());
+        assert_eq!(deliveries.next().map(|c| c.token), Some("1".to_string()), "within its lease it starts");
+
+        // "b" renewed by a call sent half a lease in; "c" not.
+        tokio::time::advance(lease / 2).await;
+        deliveries.renewed(&["2"], Instant::now() + lease);
+        tokio::time::advance(lease * 3 / 4).await;
+        assert_eq!(deliveries.next().map(|c| c.token), Some("2".to_string()), "its renewal kept it");
+        assert!(deliveries.next().is_none(), "c's lease ran out in the buffer: it must not start");
+        assert_eq!(deliveries.buffered(), 0);
+        assert!(!deliveries.finish("3"), "and its outcome is never recorded");
     }
 }
