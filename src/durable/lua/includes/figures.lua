@@ -11,9 +11,9 @@ local FIGURES_MINUTES = 120
 -- The lateness bucket of `late_ms`: 0 under a millisecond, else 1 + floor(log2(ms)), at most 24.
 local function late_bucket(late_ms)
   if late_ms < 1 then return 0 end
-  local b = 1
-  while late_ms >= 2 and b < 24 do late_ms = late_ms / 2; b = b + 1 end
-  return b
+  -- late_ms = m * 2^e with m in [0.5, 1): e is 1 + floor(log2(late_ms)).
+  local _, e = math.frexp(late_ms)
+  return math.min(e, 24)
 end
 -- Adds `counts` (what -> n) to the minute of `now` (Redis's clock in ms; read when not given).
 local function count_figures(counts, now)
