@@ -334,6 +334,57 @@ impl DurableBuilder {
         self
     }
 
+    /// Keeps the last `n` finished runs of the wheel in its history, which
+    /// [`list`](super::DurableScheduler::list) reads as [`Finished`](super::TaskState::Finished):
+    /// each run that was acknowledged, went to the dead letters or was cancelled while it ran,
+    /// with its due time, start, attempts, outcome and how long its handler took. 0 keeps no
+    /// history, and costs nothing. Default [`DEFAULT_HISTORY_LIMIT`](super::DEFAULT_HISTORY_LIMIT)
+    /// (10,000); at most [`MAX_HISTORY_LIMIT`](super::MAX_HISTORY_LIMIT).
+    ///
+    /// The bound is kept as Redis trims a stream cheaply (`MAXLEN ~`): whole nodes of it at a
+    /// time, so a history holds from `n` to about `n + 100` runs. A wheel of several partitions
+    /// keeps `n / partitions` (rounded up) in each. Each node writes the runs its workers end
+    /// (and its leader, for a lease that ran out) with its own bounds: give every node the same.
+    /// Keeping the history costs each finished task one stream entry in Redis (see the crate's
+    /// BENCHMARKS.md for what it costs the fire path).
+    ///
+    /// # Errors
+    /// [`connect`](Self::connect) fails with [`Error::Invalid`] for more than
+    /// [`MAX_HISTORY_LIMIT`](super::MAX_HISTORY_LIMIT).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tokio_timewheel::durable::DurableScheduler;
+    ///
+    /// # async fn run() -> Result<(), tokio_timewheel::Error> {
+    /// // The last 100,000 runs, none older than a week.
+    /// let timers = DurableScheduler::builder("redis://127.0.0.1:6379/", "orders")
+    ///     .history_limit(100_000)
+    ///     .history_age(Duration::from_secs(7 * 24 * 3600))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn history_limit(mut self, n: usize) -> Self {
+        self.settings.history_limit = n;
+        self
+    }
+
+    /// Keeps a finished run in the history at most `age` after it finished (about: Redis trims
+    /// whole nodes of the stream, `MINID ~`, each time it adds runs). [`Duration::ZERO`] keeps
+    /// no history. Default [`DEFAULT_HISTORY_AGE`](super::DEFAULT_HISTORY_AGE) (24 hours); at
+    /// most [`MAX_HISTORY_AGE`](super::MAX_HISTORY_AGE) (365 days). See
+    /// [`history_limit`](Self::history_limit).
+    ///
+    /// # Errors
+    /// [`connect`](Self::connect) fails with [`Error::Invalid`] for an age over
+    /// [`MAX_HISTORY_AGE`](super::MAX_HISTORY_AGE).
+    pub fn history_age(mut self, age: Duration) -> Self {
+        self.settings.history_age = age;
+        self
+    }
+
     /// Opens only a wheel that some node has already opened, with the tick, slots and
     /// partition count recorded for it in Redis in place of this builder's: for tools that
     /// read and administer a wheel (a dashboard's process, the `timewheel` command line) and

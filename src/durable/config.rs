@@ -43,6 +43,19 @@ pub const DEFAULT_PREFETCH: usize = 128;
 /// failed.
 pub const DEFAULT_HANDLER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
+/// The default number of finished runs a wheel keeps in its history: 10,000, the last few hours
+/// of a wheel that runs a task a second, a few megabytes of Redis's memory at most. See
+/// [`DurableBuilder::history_limit`](super::DurableBuilder::history_limit).
+pub const DEFAULT_HISTORY_LIMIT: usize = 10_000;
+/// The most finished runs a wheel may keep in its history: 10 million.
+pub const MAX_HISTORY_LIMIT: usize = 10_000_000;
+/// The default longest a finished run stays in the history: 24 hours, long enough to look back
+/// on last night's runs in the morning. See
+/// [`DurableBuilder::history_age`](super::DurableBuilder::history_age).
+pub const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(24 * 3600);
+/// The longest a finished run may stay in the history: 365 days.
+pub const MAX_HISTORY_AGE: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// The shortest wait for a wake-up (with a very short tick and lease, waiting less would be
 /// polling).
 pub(crate) const MIN_WAIT: Duration = Duration::from_millis(10);
@@ -124,6 +137,8 @@ pub(crate) struct Settings {
     pub(crate) replicas: Option<(usize, Duration)>,
     pub(crate) dead_letter_limit: usize,
     pub(crate) dead_letter_max_age: Option<Duration>,
+    pub(crate) history_limit: usize,
+    pub(crate) history_age: Duration,
     /// Open only a wheel that a node already opened, with the settings recorded in Redis.
     pub(crate) only_existing: bool,
     /// Make a handler's span a child of the span that scheduled its task, not only linked to
@@ -153,6 +168,8 @@ impl Settings {
             replicas: None,
             dead_letter_limit: 0,
             dead_letter_max_age: None,
+            history_limit: DEFAULT_HISTORY_LIMIT,
+            history_age: DEFAULT_HISTORY_AGE,
             only_existing: false,
             trace_parent: false,
         }
@@ -185,6 +202,12 @@ pub(crate) struct Config {
     pub(crate) dead_letter_limit: usize,
     /// The longest a dead letter is kept, in ms (0: no limit).
     pub(crate) dead_letter_max_age_ms: u64,
+    /// The most finished runs each partition's history keeps (its share of the wheel's limit,
+    /// rounded up); 0: no history.
+    pub(crate) history_limit: usize,
+    /// The longest a finished run stays in the history, in ms (at least 1 while there is a
+    /// history).
+    pub(crate) history_age_ms: u64,
     /// A handler's span is a child of the span that scheduled its task (a run of a series
     /// aside), not only linked to it; never true without the `opentelemetry` feature.
     pub(crate) trace_parent: bool,
@@ -230,6 +253,18 @@ impl Config {
         if b.dead_letter_max_age.is_some_and(|age| age.is_zero()) {
             return Err(Error::invalid("the dead letters' max age must not be zero"));
         }
+        if b.history_limit > MAX_HISTORY_LIMIT {
+            return Err(Error::invalid(format!(
+                "the history keeps at most {MAX_HISTORY_LIMIT} finished runs (got {}); 0 keeps none",
+                b.history_limit
+            )));
+        }
+        if b.history_age > MAX_HISTORY_AGE {
+            return Err(Error::invalid(format!(
+                "the history keeps a finished run at most 365 days (got {:?}); zero keeps none",
+                b.history_age
+            )));
+        }
         if b.partitions == 0 || b.partitions > MAX_PARTITIONS {
             return Err(Error::invalid(format!(
                 "partitions must be between 1 and {MAX_PARTITIONS} (got {})",
@@ -254,6 +289,8 @@ impl Config {
             request_ttl_ms: ceil_ms((retry_window * 4).max(MIN_REQUEST_TTL)),
             dead_letter_limit: b.dead_letter_limit,
             dead_letter_max_age_ms: b.dead_letter_max_age.map_or(0, ceil_ms),
+            history_limit: if b.history_age.is_zero() { 0 } else { b.history_limit.div_ceil(b.partitions) },
+            history_age_ms: ceil_ms(b.history_age),
             trace_parent: b.trace_parent,
         })
     }

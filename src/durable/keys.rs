@@ -47,6 +47,7 @@ pub(crate) const FIXED: &[(&str, &str)] = &[
     ("cancels", "cancels"),
     ("claimed", "claimed"),
     ("claims", "claims"),
+    ("history", "history"),
 ];
 
 const SLOT: &str = "slot:";
@@ -205,6 +206,16 @@ impl WheelKeys {
         self.fixed("claims")
     }
 
+    /// The stream of the finished tasks' runs, newest last: one entry a run that ended
+    /// (acknowledged, dead or cancelled) with its key, due time, start, attempts, outcome and
+    /// how long its handler took; the entry's id is when it finished. Bounded by count and age
+    /// ([`DurableBuilder::history_limit`](super::DurableBuilder::history_limit),
+    /// [`history_age`](super::DurableBuilder::history_age)); listed by
+    /// [`list`](super::DurableScheduler::list) as [`Finished`](super::TaskState::Finished).
+    pub fn history(&self) -> String {
+        self.fixed("history")
+    }
+
     /// The sorted set of the workers that run: their node ids, scored by when each last said so
     /// (ms on Redis's clock as the node estimates it). No script touches it.
     pub fn workers(&self) -> String {
@@ -298,6 +309,7 @@ mod tests {
             keys.cancels(),
             keys.claimed(),
             keys.claims(),
+            keys.history(),
         ];
         let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
         assert_eq!(methods.to_vec(), table);
@@ -339,7 +351,7 @@ mod tests {
         assert!(!lua.contains('\n'));
         assert!(lua.starts_with("local META, CURSOR, TASKS, RING, FAR, READY, "), "{lua}");
         assert!(lua.contains("= KEYS[1], KEYS[2], KEYS[3]"), "{lua}");
-        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[21], KEYS[22] local FIXED_KEYS = 20"), "{lua}");
+        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[22], KEYS[23] local FIXED_KEYS = 21"), "{lua}");
         assert!(lua.contains("local function declared_slots(from, indices)"), "{lua}");
     }
 }

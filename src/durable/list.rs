@@ -3,6 +3,7 @@
 
 use super::admin::MAX_PAGE;
 use super::scripts;
+use super::task::finished_place;
 use super::time::unix_ms;
 use super::{DurableScheduler, ListCursor, ListPage, TaskInfo, TaskState};
 use crate::Error;
@@ -21,7 +22,14 @@ impl DurableScheduler {
     ///   [`claimed_at`](TaskInfo::claimed_at) and the [`worker`](TaskInfo::worker) that holds it.
     ///   A task a worker claimed ahead of its handlers counts as running, and so does one whose
     ///   lease ran out until the next tick hands it out again;
-    /// - [`Dead`](TaskState::Dead): by when they died, then key.
+    /// - [`Dead`](TaskState::Dead): by when they died, then key;
+    /// - [`Finished`](TaskState::Finished): the runs the wheel's history keeps (see
+    ///   [`DurableBuilder::history_limit`](super::DurableBuilder::history_limit)), newest first,
+    ///   by when each ended (then by its place in its partition's history, then the partition),
+    ///   each with [`finished`](TaskInfo::finished). A task that ran many times (a series, or a
+    ///   key scheduled again) shows once a run. Runs that end while an operator pages show
+    ///   on no page but the first (they are newer); runs the history's bounds drop meanwhile
+    ///   show on none.
     ///
     /// A task that changes state between two pages shows in the state it was in when its page
     /// was read, or in none; each other task shows once. Each page takes a few bounded script
@@ -56,6 +64,9 @@ impl DurableScheduler {
         if let Some(cursor) = after.filter(|c| c.state != state) {
             return Err(Error::invalid(format!("a cursor of {:?} tasks cannot page the {state:?} ones", cursor.state)));
         }
+        if state == TaskState::Finished {
+            return self.list_finished(after, limit).await;
+        }
         let (from, after_key) = after.map_or((0, ""), |c| (c.score, c.key.as_str()));
         let mut tasks: Vec<(u64, TaskInfo)> = Vec::new();
         // Where the partitions that read all they were asked for stopped: the page ends at the
@@ -85,5 +96,53 @@ impl DurableScheduler {
         };
         let next = next.map(|(score, key)| ListCursor { state, score, key });
         Ok(ListPage { tasks: tasks.into_iter().map(|(_, t)| t).collect(), next })
+    }
+
+    /// [`list`](Self::list) of the finished runs: each partition's history read newest first
+    /// from after the cursor, merged by (end ms, sequence, partition), newest first.
+    async fn list_finished(&self, after: Option<&ListCursor>, limit: usize) -> Result<ListPage, Error> {
+        let partitions = self.wheel.partitions.len();
+        let at = match after {
+            None => None,
+            Some(c) => match finished_place(&c.key) {
+                Some((seq, part)) if part < partitions => Some((c.score, seq, part)),
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "{c} is not a place in the history of a wheel of {partitions} partitions"
+                    )))
+                }
+            },
+        };
+        let mut runs: Vec<((u64, u64, usize), TaskInfo)> = Vec::new();
+        // The newest of the last runs of the partitions that read all they were asked for: the
+        // page ends there, so that nothing before it is left out.
+        let mut stop: Option<(u64, u64, usize)> = None;
+        for (q, part) in self.wheel.partitions.iter().enumerate() {
+            // After the cursor in the merged order: a partition before the cursor's own still
+            // holds the runs of its very entry id, the others only older ones.
+            let before = at.map(|(ms, seq, p)| (ms, seq, q < p));
+            let got = scripts::history(&self.wheel, &part.keys, before, limit).await?;
+            if got.len() >= limit {
+                let last = got.last().map(|e| (e.id.0, e.id.1, q));
+                stop = stop.max(last);
+            }
+            runs.extend(got.into_iter().map(|e| ((e.id.0, e.id.1, q), e.task)));
+        }
+        runs.sort_by(|(a, _), (b, _)| b.cmp(a));
+        if let Some(stop) = stop {
+            runs.retain(|(place, _)| *place >= stop);
+        }
+        let full = runs.len() >= limit;
+        runs.truncate(limit);
+        let next = match runs.last() {
+            Some((place, _)) if full || stop.is_some() => Some(*place),
+            _ => stop,
+        };
+        let next = next.map(|(ms, seq, part)| ListCursor {
+            state: TaskState::Finished,
+            score: ms,
+            key: format!("{seq}:{part}"),
+        });
+        Ok(ListPage { tasks: runs.into_iter().map(|(_, t)| t).collect(), next })
     }
 }

@@ -306,16 +306,18 @@ pub use crate::Error;
 pub use admin::{FIGURES_MINUTES, MAX_PAGE};
 pub use builder::DurableBuilder;
 pub use config::{
-    DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDLER_TIMEOUT, DEFAULT_LEASE,
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFETCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK,
-    MAX_BACKOFF, MAX_PARTITIONS, MAX_SLOTS,
+    DEFAULT_BACKOFF, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDLER_TIMEOUT, DEFAULT_HISTORY_AGE,
+    DEFAULT_HISTORY_LIMIT, DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFETCH,
+    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_HISTORY_AGE, MAX_HISTORY_LIMIT,
+    MAX_PARTITIONS, MAX_SLOTS,
 };
 pub use keys::WheelKeys;
 pub use routes::Routes;
 pub use scheduler::DurableScheduler;
 pub use series::MAX_BURST;
 pub use task::{
-    DeadTask, DueCursor, DuePage, DurableStats, Figures, ListCursor, ListPage, MinuteCounts, Task, TaskInfo, TaskState,
+    DeadTask, DueCursor, DuePage, DurableStats, Figures, FinishedRun, ListCursor, ListPage, MinuteCounts, Outcome, Task,
+    TaskInfo, TaskState,
 };
 /// The type of a handler's [`Task::cancel_token`], tokio-util's, here so that durable code needs
 /// one import.

@@ -36,7 +36,8 @@ impl Task {
         &self.key
     }
 
-    /// The payload given to `schedule`.
+    /// The payload given to `schedule`; empty for a [`Finished`](TaskState::Finished) run,
+    /// whose payload the history does not keep.
     pub fn payload(&self) -> &[u8] {
         &self.payload
     }
@@ -202,9 +203,90 @@ pub enum TaskState {
     Running,
     /// In the dead letters, after its last attempt failed.
     Dead,
+    /// A run that ended, as the wheel's history keeps it (see
+    /// [`DurableBuilder::history_limit`](super::DurableBuilder::history_limit)): acknowledged,
+    /// dead or cancelled while it ran, [`TaskInfo::finished`] tells which. Only
+    /// [`list`](super::DurableScheduler::list) reads it; [`get`](super::DurableScheduler::get)
+    /// reads a task's current state.
+    Finished,
 }
 
-/// One task as [`get`](super::DurableScheduler::get) read it: pending or dead.
+/// How a finished run ended, as [`FinishedRun::outcome`] tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Its handler succeeded and the run was acknowledged (a recurring task's series goes on).
+    Acknowledged,
+    /// Its last attempt failed (or its last lease ran out): it went to the dead letters.
+    Dead,
+    /// Cancelled while it ran ([`cancel_running`](super::DurableScheduler::cancel_running)).
+    Cancelled,
+}
+
+impl Outcome {
+    /// `acknowledged`, `dead` or `cancelled`, as the history stores it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Acknowledged => "acknowledged",
+            Outcome::Dead => "dead",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+
+    pub(crate) fn from_word(word: &[u8]) -> Option<Self> {
+        match word {
+            b"acknowledged" => Some(Outcome::Acknowledged),
+            b"dead" => Some(Outcome::Dead),
+            b"cancelled" => Some(Outcome::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a run that ended went, as the wheel's history keeps it: for a
+/// [`Finished`](TaskState::Finished) task, [`TaskInfo::finished`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinishedRun {
+    pub(crate) outcome: Outcome,
+    pub(crate) started_at: Option<SystemTime>,
+    pub(crate) finished_at: SystemTime,
+    pub(crate) handler_duration: Option<std::time::Duration>,
+}
+
+impl FinishedRun {
+    /// Acknowledged, dead or cancelled.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// When its handler started, on Redis's clock as the worker's node estimated it; `None` when
+    /// it never started (cancelled while it waited in a worker's buffer) or its last lease ran
+    /// out (the worker that held it is not heard from).
+    pub fn started_at(&self) -> Option<SystemTime> {
+        self.started_at
+    }
+
+    /// When Redis recorded its end, on Redis's clock: the acknowledgement or failure landing,
+    /// or the tick that found its lease run out.
+    pub fn finished_at(&self) -> SystemTime {
+        self.finished_at
+    }
+
+    /// How long its handler ran, as the worker measured it (to the microsecond); `None` when
+    /// [`started_at`](Self::started_at) is.
+    pub fn handler_duration(&self) -> Option<std::time::Duration> {
+        self.handler_duration
+    }
+}
+
+/// One task as [`get`](super::DurableScheduler::get) or [`list`](super::DurableScheduler::list)
+/// read it: pending, dead, or a finished run from the history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskInfo {
     pub(crate) key: String,
@@ -219,6 +301,8 @@ pub struct TaskInfo {
     /// For a running task read by `list`: when it was claimed, and the node id of the worker
     /// that claimed it (`None` when not known).
     pub(crate) claim: Option<(SystemTime, Option<String>)>,
+    /// For a finished run read from the history: how it went.
+    pub(crate) finished: Option<FinishedRun>,
 }
 
 impl TaskInfo {
@@ -238,19 +322,43 @@ impl TaskInfo {
     }
 
     /// How many deliveries it has had so far: 0 before the first, and while running the number
-    /// of the delivery that runs.
+    /// of the delivery that runs; for a finished run, how many it took.
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
 
-    /// Waiting, ready, running or dead.
+    /// Waiting, ready, running, dead, or a finished run.
     pub fn state(&self) -> TaskState {
         self.state
     }
 
-    /// The last failure's text (a handler's error, a panic, "lease expired"), if it failed.
+    /// The last failure's text (a handler's error, a panic, "lease expired"), if it failed; for
+    /// a finished run, the error it died of.
     pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
+    }
+
+    /// How the run ended, its start and end and how long its handler took: for a
+    /// [`Finished`](TaskState::Finished) run as [`list`](super::DurableScheduler::list) reads
+    /// it, `None` otherwise.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use tokio_timewheel::{durable::{DurableScheduler, Outcome, TaskState}, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// let page = timers.list(TaskState::Finished, None, 100).await?;
+    /// for task in page.tasks() {
+    ///     let Some(run) = task.finished() else { continue };
+    ///     if run.outcome() == Outcome::Dead {
+    ///         println!("{} died after {} attempts: {:?}", task.key(), task.attempt(), task.last_error());
+    ///     } else {
+    ///         println!("{} {} in {:?}", task.key(), run.outcome(), run.handler_duration());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn finished(&self) -> Option<&FinishedRun> {
+        self.finished.as_ref()
     }
 
     /// How long past its due time the task waited, unhanded, when it was read (on Redis's
@@ -511,8 +619,11 @@ impl ListPage {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ListCursor {
     pub(crate) state: TaskState,
-    /// The due time in ms, the claim token (claim order) or the death time in ms.
+    /// The due time in ms, the claim token (claim order), the death time in ms, or the end
+    /// time in ms of a finished run (its history entry's id's first half).
     pub(crate) score: u64,
+    /// The task's key; for a finished run `<sequence>:<partition>`, the rest of its history
+    /// entry's id and the partition whose history holds it.
     pub(crate) key: String,
 }
 
@@ -525,8 +636,10 @@ impl ListCursor {
 
 /// The cursor as text, to hand to another process or put in an address and read back with
 /// [`str::parse`]: `<state>:<ms>:<key>`, the state in lower case (`waiting`, `ready`,
-/// `running`, `dead`), then the due, claim or death time in milliseconds since the Unix epoch,
-/// then the key as it is (it may hold `:` itself: it is everything after the second one).
+/// `running`, `dead`, `finished`), then the due, claim, death or end time in milliseconds since
+/// the Unix epoch, then the key as it is (it may hold `:` itself: it is everything after the
+/// second one). A finished run's cursor names its place in the history instead of a key:
+/// `finished:<ms>:<sequence>:<partition>`.
 ///
 /// # Examples
 /// ```no_run
@@ -564,9 +677,13 @@ impl std::str::FromStr for ListCursor {
             "ready" => TaskState::Ready,
             "running" => TaskState::Running,
             "dead" => TaskState::Dead,
+            "finished" => TaskState::Finished,
             _ => return Err(bad()),
         };
         let score = score.parse().map_err(|_| bad())?;
+        if state == TaskState::Finished && finished_place(key).is_none() {
+            return Err(bad());
+        }
         Ok(ListCursor { state, score, key: key.to_owned() })
     }
 }
@@ -578,7 +695,15 @@ fn state_word(state: TaskState) -> &'static str {
         TaskState::Ready => "ready",
         TaskState::Running => "running",
         TaskState::Dead => "dead",
+        TaskState::Finished => "finished",
     }
+}
+
+/// The history entry's sequence number and the partition of a finished run's cursor key
+/// (`<sequence>:<partition>`).
+pub(crate) fn finished_place(key: &str) -> Option<(u64, usize)> {
+    let (seq, part) = key.split_once(':')?;
+    Some((seq.parse().ok()?, part.parse().ok()?))
 }
 
 #[cfg(test)]
@@ -598,7 +723,23 @@ mod tests {
             assert_eq!(text.parse::<ListCursor>().unwrap(), cursor, "{text}");
         }
         assert_eq!(ListCursor { state: TaskState::Dead, score: 7, key: "a:b".into() }.to_string(), "dead:7:a:b");
-        for bad in ["", "dead", "dead:7", "gone:7:k", "dead:-1:k", "dead:x:k", "Dead:7:k"] {
+        let finished = ListCursor { state: TaskState::Finished, score: 1_767_225_600_123, key: "4:2".into() };
+        assert_eq!(finished.to_string(), "finished:1767225600123:4:2");
+        assert_eq!(finished.to_string().parse::<ListCursor>().unwrap(), finished);
+        assert_eq!(finished_place(&finished.key), Some((4, 2)));
+        for bad in [
+            "",
+            "dead",
+            "dead:7",
+            "gone:7:k",
+            "dead:-1:k",
+            "dead:x:k",
+            "Dead:7:k",
+            "finished:7:k",
+            "finished:7:4",
+            "finished:7:4:x",
+            "finished:7:-1:0",
+        ] {
             assert!(matches!(bad.parse::<ListCursor>(), Err(crate::Error::Invalid(_))), "{bad:?}");
         }
     }

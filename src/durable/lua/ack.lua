@@ -6,27 +6,36 @@
   sends its acknowledgements with its next claim (claim.lua) when one is on its way, and here
   when none is.
 
+  Each run that ends (acknowledged, or cancelled) goes in the history (includes/history.lua).
+
   Input:
     KEYS     the wheel's keys
     ARGV[1]  tick in ms   ARGV[2] slots
-    ARGV[3 + 3i], ARGV[4 + 3i], ARGV[5 + 3i]  per delivery: key, claim token, next due (ms on
-             Redis's clock, the node's answer for a series with a spec, see record.lua; '' for
-             any other task, and '0' when such a series has no run left)
+    ARGV[3]  the history's limit (entries; 0: keep no history)   ARGV[4] its age limit in ms
+             (0: none)
+    ARGV[5 + 5i] .. ARGV[9 + 5i]  per delivery (ACK_FIELDS of them): key, claim token, next due
+             (ms on Redis's clock, the node's answer for a series with a spec, see record.lua;
+             '' for any other task, and '0' when such a series has no run left), when its
+             handler started (ms on Redis's clock as the node estimates it; '' if it never
+             started), how long the handler ran (microseconds; '' if it never started)
   Output:
     one digit per delivery, as one string: 1 acknowledged, 0 refused (a delivery whose cancel
     was requested ends as cancelled instead: see cancelled.lua).
-  Keys: TASKS, LEASED, META, FIGURES, UPSERTS, CANCELLING, CLAIMED, and for a recurring task FAR,
-  READY, CURSOR, WAKE.
+  Keys: TASKS, LEASED, META, FIGURES, UPSERTS, CANCELLING, CLAIMED, HISTORY, and for a recurring
+  task FAR, READY, CURSOR, WAKE.
 ]]
 -- @include acknowledge
 -- @include cancelled
 -- @include claims
+-- @include history
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
--- The deliveries: delivery j's key is ARGV[DELIVERIES_FROM + 3j - 3], its claim token and next
--- due the two after it.
-local DELIVERIES_FROM = 3
+local history = history_of(ARGV[3], ARGV[4])
+-- The deliveries: delivery j's key is ARGV[DELIVERIES_FROM + ACK_FIELDS * (j - 1)], the rest of
+-- its fields after it.
+local DELIVERIES_FROM = 5
 
-end_cancelled(ARGV, DELIVERIES_FROM)
-local answers = acknowledge(ARGV, DELIVERIES_FROM, tick_ms, slots)
+end_cancelled(ARGV, DELIVERIES_FROM, history)
+local answers = acknowledge(ARGV, DELIVERIES_FROM, tick_ms, slots, history)
 forget_acknowledged(ARGV, DELIVERIES_FROM, answers)
+trim_history(history)
 return answers

@@ -35,15 +35,16 @@
     ARGV[4]  ms to remember what this claim took (at most the lease)
     ARGV[5]  tick in ms   ARGV[6] slots (to place a recurring task's next run)
     ARGV[7]  the id of the worker's node (recorded with each claim, for listing)
-    ARGV[8 + 3i], ARGV[9 + 3i], ARGV[10 + 3i]  per delivery to acknowledge first: key, claim
-             token, next due (as for ack.lua)
+    ARGV[8]  the history's limit   ARGV[9] its age limit in ms (as for ack.lua)
+    ARGV[10 + 5i] .. ARGV[14 + 5i]  per delivery to acknowledge first: its ACK_FIELDS fields, as
+             for ack.lua
   Output:
     {claimed ms (Redis's clock, when this claim first ran; '0' when it took nothing), the
     acknowledgements' answers (one digit per delivery, as ack.lua answers), then two entries per
     task: key, record (record.lua's format, with this delivery's count and claim token)}.
   Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META, FIGURES, WAKE, CANCELLING,
   CLAIMED, CLAIMS, and through the
-  acknowledgements those of ack.lua.
+  acknowledgements those of ack.lua (HISTORY among them).
 ]]
 -- @include keys
 -- @include clock
@@ -54,16 +55,19 @@
 -- @include figures
 -- @include cancelled
 -- @include claims
+-- @include history
 local n, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local replay_only, record_ms = ARGV[3] == '1', tonumber(ARGV[4])
 local tick_ms, slots, node = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
--- The deliveries to acknowledge: delivery j's key is ARGV[ACKS_FROM + 3j - 3], its token and
--- next due the two after it.
-local ACKS_FROM = 8
+local history = history_of(ARGV[8], ARGV[9])
+-- The deliveries to acknowledge: delivery j's key is ARGV[ACKS_FROM + ACK_FIELDS * (j - 1)],
+-- the rest of its fields after it.
+local ACKS_FROM = 10
 
-end_cancelled(ARGV, ACKS_FROM)
-local acks = acknowledge(ARGV, ACKS_FROM, tick_ms, slots)
+end_cancelled(ARGV, ACKS_FROM, history)
+local acks = acknowledge(ARGV, ACKS_FROM, tick_ms, slots, history)
 forget_acknowledged(ARGV, ACKS_FROM, acks)
+trim_history(history)
 if PREVIOUS_KEY ~= CALL_KEY then redis.call('DEL', PREVIOUS_KEY) end
 local out = {'0', acks}
 

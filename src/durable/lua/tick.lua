@@ -24,11 +24,14 @@
     ARGV[7]  the most dead letters kept (0: no limit)   ARGV[8] the longest a dead letter is
              kept in ms (0: no limit); the oldest beyond either go, at most `budget` per call
     ARGV[9]  the declared slots' indices (packed, as for schedule)
+    ARGV[10] the history's limit   ARGV[11] its age limit in ms (as for ack.lua: a task whose
+             last lease ran out, or that was cancelled while it ran, goes in the history with
+             no start or handler time, includes/history.lua)
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready}.
   Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, UPSERTS, META, FIGURES, WAKE, DEAD, DEAD_TASKS,
-  CANCELLING, CLAIMED, and the
+  CANCELLING, CLAIMED, HISTORY, and the
   declared slots.
 ]]
 -- @include keys
@@ -46,10 +49,12 @@
 -- @include bury
 -- @include figures
 -- @include queued
+-- @include history
 local token, tick_ms, slots, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local budget, max_attempts = tonumber(ARGV[5]), tonumber(ARGV[6])
 local dead_max, dead_max_age = tonumber(ARGV[7]), tonumber(ARGV[8])
 local declared = declared_slots(FIXED_KEYS + 1, ARGV[9])
+local history = history_of(ARGV[10], ARGV[11])
 
 -- Leases that ran out: each task goes back to `ready`, or to the dead letters after its last
 -- try. Returns how many leases it looked at and how many tasks it made ready.
@@ -64,7 +69,7 @@ local function requeue_expired(now)
     local rec = redis.call('HGET', TASKS, k)
     -- A lease entry belongs to a claimed task (token not 0); any other is stale and just goes.
     -- One whose cancel was requested ends as cancelled instead (cancelled.lua).
-    local live = rec and token_of(rec) ~= '0' and end_cancelled({k, token_of(rec)}, 1) == 0
+    local live = rec and token_of(rec) ~= '0' and end_cancelled({k, token_of(rec)}, 1, history) == 0
     if live and queued[j] then
       -- An upsert queued behind the run replaces it: it waits in the far tier (promoted below).
       redis.call('HSET', TASKS, k, queued[j])
@@ -74,6 +79,7 @@ local function requeue_expired(now)
       local t = decode(rec)
       if t.a >= max_attempts then
         bury(k, t, 'lease expired', now)
+        add_history(history, k, rec, 'dead', nil, nil, 'lease expired')
         buried = buried + 1
         -- A series with a spec has no node's answer here: its next run is due now (advance.lua).
         if advance(t, now, nil) then
@@ -98,6 +104,7 @@ local function requeue_expired(now)
   if #to_ready > 0 then redis.call('HINCRBY', META, 'retried', #to_ready / 2) end
   -- A lease that ran out is a failed delivery.
   if #expired > 0 then count_figures({ f = buried + #to_ready / 2, d = buried }, now) end
+  trim_history(history)
   return #expired, #to_ready / 2
 end
 

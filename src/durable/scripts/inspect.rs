@@ -1,12 +1,13 @@
 //! The scripts that read the wheel, and the dead letters' upkeep: `stats.lua`, `get.lua`,
-//! `dead_letters.lua`, `delete_dead.lua`, `due_next.lua`, `due_counts.lua`, `list.lua`.
+//! `dead_letters.lua`, `delete_dead.lua`, `due_next.lua`, `due_counts.lua`, `list.lua`; and the
+//! plain read of the history of finished runs.
 
 use super::{invoke, number, text, SCRIPTS};
 use crate::durable::client::WheelClient;
 use crate::durable::shared_conn::Window;
 use crate::durable::time::from_unix_ms;
 use crate::durable::WheelKeys;
-use crate::durable::{DeadTask, DurableStats, TaskInfo, TaskState};
+use crate::durable::{DeadTask, DurableStats, FinishedRun, Outcome, TaskInfo, TaskState};
 use crate::Error;
 
 /// The wheel's gauges and counters, read at one moment.
@@ -78,6 +79,7 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
         last_error: Some(text(&err)).filter(|e| !e.is_empty()),
         read_at: from_unix_ms(number(&now)),
         claim: None,
+        finished: None,
     }))
 }
 
@@ -117,6 +119,7 @@ pub(crate) async fn due_next(
             last_error: None,
             read_at,
             claim: None,
+            finished: None,
         })
         .collect())
 }
@@ -228,9 +231,65 @@ pub(crate) async fn list(
                 read_at,
                 claim: (!t[7].is_empty())
                     .then(|| (from_unix_ms(number(&t[7])), Some(text(&t[6])).filter(|n| !n.is_empty()))),
+                finished: None,
             };
             (score, info)
         })
         .collect();
     Ok(Listed { tasks, full: (full.as_slice() == b"1").then(|| (number(last_score), text(last_key))) })
+}
+
+/// One finished run read from the history: its entry's id (ms, sequence) and the run.
+pub(crate) struct HistoryEntry {
+    pub(crate) id: (u64, u64),
+    pub(crate) task: TaskInfo,
+}
+
+/// Up to `limit` finished runs from the history, newest first, from the entry `before` on
+/// (`XREVRANGE history <before> - COUNT <limit>`): `(ms, sequence, inclusive)`, or `None` for
+/// the newest. An entry that does not read (none does: the scripts write every one) is left out.
+pub(crate) async fn history(
+    wheel: &WheelClient,
+    keys: &WheelKeys,
+    before: Option<(u64, u64, bool)>,
+    limit: usize,
+) -> Result<Vec<HistoryEntry>, Error> {
+    let end = match before {
+        None => "+".to_string(),
+        Some((ms, seq, true)) => format!("{ms}-{seq}"),
+        Some((ms, seq, false)) => format!("({ms}-{seq}"),
+    };
+    let mut cmd = redis::cmd("XREVRANGE");
+    cmd.arg(keys.history()).arg(end).arg("-").arg("COUNT").arg(limit);
+    type Entry = (String, Vec<(Vec<u8>, Vec<u8>)>);
+    let entries: Vec<Entry> = wheel.conn.command(&cmd).await?;
+    Ok(entries.into_iter().filter_map(|(id, fields)| history_entry(&id, &fields)).collect())
+}
+
+/// A history entry read into a [`Finished`](TaskState::Finished) task (see
+/// `lua/includes/history.lua` for its fields).
+fn history_entry(id: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> Option<HistoryEntry> {
+    let (ms, seq) = id.split_once('-')?;
+    let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
+    let field = |name: &[u8]| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v.as_slice());
+    let known = |v: Option<&[u8]>| v.filter(|v| !v.is_empty()).map(number);
+    let finished_at = from_unix_ms(ms);
+    let run = FinishedRun {
+        outcome: Outcome::from_word(field(b"outcome")?)?,
+        started_at: known(field(b"started")).map(from_unix_ms),
+        finished_at,
+        handler_duration: known(field(b"handler_us")).map(std::time::Duration::from_micros),
+    };
+    let task = TaskInfo {
+        key: text(field(b"key")?),
+        payload: Vec::new(),
+        due: from_unix_ms(number(field(b"due")?)),
+        attempt: u32::try_from(number(field(b"attempts")?)).unwrap_or(u32::MAX),
+        state: TaskState::Finished,
+        last_error: field(b"error").map(text).filter(|e| !e.is_empty()),
+        read_at: finished_at,
+        claim: None,
+        finished: Some(run),
+    };
+    Some(HistoryEntry { id: (ms, seq), task })
 }

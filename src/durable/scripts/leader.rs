@@ -96,7 +96,9 @@ pub(crate) async fn tick(
         .arg(wheel.cfg.max_attempts)
         .arg(wheel.cfg.dead_letter_limit)
         .arg(wheel.cfg.dead_letter_max_age_ms)
-        .arg(slots);
+        .arg(slots)
+        .arg(wheel.cfg.history_limit)
+        .arg(wheel.cfg.history_age_ms);
     let reply: Vec<String> = wheel.conn.call(&inv, Window::Response).await?;
     let number = |i: usize| reply.get(i).and_then(|n| n.parse().ok()).unwrap_or(0);
     if let Some(now_ms) = reply.get(2).and_then(|n| n.parse().ok()) {

@@ -28,7 +28,8 @@ use redis::{Script, ScriptInvocation};
 use super::keys::{self, WheelKeys};
 
 pub(crate) use inspect::{
-    contains, cursor, dead_letters, delete_dead, due_counts, due_next, figures, get, leader, list, recorded, stats,
+    contains, cursor, dead_letters, delete_dead, due_counts, due_next, figures, get, history, leader, list, recorded,
+    stats,
 };
 pub(crate) use leader::{acquire, open, release, tick, Bid, Opened, TickReply};
 pub(crate) use server::{config_value, server_version};
@@ -45,6 +46,10 @@ pub(crate) use worker::{ack, claim_and_ack, fail, renew, Ack, Claim, Claimed, Re
 /// How many wake-up tokens wait on `wake` at most: a burst leaves only a few wake-ups with nothing
 /// to claim behind it.
 pub(crate) const WAKE_TOKENS: usize = 8;
+
+/// How many arguments each delivery to acknowledge takes in `ack.lua` and `claim.lua` (see
+/// [`Ack`]): key, claim token, next due, when its handler started, how long it ran.
+pub(crate) const ACK_FIELDS: usize = 5;
 
 /// The shared helpers, by include name.
 const INCLUDES: &[(&str, &str)] = &[
@@ -68,13 +73,17 @@ const INCLUDES: &[(&str, &str)] = &[
     ("claims", include_str!("../lua/includes/claims.lua")),
     ("zpage", include_str!("../lua/includes/zpage.lua")),
     ("cancelled", include_str!("../lua/includes/cancelled.lua")),
+    ("history", include_str!("../lua/includes/history.lua")),
 ];
 
 /// The Lua of the include `name`: a helper file, or one of the two made from Rust.
 fn include(name: &str) -> String {
     match name {
         "keys" => keys::lua_bindings(),
-        "constants" => format!("local WAKE_TOKENS, MAX_BURST = {WAKE_TOKENS}, {}", super::series::MAX_BURST),
+        "constants" => format!(
+            "local WAKE_TOKENS, MAX_BURST, ACK_FIELDS = {WAKE_TOKENS}, {}, {ACK_FIELDS}",
+            super::series::MAX_BURST
+        ),
         _ => match INCLUDES.iter().find(|(n, _)| *n == name) {
             Some((_, lua)) => lua.to_string(),
             None => panic!("a durable script includes {name:?}, which lua/includes/ does not have"),

@@ -26,20 +26,30 @@ pub(crate) struct Claimed {
     pub(crate) origin: Origin,
 }
 
-/// One delivery to acknowledge: its key, its claim token, and the next due time of its series
-/// (its spec's [`next_due`](Spec::next_due); `""` for a task without a spec).
+/// One delivery to acknowledge (or whose failure to record): its key, its claim token, the next
+/// due time of its series (its spec's [`next_due`](Spec::next_due); `""` for a task without a
+/// spec), and its handler's run for the history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Ack {
     pub(crate) key: String,
     pub(crate) token: String,
     pub(crate) next_due: String,
+    /// When the handler started (ms on Redis's clock, as the node estimates it) and how long it
+    /// ran (µs); `None` for a delivery whose handler never started.
+    pub(crate) run: Option<(u64, u64)>,
 }
 
 impl Ack {
-    /// The acknowledgement of a task without a spec.
+    /// The acknowledgement of a task without a spec whose handler never started.
     #[cfg(test)]
     pub(crate) fn plain(key: &str, token: &str) -> Self {
-        Ack { key: key.to_string(), token: token.to_string(), next_due: String::new() }
+        Ack { key: key.to_string(), token: token.to_string(), next_due: String::new(), run: None }
+    }
+
+    /// Its [`ACK_FIELDS`](super::ACK_FIELDS) arguments, as `ack.lua` and `claim.lua` take them.
+    fn args(&self, inv: &mut redis::ScriptInvocation<'_>) {
+        let (started, took) = self.run.map_or((String::new(), String::new()), |(s, t)| (s.to_string(), t.to_string()));
+        inv.arg(&self.key).arg(&self.token).arg(&self.next_due).arg(started).arg(took);
     }
 }
 
@@ -101,9 +111,11 @@ pub(crate) async fn claim_and_ack(
         .arg(wheel.cfg.request_ttl_ms)
         .arg(wheel.cfg.tick_ms)
         .arg(wheel.cfg.slots)
-        .arg(call.node);
+        .arg(call.node)
+        .arg(wheel.cfg.history_limit)
+        .arg(wheel.cfg.history_age_ms);
     for ack in call.acks {
-        inv.arg(&ack.key).arg(&ack.token).arg(&ack.next_due);
+        ack.args(&mut inv);
     }
     let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, window).await?;
     let (Some(claimed), Some(acked)) = (flat.first(), flat.get(1)) else {
@@ -188,9 +200,9 @@ pub(crate) async fn ack(
     window: Window,
 ) -> Result<Vec<bool>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.ack);
-    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots);
+    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(wheel.cfg.history_limit).arg(wheel.cfg.history_age_ms);
     for ack in deliveries {
-        inv.arg(&ack.key).arg(&ack.token).arg(&ack.next_due);
+        ack.args(&mut inv);
     }
     let reply: Vec<u8> = wheel.conn.call(&inv, window).await?;
     Ok(digits(&reply))
@@ -235,7 +247,11 @@ pub(crate) async fn fail(
         .arg(cfg.tick_ms)
         .arg(cfg.slots)
         .arg(slots)
-        .arg(&delivery.next_due);
+        .arg(&delivery.next_due)
+        .arg(cfg.history_limit)
+        .arg(cfg.history_age_ms)
+        .arg(delivery.run.map_or(String::new(), |(started, _)| started.to_string()))
+        .arg(delivery.run.map_or(String::new(), |(_, took)| took.to_string()));
     Ok(match wheel.conn.call::<i64>(&inv, window).await? {
         1 => Failed::Retried,
         2 => Failed::Dead,

@@ -4,6 +4,8 @@
 //! but what the script under test moves; times are chosen relative to Redis's clock read by the
 //! test.
 
+use std::time::Duration;
+
 use super::{acks, dump, expect, meta, redis_now_ms, wheel, SLOTS, TICK_MS};
 use crate::durable::scripts::{self, Ack, Bid, Cancelled, Failed, Moved, NewTask, Requeued, Scheduled, TickReply};
 use crate::durable::shared_conn::Window;
@@ -853,4 +855,100 @@ async fn list_pages_through_ties_and_past_a_cursor_whose_task_left() {
 /// Each renewal's answer as renewed or not.
 fn renewed(answers: Vec<scripts::Renewal>) -> Vec<bool> {
     answers.into_iter().map(|a| a != scripts::Renewal::Refused).collect()
+}
+
+/// The history's entries, oldest first: each one's fields as `field=value` pairs, in the order
+/// written (the entry ids, which are Redis's clock, left out).
+fn history(server: &super::RedisServer, keys: &WheelKeys) -> Vec<String> {
+    let entries = server.command(&["XRANGE", &keys.history(), "-", "+"]);
+    entries
+        .as_array()
+        .iter()
+        .map(|e| {
+            let fields: Vec<&str> = e.as_array()[1].as_array().iter().map(|f| f.as_str().unwrap_or("?")).collect();
+            fields.chunks(2).map(|p| format!("{}={}", p[0], p[1])).collect::<Vec<_>>().join(" ")
+        })
+        .collect()
+}
+
+/// The scripts that end a run write it to the history, with its due time, attempts, outcome,
+/// the handler's start and duration as the worker reported them, and the error it died of: an
+/// acknowledgement (`ack.lua`, `claim.lua`), a last failure (`fail.lua`), a cancel while it ran
+/// (through `ack.lua`), a last lease that ran out (`tick.lua`). A refused outcome or a retry
+/// writes nothing; the entry ids are Redis's clock when the run ended.
+#[tokio::test]
+async fn the_runs_that_end_go_in_the_history_and_nothing_else_does() {
+    let Some((server, timers)) = wheel("s-history").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    for k in ["ok", "claimed-ok", "cancelled", "retried"] {
+        seed_running(&server, keys, k, 5, 1, now + 60_000);
+    }
+    seed_running(&server, keys, "dies", 6, 3, now + 60_000);
+    seed_running(&server, keys, "lapsed", 7, 3, now - 1_000);
+    let ran = |k: &str, started: u64, took: u64| Ack { run: Some((started, took)), ..Ack::plain(k, "7") };
+
+    let before = redis_now_ms(&server);
+    assert_eq!(scripts::ack(w, keys, &[ran("ok", 1_000, 2_500), ran("gone", 1, 1)], Window::Default).await.unwrap(), [
+        true, false
+    ]);
+    let given = [ran("claimed-ok", 2_000, 40)];
+    let call =
+        scripts::Claim { n: 0, claim_id: "k1", replay_only: false, previous: "", node: "test-node", acks: &given };
+    assert_eq!(scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap().acked, [true]);
+    assert_eq!(
+        scripts::fail(w, keys, &ran("retried", 3_000, 7), "once", Window::Default).await.unwrap(),
+        Failed::Retried
+    );
+    assert_eq!(scripts::fail(w, keys, &ran("dies", 4_000, 9), "boom", Window::Default).await.unwrap(), Failed::Dead);
+    assert!(scripts::control::cancel_running(w, keys, "cancelled").await.unwrap());
+    assert_eq!(scripts::ack(w, keys, &[ran("cancelled", 5_000, 11)], Window::Default).await.unwrap(), [false]);
+    let c = cursor(&server, keys);
+    let reply = scripts::tick(w, keys, "no-leader", 100, c + 1..=c + SLOTS).await.unwrap();
+    assert_eq!(reply, TickReply::Refused, "only a leader's tick requeues");
+    let Bid::Won(token) = scripts::acquire(w, keys, "n1", 10_000).await.unwrap() else { panic!("no lead") };
+    let now = redis_now_ms(&server);
+    scripts::tick(w, keys, &token, 100, c + 1..=now / TICK_MS + 1).await.unwrap();
+    let after = redis_now_ms(&server);
+
+    assert_eq!(history(&server, keys), [
+        "key=ok due=5 attempts=1 outcome=acknowledged started=1000 handler_us=2500",
+        "key=claimed-ok due=5 attempts=1 outcome=acknowledged started=2000 handler_us=40",
+        "key=dies due=6 attempts=3 outcome=dead started=4000 handler_us=9 error=boom",
+        "key=cancelled due=5 attempts=1 outcome=cancelled started=5000 handler_us=11",
+        "key=lapsed due=7 attempts=3 outcome=dead started= handler_us= error=lease expired",
+    ]);
+    let ids = server.command(&["XRANGE", &keys.history(), "-", "+"]);
+    for e in ids.as_array() {
+        let ms: u64 = e.as_array()[0].as_str().unwrap().split('-').next().unwrap().parse().unwrap();
+        assert!((before..=after).contains(&ms), "ended at {ms}, within {before}..{after}");
+    }
+    // A repeated acknowledgement is refused and writes nothing more.
+    assert_eq!(scripts::ack(w, keys, &[ran("ok", 1_000, 2_500)], Window::Default).await.unwrap(), [false]);
+    assert_eq!(history(&server, keys).len(), 5);
+}
+
+/// With no history (a limit of 0, or an age of zero) the scripts that end runs write none.
+#[tokio::test]
+async fn no_history_writes_no_key() {
+    let Some(server) = super::start_server() else { return };
+    for (name, limit, age) in [("s-no-history", 0, Duration::from_secs(60)), ("s-no-age", 10, Duration::ZERO)] {
+        let timers = crate::durable::DurableScheduler::builder(server.url(), name)
+            .tick(Duration::from_millis(TICK_MS))
+            .slots(SLOTS as usize)
+            .max_attempts(1)
+            .history_limit(limit)
+            .history_age(age)
+            .connect()
+            .await
+            .expect("connect");
+        let (w, keys) = (&timers.wheel, &timers.wheel.base);
+        let now = redis_now_ms(&server);
+        seed_running(&server, keys, "ok", 5, 1, now + 60_000);
+        seed_running(&server, keys, "dies", 5, 1, now + 60_000);
+        let ran = |k: &str| Ack { run: Some((1, 1)), ..Ack::plain(k, "7") };
+        assert_eq!(scripts::ack(w, keys, &[ran("ok")], Window::Default).await.unwrap(), [true]);
+        assert_eq!(scripts::fail(w, keys, &ran("dies"), "boom", Window::Default).await.unwrap(), Failed::Dead);
+        assert_eq!(server.command(&["EXISTS", &keys.history()]).as_int(), Some(0), "{name}");
+    }
 }

@@ -19,7 +19,7 @@ fn spec_rec(due: u64, attempt: u32, token: u64, runs: i64, payload: &str) -> Str
 }
 
 fn ack(key: &str, token: &str, next_due: &str) -> Ack {
-    Ack { key: key.into(), token: token.into(), next_due: next_due.into() }
+    Ack { key: key.into(), token: token.into(), next_due: next_due.into(), run: None }
 }
 
 fn series(first_due_ms: u64, every_ms: u64, spec: &str) -> Stored {

@@ -147,11 +147,12 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }:
         // outcome ends it as cancelled.
         tracing::debug!(wheel = %h.wheel.name(), key = %key, "a task claimed ahead was cancelled before it started");
         if h.deliveries.finish(&token) {
-            h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new() }, Ok(()));
+            h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new(), run: None }, Ok(()));
         }
         return Ok(());
     }
     let started = Instant::now();
+    let started_ms = h.wheel.clock.now_ms();
     // The handler's token is cancelled a grace before the timeout, so it may end cleanly.
     let grace = (h.timeout / 10).min(TIMEOUT_GRACE);
     let near_timeout = async {
@@ -183,7 +184,8 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }:
         // A series with a spec: its next run, worked out now (on Redis's clock, as this node
         // estimates it), goes to the script that ends this one (see `durable/series.rs`).
         let next_due = spec.map_or_else(String::new, |spec| spec.next_due(unix_ms(due), h.wheel.clock.now_ms()));
-        h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due }, outcome);
+        let run = Some((started_ms, u64::try_from(took.as_micros()).unwrap_or(u64::MAX)));
+        h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due, run }, outcome);
     }
     result
 }

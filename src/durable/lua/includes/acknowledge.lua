@@ -1,13 +1,14 @@
--- Acknowledges the deliveries listed in `list` from index `from` on (key, claim token, next due,
--- per delivery): each task is done and its key free again, or, for a recurring task with runs to
+-- Acknowledges the deliveries listed in `list` from index `from` on (ACK_FIELDS entries per
+-- delivery: key, claim token, next due, when its handler started, how long it ran): each task is done and its key free again, or, for a recurring task with runs to
 -- come, moved on to its next run (see advance.lua: `next due` is the node's answer for a series
 -- with a spec, '' for any other task), placed in the far tier or `ready` (no ring slot is
 -- declared for it; the tick promotes it into the ring). An upsert queued behind the run (see
 -- queued.lua) takes the place of the series' next run instead. A delivery whose claim token is
 -- not the task's current one is refused and changes nothing, and so is a key given twice (the
 -- records were read before any change). Returns one digit per delivery, as one string: 1
--- acknowledged, 0 refused.
--- Keys: TASKS, LEASED, META, FIGURES, UPSERTS, and for a recurring task FAR, READY, CURSOR, WAKE.
+-- acknowledged, 0 refused. Each acknowledged run goes in the history `h` (see history.lua).
+-- Keys: TASKS, LEASED, META, FIGURES, UPSERTS, HISTORY, and for a recurring task FAR, READY,
+-- CURSOR, WAKE.
 -- @include keys
 -- @include wheel_now
 -- @include record
@@ -18,17 +19,21 @@
 -- @include wake
 -- @include figures
 -- @include queued
-local function acknowledge(list, from, tick_ms, slots)
+-- @include constants
+-- @include history
+local function acknowledge(list, from, tick_ms, slots, h)
   local out, acked, done, w, batch, seen, replaced = {}, {}, {}, nil, new_batch(), {}, {}
-  local names, recs = records_of(list, from, 3)
+  local names, recs = records_of(list, from, ACK_FIELDS)
   local queued = queued_of(names)
   for j, k in ipairs(names) do
-    local rec, tok, next_due = recs[j], list[from + 3 * j - 2], list[from + 3 * j - 1]
+    local at = from + ACK_FIELDS * (j - 1)
+    local rec, tok, next_due = recs[j], list[at + 1], list[at + 2]
     local _, current, every
     if rec then _, current, every = head_of(rec) end
     if rec and current == tok and not seen[k] then
       seen[k] = true
       acked[#acked + 1] = k
+      add_history(h, k, rec, 'acknowledged', list[at + 3], list[at + 4])
       local q = queued[j]
       local t = not q and (every ~= '0' or next_due ~= '') and decode(rec)
       w = w or ((q or t) and wheel_now(tick_ms, slots, #KEYS + 1, nil))

@@ -1,16 +1,20 @@
--- Ends as cancelled the deliveries listed in `list` from index `from` on (key, claim token and
--- next due, per delivery, as `acknowledge` takes them) whose cancel `cancel_running.lua` requested under that token: the record and
--- lease go, the request too, and the task counts as cancelled, whatever the handler's outcome
--- (the script that calls this then finds no record and refuses the outcome). Returns how many
--- it ended. While no cancel is requested it costs one HLEN.
--- Keys: CANCELLING, TASKS, LEASED, META, CLAIMED.
+-- Ends as cancelled the deliveries listed in `list` from index `from` on (ACK_FIELDS entries per
+-- delivery, as `acknowledge` takes them: key, claim token, next due, when its handler started,
+-- how long it ran; a list of one delivery may stop after its token) whose cancel
+-- `cancel_running.lua` requested under that token: the record and lease go, the request too,
+-- the task counts as cancelled, whatever the handler's outcome (the script that calls this then
+-- finds no record and refuses the outcome), and its run goes in the history `h` (history.lua).
+-- Returns how many it ended. While no cancel is requested it costs one HLEN.
+-- Keys: CANCELLING, TASKS, LEASED, META, CLAIMED, HISTORY.
 -- @include keys
 -- @include record
 -- @include claims
-local function end_cancelled(list, from)
+-- @include constants
+-- @include history
+local function end_cancelled(list, from, h)
   if redis.call('HLEN', CANCELLING) == 0 then return 0 end
   local n = 0
-  for i = from, #list - 1, 3 do
+  for i = from, #list - 1, ACK_FIELDS do
     local k, tok = list[i], list[i + 1]
     if redis.call('HGET', CANCELLING, k) == tok then
       redis.call('HDEL', CANCELLING, k)
@@ -19,6 +23,7 @@ local function end_cancelled(list, from)
         redis.call('HDEL', TASKS, k)
         redis.call('ZREM', LEASED, k)
         forget_claims({k})
+        add_history(h, k, rec, 'cancelled', list[i + 3], list[i + 4])
         n = n + 1
       end
     end

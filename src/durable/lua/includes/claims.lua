@@ -9,15 +9,16 @@
 -- @include keys
 -- @include zrem_all
 -- @include zadd_all
+-- @include constants
 local function forget_claims(names)
   zrem_all(CLAIMED, names)
 end
--- Forgets the claims of the deliveries listed in `list` from `from` on (key, claim token, next due) that
--- `answers` (one digit per delivery, as `acknowledge` answers) says were acknowledged.
+-- Forgets the claims of the deliveries listed in `list` from `from` on (ACK_FIELDS entries each,
+-- the key first, as `acknowledge` takes them) that `answers` (one digit per delivery, as `acknowledge` answers) says were acknowledged.
 local function forget_acknowledged(list, from, answers)
   local names = {}
   for j = 1, #answers do
-    if string.sub(answers, j, j) == '1' then names[#names + 1] = list[from + 3 * j - 3] end
+    if string.sub(answers, j, j) == '1' then names[#names + 1] = list[from + ACK_FIELDS * (j - 1)] end
   end
   forget_claims(names)
 end
