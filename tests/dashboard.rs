@@ -377,9 +377,37 @@ async fn several_wheels_each_paged_by_state() {
     assert_eq!(rows.len(), 2, "{dead}");
     let row = rows.iter().find(|r| r["key"] == "dead-0").expect("dead-0 is listed");
     assert_eq!(row["last_error"], "dead-0 is broken <b>here</b>");
+
+    // The finished runs of the first wheel, from its history, newest first, a page of one at a
+    // time: the two that died, each with its outcome, attempts, handler time and end.
+    let (mut finished, mut after_run) = (Vec::new(), String::new());
+    loop {
+        let page = get(&router, &format!("/api/w/dash/tasks?state=finished&limit=1&after={after_run}")).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        let page = page.json();
+        assert_eq!(page["state"], "finished");
+        finished.extend(page["tasks"].as_array().unwrap().iter().cloned());
+        match page["next"].as_str() {
+            Some(next) => after_run = next.to_owned(),
+            None => break,
+        }
+        assert!(finished.len() <= 2, "paging goes on past the end: {finished:?}");
+    }
+    let mut keys: Vec<&str> = finished.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    keys.sort();
+    assert_eq!(keys, ["dead-0", "dead-1"], "{finished:?}");
+    assert!(finished[0]["finished_ms"].as_u64() >= finished[1]["finished_ms"].as_u64(), "newest first");
+    for row in &finished {
+        assert_eq!((row["outcome"].as_str(), row["attempt"].as_u64()), (Some("dead"), Some(1)), "{row}");
+        assert_eq!(row["last_error"], format!("{} is broken <b>here</b>", row["key"].as_str().unwrap()));
+        assert!(row["started_ms"].as_u64().is_some() && row["handler_ms"].as_f64().is_some(), "{row}");
+    }
+    let waiting = get(&router, "/api/w/dash/tasks?state=waiting").await.json();
+    assert!(waiting["tasks"].as_array().unwrap().iter().all(|t| t["outcome"].is_null()), "{waiting}");
     for path in [
         "/api/w/dash/tasks",
-        "/api/w/dash/tasks?state=finished",
+        "/api/w/dash/tasks?state=gone",
+        &format!("/api/w/dash/tasks?state=dead&after={after_run}"),
         "/api/w/dash/tasks?state=dead&limit=0",
         "/api/w/dash/tasks?state=dead&limit=201",
         "/api/w/dash/tasks?state=dead&after=zz",

@@ -115,7 +115,7 @@ async fn list_finished_pages_every_run_once_newest_first() {
     }
     let wrong = timers.list(TaskState::Finished, None, 1).await.unwrap().into_parts().1.unwrap();
     assert!(matches!(timers.list(TaskState::Dead, Some(&wrong), 10).await, Err(Error::Invalid(_))));
-    let other_wheel: ListCursor = "finished:1:0:5".parse().unwrap();
+    let other_wheel: ListCursor = "finished:1:0,5,9".parse().unwrap();
     assert!(matches!(timers.list(TaskState::Finished, Some(&other_wheel), 10).await, Err(Error::Invalid(_))));
 }
 
@@ -156,8 +156,8 @@ async fn acknowledged_dead_and_cancelled_runs_are_recorded() {
     assert!(run.handler_duration().is_some() && run.started_at().unwrap() <= run.finished_at() + Duration::from_secs(1));
 }
 
-/// The history keeps about `history_limit` runs (Redis trims whole nodes of its stream, of 100
-/// entries): of 1,000 runs, the newest 150 to 250, the very newest among them.
+/// The history keeps the newest `history_limit` runs: of 1,001, the newest 150, the very newest
+/// first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_is_trimmed_by_count() {
     const N: usize = 1000;
@@ -174,15 +174,19 @@ async fn the_history_is_trimmed_by_count() {
     until(&timers, "last", |s| s.acked == N as u64 + 1).await;
     worker.shutdown().await;
 
-    let kept = server.command(&["XLEN", &keys("by-count").history()]).as_int().unwrap();
-    assert!((150..250).contains(&kept), "{kept} kept");
+    let kept = server.command(&["LLEN", &keys("by-count").history()]).as_int().unwrap();
+    assert_eq!(kept, 150);
     let (runs, _) = list_all(&timers, 100).await;
-    assert_eq!(runs.len() as i64, kept);
+    assert_eq!(runs.len(), 150);
     assert_eq!(runs[0].key(), "last");
+    // The others, newest first: the last burst of 100 whole, then 49 of the one before it.
+    let others: Vec<&str> = runs[1..].iter().map(|t| t.key()).collect();
+    assert!(others[..100].iter().all(|k| k >= &"run-0900"), "{others:?}");
+    assert!(others[100..].iter().all(|k| k.starts_with("run-08")), "{others:?}");
 }
 
-/// The history keeps a run about `history_age`: the runs of a first burst are gone once a run
-/// ends more than the age later; those within it stay.
+/// The history keeps a run `history_age`: the runs of a first burst are gone once a run ends
+/// more than the age later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_is_trimmed_by_age() {
     let Some(server) = RedisServer::start() else { return };
@@ -197,10 +201,8 @@ async fn the_history_is_trimmed_by_age() {
     worker.shutdown().await;
 
     let (runs, _) = list_all(&timers, 100).await;
-    let old = runs.iter().filter(|t| t.key().starts_with("old")).count();
-    // Whole nodes of 100 entries go: of the 250 old runs at most the last node's 50 stay.
-    assert!(old <= 100, "{old} old runs kept");
-    assert_eq!(runs[0].key(), "new");
+    let keys: Vec<&str> = runs.iter().map(|t| t.key()).collect();
+    assert_eq!(keys, ["new"], "the old runs are gone");
 }
 
 /// A history limit of 0, or an age of zero, keeps no history: no key, an empty list. Bounds

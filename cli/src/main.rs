@@ -72,9 +72,10 @@ enum Command {
         key: String,
     },
     /// The tasks in one state, a page at a time: waiting and ready by due time, running by
-    /// claim (with the worker that holds each), dead by when they died.
+    /// claim (with the worker that holds each), dead by when they died, and the finished runs
+    /// the wheel's history keeps, newest first (with their outcome and handler time).
     List {
-        /// waiting, ready, running or dead.
+        /// waiting, ready, running, dead or finished.
         #[arg(value_enum)]
         state: StateArg,
         /// How many a page (at most 1,000).
@@ -141,6 +142,7 @@ enum StateArg {
     Ready,
     Running,
     Dead,
+    Finished,
 }
 
 impl From<StateArg> for TaskState {
@@ -150,6 +152,7 @@ impl From<StateArg> for TaskState {
             StateArg::Ready => TaskState::Ready,
             StateArg::Running => TaskState::Running,
             StateArg::Dead => TaskState::Dead,
+            StateArg::Finished => TaskState::Finished,
         }
     }
 }
@@ -377,10 +380,38 @@ async fn list(
                 v["worker"] = json!(t.worker());
                 v["claimed_unix_ms"] = json!(t.claimed_at().map(show::unix_ms));
                 v["overdue_ms"] = json!(t.overdue_by().map(|d| d.as_millis() as u64));
+                if let Some(run) = t.finished() {
+                    v["outcome"] = json!(run.outcome().as_str());
+                    v["started_unix_ms"] = json!(run.started_at().map(show::unix_ms));
+                    v["handler_us"] = json!(run.handler_duration().map(|d| d.as_micros() as u64));
+                    v["finished_unix_ms"] = json!(show::unix_ms(run.finished_at()));
+                }
                 v
             })
             .collect();
         println!("{}", json!({ "tasks": listed, "next": cursor.as_ref().map(ToString::to_string) }));
+    } else if state == TaskState::Finished {
+        let rows: Vec<Vec<String>> = tasks
+            .iter()
+            .filter_map(|t| Some((t, t.finished()?)))
+            .map(|(t, run)| {
+                vec![
+                    t.key().to_string(),
+                    show::utc(t.due()),
+                    t.attempt().to_string(),
+                    run.outcome().to_string(),
+                    run.started_at().map(show::utc).unwrap_or_default(),
+                    run.handler_duration().map(show::span).unwrap_or_default(),
+                    show::relative(run.finished_at(), now),
+                    show::clip(t.last_error().unwrap_or(""), 40),
+                ]
+            })
+            .collect();
+        let heads = ["KEY", "DUE", "ATTEMPTS", "OUTCOME", "STARTED", "HANDLER", "FINISHED", "LAST ERROR"];
+        print!("{}", show::table(&heads, &rows));
+        if let Some(next) = &cursor {
+            println!("(more: --after {next})");
+        }
     } else {
         let rows: Vec<Vec<String>> = tasks
             .iter()

@@ -70,6 +70,7 @@ pub fn state_name(state: TaskState) -> &'static str {
         TaskState::Ready => "ready",
         TaskState::Running => "running",
         TaskState::Dead => "dead",
+        TaskState::Finished => "finished",
         _ => "other",
     }
 }

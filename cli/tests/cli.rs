@@ -247,4 +247,28 @@ async fn list_pause_resume_and_cancel_running() {
     wait_for("the cancelled task gone", async || !timers.contains("long").await.unwrap()).await;
     worker.shutdown().await;
     assert_eq!(timers.stats().await.unwrap().dead, 0, "ended as cancelled, not dead");
+
+    // list finished: the history, newest first, as the library lists it; paged by the cursor
+    // the command prints.
+    let finished = json(&url, &["list", "finished"], 0);
+    let runs = finished["tasks"].as_array().unwrap();
+    let summary: Vec<(&str, &str, &str, u64)> = runs
+        .iter()
+        .map(|r| {
+            (r["key"].as_str().unwrap(), r["state"].as_str().unwrap(), r["outcome"].as_str().unwrap(), r["attempt"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(summary, [("long", "finished", "cancelled", 1), ("now", "finished", "acknowledged", 1)], "{finished}");
+    let listed = timers.list(tokio_timewheel::durable::TaskState::Finished, None, 10).await.unwrap();
+    for (row, run) in runs.iter().zip(listed.tasks()) {
+        let end = run.finished().unwrap().finished_at();
+        assert_eq!(row["finished_unix_ms"].as_u64(), Some(end.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64));
+        assert!(row["handler_us"].as_u64().is_some() && row["started_unix_ms"].as_u64().is_some(), "{row}");
+    }
+    let first = json(&url, &["list", "finished", "--limit", "1"], 0);
+    let next = first["next"].as_str().expect("a cursor").to_owned();
+    let second = json(&url, &["list", "finished", "--limit", "1", "--after", &next], 0);
+    assert_eq!(second["tasks"][0]["key"], "now");
+    let (out, _) = text(&url, WHEEL, &["list", "finished"], 0);
+    assert!(out.starts_with("KEY") && out.contains("OUTCOME") && out.contains("cancelled"), "{out}");
 }

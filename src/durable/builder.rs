@@ -338,14 +338,13 @@ impl DurableBuilder {
     /// [`list`](super::DurableScheduler::list) reads as [`Finished`](super::TaskState::Finished):
     /// each run that was acknowledged, went to the dead letters or was cancelled while it ran,
     /// with its due time, start, attempts, outcome and how long its handler took. 0 keeps no
-    /// history, and costs nothing. Default [`DEFAULT_HISTORY_LIMIT`](super::DEFAULT_HISTORY_LIMIT)
+    /// history, and writes nothing. Default [`DEFAULT_HISTORY_LIMIT`](super::DEFAULT_HISTORY_LIMIT)
     /// (10,000); at most [`MAX_HISTORY_LIMIT`](super::MAX_HISTORY_LIMIT).
     ///
-    /// The bound is kept as Redis trims a stream cheaply (`MAXLEN ~`): whole nodes of it at a
-    /// time, so a history holds from `n` to about `n + 100` runs. A wheel of several partitions
-    /// keeps `n / partitions` (rounded up) in each. Each node writes the runs its workers end
-    /// (and its leader, for a lease that ran out) with its own bounds: give every node the same.
-    /// Keeping the history costs each finished task one stream entry in Redis (see the crate's
+    /// A wheel of several partitions keeps `n / partitions` (rounded up) in each. Each node
+    /// writes the runs its workers end (and its leader, for a lease that ran out) with its own
+    /// bounds: give every node the same.
+    /// Keeping the history costs each finished task one list entry in Redis (see the crate's
     /// BENCHMARKS.md for what it costs the fire path).
     ///
     /// # Errors
@@ -371,8 +370,8 @@ impl DurableBuilder {
         self
     }
 
-    /// Keeps a finished run in the history at most `age` after it finished (about: Redis trims
-    /// whole nodes of the stream, `MINID ~`, each time it adds runs). [`Duration::ZERO`] keeps
+    /// Keeps a finished run in the history at most `age` after it finished: the older ones go
+    /// each time runs are added (a history no run is added to keeps what it has). [`Duration::ZERO`] keeps
     /// no history. Default [`DEFAULT_HISTORY_AGE`](super::DEFAULT_HISTORY_AGE) (24 hours); at
     /// most [`MAX_HISTORY_AGE`](super::MAX_HISTORY_AGE) (365 days). See
     /// [`history_limit`](Self::history_limit).

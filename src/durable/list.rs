@@ -3,7 +3,7 @@
 
 use super::admin::MAX_PAGE;
 use super::scripts;
-use super::task::finished_place;
+use super::task::finished_places;
 use super::time::unix_ms;
 use super::{DurableScheduler, ListCursor, ListPage, TaskInfo, TaskState};
 use crate::Error;
@@ -25,8 +25,7 @@ impl DurableScheduler {
     /// - [`Dead`](TaskState::Dead): by when they died, then key;
     /// - [`Finished`](TaskState::Finished): the runs the wheel's history keeps (see
     ///   [`DurableBuilder::history_limit`](super::DurableBuilder::history_limit)), newest first,
-    ///   by when each ended (then by its place in its partition's history, then the partition),
-    ///   each with [`finished`](TaskInfo::finished). A task that ran many times (a series, or a
+    ///   by when each ended, each with [`finished`](TaskInfo::finished). A task that ran many times (a series, or a
     ///   key scheduled again) shows once a run. Runs that end while an operator pages show
     ///   on no page but the first (they are newer); runs the history's bounds drop meanwhile
     ///   show on none.
@@ -98,14 +97,16 @@ impl DurableScheduler {
         Ok(ListPage { tasks: tasks.into_iter().map(|(_, t)| t).collect(), next })
     }
 
-    /// [`list`](Self::list) of the finished runs: each partition's history read newest first
-    /// from after the cursor, merged by (end ms, sequence, partition), newest first.
+    /// [`list`](Self::list) of the finished runs: up to `limit` runs of each partition's history
+    /// from where the cursor left it, merged newest first (by end time; a tie goes to the lower
+    /// partition), each partition's in its own order, so that a page takes a run from a
+    /// partition only after the newer ones of that partition.
     async fn list_finished(&self, after: Option<&ListCursor>, limit: usize) -> Result<ListPage, Error> {
         let partitions = self.wheel.partitions.len();
-        let at = match after {
+        let places = match after {
             None => None,
-            Some(c) => match finished_place(&c.key) {
-                Some((seq, part)) if part < partitions => Some((c.score, seq, part)),
+            Some(c) => match finished_places(&c.key) {
+                Some(places) if places.len() == partitions => Some(places),
                 _ => {
                     return Err(Error::invalid(format!(
                         "{c} is not a place in the history of a wheel of {partitions} partitions"
@@ -113,36 +114,31 @@ impl DurableScheduler {
                 }
             },
         };
-        let mut runs: Vec<((u64, u64, usize), TaskInfo)> = Vec::new();
-        // The newest of the last runs of the partitions that read all they were asked for: the
-        // page ends there, so that nothing before it is left out.
-        let mut stop: Option<(u64, u64, usize)> = None;
+        // Each partition's runs, newest first, and where its history is to be read on.
+        let mut read: Vec<(std::collections::VecDeque<(u64, TaskInfo)>, u64)> = Vec::with_capacity(partitions);
         for (q, part) in self.wheel.partitions.iter().enumerate() {
-            // After the cursor in the merged order: a partition before the cursor's own still
-            // holds the runs of its very entry id, the others only older ones.
-            let before = at.map(|(ms, seq, p)| (ms, seq, q < p));
-            let got = scripts::history(&self.wheel, &part.keys, before, limit).await?;
-            if got.len() >= limit {
-                let last = got.last().map(|e| (e.id.0, e.id.1, q));
-                stop = stop.max(last);
-            }
-            runs.extend(got.into_iter().map(|e| ((e.id.0, e.id.1, q), e.task)));
+            let from = places.as_ref().map(|p| p[q]);
+            let (numbered, runs) = scripts::history(&self.wheel, &part.keys, from, limit).await?;
+            read.push((runs.into_iter().map(|r| (r.seq, r.task)).collect(), from.unwrap_or(numbered)));
         }
-        runs.sort_by(|(a, _), (b, _)| b.cmp(a));
-        if let Some(stop) = stop {
-            runs.retain(|(place, _)| *place >= stop);
+        let mut tasks = Vec::with_capacity(limit);
+        while tasks.len() < limit {
+            let newest = read
+                .iter()
+                .enumerate()
+                .filter_map(|(q, (runs, _))| Some((q, runs.front()?.1.finished.map(|f| f.finished_at)?)))
+                .max_by(|(p, a), (q, b)| a.cmp(b).then(q.cmp(p)));
+            let Some((q, _)) = newest else { break };
+            let (runs, place) = &mut read[q];
+            let (seq, task) = runs.pop_front().expect("the partition has a run");
+            *place = seq.saturating_sub(1);
+            tasks.push(task);
         }
-        let full = runs.len() >= limit;
-        runs.truncate(limit);
-        let next = match runs.last() {
-            Some((place, _)) if full || stop.is_some() => Some(*place),
-            _ => stop,
-        };
-        let next = next.map(|(ms, seq, part)| ListCursor {
+        let next = (tasks.len() == limit).then(|| ListCursor {
             state: TaskState::Finished,
-            score: ms,
-            key: format!("{seq}:{part}"),
+            score: tasks.last().and_then(|t| t.finished).map_or(0, |f| unix_ms(f.finished_at)),
+            key: read.iter().map(|(_, place)| place.to_string()).collect::<Vec<_>>().join(","),
         });
-        Ok(ListPage { tasks: runs.into_iter().map(|(_, t)| t).collect(), next })
+        Ok(ListPage { tasks, next })
     }
 }

@@ -224,7 +224,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// `acknowledged`, `dead` or `cancelled`, as the history stores it.
+    /// `acknowledged`, `dead` or `cancelled`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Acknowledged => "acknowledged",
@@ -233,14 +233,6 @@ impl Outcome {
         }
     }
 
-    pub(crate) fn from_word(word: &[u8]) -> Option<Self> {
-        match word {
-            b"acknowledged" => Some(Outcome::Acknowledged),
-            b"dead" => Some(Outcome::Dead),
-            b"cancelled" => Some(Outcome::Cancelled),
-            _ => None,
-        }
-    }
 }
 
 impl std::fmt::Display for Outcome {
@@ -620,10 +612,10 @@ impl ListPage {
 pub struct ListCursor {
     pub(crate) state: TaskState,
     /// The due time in ms, the claim token (claim order), the death time in ms, or the end
-    /// time in ms of a finished run (its history entry's id's first half).
+    /// time in ms of the last finished run listed.
     pub(crate) score: u64,
-    /// The task's key; for a finished run `<sequence>:<partition>`, the rest of its history
-    /// entry's id and the partition whose history holds it.
+    /// The task's key; for the finished runs, where each partition's history is to be read on:
+    /// the number of the next run to read in each, comma-separated (see [`finished_places`]).
     pub(crate) key: String,
 }
 
@@ -638,8 +630,8 @@ impl ListCursor {
 /// [`str::parse`]: `<state>:<ms>:<key>`, the state in lower case (`waiting`, `ready`,
 /// `running`, `dead`, `finished`), then the due, claim, death or end time in milliseconds since
 /// the Unix epoch, then the key as it is (it may hold `:` itself: it is everything after the
-/// second one). A finished run's cursor names its place in the history instead of a key:
-/// `finished:<ms>:<sequence>:<partition>`.
+/// second one). A cursor of finished runs holds the end time of the last run listed, then where
+/// each partition's history is to be read on instead of a key: `finished:<ms>:<n>,<n>,...`.
 ///
 /// # Examples
 /// ```no_run
@@ -681,7 +673,7 @@ impl std::str::FromStr for ListCursor {
             _ => return Err(bad()),
         };
         let score = score.parse().map_err(|_| bad())?;
-        if state == TaskState::Finished && finished_place(key).is_none() {
+        if state == TaskState::Finished && finished_places(key).is_none() {
             return Err(bad());
         }
         Ok(ListCursor { state, score, key: key.to_owned() })
@@ -699,11 +691,10 @@ fn state_word(state: TaskState) -> &'static str {
     }
 }
 
-/// The history entry's sequence number and the partition of a finished run's cursor key
-/// (`<sequence>:<partition>`).
-pub(crate) fn finished_place(key: &str) -> Option<(u64, usize)> {
-    let (seq, part) = key.split_once(':')?;
-    Some((seq.parse().ok()?, part.parse().ok()?))
+/// Where each partition's history is to be read on, from the key of a cursor of finished runs:
+/// the number of the next run to read in each partition, comma-separated, in partition order.
+pub(crate) fn finished_places(key: &str) -> Option<Vec<u64>> {
+    key.split(',').map(|n| n.parse().ok()).collect()
 }
 
 #[cfg(test)]
@@ -723,10 +714,10 @@ mod tests {
             assert_eq!(text.parse::<ListCursor>().unwrap(), cursor, "{text}");
         }
         assert_eq!(ListCursor { state: TaskState::Dead, score: 7, key: "a:b".into() }.to_string(), "dead:7:a:b");
-        let finished = ListCursor { state: TaskState::Finished, score: 1_767_225_600_123, key: "4:2".into() };
-        assert_eq!(finished.to_string(), "finished:1767225600123:4:2");
+        let finished = ListCursor { state: TaskState::Finished, score: 1_767_225_600_123, key: "4,0,17".into() };
+        assert_eq!(finished.to_string(), "finished:1767225600123:4,0,17");
         assert_eq!(finished.to_string().parse::<ListCursor>().unwrap(), finished);
-        assert_eq!(finished_place(&finished.key), Some((4, 2)));
+        assert_eq!(finished_places(&finished.key), Some(vec![4, 0, 17]));
         for bad in [
             "",
             "dead",
@@ -736,9 +727,10 @@ mod tests {
             "dead:x:k",
             "Dead:7:k",
             "finished:7:k",
-            "finished:7:4",
-            "finished:7:4:x",
-            "finished:7:-1:0",
+            "finished:7:",
+            "finished:7:4,x",
+            "finished:7:4:0",
+            "finished:7:-1",
         ] {
             assert!(matches!(bad.parse::<ListCursor>(), Err(crate::Error::Invalid(_))), "{bad:?}");
         }

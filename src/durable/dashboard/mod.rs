@@ -12,8 +12,10 @@
 //! - **Tasks**: the waiting, ready, running or dead tasks, a page at a time in their state's
 //!   order ([`DurableScheduler::list`]): key, due time or how long overdue, deliveries, the
 //!   worker that runs it and since when, the last error. A click on a key shows the task and its
-//!   payload, as pretty JSON, text or hex. (Finished tasks are not listed: the wheel keeps no
-//!   history of them.)
+//!   payload, as pretty JSON, text or hex. The finished runs the wheel's history keeps
+//!   ([`DurableBuilder::history_limit`](super::DurableBuilder::history_limit)) page the same
+//!   way, newest first: key, due time, outcome, attempts, when the handler started and how long
+//!   it took, when the run ended, the error a dead one died of.
 //!
 //! Every view reads a bounded amount (a page of at most [`PAGE_MAX`] tasks, the
 //! [`DEAD_LETTERS_MAX`] oldest dead letters, a payload's first [`PAYLOAD_SHOWN`] bytes), so the page
@@ -63,7 +65,7 @@
 //! | `GET api/w/{wheel}/stats` | the counts by state and the counters |
 //! | `GET api/w/{wheel}/lateness` | p50, p99, max and the histogram of how late this process's workers claimed deliveries |
 //! | `GET api/w/{wheel}/figures` | every node's figures of the last hour ([`DurableScheduler::figures`]): handed out, acknowledged, failed and dead-lettered a minute, and how late deliveries were claimed, in bars of doubling width |
-//! | `GET api/w/{wheel}/tasks?state=s&after=c&limit=n` | a page of the tasks in state `s` (`waiting`, `ready`, `running`, `dead`), `n` of them (default 50, at most 200), after the cursor `c` (the `next` of the page before, an opaque text): key, due time, how long overdue, deliveries, worker and claim time, last error |
+//! | `GET api/w/{wheel}/tasks?state=s&after=c&limit=n` | a page of the tasks in state `s` (`waiting`, `ready`, `running`, `dead`, or `finished`: the runs the history keeps, newest first), `n` of them (default 50, at most 200), after the cursor `c` (the `next` of the page before, an opaque text): key, due time, how long overdue, deliveries, worker and claim time, last error; for a finished run its outcome, handler start and duration (ms) and end |
 //! | `GET api/w/{wheel}/dead?limit=n` | the oldest `n` dead letters (default 50, at most 500): key, attempts, last error, when it died |
 //! | `GET api/w/{wheel}/task?key=k` | the task under `k`, pending or dead: its state, due time, deliveries, payload size and last error |
 //! | `GET api/w/{wheel}/payload?key=k` | the payload of the task under `k` as pretty JSON, text or hex (its first 64 KiB) |
@@ -436,7 +438,8 @@ async fn tasks(w: Wheel, Query(query): Params) -> Response {
         Some("ready") => TaskState::Ready,
         Some("running") => TaskState::Running,
         Some("dead") => TaskState::Dead,
-        _ => return bad_request("state must be waiting, ready, running or dead"),
+        Some("finished") => TaskState::Finished,
+        _ => return bad_request("state must be waiting, ready, running, dead or finished"),
     };
     let limit = match limit(&query, PAGE_SIZE, PAGE_MAX, 1) {
         Ok(limit) => limit,

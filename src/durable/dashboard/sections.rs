@@ -189,6 +189,10 @@ pub(super) async fn tasks(
             "claimed_ms": t.claimed_at().map(unix_ms),
             "last_error": t.last_error(),
             "payload_bytes": t.payload().len(),
+            "outcome": t.finished().map(|run| run.outcome().as_str()),
+            "started_ms": t.finished().and_then(|run| run.started_at()).map(unix_ms),
+            "handler_ms": t.finished().and_then(|run| run.handler_duration()).map(|d| d.as_secs_f64() * 1000.0),
+            "finished_ms": t.finished().map(|run| unix_ms(run.finished_at())),
         })).collect::<Vec<_>>(),
         "next": next.as_ref().map(encode_cursor),
     }))
@@ -216,6 +220,7 @@ fn state_name(state: TaskState) -> &'static str {
         TaskState::Waiting => "waiting",
         TaskState::Ready => "ready",
         TaskState::Running => "running",
+        TaskState::Finished => "finished",
         _ => "dead",
     }
 }

@@ -67,7 +67,7 @@ local ACKS_FROM = 10
 end_cancelled(ARGV, ACKS_FROM, history)
 local acks = acknowledge(ARGV, ACKS_FROM, tick_ms, slots, history)
 forget_acknowledged(ARGV, ACKS_FROM, acks)
-trim_history(history)
+flush_history(history)
 if PREVIOUS_KEY ~= CALL_KEY then redis.call('DEL', PREVIOUS_KEY) end
 local out = {'0', acks}
 

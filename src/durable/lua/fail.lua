@@ -43,7 +43,7 @@ local history, started, handler_us = history_of(ARGV[11], ARGV[12]), ARGV[13], A
 local rec = redis.call('HGET', TASKS, k)
 if not rec or token_of(rec) ~= tok then return 0 end
 if end_cancelled({k, tok, next_due, started, handler_us}, 1, history) > 0 then
-  trim_history(history)
+  flush_history(history)
   return 3
 end
 local t = decode(rec)
@@ -62,8 +62,8 @@ local function take_queued()
 end
 if t.a >= max_attempts then
   bury(k, t, err, up)
-  add_history(history, k, rec, 'dead', started, handler_us, err)
-  trim_history(history)
+  add_history(history, k, rec, 'd', started, handler_us, err)
+  flush_history(history)
   redis.call('HINCRBY', META, 'dead_lettered', 1)
   count_figures({ f = 1, d = 1 }, up)
   if queued then

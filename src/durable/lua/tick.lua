@@ -79,7 +79,7 @@ local function requeue_expired(now)
       local t = decode(rec)
       if t.a >= max_attempts then
         bury(k, t, 'lease expired', now)
-        add_history(history, k, rec, 'dead', nil, nil, 'lease expired')
+        add_history(history, k, rec, 'd', nil, nil, 'lease expired')
         buried = buried + 1
         -- A series with a spec has no node's answer here: its next run is due now (advance.lua).
         if advance(t, now, nil) then
@@ -104,7 +104,7 @@ local function requeue_expired(now)
   if #to_ready > 0 then redis.call('HINCRBY', META, 'retried', #to_ready / 2) end
   -- A lease that ran out is a failed delivery.
   if #expired > 0 then count_figures({ f = buried + #to_ready / 2, d = buried }, now) end
-  trim_history(history)
+  flush_history(history)
   return #expired, #to_ready / 2
 end
 

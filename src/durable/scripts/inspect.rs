@@ -239,57 +239,71 @@ pub(crate) async fn list(
     Ok(Listed { tasks, full: (full.as_slice() == b"1").then(|| (number(last_score), text(last_key))) })
 }
 
-/// One finished run read from the history: its entry's id (ms, sequence) and the run.
+/// One finished run read from the history: its number in its partition's history, and the run.
 pub(crate) struct HistoryEntry {
-    pub(crate) id: (u64, u64),
+    pub(crate) seq: u64,
     pub(crate) task: TaskInfo,
 }
 
-/// Up to `limit` finished runs from the history, newest first, from the entry `before` on
-/// (`XREVRANGE history <before> - COUNT <limit>`): `(ms, sequence, inclusive)`, or `None` for
-/// the newest. An entry that does not read (none does: the scripts write every one) is left out.
+/// Up to `limit` finished runs from the history (`finished.lua`), newest first, from the run
+/// numbered `from` on (`None`: the newest), and how many runs the partition has numbered. A run
+/// that does not read (none does: the scripts write every one) is left out.
 pub(crate) async fn history(
     wheel: &WheelClient,
     keys: &WheelKeys,
-    before: Option<(u64, u64, bool)>,
+    from: Option<u64>,
     limit: usize,
-) -> Result<Vec<HistoryEntry>, Error> {
-    let end = match before {
-        None => "+".to_string(),
-        Some((ms, seq, true)) => format!("{ms}-{seq}"),
-        Some((ms, seq, false)) => format!("({ms}-{seq}"),
+) -> Result<(u64, Vec<HistoryEntry>), Error> {
+    let mut inv = invoke(keys, &SCRIPTS.finished);
+    inv.arg(from.map_or(String::new(), |f| f.to_string())).arg(limit);
+    let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
+    let Some((numbered, runs)) = flat.split_first() else {
+        return Err(redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "finished.lua answered nothing"))
+            .into());
     };
-    let mut cmd = redis::cmd("XREVRANGE");
-    cmd.arg(keys.history()).arg(end).arg("-").arg("COUNT").arg(limit);
-    type Entry = (String, Vec<(Vec<u8>, Vec<u8>)>);
-    let entries: Vec<Entry> = wheel.conn.command(&cmd).await?;
-    Ok(entries.into_iter().filter_map(|(id, fields)| history_entry(&id, &fields)).collect())
+    Ok((number(numbered), runs.iter().filter_map(|r| history_entry(r)).collect()))
 }
 
-/// A history entry read into a [`Finished`](TaskState::Finished) task (see
-/// `lua/includes/history.lua` for its fields).
-fn history_entry(id: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> Option<HistoryEntry> {
-    let (ms, seq) = id.split_once('-')?;
-    let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
-    let field = |name: &[u8]| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v.as_slice());
-    let known = |v: Option<&[u8]>| v.filter(|v| !v.is_empty()).map(number);
-    let finished_at = from_unix_ms(ms);
+/// A run as the history holds it (see `lua/includes/history.lua`):
+/// `<seq>:<ended ms>:<due ms>:<attempts>:<outcome>:<started ms>:<handler us>:<key length>:<key><error>`,
+/// read into a [`Finished`](TaskState::Finished) task.
+fn history_entry(run: &[u8]) -> Option<HistoryEntry> {
+    let mut rest = run;
+    let mut field = || -> Option<&[u8]> {
+        let at = rest.iter().position(|&b| b == b':')?;
+        let f = &rest[..at];
+        rest = &rest[at + 1..];
+        Some(f)
+    };
+    let (seq, ended, due, attempts) = (field()?, field()?, field()?, field()?);
+    let (outcome, started, took, key_len) = (field()?, field()?, field()?, field()?);
+    let outcome = match outcome {
+        b"a" => Outcome::Acknowledged,
+        b"d" => Outcome::Dead,
+        b"c" => Outcome::Cancelled,
+        _ => return None,
+    };
+    let known = |v: &[u8]| (!v.is_empty()).then(|| number(v));
+    let (started, took) = (known(started), known(took));
+    let key_len = usize::try_from(number(key_len)).ok()?;
+    let (key, error) = (rest.get(..key_len)?, rest.get(key_len..)?);
+    let finished_at = from_unix_ms(number(ended));
     let run = FinishedRun {
-        outcome: Outcome::from_word(field(b"outcome")?)?,
-        started_at: known(field(b"started")).map(from_unix_ms),
+        outcome,
+        started_at: started.map(from_unix_ms),
         finished_at,
-        handler_duration: known(field(b"handler_us")).map(std::time::Duration::from_micros),
+        handler_duration: took.map(std::time::Duration::from_micros),
     };
     let task = TaskInfo {
-        key: text(field(b"key")?),
+        key: text(key),
         payload: Vec::new(),
-        due: from_unix_ms(number(field(b"due")?)),
-        attempt: u32::try_from(number(field(b"attempts")?)).unwrap_or(u32::MAX),
+        due: from_unix_ms(number(due)),
+        attempt: u32::try_from(number(attempts)).unwrap_or(u32::MAX),
         state: TaskState::Finished,
-        last_error: field(b"error").map(text).filter(|e| !e.is_empty()),
+        last_error: Some(text(error)).filter(|e| !e.is_empty()),
         read_at: finished_at,
         claim: None,
         finished: Some(run),
     };
-    Some(HistoryEntry { id: (ms, seq), task })
+    Some(HistoryEntry { seq: number(seq), task })
 }

@@ -210,6 +210,7 @@ scripts!(
     due_counts,
     cancel_running,
     list,
+    finished,
 );
 
 /// A call of `script` on the (partition of the) wheel whose keys are `keys`, with every fixed

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{redis_now_ms, wheel, TICK_MS};
+use super::{redis_now_ms, wheel_keeping, TICK_MS};
 use crate::durable::scripts::{self, NewTask, TickReply};
 use crate::durable::shared_conn::Window;
 use crate::durable::time::When;
@@ -44,6 +44,12 @@ fn dump(pid: &str, dir: &PathBuf) -> u64 {
     line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("a count")
 }
 
+/// The acknowledgement of a delivery as a worker sends it: its handler's start (a time of today
+/// in ms) and duration (µs), which the history keeps.
+fn ran(key: &str, token: &str) -> scripts::Ack {
+    scripts::Ack { run: Some((1_767_225_600_123, 1_234)), ..scripts::Ack::plain(key, token) }
+}
+
 fn zero(pid: &str) {
     let status = Command::new("callgrind_control").arg("--zero").arg(pid).status().expect("callgrind_control");
     assert!(status.success());
@@ -56,8 +62,9 @@ async fn fire_path_instructions_per_task() {
         eprintln!("set CALLGRIND_DIR and TIMEWHEEL_REDIS_SERVER (see src/durable/tests/costs.rs)");
         return;
     };
-    for batch in [4, 64] {
-        let Some((server, timers)) = wheel(&format!("costs-{batch}")).await else { return };
+    // The default history, and none (what the history costs is the difference).
+    for (batch, history) in [(4, crate::durable::DEFAULT_HISTORY_LIMIT), (64, crate::durable::DEFAULT_HISTORY_LIMIT), (64, 0)] {
+        let Some((server, timers)) = wheel_keeping(&format!("costs-{batch}-{history}"), history).await else { return };
         let (w, keys) = (&timers.wheel, &timers.wheel.base);
         let pid = server.info("server")["process_id"].clone();
         server.command(&["SET", &keys.leader(), "me:1"]);
@@ -109,7 +116,7 @@ async fn fire_path_instructions_per_task() {
         costs.push(("renew (128 a call)", N.div_ceil(128), dump(&pid, &dir)));
 
         zero(&pid);
-        let acks: Vec<scripts::Ack> = held.iter().map(|(k, t)| scripts::Ack::plain(k, t)).collect();
+        let acks: Vec<scripts::Ack> = held.iter().map(|(k, t)| ran(k, t)).collect();
         for chunk in acks.chunks(batch) {
             let acked = scripts::ack(w, keys, chunk, Window::Default).await.unwrap();
             assert!(acked.iter().all(|&a| a));
@@ -138,7 +145,7 @@ async fn fire_path_instructions_per_task() {
         let (mut last, mut previous, mut calls, mut acked) = (Vec::<(String, String)>::new(), String::new(), 0, 0);
         loop {
             let id = format!("c{calls}");
-            let pairs: Vec<scripts::Ack> = last.iter().map(|(k, t)| scripts::Ack::plain(k, t)).collect();
+            let pairs: Vec<scripts::Ack> = last.iter().map(|(k, t)| ran(k, t)).collect();
             let call = scripts::Claim {
                 n: batch,
                 claim_id: &id,
@@ -161,7 +168,7 @@ async fn fire_path_instructions_per_task() {
 
         for (step, calls, instructions) in costs {
             println!(
-                "batch {batch:>3}: {step:<20} {calls:>5} calls, {:>8} instructions a task, {:>8} a call",
+                "batch {batch:>3}, history {history:>5}: {step:<20} {calls:>5} calls, {:>8} instructions a task, {:>8} a call",
                 instructions / N as u64,
                 instructions / calls as u64
             );

@@ -34,8 +34,14 @@ pub(crate) fn start_server() -> Option<RedisServer> {
 
 /// A server and a wheel `name` opened on it (nothing scheduled, nothing running).
 async fn wheel(name: &str) -> Option<(RedisServer, DurableScheduler)> {
+    wheel_keeping(name, crate::durable::DEFAULT_HISTORY_LIMIT).await
+}
+
+/// [`wheel`], keeping a history of at most `history` finished runs (0: none).
+async fn wheel_keeping(name: &str, history: usize) -> Option<(RedisServer, DurableScheduler)> {
     let server = RedisServer::start()?;
     let timers = DurableScheduler::builder(server.url(), name)
+        .history_limit(history)
         .tick(Duration::from_millis(TICK_MS))
         .slots(SLOTS as usize)
         .lease(LEASE)

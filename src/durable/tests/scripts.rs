@@ -857,18 +857,22 @@ fn renewed(answers: Vec<scripts::Renewal>) -> Vec<bool> {
     answers.into_iter().map(|a| a != scripts::Renewal::Refused).collect()
 }
 
-/// The history's entries, oldest first: each one's fields as `field=value` pairs, in the order
-/// written (the entry ids, which are Redis's clock, left out).
-fn history(server: &super::RedisServer, keys: &WheelKeys) -> Vec<String> {
-    let entries = server.command(&["XRANGE", &keys.history(), "-", "+"]);
-    entries
+/// The history's runs, oldest first, as `(number, end ms, the rest as written)`
+/// (`lua/includes/history.lua`).
+fn history(server: &super::RedisServer, keys: &WheelKeys) -> Vec<(u64, u64, String)> {
+    let runs = server.command(&["LRANGE", &keys.history(), "0", "-1"]);
+    let mut runs: Vec<(u64, u64, String)> = runs
         .as_array()
         .iter()
-        .map(|e| {
-            let fields: Vec<&str> = e.as_array()[1].as_array().iter().map(|f| f.as_str().unwrap_or("?")).collect();
-            fields.chunks(2).map(|p| format!("{}={}", p[0], p[1])).collect::<Vec<_>>().join(" ")
+        .map(|r| {
+            let mut parts = r.as_str().expect("a run").splitn(3, ':');
+            let mut number = || parts.next().unwrap().parse::<u64>().unwrap();
+            let (seq, ended) = (number(), number());
+            (seq, ended, parts.next().unwrap().to_string())
         })
-        .collect()
+        .collect();
+    runs.reverse();
+    runs
 }
 
 /// The scripts that end a run write it to the history, with its due time, attempts, outcome,
@@ -911,21 +915,33 @@ async fn the_runs_that_end_go_in_the_history_and_nothing_else_does() {
     scripts::tick(w, keys, &token, 100, c + 1..=now / TICK_MS + 1).await.unwrap();
     let after = redis_now_ms(&server);
 
-    assert_eq!(history(&server, keys), [
-        "key=ok due=5 attempts=1 outcome=acknowledged started=1000 handler_us=2500",
-        "key=claimed-ok due=5 attempts=1 outcome=acknowledged started=2000 handler_us=40",
-        "key=dies due=6 attempts=3 outcome=dead started=4000 handler_us=9 error=boom",
-        "key=cancelled due=5 attempts=1 outcome=cancelled started=5000 handler_us=11",
-        "key=lapsed due=7 attempts=3 outcome=dead started= handler_us= error=lease expired",
+    let runs = history(&server, keys);
+    let written: Vec<&str> = runs.iter().map(|(_, _, rest)| rest.as_str()).collect();
+    assert_eq!(written, [
+        "5:1:a:1000:2500:2:ok",
+        "5:1:a:2000:40:10:claimed-ok",
+        "6:3:d:4000:9:4:diesboom",
+        "5:1:c:5000:11:9:cancelled",
+        "7:3:d:::6:lapsedlease expired",
     ]);
-    let ids = server.command(&["XRANGE", &keys.history(), "-", "+"]);
-    for e in ids.as_array() {
-        let ms: u64 = e.as_array()[0].as_str().unwrap().split('-').next().unwrap().parse().unwrap();
-        assert!((before..=after).contains(&ms), "ended at {ms}, within {before}..{after}");
+    let numbers: Vec<u64> = runs.iter().map(|(seq, _, _)| *seq).collect();
+    assert_eq!(numbers, [1, 2, 3, 4, 5], "numbered in the order they ended");
+    assert_eq!(meta(&server, keys, "history_seq"), 5);
+    for (_, ended, rest) in &runs {
+        assert!((before..=after).contains(ended), "{rest} ended at {ended}, within {before}..{after}");
     }
     // A repeated acknowledgement is refused and writes nothing more.
     assert_eq!(scripts::ack(w, keys, &[ran("ok", 1_000, 2_500)], Window::Default).await.unwrap(), [false]);
     assert_eq!(history(&server, keys).len(), 5);
+
+    // `finished.lua` reads a page from a run's number on, older ones after it, and says how
+    // many runs there are.
+    let (numbered, page) = scripts::history(w, keys, Some(4), 2).await.unwrap();
+    let keys_read: Vec<(u64, &str)> = page.iter().map(|r| (r.seq, r.task.key())).collect();
+    assert_eq!((numbered, keys_read), (5, vec![(4, "cancelled"), (3, "dies")]));
+    let (_, newest) = scripts::history(w, keys, None, 1).await.unwrap();
+    assert_eq!(newest[0].task.last_error(), Some("lease expired"));
+    assert_eq!(scripts::history(w, keys, Some(0), 10).await.unwrap().1.len(), 0);
 }
 
 /// With no history (a limit of 0, or an age of zero) the scripts that end runs write none.

@@ -297,15 +297,28 @@ function flash(text, bad) {
 
 // ---- the tasks view ----
 
+/// A finished run's outcome, when its handler started and how long it took, and when it ended.
+function finishedRun(task) {
+  let text = task.outcome;
+  if (task.started_ms != null) text += " · started " + clock(task.started_ms);
+  if (task.handler_ms != null) {
+    text += ", ran " + (task.handler_ms < 10 ? task.handler_ms.toFixed(2) + " ms" : span(task.handler_ms));
+  }
+  return text + " · ended " + clock(task.finished_ms);
+}
+
 function showTasks(page) {
   const body = $("tasks").tBodies[0];
   const pick = info.actions && at.state === "dead";
   $("tasks").classList.toggle("no-pick", !pick);
   $("bulk").hidden = !pick;
   body.replaceChildren();
+  const finished = at.state === "finished";
+  $("tasks-run").textContent = finished ? "run" : "worker";
   if (page.tasks.length === 0) {
     const row = el("tr");
-    row.appendChild(el("td", { colspan: "7", class: "note" }, at.page === 0 ? "No " + at.state + " tasks." : "No more."));
+    const none = finished ? "No finished runs in the history." : "No " + at.state + " tasks.";
+    row.appendChild(el("td", { colspan: "7", class: "note" }, at.page === 0 ? none : "No more."));
     body.appendChild(row);
   }
   for (const task of page.tasks) {
@@ -327,13 +340,17 @@ function showTasks(page) {
       : el("td", { class: "when" }, time(task.due_ms));
     row.appendChild(due);
     row.appendChild(el("td", { class: "num" }, number(task.attempt)));
-    const worker = task.claimed_ms != null
-      ? (task.worker || "a worker") + " · since " + clock(task.claimed_ms) + " (" + span(Math.max(0, Date.now() - task.claimed_ms)) + ")"
-      : "";
-    row.appendChild(el("td", { class: "worker", "data-worker": task.worker || "" }, worker));
+    if (finished) {
+      row.appendChild(el("td", { class: "run", "data-outcome": task.outcome }, finishedRun(task)));
+    } else {
+      const worker = task.claimed_ms != null
+        ? (task.worker || "a worker") + " · since " + clock(task.claimed_ms) + " (" + span(Math.max(0, Date.now() - task.claimed_ms)) + ")"
+        : "";
+      row.appendChild(el("td", { class: "worker", "data-worker": task.worker || "" }, worker));
+    }
     row.appendChild(el("td", { class: "error" }, task.last_error || ""));
     const buttons = el("td", { class: "actions" });
-    if (info.actions) {
+    if (info.actions && !finished) {
       if (at.state === "waiting" || at.state === "ready") {
         buttons.appendChild(actionButton("Run now", "run-now", task.key, "due now"));
         buttons.appendChild(actionButton("Cancel", "cancel", task.key, "cancelled", { class: "danger" }, true));
@@ -570,7 +587,7 @@ async function start() {
   const place = new URLSearchParams(location.hash.slice(1));
   at.wheel = info.wheels.includes(place.get("wheel")) ? place.get("wheel") : info.wheels[0] || "";
   at.view = place.get("view") === "tasks" ? "tasks" : "overview";
-  at.state = ["waiting", "ready", "running", "dead"].includes(place.get("state")) ? place.get("state") : "waiting";
+  at.state = ["waiting", "ready", "running", "dead", "finished"].includes(place.get("state")) ? place.get("state") : "waiting";
   for (const b of document.querySelectorAll("button.view")) {
     b.addEventListener("click", () => { at.view = b.dataset.view; show(); });
   }

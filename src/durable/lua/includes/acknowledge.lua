@@ -33,7 +33,7 @@ local function acknowledge(list, from, tick_ms, slots, h)
     if rec and current == tok and not seen[k] then
       seen[k] = true
       acked[#acked + 1] = k
-      add_history(h, k, rec, 'acknowledged', list[at + 3], list[at + 4])
+      add_history(h, k, rec, 'a', list[at + 3], list[at + 4])
       local q = queued[j]
       local t = not q and (every ~= '0' or next_due ~= '') and decode(rec)
       w = w or ((q or t) and wheel_now(tick_ms, slots, #KEYS + 1, nil))

@@ -23,7 +23,7 @@ local function end_cancelled(list, from, h)
         redis.call('HDEL', TASKS, k)
         redis.call('ZREM', LEASED, k)
         forget_claims({k})
-        add_history(h, k, rec, 'cancelled', list[i + 3], list[i + 4])
+        add_history(h, k, rec, 'c', list[i + 3], list[i + 4])
         n = n + 1
       end
     end
