@@ -15,8 +15,7 @@ use futures::future::BoxFuture;
 use support::durable::{builder, keys, TICK};
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::{
-    DurableScheduler, DurableStats, ListCursor, Outcome, Task, TaskInfo, TaskState, MAX_HISTORY_AGE,
-    MAX_HISTORY_LIMIT,
+    DurableScheduler, DurableStats, ListCursor, Outcome, Task, TaskInfo, TaskState, MAX_HISTORY_AGE, MAX_HISTORY_LIMIT,
 };
 use tokio_timewheel::Error;
 
@@ -106,7 +105,10 @@ async fn list_finished_pages_every_run_once_newest_first() {
         assert!(ends.windows(2).all(|w| w[0] >= w[1]), "by {limit}: newest first");
         for t in &runs {
             let run = t.finished().unwrap();
-            assert_eq!((t.state(), run.outcome(), t.attempt(), t.last_error()), (TaskState::Finished, Outcome::Acknowledged, 1, None));
+            assert_eq!(
+                (t.state(), run.outcome(), t.attempt(), t.last_error()),
+                (TaskState::Finished, Outcome::Acknowledged, 1, None)
+            );
             let started = run.started_at().expect("the handler started");
             assert!(started + Duration::from_secs(1) >= scheduled, "{started:?}");
             assert!(run.handler_duration().expect("it ran") < Duration::from_secs(5));
@@ -153,7 +155,9 @@ async fn acknowledged_dead_and_cancelled_runs_are_recorded() {
     let cancelled = by_key("wait-1");
     let run = cancelled.finished().unwrap();
     assert_eq!((run.outcome(), cancelled.attempt()), (Outcome::Cancelled, 1));
-    assert!(run.handler_duration().is_some() && run.started_at().unwrap() <= run.finished_at() + Duration::from_secs(1));
+    assert!(
+        run.handler_duration().is_some() && run.started_at().unwrap() <= run.finished_at() + Duration::from_secs(1)
+    );
 }
 
 /// The history keeps the newest `history_limit` runs: of 1,001, the newest 150, the very newest

@@ -255,14 +255,22 @@ async fn list_pause_resume_and_cancel_running() {
     let summary: Vec<(&str, &str, &str, u64)> = runs
         .iter()
         .map(|r| {
-            (r["key"].as_str().unwrap(), r["state"].as_str().unwrap(), r["outcome"].as_str().unwrap(), r["attempt"].as_u64().unwrap())
+            (
+                r["key"].as_str().unwrap(),
+                r["state"].as_str().unwrap(),
+                r["outcome"].as_str().unwrap(),
+                r["attempt"].as_u64().unwrap(),
+            )
         })
         .collect();
     assert_eq!(summary, [("long", "finished", "cancelled", 1), ("now", "finished", "acknowledged", 1)], "{finished}");
     let listed = timers.list(tokio_timewheel::durable::TaskState::Finished, None, 10).await.unwrap();
     for (row, run) in runs.iter().zip(listed.tasks()) {
         let end = run.finished().unwrap().finished_at();
-        assert_eq!(row["finished_unix_ms"].as_u64(), Some(end.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64));
+        assert_eq!(
+            row["finished_unix_ms"].as_u64(),
+            Some(end.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64)
+        );
         assert!(row["handler_us"].as_u64().is_some() && row["started_unix_ms"].as_u64().is_some(), "{row}");
     }
     let first = json(&url, &["list", "finished", "--limit", "1"], 0);

@@ -317,8 +317,8 @@ pub use routes::Routes;
 pub use scheduler::DurableScheduler;
 pub use series::MAX_BURST;
 pub use task::{
-    DeadTask, DueCursor, DuePage, DurableStats, Figures, FinishedRun, ListCursor, ListPage, MinuteCounts, Outcome, Task,
-    TaskInfo, TaskState,
+    DeadTask, DueCursor, DuePage, DurableStats, Figures, FinishedRun, ListCursor, ListPage, MinuteCounts, Outcome,
+    Task, TaskInfo, TaskState,
 };
 /// The type of a handler's [`Task::cancel_token`], tokio-util's, here so that durable code needs
 /// one import.

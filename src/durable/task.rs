@@ -232,7 +232,6 @@ impl Outcome {
             Outcome::Cancelled => "cancelled",
         }
     }
-
 }
 
 impl std::fmt::Display for Outcome {

@@ -13,11 +13,12 @@
     ARGV[1]  tick in ms   ARGV[2] slots
     ARGV[3]  the history's limit (entries; 0: keep no history)   ARGV[4] its age limit in ms
              (0: none)
-    ARGV[5 + 5i] .. ARGV[9 + 5i]  per delivery (ACK_FIELDS of them): key, claim token, next due
+    ARGV[5 + 4i] .. ARGV[8 + 4i]  per delivery (ACK_FIELDS of them): key, claim token, next due
              (ms on Redis's clock, the node's answer for a series with a spec, see record.lua;
-             '' for any other task, and '0' when such a series has no run left), when its
-             handler started (ms on Redis's clock as the node estimates it; '' if it never
-             started), how long the handler ran (microseconds; '' if it never started)
+             '' for any other task, and '0' when such a series has no run left), its run for
+             the history (`<due ms>:<attempts>:<handler started ms>:<handler us>:<key length>:`,
+             the times empty if it never started; '' to read it from the record: see
+             includes/history.lua)
   Output:
     one digit per delivery, as one string: 1 acknowledged, 0 refused (a delivery whose cancel
     was requested ends as cancelled instead: see cancelled.lua).

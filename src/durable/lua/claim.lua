@@ -36,7 +36,7 @@
     ARGV[5]  tick in ms   ARGV[6] slots (to place a recurring task's next run)
     ARGV[7]  the id of the worker's node (recorded with each claim, for listing)
     ARGV[8]  the history's limit   ARGV[9] its age limit in ms (as for ack.lua)
-    ARGV[10 + 5i] .. ARGV[14 + 5i]  per delivery to acknowledge first: its ACK_FIELDS fields, as
+    ARGV[10 + 4i] .. ARGV[13 + 4i]  per delivery to acknowledge first: its ACK_FIELDS fields, as
              for ack.lua
   Output:
     {claimed ms (Redis's clock, when this claim first ran; '0' when it took nothing), the

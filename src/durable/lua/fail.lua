@@ -12,9 +12,9 @@
              schedule)
     ARGV[10] the series' next due time after this run, for a series with a spec (as for ack.lua;
              '' for any other task)
-    ARGV[11] the history's limit   ARGV[12] its age limit in ms   ARGV[13] when the handler
-             started   ARGV[14] how long it ran in microseconds (as for ack.lua: a run that dies
-             or is cancelled goes in the history, includes/history.lua)
+    ARGV[11] the history's limit   ARGV[12] its age limit in ms   ARGV[13] the delivery's run
+             for the history (as for ack.lua: a run that dies or is cancelled goes in the
+             history, includes/history.lua)
   Output:
     1 retried, 2 dead, 0 refused, 3 cancelled (its cancel was requested: it ends as cancelled,
     see cancelled.lua).
@@ -38,11 +38,11 @@ local k, tok, err = ARGV[1], ARGV[2], ARGV[3]
 local max_attempts, backoff_ms, backoff_cap_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local tick_ms, slots, declared = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
 local next_due = ARGV[10]
-local history, started, handler_us = history_of(ARGV[11], ARGV[12]), ARGV[13], ARGV[14]
+local history, run = history_of(ARGV[11], ARGV[12]), ARGV[13]
 
 local rec = redis.call('HGET', TASKS, k)
 if not rec or token_of(rec) ~= tok then return 0 end
-if end_cancelled({k, tok, next_due, started, handler_us}, 1, history) > 0 then
+if end_cancelled({k, tok, next_due, run}, 1, history) > 0 then
   flush_history(history)
   return 3
 end
@@ -62,7 +62,7 @@ local function take_queued()
 end
 if t.a >= max_attempts then
   bury(k, t, err, up)
-  add_history(history, k, rec, 'd', started, handler_us, err)
+  add_history(history, k, rec, 'd', run, err)
   flush_history(history)
   redis.call('HINCRBY', META, 'dead_lettered', 1)
   count_figures({ f = 1, d = 1 }, up)

@@ -1,26 +1,26 @@
 --[[ Reads a page of the history of finished runs (includes/history.lua), newest first, from the
-  run numbered `from` on, older ones after it. A run's place in the list is the head's number
-  minus its own, so a page starts where the last one stopped whatever ended meanwhile (newer
-  runs go in front; the oldest ones the bounds dropped are gone).
+  run numbered `from` on, older ones after it. Run `n` is at index `n - history_dropped - 1`, so
+  a page starts where the last one stopped whatever ended meanwhile (newer runs come after it in
+  the list; the oldest ones the bounds dropped are gone).
 
   Input:
     KEYS     the wheel's keys
     ARGV[1]  from: the number of the first run to read ('' for the newest)   ARGV[2] limit
   Output:
-    {how many runs the partition has numbered (the newest's number), then the runs, newest
-    first, as the history holds them (at most `limit`)}.
+    {how many runs the partition has numbered, the number of the first run answered (or of the
+    place read from, when none is), then the runs, newest first, as the history holds them (at
+    most `limit`)}.
   Keys: META, HISTORY.
 ]]
 -- @include keys
 local from, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 
-local numbered = tonumber(redis.call('HGET', META, 'history_seq') or 0)
-local first = 0
-if from then
-  local head = redis.call('LINDEX', HISTORY, 0)
-  if not head then return {string.format('%d', numbered)} end
-  first = math.max(0, tonumber(string.match(head, '^(%d+):')) - from)
-end
-local out = redis.call('LRANGE', HISTORY, first, first + limit - 1)
-table.insert(out, 1, string.format('%d', numbered))
+local counts = redis.call('HMGET', META, 'history_seq', 'history_dropped')
+local numbered, dropped = tonumber(counts[1] or 0), tonumber(counts[2] or 0)
+local newest = math.min(from or numbered, numbered)
+local out = {string.format('%d', numbered), string.format('%d', newest)}
+local hi = newest - dropped - 1
+if hi < 0 then return out end
+local runs = redis.call('LRANGE', HISTORY, math.max(0, hi - limit + 1), hi)
+for i = #runs, 1, -1 do out[#out + 1] = runs[i] end
 return out

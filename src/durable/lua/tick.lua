@@ -79,7 +79,7 @@ local function requeue_expired(now)
       local t = decode(rec)
       if t.a >= max_attempts then
         bury(k, t, 'lease expired', now)
-        add_history(history, k, rec, 'd', nil, nil, 'lease expired')
+        add_history(history, k, rec, 'd', nil, 'lease expired')
         buried = buried + 1
         -- A series with a spec has no node's answer here: its next run is due now (advance.lua).
         if advance(t, now, nil) then

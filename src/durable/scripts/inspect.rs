@@ -257,17 +257,22 @@ pub(crate) async fn history(
     let mut inv = invoke(keys, &SCRIPTS.finished);
     inv.arg(from.map_or(String::new(), |f| f.to_string())).arg(limit);
     let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
-    let Some((numbered, runs)) = flat.split_first() else {
-        return Err(redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "finished.lua answered nothing"))
-            .into());
+    let Some(([numbered, newest], runs)) = flat.split_first_chunk::<2>() else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "finished.lua answered fewer than two entries",
+        ))
+        .into());
     };
-    Ok((number(numbered), runs.iter().filter_map(|r| history_entry(r)).collect()))
+    let newest = number(newest);
+    let runs = runs.iter().zip(0..).filter_map(|(r, i)| history_entry(newest.checked_sub(i)?, r)).collect();
+    Ok((number(numbered), runs))
 }
 
-/// A run as the history holds it (see `lua/includes/history.lua`):
-/// `<seq>:<ended ms>:<due ms>:<attempts>:<outcome>:<started ms>:<handler us>:<key length>:<key><error>`,
+/// The run numbered `seq` as the history holds it (see `lua/includes/history.lua`):
+/// `<ended ms>:<outcome>:<due ms>:<attempts>:<started ms>:<handler us>:<key length>:<key><error>`,
 /// read into a [`Finished`](TaskState::Finished) task.
-fn history_entry(run: &[u8]) -> Option<HistoryEntry> {
+fn history_entry(seq: u64, run: &[u8]) -> Option<HistoryEntry> {
     let mut rest = run;
     let mut field = || -> Option<&[u8]> {
         let at = rest.iter().position(|&b| b == b':')?;
@@ -275,8 +280,8 @@ fn history_entry(run: &[u8]) -> Option<HistoryEntry> {
         rest = &rest[at + 1..];
         Some(f)
     };
-    let (seq, ended, due, attempts) = (field()?, field()?, field()?, field()?);
-    let (outcome, started, took, key_len) = (field()?, field()?, field()?, field()?);
+    let (ended, outcome, due, attempts) = (field()?, field()?, field()?, field()?);
+    let (started, took, key_len) = (field()?, field()?, field()?);
     let outcome = match outcome {
         b"a" => Outcome::Acknowledged,
         b"d" => Outcome::Dead,
@@ -305,5 +310,5 @@ fn history_entry(run: &[u8]) -> Option<HistoryEntry> {
         claim: None,
         finished: Some(run),
     };
-    Some(HistoryEntry { seq: number(seq), task })
+    Some(HistoryEntry { seq, task })
 }

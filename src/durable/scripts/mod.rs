@@ -48,8 +48,8 @@ pub(crate) use worker::{ack, claim_and_ack, fail, renew, Ack, Claim, Claimed, Re
 pub(crate) const WAKE_TOKENS: usize = 8;
 
 /// How many arguments each delivery to acknowledge takes in `ack.lua` and `claim.lua` (see
-/// [`Ack`]): key, claim token, next due, when its handler started, how long it ran.
-pub(crate) const ACK_FIELDS: usize = 5;
+/// [`Ack`]): key, claim token, next due, its run for the history.
+pub(crate) const ACK_FIELDS: usize = 4;
 
 /// The shared helpers, by include name.
 const INCLUDES: &[(&str, &str)] = &[

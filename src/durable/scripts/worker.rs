@@ -34,22 +34,33 @@ pub(crate) struct Ack {
     pub(crate) key: String,
     pub(crate) token: String,
     pub(crate) next_due: String,
-    /// When the handler started (ms on Redis's clock, as the node estimates it) and how long it
-    /// ran (µs); `None` for a delivery whose handler never started.
-    pub(crate) run: Option<(u64, u64)>,
+    /// Its run as the history keeps it, packed by [`Ack::run`]; empty to let the script read
+    /// the due time and deliveries from the record, with no handler times.
+    pub(crate) run: String,
 }
 
 impl Ack {
-    /// The acknowledgement of a task without a spec whose handler never started.
+    /// The acknowledgement of a task without a spec, with no run for the history.
     #[cfg(test)]
     pub(crate) fn plain(key: &str, token: &str) -> Self {
-        Ack { key: key.to_string(), token: token.to_string(), next_due: String::new(), run: None }
+        Ack { key: key.to_string(), token: token.to_string(), next_due: String::new(), run: String::new() }
+    }
+
+    /// The run of the delivery of `key` due at `due_ms`, its `attempt`-th, as the scripts put it
+    /// in the history (`lua/includes/history.lua`): `<due ms>:<attempts>:<started ms>:<handler
+    /// us>:<key length>:`, with `handler` (when it started, on Redis's clock as the node
+    /// estimates it, and how long it ran, in µs) empty when it never started. Packed here so
+    /// that the scripts only join strings.
+    pub(crate) fn run(key: &str, due_ms: u64, attempt: u32, handler: Option<(u64, u64)>) -> String {
+        match handler {
+            Some((started, took)) => format!("{due_ms}:{attempt}:{started}:{took}:{}:", key.len()),
+            None => format!("{due_ms}:{attempt}:::{}:", key.len()),
+        }
     }
 
     /// Its [`ACK_FIELDS`](super::ACK_FIELDS) arguments, as `ack.lua` and `claim.lua` take them.
     fn args(&self, inv: &mut redis::ScriptInvocation<'_>) {
-        let (started, took) = self.run.map_or((String::new(), String::new()), |(s, t)| (s.to_string(), t.to_string()));
-        inv.arg(&self.key).arg(&self.token).arg(&self.next_due).arg(started).arg(took);
+        inv.arg(&self.key).arg(&self.token).arg(&self.next_due).arg(&self.run);
     }
 }
 
@@ -250,8 +261,7 @@ pub(crate) async fn fail(
         .arg(&delivery.next_due)
         .arg(cfg.history_limit)
         .arg(cfg.history_age_ms)
-        .arg(delivery.run.map_or(String::new(), |(started, _)| started.to_string()))
-        .arg(delivery.run.map_or(String::new(), |(_, took)| took.to_string()));
+        .arg(&delivery.run);
     Ok(match wheel.conn.call::<i64>(&inv, window).await? {
         1 => Failed::Retried,
         2 => Failed::Dead,

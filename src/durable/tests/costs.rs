@@ -47,7 +47,8 @@ fn dump(pid: &str, dir: &PathBuf) -> u64 {
 /// The acknowledgement of a delivery as a worker sends it: its handler's start (a time of today
 /// in ms) and duration (µs), which the history keeps.
 fn ran(key: &str, token: &str) -> scripts::Ack {
-    scripts::Ack { run: Some((1_767_225_600_123, 1_234)), ..scripts::Ack::plain(key, token) }
+    let run = scripts::Ack::run(key, 1_767_225_600_000, 1, Some((1_767_225_600_123, 1_234)));
+    scripts::Ack { run, ..scripts::Ack::plain(key, token) }
 }
 
 fn zero(pid: &str) {
@@ -63,7 +64,9 @@ async fn fire_path_instructions_per_task() {
         return;
     };
     // The default history, and none (what the history costs is the difference).
-    for (batch, history) in [(4, crate::durable::DEFAULT_HISTORY_LIMIT), (64, crate::durable::DEFAULT_HISTORY_LIMIT), (64, 0)] {
+    for (batch, history) in
+        [(4, crate::durable::DEFAULT_HISTORY_LIMIT), (64, crate::durable::DEFAULT_HISTORY_LIMIT), (64, 0)]
+    {
         let Some((server, timers)) = wheel_keeping(&format!("costs-{batch}-{history}"), history).await else { return };
         let (w, keys) = (&timers.wheel, &timers.wheel.base);
         let pid = server.info("server")["process_id"].clone();

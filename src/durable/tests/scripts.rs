@@ -857,29 +857,24 @@ fn renewed(answers: Vec<scripts::Renewal>) -> Vec<bool> {
     answers.into_iter().map(|a| a != scripts::Renewal::Refused).collect()
 }
 
-/// The history's runs, oldest first, as `(number, end ms, the rest as written)`
+/// The history's runs, oldest first, as `(end ms, the rest as written)`
 /// (`lua/includes/history.lua`).
-fn history(server: &super::RedisServer, keys: &WheelKeys) -> Vec<(u64, u64, String)> {
+fn history(server: &super::RedisServer, keys: &WheelKeys) -> Vec<(u64, String)> {
     let runs = server.command(&["LRANGE", &keys.history(), "0", "-1"]);
-    let mut runs: Vec<(u64, u64, String)> = runs
-        .as_array()
+    runs.as_array()
         .iter()
         .map(|r| {
-            let mut parts = r.as_str().expect("a run").splitn(3, ':');
-            let mut number = || parts.next().unwrap().parse::<u64>().unwrap();
-            let (seq, ended) = (number(), number());
-            (seq, ended, parts.next().unwrap().to_string())
+            let (ended, rest) = r.as_str().expect("a run").split_once(':').unwrap();
+            (ended.parse().unwrap(), rest.to_string())
         })
-        .collect();
-    runs.reverse();
-    runs
+        .collect()
 }
 
 /// The scripts that end a run write it to the history, with its due time, attempts, outcome,
 /// the handler's start and duration as the worker reported them, and the error it died of: an
 /// acknowledgement (`ack.lua`, `claim.lua`), a last failure (`fail.lua`), a cancel while it ran
 /// (through `ack.lua`), a last lease that ran out (`tick.lua`). A refused outcome or a retry
-/// writes nothing; the entry ids are Redis's clock when the run ended.
+/// writes nothing; each run's end is Redis's clock when it ended.
 #[tokio::test]
 async fn the_runs_that_end_go_in_the_history_and_nothing_else_does() {
     let Some((server, timers)) = wheel("s-history").await else { return };
@@ -890,23 +885,33 @@ async fn the_runs_that_end_go_in_the_history_and_nothing_else_does() {
     }
     seed_running(&server, keys, "dies", 6, 3, now + 60_000);
     seed_running(&server, keys, "lapsed", 7, 3, now - 1_000);
-    let ran = |k: &str, started: u64, took: u64| Ack { run: Some((started, took)), ..Ack::plain(k, "7") };
+    let ran = |k: &str, due: u64, attempt: u32, started: u64, took: u64| Ack {
+        run: Ack::run(k, due, attempt, Some((started, took))),
+        ..Ack::plain(k, "7")
+    };
 
     let before = redis_now_ms(&server);
-    assert_eq!(scripts::ack(w, keys, &[ran("ok", 1_000, 2_500), ran("gone", 1, 1)], Window::Default).await.unwrap(), [
-        true, false
-    ]);
-    let given = [ran("claimed-ok", 2_000, 40)];
+    assert_eq!(
+        scripts::ack(w, keys, &[ran("ok", 5, 1, 1_000, 2_500), ran("gone", 5, 1, 1, 1)], Window::Default)
+            .await
+            .unwrap(),
+        [true, false]
+    );
+    // Without a run from the worker: read from the record, with no handler times.
+    let given = [Ack::plain("claimed-ok", "7")];
     let call =
         scripts::Claim { n: 0, claim_id: "k1", replay_only: false, previous: "", node: "test-node", acks: &given };
     assert_eq!(scripts::claim_and_ack(w, keys, &call, Window::Default).await.unwrap().acked, [true]);
     assert_eq!(
-        scripts::fail(w, keys, &ran("retried", 3_000, 7), "once", Window::Default).await.unwrap(),
+        scripts::fail(w, keys, &ran("retried", 5, 1, 3_000, 7), "once", Window::Default).await.unwrap(),
         Failed::Retried
     );
-    assert_eq!(scripts::fail(w, keys, &ran("dies", 4_000, 9), "boom", Window::Default).await.unwrap(), Failed::Dead);
+    assert_eq!(
+        scripts::fail(w, keys, &ran("dies", 6, 3, 4_000, 9), "boom", Window::Default).await.unwrap(),
+        Failed::Dead
+    );
     assert!(scripts::control::cancel_running(w, keys, "cancelled").await.unwrap());
-    assert_eq!(scripts::ack(w, keys, &[ran("cancelled", 5_000, 11)], Window::Default).await.unwrap(), [false]);
+    assert_eq!(scripts::ack(w, keys, &[ran("cancelled", 5, 1, 5_000, 11)], Window::Default).await.unwrap(), [false]);
     let c = cursor(&server, keys);
     let reply = scripts::tick(w, keys, "no-leader", 100, c + 1..=c + SLOTS).await.unwrap();
     assert_eq!(reply, TickReply::Refused, "only a leader's tick requeues");
@@ -916,22 +921,23 @@ async fn the_runs_that_end_go_in_the_history_and_nothing_else_does() {
     let after = redis_now_ms(&server);
 
     let runs = history(&server, keys);
-    let written: Vec<&str> = runs.iter().map(|(_, _, rest)| rest.as_str()).collect();
-    assert_eq!(written, [
-        "5:1:a:1000:2500:2:ok",
-        "5:1:a:2000:40:10:claimed-ok",
-        "6:3:d:4000:9:4:diesboom",
-        "5:1:c:5000:11:9:cancelled",
-        "7:3:d:::6:lapsedlease expired",
-    ]);
-    let numbers: Vec<u64> = runs.iter().map(|(seq, _, _)| *seq).collect();
-    assert_eq!(numbers, [1, 2, 3, 4, 5], "numbered in the order they ended");
-    assert_eq!(meta(&server, keys, "history_seq"), 5);
-    for (_, ended, rest) in &runs {
+    let written: Vec<&str> = runs.iter().map(|(_, rest)| rest.as_str()).collect();
+    assert_eq!(
+        written,
+        [
+            "a:5:1:1000:2500:2:ok",
+            "a:5:1:::10:claimed-ok",
+            "d:6:3:4000:9:4:diesboom",
+            "c:5:1:5000:11:9:cancelled",
+            "d:7:3:::6:lapsedlease expired",
+        ]
+    );
+    assert_eq!((meta(&server, keys, "history_seq"), meta(&server, keys, "history_dropped")), (5, 0));
+    for (ended, rest) in &runs {
         assert!((before..=after).contains(ended), "{rest} ended at {ended}, within {before}..{after}");
     }
     // A repeated acknowledgement is refused and writes nothing more.
-    assert_eq!(scripts::ack(w, keys, &[ran("ok", 1_000, 2_500)], Window::Default).await.unwrap(), [false]);
+    assert_eq!(scripts::ack(w, keys, &[ran("ok", 5, 1, 1_000, 2_500)], Window::Default).await.unwrap(), [false]);
     assert_eq!(history(&server, keys).len(), 5);
 
     // `finished.lua` reads a page from a run's number on, older ones after it, and says how
@@ -962,9 +968,48 @@ async fn no_history_writes_no_key() {
         let now = redis_now_ms(&server);
         seed_running(&server, keys, "ok", 5, 1, now + 60_000);
         seed_running(&server, keys, "dies", 5, 1, now + 60_000);
-        let ran = |k: &str| Ack { run: Some((1, 1)), ..Ack::plain(k, "7") };
+        let ran = |k: &str| Ack { run: Ack::run(k, 5, 1, Some((1, 1))), ..Ack::plain(k, "7") };
         assert_eq!(scripts::ack(w, keys, &[ran("ok")], Window::Default).await.unwrap(), [true]);
         assert_eq!(scripts::fail(w, keys, &ran("dies"), "boom", Window::Default).await.unwrap(), Failed::Dead);
         assert_eq!(server.command(&["EXISTS", &keys.history()]).as_int(), Some(0), "{name}");
     }
+}
+
+/// The bounds drop the oldest runs from the front of the history and count them, so that a
+/// run's number still finds it: by count at once, by age once a run is added after it.
+#[tokio::test]
+async fn the_history_drops_its_oldest_runs_by_count_and_by_age_and_still_finds_each() {
+    let Some(server) = super::start_server() else { return };
+    let timers = crate::durable::DurableScheduler::builder(server.url(), "s-history-bounds")
+        .tick(Duration::from_millis(TICK_MS))
+        .slots(SLOTS as usize)
+        .history_limit(3)
+        .history_age(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect("connect");
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    let names: Vec<String> = (1..=5).map(|i| format!("t{i}")).collect();
+    for k in &names {
+        seed_running(&server, keys, k, 5, 1, now + 60_000);
+    }
+    let acks: Vec<Ack> = names.iter().map(|k| Ack::plain(k, "7")).collect();
+    assert_eq!(scripts::ack(w, keys, &acks, Window::Default).await.unwrap(), [true; 5]);
+    let kept: Vec<String> = history(&server, keys).into_iter().map(|(_, rest)| rest).collect();
+    assert_eq!(kept, ["a:5:1:::2:t3", "a:5:1:::2:t4", "a:5:1:::2:t5"], "the newest 3");
+    assert_eq!((meta(&server, keys, "history_seq"), meta(&server, keys, "history_dropped")), (5, 2));
+    let (_, page) = scripts::history(w, keys, Some(4), 10).await.unwrap();
+    let read: Vec<(u64, &str)> = page.iter().map(|r| (r.seq, r.task.key())).collect();
+    assert_eq!(read, [(4, "t4"), (3, "t3")], "from run 4 on; runs 1 and 2 are gone");
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    seed_running(&server, keys, "t6", 5, 1, now + 60_000);
+    assert_eq!(scripts::ack(w, keys, &[Ack::plain("t6", "7")], Window::Default).await.unwrap(), [true]);
+    let kept: Vec<String> = history(&server, keys).into_iter().map(|(_, rest)| rest).collect();
+    assert_eq!(kept, ["a:5:1:::2:t6"], "older than the age: gone");
+    assert_eq!((meta(&server, keys, "history_seq"), meta(&server, keys, "history_dropped")), (6, 5));
+    let (numbered, page) = scripts::history(w, keys, None, 10).await.unwrap();
+    let read: Vec<(u64, &str)> = page.iter().map(|r| (r.seq, r.task.key())).collect();
+    assert_eq!((numbered, read), (6, vec![(6, "t6")]));
 }

@@ -140,14 +140,15 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }:
     // Linked to the span that scheduled the task; its child only when asked, and never a run of
     // a series, whose every run starts a trace of its own (one trace would grow without end).
     origin.follow(&span, h.wheel.cfg.trace_parent && !recurring);
-    let (key, due) = (task.key.clone(), task.due);
+    let (key, due, attempt) = (task.key.clone(), task.due, task.attempt);
     let cancel = task.cancel.clone();
     if h.deliveries.requested(&token) {
         // Cancelled (`cancel_running`) while it waited in the buffer: it does not start, and its
         // outcome ends it as cancelled.
         tracing::debug!(wheel = %h.wheel.name(), key = %key, "a task claimed ahead was cancelled before it started");
         if h.deliveries.finish(&token) {
-            h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new(), run: None }, Ok(()));
+            let run = Ack::run(&key, unix_ms(due), task.attempt, None);
+            h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new(), run }, Ok(()));
         }
         return Ok(());
     }
@@ -184,7 +185,8 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }:
         // A series with a spec: its next run, worked out now (on Redis's clock, as this node
         // estimates it), goes to the script that ends this one (see `durable/series.rs`).
         let next_due = spec.map_or_else(String::new, |spec| spec.next_due(unix_ms(due), h.wheel.clock.now_ms()));
-        let run = Some((started_ms, u64::try_from(took.as_micros()).unwrap_or(u64::MAX)));
+        let took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let run = Ack::run(&key, unix_ms(due), attempt, Some((started_ms, took_us)));
         h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due, run }, outcome);
     }
     result

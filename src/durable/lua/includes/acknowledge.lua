@@ -1,5 +1,5 @@
 -- Acknowledges the deliveries listed in `list` from index `from` on (ACK_FIELDS entries per
--- delivery: key, claim token, next due, when its handler started, how long it ran): each task is done and its key free again, or, for a recurring task with runs to
+-- delivery: key, claim token, next due, its run for the history): each task is done and its key free again, or, for a recurring task with runs to
 -- come, moved on to its next run (see advance.lua: `next due` is the node's answer for a series
 -- with a spec, '' for any other task), placed in the far tier or `ready` (no ring slot is
 -- declared for it; the tick promotes it into the ring). An upsert queued behind the run (see
@@ -33,7 +33,7 @@ local function acknowledge(list, from, tick_ms, slots, h)
     if rec and current == tok and not seen[k] then
       seen[k] = true
       acked[#acked + 1] = k
-      add_history(h, k, rec, 'a', list[at + 3], list[at + 4])
+      add_history(h, k, rec, 'a', list[at + 3])
       local q = queued[j]
       local t = not q and (every ~= '0' or next_due ~= '') and decode(rec)
       w = w or ((q or t) and wheel_now(tick_ms, slots, #KEYS + 1, nil))

@@ -1,6 +1,6 @@
 -- Ends as cancelled the deliveries listed in `list` from index `from` on (ACK_FIELDS entries per
--- delivery, as `acknowledge` takes them: key, claim token, next due, when its handler started,
--- how long it ran; a list of one delivery may stop after its token) whose cancel
+-- delivery, as `acknowledge` takes them: key, claim token, next due, its run for the history; a
+-- list of one delivery may stop after its token) whose cancel
 -- `cancel_running.lua` requested under that token: the record and lease go, the request too,
 -- the task counts as cancelled, whatever the handler's outcome (the script that calls this then
 -- finds no record and refuses the outcome), and its run goes in the history `h` (history.lua).
@@ -23,7 +23,7 @@ local function end_cancelled(list, from, h)
         redis.call('HDEL', TASKS, k)
         redis.call('ZREM', LEASED, k)
         forget_claims({k})
-        add_history(h, k, rec, 'c', list[i + 3], list[i + 4])
+        add_history(h, k, rec, 'c', list[i + 3])
         n = n + 1
       end
     end

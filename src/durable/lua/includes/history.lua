@@ -1,57 +1,65 @@
 -- The history of finished runs: HISTORY, a list with one entry a run that ended (acknowledged,
--- dead, or cancelled while it ran), newest first, each one string:
---   <seq>:<ended ms>:<due ms>:<attempts>:<outcome>:<started ms>:<handler us>:<key length>:<key><error>
--- `seq` numbers a partition's runs (META's field `history_seq` counts them), so that a run's
--- place in the list is the head's seq minus its own; `ended ms` is Redis's clock when the script
--- that ended it ran; `outcome` is `a` acknowledged, `d` dead or `c` cancelled; `started ms` (on
--- Redis's clock, as the worker's node estimates it) and `handler us` (how long the handler ran)
--- are empty when not known (it never started, or its last lease ran out); the error, last, is
--- a dead run's. A list, not a stream: one LPUSH a call for all its runs costs Redis a fraction
--- of what an XADD a run cost (BENCHMARKS.md, "History: what it costs").
+-- dead, or cancelled while it ran), oldest first, each one string:
+--   <ended ms>:<outcome>:<due ms>:<attempts>:<started ms>:<handler us>:<key length>:<key><error>
+-- `ended ms` is Redis's clock when the script that ended it ran; `outcome` is `a` acknowledged,
+-- `d` dead or `c` cancelled; `started ms` (on Redis's clock, as the worker's node estimates it)
+-- and `handler us` (how long the handler ran) are empty when not known (it never started, or
+-- its last lease ran out); the error, last, is a dead run's. The runs are numbered from 1 in the
+-- order they were pushed: META's `history_seq` counts them and `history_dropped` the ones the
+-- bounds took off the front, so run `n` is at index `n - history_dropped - 1`.
+-- The worker packs each delivery's `<due ms>:<attempts>:<started ms>:<handler us>:<key length>:`
+-- (its `run`), so that a script only joins strings; a delivery without one ('') is read from
+-- its record.
 -- `history_of(limit, age_ms)` is the bounds a call keeps (limit 0: no history); `add_history`
--- notes one run; `flush_history` writes the call's runs in one LPUSH, keeps the newest `limit`
--- (LTRIM), and drops the runs that ended more than `age_ms` ago (one LLEN and LINDEX while
--- there are none; a bisection of LINDEX and an LTRIM when there are).
+-- notes one run; `flush_history` pushes the call's runs in one RPUSH, then drops from the
+-- front what is beyond `limit` or ended more than `age_ms` ago (one LINDEX while nothing is that
+-- old, a bisection of LINDEX when something is), in one LTRIM.
 -- Keys: HISTORY, META.
 -- @include keys
 local function history_of(limit, age_ms)
   return { limit = tonumber(limit) or 0, age = tonumber(age_ms) or 0, runs = {} }
 end
--- Notes the run of task `k` that ended with `outcome` ('a', 'd' or 'c'): `rec` is its record as
--- the delivery left it (record.lua's format: its due time and deliveries are read from its head).
-local function add_history(h, k, rec, outcome, started, handler_us, err)
+-- Notes the run of task `k` that ended with `outcome` ('a', 'd' or 'c'): `run` as the worker
+-- packed it, or '' (or nil) to read the due time and deliveries from `rec`, the task's record as
+-- the delivery left it.
+local function add_history(h, k, rec, outcome, run, err)
   if not h or h.limit <= 0 then return end
-  local due, a = string.match(rec, '^(%d+):(%d+):')
+  if not run or run == '' then
+    local due, a = string.match(rec, '^(%d+):(%d+):')
+    run = due .. ':' .. a .. ':::' .. #k .. ':'
+  end
   local runs = h.runs
-  runs[#runs + 1] = { due, a, outcome, started or '', handler_us or '', k, err or '' }
+  local n = #runs
+  runs[n + 1], runs[n + 2], runs[n + 3], runs[n + 4] = outcome, run, k, err or ''
 end
 local function flush_history(h)
-  if not h or #h.runs == 0 then return end
+  local runs = h and h.runs
+  if not runs or #runs == 0 then return end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local n = #h.runs
-  local last = redis.call('HINCRBY', META, 'history_seq', n)
+  local pre = string.format('%d:', now)
   local values = {}
-  for i, r in ipairs(h.runs) do
-    values[i] = string.format('%d:%d:%s:%s:%s:%s:%s:%d:', last - n + i, now, r[1], r[2], r[3], r[4], r[5], #r[6])
-      .. r[6] .. r[7]
-  end
-  for i = 1, n, 4000 do redis.call('LPUSH', HISTORY, unpack(values, i, math.min(i + 3999, n))) end
-  redis.call('LTRIM', HISTORY, 0, h.limit - 1)
+  for i = 1, #runs, 4 do values[#values + 1] = pre .. runs[i] .. ':' .. runs[i + 1] .. runs[i + 2] .. runs[i + 3] end
+  redis.call('HINCRBY', META, 'history_seq', #values)
+  local len = 0
+  for i = 1, #values, 4000 do len = redis.call('RPUSH', HISTORY, unpack(values, i, math.min(i + 3999, #values))) end
+  local drop = math.max(len - h.limit, 0)
   if h.age > 0 then
-    -- The runs that ended before `oldest` are at the tail: find the first of them by bisection
-    -- (a few LINDEX) and cut the list before it.
     local oldest = now - h.age
-    local function ended(i) return tonumber(string.match(redis.call('LINDEX', HISTORY, i), '^%d+:(%d+):')) end
-    local len = redis.call('LLEN', HISTORY)
-    if ended(len - 1) < oldest then
-      local lo, hi = 0, len - 1
+    local function ended(i) return tonumber(string.match(redis.call('LINDEX', HISTORY, i), '^(%d+):')) end
+    if ended(drop) < oldest then
+      -- The first run that ended since `oldest`: one exists, the ones just pushed.
+      local lo, hi = drop, len - 1
       while lo < hi do
         local mid = math.floor((lo + hi) / 2)
-        if ended(mid) < oldest then hi = mid else lo = mid + 1 end
+        if ended(mid) < oldest then lo = mid + 1 else hi = mid end
       end
-      redis.call('LTRIM', HISTORY, 0, lo - 1)
+      drop = lo
     end
+  end
+  if drop > 0 then
+    redis.call('LTRIM', HISTORY, drop, -1)
+    redis.call('HINCRBY', META, 'history_dropped', drop)
   end
   h.runs = {}
 end
