@@ -206,9 +206,9 @@ impl WheelKeys {
         self.fixed("claims")
     }
 
-    /// The list of the finished tasks' runs, newest first: one entry a run that ended
-    /// (acknowledged, dead or cancelled), with its number, when it ended, its key, due time,
-    /// attempts, outcome, when its handler started and how long it took. Bounded by count and age
+    /// The list of the finished tasks' runs, oldest first: one entry a run that ended
+    /// (acknowledged, dead or cancelled), with when it ended, its outcome, key, due time,
+    /// attempts, when its handler started and how long it took. Bounded by count and age
     /// ([`DurableBuilder::history_limit`](super::DurableBuilder::history_limit),
     /// [`history_age`](super::DurableBuilder::history_age)); listed by
     /// [`list`](super::DurableScheduler::list) as [`Finished`](super::TaskState::Finished).

@@ -200,7 +200,7 @@
 //!
 //! | key            | type   | holds |
 //! |----------------|--------|-------|
-//! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout`, the counters of [`DurableStats`], and `paused` while [`DurableScheduler::pause`] holds |
+//! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout`, the counters of [`DurableStats`], `history_seq` and `history_dropped` (the runs the history took and dropped), and `paused` while [`DurableScheduler::pause`] holds |
 //! | `cursor`       | string | the last tick processed: every task due at or before it has left the ring |
 //! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<missed runs>:[c<spec length>:<spec>]<error length>:<error><payload>` (the spec, of a series whose next run the node works out, only there) |
 //! | `ring`         | string | how many entries the ring's slots hold together |
@@ -220,7 +220,7 @@
 //! | `cancels`      | stream | the cancel requests (`key`, `token`), about the last 1,000, which every worker follows to cancel its handlers' tokens at once |
 //! | `claimed`      | zset   | the running tasks' keys by claim token: the order they were claimed in, which [`DurableScheduler::list`] lists them in |
 //! | `claims`       | zset   | the claim calls running tasks came from, `<first token>:<tasks>:<claimed ms>:<node id>` scored by first token (a call's tokens are consecutive); those before the oldest running task's go at the next claim |
-//! | `history`      | list   | the runs that ended (acknowledged, dead, or cancelled while running), newest first, each `<n>:<ended ms>:<due ms>:<attempts>:<a, d or c>:<handler started ms>:<handler µs>:<key length>:<key><error>` (`n` counted by `meta`'s `history_seq`); the last [`DurableBuilder::history_limit`] runs, none older than [`DurableBuilder::history_age`]; read by [`DurableScheduler::list`] as [`TaskState::Finished`] |
+//! | `history`      | list   | the runs that ended (acknowledged, dead, or cancelled while running), oldest first, each `<ended ms>:<a, d or c>:<due ms>:<attempts>:<handler started ms>:<handler µs>:<key length>:<key><error>` (`meta`'s `history_seq` counts them, `history_dropped` those the bounds dropped); the last [`DurableBuilder::history_limit`] runs, none older than [`DurableBuilder::history_age`]; read by [`DurableScheduler::list`] as [`TaskState::Finished`] |
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
