@@ -44,7 +44,7 @@ pub const DEFAULT_PREFETCH: usize = 128;
 pub const DEFAULT_HANDLER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// The default number of finished runs a wheel keeps in its history: 10,000, the last few hours
-/// of a wheel that runs a task a second, a few megabytes of Redis's memory at most. See
+/// of a wheel that runs a task a second (BENCHMARKS.md says what they cost). See
 /// [`DurableBuilder::history_limit`](super::DurableBuilder::history_limit).
 pub const DEFAULT_HISTORY_LIMIT: usize = 10_000;
 /// The most finished runs a wheel may keep in its history: 10 million.
