@@ -120,3 +120,48 @@ async fn settings_no_task_may_have_are_refused() {
     edge.schedule("edge", Duration::from_secs(60), "x").await.unwrap();
     assert!(edge.contains("edge").await.unwrap());
 }
+
+/// Every call of a handle made by `with_options` that makes a task gives it the settings, and
+/// `get` reads them back; a task made by the node's handle has none, and a `schedule_or_reset`
+/// that moves a pending task, or a `reschedule`, leaves the task's own as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_of_the_handle_gives_its_tasks_the_settings_and_get_reads_them() {
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server.url(), "all-calls").connect().await.expect("connect");
+    let backoff = Duration::from_millis(250);
+    let own = timers.with_options(TaskOptions::new().max_attempts(2).backoff(backoff)).expect("valid options");
+    let hour = Duration::from_secs(3600);
+    own.schedule("schedule", hour, "x").await.unwrap();
+    own.schedule_at("schedule_at", SystemTime::now() + hour, "x").await.unwrap();
+    for result in own.schedule_many([("many-1", hour, "x"), ("many-2", hour, "x")]).await.unwrap() {
+        result.unwrap();
+    }
+    assert!(own.schedule_or_reset("or_reset", hour, "x").await.unwrap());
+    own.schedule_repeating("repeating", hour, tokio_timewheel::Repeat::Forever, "x").await.unwrap();
+    own.schedule_recurring("recurring", tokio_timewheel::durable::Recurrence::every(hour), "x").await.unwrap();
+    assert!(own.upsert_recurring("upserted", tokio_timewheel::durable::Recurrence::every(hour), "x").await.unwrap());
+    timers.schedule("plain", hour, "x").await.unwrap();
+
+    let settings = |key: &'static str| {
+        let timers = timers.clone();
+        async move {
+            let task = timers.get(key).await.unwrap().unwrap_or_else(|| panic!("{key} pending"));
+            (task.max_attempts(), task.backoff())
+        }
+    };
+    for key in ["schedule", "schedule_at", "many-1", "many-2", "or_reset", "repeating", "recurring", "upserted"] {
+        assert_eq!(settings(key).await, (Some(2), Some(backoff)), "{key}");
+    }
+    assert_eq!(settings("plain").await, (None, None));
+
+    // Moves keep the task's own, whichever handle moves it.
+    assert!(!timers.schedule_or_reset("or_reset", hour * 2, "y").await.unwrap(), "moved");
+    timers.reschedule("schedule", hour * 2).await.unwrap();
+    assert!(!own.schedule_or_reset("plain", hour * 2, "y").await.unwrap(), "moved");
+    assert_eq!(settings("or_reset").await, (Some(2), Some(backoff)));
+    assert_eq!(settings("schedule").await, (Some(2), Some(backoff)));
+    assert_eq!(settings("plain").await, (None, None));
+    // An upsert replaces them with its own handle's: none.
+    assert!(!timers.upsert_recurring("upserted", tokio_timewheel::durable::Recurrence::every(hour), "y").await.unwrap());
+    assert_eq!(settings("upserted").await, (None, None));
+}
