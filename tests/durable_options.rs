@@ -49,7 +49,8 @@ async fn a_task_allowed_one_attempt_dies_at_its_first_failure_while_the_node_all
     worker.shutdown().await;
 
     let letters = dead(&timers).await;
-    let attempts = |key: &str| letters.iter().find(|d| d.key() == key).map(|d| (d.attempts(), d.last_error().to_string()));
+    let attempts =
+        |key: &str| letters.iter().find(|d| d.key() == key).map(|d| (d.attempts(), d.last_error().to_string()));
     assert_eq!(attempts("once"), Some((1, "attempt 1 failed".to_string())), "{letters:?}");
     assert_eq!(attempts("plain"), Some((5, "attempt 5 failed".to_string())), "{letters:?}");
     let delivered = |key: &str| log.of(key).iter().map(|h| h.attempt).collect::<Vec<_>>();
@@ -116,7 +117,8 @@ async fn settings_no_task_may_have_are_refused() {
     assert!(matches!(&long, Err(Error::Invalid(why)) if why.contains("MAX_BACKOFF")), "{long:?}");
     assert!(timers.is_empty().await.unwrap());
 
-    let edge = timers.with_options(TaskOptions::new().max_attempts(1).backoff(MAX_BACKOFF)).expect("the bounds are valid");
+    let edge =
+        timers.with_options(TaskOptions::new().max_attempts(1).backoff(MAX_BACKOFF)).expect("the bounds are valid");
     edge.schedule("edge", Duration::from_secs(60), "x").await.unwrap();
     assert!(edge.contains("edge").await.unwrap());
 }
@@ -162,6 +164,9 @@ async fn every_call_of_the_handle_gives_its_tasks_the_settings_and_get_reads_the
     assert_eq!(settings("schedule").await, (Some(2), Some(backoff)));
     assert_eq!(settings("plain").await, (None, None));
     // An upsert replaces them with its own handle's: none.
-    assert!(!timers.upsert_recurring("upserted", tokio_timewheel::durable::Recurrence::every(hour), "y").await.unwrap());
+    assert!(!timers
+        .upsert_recurring("upserted", tokio_timewheel::durable::Recurrence::every(hour), "y")
+        .await
+        .unwrap());
     assert_eq!(settings("upserted").await, (None, None));
 }

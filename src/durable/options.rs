@@ -122,10 +122,7 @@ impl TaskOptions {
     pub(crate) fn from_record_text(text: &[u8]) -> Self {
         let text = std::str::from_utf8(text).unwrap_or("");
         let Some((max, backoff)) = text.split_once('/') else { return TaskOptions::new() };
-        TaskOptions {
-            max_attempts: max.parse().ok(),
-            backoff: backoff.parse().ok().map(Duration::from_millis),
-        }
+        TaskOptions { max_attempts: max.parse().ok(), backoff: backoff.parse().ok().map(Duration::from_millis) }
     }
 }
 
@@ -153,7 +150,8 @@ mod tests {
     fn zero_attempts_and_a_backoff_over_the_cap_are_refused() {
         assert!(TaskOptions::new().check().is_ok());
         assert!(TaskOptions::new().max_attempts(1).backoff(MAX_BACKOFF).check().is_ok());
-        for bad in [TaskOptions::new().max_attempts(0), TaskOptions::new().backoff(MAX_BACKOFF + Duration::from_millis(1))]
+        for bad in
+            [TaskOptions::new().max_attempts(0), TaskOptions::new().backoff(MAX_BACKOFF + Duration::from_millis(1))]
         {
             assert!(matches!(bad.check(), Err(Error::Invalid(_))), "{bad:?}");
         }

@@ -284,13 +284,7 @@ impl DurableScheduler {
                 self.check(key, &payload).and_then(|()| When::delay(delay)).map(|when| {
                     (
                         self.wheel.partition_of(key).index,
-                        NewTask {
-                            key: key.to_string(),
-                            when,
-                            payload,
-                            origin: origin.clone(),
-                            options: self.options,
-                        },
+                        NewTask { key: key.to_string(), when, payload, origin: origin.clone(), options: self.options },
                     )
                 })
             })

@@ -64,7 +64,10 @@ async fn fail_uses_the_tasks_own_settings_and_the_nodes_without_them() {
     // within the ring (8 x 100 ms), in a slot, its settings and error kept.
     let quick = TaskOptions::new().backoff(Duration::from_millis(150));
     let before = redis_now_ms(&server);
-    assert_eq!(scripts::fail(w, keys, &failed("quick", quick), "slow", Window::Default).await.unwrap(), Failed::Retried);
+    assert_eq!(
+        scripts::fail(w, keys, &failed("quick", quick), "slow", Window::Default).await.unwrap(),
+        Failed::Retried
+    );
     let after = redis_now_ms(&server);
     let d = dump(&server, keys);
     let record = d["tasks"].split(' ').find_map(|e| e.strip_prefix("quick=")).expect("quick pending").to_string();
@@ -150,7 +153,8 @@ async fn the_record_carries_the_settings_only_when_set_and_moves_keep_them() {
     assert_eq!(d["tasks"], expected);
 
     // A series upserted with settings has them; upserted again without, it has none.
-    let series = Stored { every_ms: 1000, runs: None, missed: MissedRuns::Skip, spec: String::new(), first_due_ms: far };
+    let series =
+        Stored { every_ms: 1000, runs: None, missed: MissedRuns::Skip, spec: String::new(), first_due_ms: far };
     let upsert = |options: TaskOptions| NewTask::new("s".into(), When::At(far), b"u".to_vec()).with_options(options);
     scripts::upsert(w, keys, "u1", &upsert(own), &series).await.unwrap();
     let with = dump(&server, keys)["tasks"].clone();

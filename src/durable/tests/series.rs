@@ -149,10 +149,7 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     assert_eq!(d["far"], format!("a@{far}"));
     assert_eq!(meta(&server, keys, "scheduled"), 1);
     // Its retry: the same answer, nothing changed.
-    assert_eq!(
-        upsert(w, keys, "u1", "a", &series(far + 1, 5, ""), b"x").await,
-        Upserted::Created
-    );
+    assert_eq!(upsert(w, keys, "u1", "a", &series(far + 1, 5, ""), b"x").await, Upserted::Created);
     assert_eq!(dump(&server, keys), d);
     // Replaced whole: a fixed rate now, another payload, its first run due now (ready).
     let b = series(now - 200, 250, "");
@@ -170,20 +167,11 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     }
     server.command(&["DEL", &keys.ready()]);
     server.command(&["HDEL", &keys.tasks(), "a"]);
-    assert_eq!(
-        upsert(w, keys, "u3", "r", &series(far, 0, SPEC), b"early").await,
-        Upserted::Queued
-    );
-    assert_eq!(
-        upsert(w, keys, "u4", "r", &series(far + 1, 0, SPEC), b"late").await,
-        Upserted::Queued
-    );
+    assert_eq!(upsert(w, keys, "u3", "r", &series(far, 0, SPEC), b"early").await, Upserted::Queued);
+    assert_eq!(upsert(w, keys, "u4", "r", &series(far + 1, 0, SPEC), b"late").await, Upserted::Queued);
     for (i, k) in ["f", "c", "t"].iter().enumerate() {
         let id = format!("u5{i}");
-        assert_eq!(
-            upsert(w, keys, &id, k, &series(now - 200, 0, SPEC), b"new").await,
-            Upserted::Queued
-        );
+        assert_eq!(upsert(w, keys, &id, k, &series(now - 200, 0, SPEC), b"new").await, Upserted::Queued);
     }
     let d = dump(&server, keys);
     let queued = |due: u64, p: &str| format!("{due}:0:0:0:-1:2:c{}:{SPEC}0:{p}", SPEC.len());
@@ -230,10 +218,7 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
 
     // A lease that ran out is no longer running: an upsert replaces the task at once.
     server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "c"]);
-    assert_eq!(
-        upsert(w, keys, "u6", "c", &series(far, 0, SPEC), b"now").await,
-        Upserted::Replaced
-    );
+    assert_eq!(upsert(w, keys, "u6", "c", &series(far, 0, SPEC), b"now").await, Upserted::Replaced);
     let d = dump(&server, keys);
     assert!(d["tasks"].contains(&format!("c={}", queued(far, "now"))), "{d:?}");
     assert!(!d.contains_key("leased"), "{d:?}");
