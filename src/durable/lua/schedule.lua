@@ -105,7 +105,8 @@ if not reset then
 else
   for j, k in ipairs(names) do
     local due = dues[j]
-    if redis.call('HSETNX', TASKS, k, new_record(due, payload_of(j), every, runs, missed, spec, traces[j], retries[j])) == 1 then
+    local new = new_record(due, payload_of(j), every, runs, missed, spec, traces[j], retries[j])
+    if redis.call('HSETNX', TASKS, k, new) == 1 then
       place(k, due, w, batch)
       drop_queued({k})
       created = created + 1
