@@ -6,7 +6,7 @@ use crate::durable::client::WheelClient;
 use crate::durable::shared_conn::Window;
 use crate::durable::time::from_unix_ms;
 use crate::durable::WheelKeys;
-use crate::durable::{DeadTask, DurableStats, TaskInfo, TaskState};
+use crate::durable::{DeadTask, DurableStats, TaskInfo, TaskOptions, TaskState};
 use crate::Error;
 
 /// The wheel's gauges and counters, read at one moment.
@@ -61,7 +61,7 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
     let mut inv = invoke(keys, &SCRIPTS.get);
     inv.arg(key);
     let r: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
-    let Ok([state, due, attempt, err, payload, now]) = <[Vec<u8>; 6]>::try_from(r) else { return Ok(None) };
+    let Ok([state, due, attempt, err, payload, now, retry]) = <[Vec<u8>; 7]>::try_from(r) else { return Ok(None) };
     let state = match state.as_slice() {
         b"waiting" => TaskState::Waiting,
         b"ready" => TaskState::Ready,
@@ -78,6 +78,7 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
         last_error: Some(text(&err)).filter(|e| !e.is_empty()),
         read_at: from_unix_ms(number(&now)),
         claim: None,
+        options: TaskOptions::from_record_text(&retry),
     }))
 }
 
@@ -117,6 +118,7 @@ pub(crate) async fn due_next(
             last_error: None,
             read_at,
             claim: None,
+            options: TaskOptions::new(),
         })
         .collect())
 }
@@ -228,6 +230,7 @@ pub(crate) async fn list(
                 read_at,
                 claim: (!t[7].is_empty())
                     .then(|| (from_unix_ms(number(&t[7])), Some(text(&t[6])).filter(|n| !n.is_empty()))),
+                options: TaskOptions::new(),
             };
             (score, info)
         })

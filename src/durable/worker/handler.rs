@@ -128,7 +128,7 @@ async fn run_buffered(h: Handlers, permit: OwnedSemaphorePermit) {
 /// `tokio_timewheel::durable`, level `INFO`) with the wheel's name, the partition, the key and
 /// the attempt, which follows the span that scheduled the task (with the `opentelemetry`
 /// feature), and hands its outcome on. Returns the outcome: `Err` for a failure.
-async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }: Claimed) -> Result<(), ()> {
+async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin, options }: Claimed) -> Result<(), ()> {
     let span = tracing::info_span!(
         target: "tokio_timewheel::durable",
         "task",
@@ -147,7 +147,7 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }:
         // outcome ends it as cancelled.
         tracing::debug!(wheel = %h.wheel.name(), key = %key, "a task claimed ahead was cancelled before it started");
         if h.deliveries.finish(&token) {
-            h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new() }, Ok(()));
+            h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new(), options }, Ok(()));
         }
         return Ok(());
     }
@@ -183,7 +183,7 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }:
         // A series with a spec: its next run, worked out now (on Redis's clock, as this node
         // estimates it), goes to the script that ends this one (see `durable/series.rs`).
         let next_due = spec.map_or_else(String::new, |spec| spec.next_due(unix_ms(due), h.wheel.clock.now_ms()));
-        h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due }, outcome);
+        h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due, options }, outcome);
     }
     result
 }
