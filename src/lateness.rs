@@ -100,7 +100,7 @@ impl Histogram {
         Duration::from_micros(self.max_us)
     }
 
-    #[cfg(any(feature = "metrics", feature = "dashboard"))]
+    #[cfg(feature = "metrics")]
     /// The buckets that hold a value, in order: each bucket's upper bound and how many values
     /// it holds.
     pub fn buckets(&self) -> impl Iterator<Item = (Duration, u64)> + '_ {

@@ -108,6 +108,7 @@ const DURABLE: &[File] = &[
     top!("durable", "time", "durable/time.rs"),
     top!("durable", "series", "durable/series.rs"),
     top!("durable", "config", "durable/config.rs"),
+    top!("durable", "options", "durable/options.rs"),
     top!("durable", "keys", "durable/keys.rs"),
     top!("durable", "ids", "durable/ids.rs"),
     top!("durable", "task", "durable/task.rs"),

@@ -1,6 +1,10 @@
 //! The dashboard in a real browser: headless Chromium loads the page of two live wheels and a
-//! test checks what a person would see and do. The counts shown are `stats()`'s; the tasks
-//! view pages through 1,000 waiting tasks and sees each once; a running task shows its worker;
+//! test checks what a person would see and do. The wheel's worker runs in another OS process
+//! (this test binary run again, see `support/node.rs`), and the page is served from handles with
+//! no worker, as an admin process would: so the chart of every node's deliveries a minute and
+//! the wheel-wide lateness it shows can only come from Redis. The counts shown are `stats()`'s;
+//! the tasks view pages through 1,000 waiting tasks and sees each once; a running task shows
+//! the worker of the other process;
 //! a payload shows as JSON; clicks run a task now, cancel one, stop a running handler, pause and
 //! resume the wheel, and requeue 50 dead letters at once, each seen through the wheel's own
 //! calls. The page is mounted under `/admin/timers` and served with and without the final
@@ -18,19 +22,109 @@ mod browser;
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use browser::Chromium;
 use serde_json::Value;
+use support::node::{self, NodeProcess};
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::dashboard::{self, Dashboard};
-use tokio_timewheel::durable::{DurableScheduler, DurableStats, Task, TaskState};
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, DurableStats, Task, TaskState};
 
 /// How long the page, or the wheel, may take to show what is asked of it: generous, for a
 /// loaded machine of two cores.
 const SHOWN_WITHIN: Duration = Duration::from_secs(20);
+/// How long the node's process may take to start, lead the wheel and handle what is due.
+const NODE_SETTLES_WITHIN: Duration = Duration::from_secs(60);
+
+/// The node process's setting: the Redis it works on (`orders`' worker).
+const ENV_URL: &str = "TIMEWHEEL_DASHBOARD_NODE_URL";
+/// The list the node appends the key of each delivery to, as its handler starts.
+const HANDLED: &str = "test:handled";
+/// Set by the test when the payments and refunds should succeed (until then they fail).
+const SUCCEED: &str = "test:succeed";
+/// Set by the node when the export's handler saw its cancel and stopped.
+const STOPPED: &str = "test:stopped";
+/// `<pid> <node id>` of each worker the node's process runs, once it runs.
+const NODE_WORKERS: &str = "test:node-workers";
+/// Set by the test when the node should shut down.
+const STOP: &str = "test:stop";
+/// The node stops by itself after this long, should the test be gone.
+const NODE_LIFETIME: Duration = Duration::from_secs(600);
+
+/// The orders wheel's settings, the same in the test and in the node.
+fn orders(url: &str) -> DurableBuilder {
+    DurableScheduler::builder(url, "orders").tick(Duration::from_millis(100)).max_attempts(1)
+}
+
+/// The body of the node process: a worker of `orders`, whose handler records each delivery in
+/// Redis; an export runs until its cancel comes; payments and refunds fail until the test sets
+/// [`SUCCEED`]. Does nothing unless started by the test below.
+#[test]
+fn node_process() {
+    let Some(url) = node::setting(ENV_URL) else { return };
+    node::runtime().block_on(async move {
+        let orders = orders(&url).connect().await.expect("node: connect");
+        let client = redis::Client::open(url.as_str()).expect("node: redis url");
+        let mut conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
+        let log = conn.clone();
+        let worker = orders.run(move |task: Task| {
+            let mut conn = log.clone();
+            let key = task.key().to_owned();
+            let may_fail = key.starts_with("payment-") || key.starts_with("refund-");
+            let export = key.starts_with("export-").then(|| task.cancel_token());
+            async move {
+                redis::cmd("RPUSH")
+                    .arg(HANDLED)
+                    .arg(&key)
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if let Some(token) = export {
+                    token.cancelled().await;
+                    redis::cmd("SET")
+                        .arg(STOPPED)
+                        .arg(1)
+                        .query_async::<()>(&mut conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    return Ok(());
+                }
+                let succeed: i64 =
+                    redis::cmd("EXISTS").arg(SUCCEED).query_async(&mut conn).await.map_err(|e| e.to_string())?;
+                match may_fail && succeed == 0 {
+                    true => Err("card declined: the issuer answered 05 (do not honour)".to_string()),
+                    false => Ok(()),
+                }
+            }
+        });
+        // Which worker runs here, as the wheel names it (no other process runs one).
+        worker.ready().await;
+        let ids = loop {
+            let ids = orders.workers().await.expect("node: workers");
+            if !ids.is_empty() {
+                break ids;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        for id in ids {
+            let line = format!("{} {id}", std::process::id());
+            redis::cmd("RPUSH").arg(NODE_WORKERS).arg(line).query_async::<()>(&mut conn).await.expect("node: record");
+        }
+        node::until_told_to_stop(&mut conn, STOP, Duration::from_millis(50), NODE_LIFETIME).await;
+        worker.shutdown().await;
+    });
+}
+
+/// The keys the node's handler was given, in order.
+fn handled(server: &RedisServer) -> Vec<String> {
+    let list = server.command(&["LRANGE", HANDLED, "0", "-1"]);
+    list.as_array().iter().filter_map(|r| r.as_str()).map(str::to_owned).collect()
+}
+
+fn is_set(server: &RedisServer, key: &str) -> bool {
+    server.command(&["EXISTS", key]).as_int() == Some(1)
+}
 
 /// The counts the page shows, by their `data-stat` names, as numbers.
 const READ_COUNTS: &str = r#"(() => {
@@ -53,13 +147,22 @@ fn expected_counts(s: &DurableStats) -> Value {
 
 /// Waits until `check` gives `Some`, polling the wheel every 20 ms; panics with `what` after
 /// [`SHOWN_WITHIN`].
-async fn until<T, F: Future<Output = Option<T>>>(what: &str, mut check: impl FnMut() -> F) -> T {
-    let deadline = Instant::now() + SHOWN_WITHIN;
+async fn until<T, F: Future<Output = Option<T>>>(what: &str, check: impl FnMut() -> F) -> T {
+    until_within(SHOWN_WITHIN, what, check).await
+}
+
+/// [`until`], with a deadline of `within`.
+async fn until_within<T, F: Future<Output = Option<T>>>(
+    within: Duration,
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + within;
     loop {
         if let Some(value) = check().await {
             return value;
         }
-        assert!(Instant::now() < deadline, "{what}: not within {SHOWN_WITHIN:?}");
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -93,12 +196,8 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     let started = Instant::now();
     let Some(binary) = Chromium::find() else { return };
     let Some(server) = RedisServer::start() else { return };
-    let orders = DurableScheduler::builder(server.url(), "orders")
-        .tick(Duration::from_millis(100))
-        .max_attempts(1)
-        .connect()
-        .await
-        .expect("connect");
+    // This process's handles schedule and check; no worker runs here.
+    let orders = orders(&server.url()).connect().await.expect("connect");
     let emails = DurableScheduler::builder(server.url(), "emails").connect().await.expect("connect");
 
     // Orders: reminders spread over the next hour (the first with a JSON payload), reviews that
@@ -126,35 +225,34 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     let mails = (0..1000u64).map(|i| (format!("mail-{i:04}"), Duration::from_secs(3600 + i * 7), Vec::new()));
     emails.schedule_many(mails).await.expect("schedule_many").into_iter().for_each(|r| r.expect("scheduled"));
 
-    let failing = Arc::new(AtomicBool::new(true));
-    let handled = Arc::new(Mutex::new(Vec::<String>::new()));
-    let stopped = Arc::new(AtomicBool::new(false));
-    let worker = {
-        let (failing, handled, stopped) = (failing.clone(), handled.clone(), stopped.clone());
-        orders.run(move |task: Task| {
-            handled.lock().unwrap().push(task.key().to_owned());
-            let fail = (task.key().starts_with("payment-") || task.key().starts_with("refund-"))
-                && failing.load(Ordering::SeqCst);
-            let export = task.key().starts_with("export-").then(|| (task.cancel_token(), stopped.clone()));
-            async move {
-                if let Some((token, stopped)) = export {
-                    token.cancelled().await;
-                    stopped.store(true, Ordering::SeqCst);
-                    return Ok(());
-                }
-                match fail {
-                    true => Err("card declined: the issuer answered 05 (do not honour)".to_string()),
-                    false => Ok(()),
-                }
-            }
-        })
-    };
-    let settled = until("the reviews ran, the export runs, the payments and refunds died", || async {
-        let s = orders.stats().await.expect("stats");
-        (s.acked == 30 && s.dead == 53 && s.in_flight == 1).then_some(s)
-    })
+    // The worker, in a process of its own.
+    let mut node = NodeProcess::spawn([(ENV_URL, server.url())]);
+    let settled = until_within(
+        NODE_SETTLES_WITHIN,
+        "the node's worker ran the reviews, runs the export, and the payments and refunds died",
+        || async {
+            let s = orders.stats().await.expect("stats");
+            (s.acked == 30 && s.dead == 53 && s.in_flight == 1).then_some(s)
+        },
+    )
     .await;
     assert_eq!(settled.waiting, 40);
+    // The node's process, and the worker it runs, as the wheel names it.
+    let node_workers = until("the node said which worker it runs", || async {
+        let lines = server.command(&["LRANGE", NODE_WORKERS, "0", "-1"]);
+        let lines: Vec<String> = lines.as_array().iter().filter_map(|r| r.as_str()).map(str::to_owned).collect();
+        (!lines.is_empty()).then_some(lines)
+    })
+    .await;
+    let node_workers: Vec<&str> = node_workers
+        .iter()
+        .map(|line| {
+            let (pid, id) = line.split_once(' ').expect("<pid> <id>");
+            assert_eq!(pid, node.id().to_string(), "a worker of another process: {line}");
+            id
+        })
+        .collect();
+    assert_ne!(node.id(), std::process::id());
 
     // The dashboard of both wheels, with its actions, under /admin/timers of an application.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
@@ -165,6 +263,7 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     // workers.
     let admin = |name: &'static str| DurableScheduler::builder(server.url(), name).only_existing().connect();
     let (admin_orders, admin_emails) = (admin("orders").await.expect("admin"), admin("emails").await.expect("admin"));
+    let admin_orders_view = admin_orders.clone();
     let app =
         dashboard::mount(app, "/admin/timers", Dashboard::new(admin_orders).wheel(admin_emails).actions(true).router());
     let serving = tokio::spawn(async move { axum::serve(listener, app).await });
@@ -229,6 +328,11 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     let acked: u64 = hour.minutes().iter().map(|m| m.acked).sum();
     let claimed: u64 = hour.lateness().iter().map(|&(_, n)| n).sum();
     assert_eq!((acked, claimed), (30, 84), "{hour:?}");
+    // This process claimed nothing (its handles run no worker): what the page shows of the
+    // deliveries is what the node's process wrote to Redis.
+    for handle in [&orders, &admin_orders_view] {
+        assert_eq!(handle.lateness().count, 0, "a worker in the test's process");
+    }
     see(
         &mut chromium,
         "document.getElementById('rates-note').textContent.includes('84 handed out, 30 acknowledged, 53 failed') && \
@@ -239,6 +343,30 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     see(
         &mut chromium,
         "document.getElementById('late-note').textContent.includes('84 deliveries claimed in the last hour') || null",
+        "document.getElementById('late-note').textContent",
+    )
+    .await;
+    // Drawn, not only written: the lateness bars hold the 84 deliveries, and each of the
+    // chart's lines (84 handed out, 30 acknowledged, 53 failed) rises off its baseline.
+    see(
+        &mut chromium,
+        "(() => { const bars = Array.from(document.querySelectorAll('#late-plot rect.bar title')); \
+         const n = bars.reduce((a, t) => a + Number(t.textContent.split(': ').pop().split(' ')[0].replace(/,/g, '')), 0); \
+         return n === 84 || null; })()",
+        "Array.from(document.querySelectorAll('#late-plot rect.bar title')).map((t) => t.textContent).join('; ')",
+    )
+    .await;
+    see(
+        &mut chromium,
+        "(() => { const lines = Array.from(document.querySelectorAll('#rates-plot polyline')); \
+         return lines.length === 3 && lines.every((l) => new Set(l.getAttribute('points').split(' ').map((p) => p.split(',')[1])).size > 1) || null; })()",
+        "Array.from(document.querySelectorAll('#rates-plot polyline')).map((l) => l.getAttribute('points')).join(' | ')",
+    )
+    .await;
+    // The note's part about this process says it claimed nothing.
+    see(
+        &mut chromium,
+        "document.getElementById('late-note').textContent.includes(\"This process's workers claimed nothing\") || null",
         "document.getElementById('late-note').textContent",
     )
     .await;
@@ -301,7 +429,7 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     // Run now: the last reminder, an hour out, runs at once; cancel: the one before it goes.
     click(&mut chromium, "#tasks button[data-act=run-now][data-key=\"invoice-39:remind\"]").await;
     until("run now ran invoice-39", || async {
-        handled.lock().unwrap().iter().any(|k| k == "invoice-39:remind").then_some(())
+        handled(&server).iter().any(|k| k == "invoice-39:remind").then_some(())
     })
     .await;
     click(&mut chromium, "#tasks button[data-act=cancel][data-key=\"invoice-38:remind\"]").await;
@@ -333,17 +461,18 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
         "document.getElementById('tasks').textContent",
     )
     .await;
+    assert!(node_workers.contains(&holder.as_str()), "{holder} is not the node's worker: {node_workers:?}");
     assert!(shown.as_str().is_some_and(|t| t.starts_with(&holder) && t.contains(" · since ")), "{shown} for {holder}");
     click(&mut chromium, "#tasks button[data-act=cancel-running][data-key=\"export-1:run\"]").await;
     until("cancel running stopped the export", || async {
         let gone = orders.get("export-1:run").await.expect("get").is_none();
-        (stopped.load(Ordering::SeqCst) && gone).then_some(())
+        (is_set(&server, STOPPED) && gone).then_some(())
     })
     .await;
 
     // Bulk: the first page of dead letters selected (50 of 53), requeued with one click; their
     // handler now succeeds.
-    failing.store(false, Ordering::SeqCst);
+    server.command(&["SET", SUCCEED, "1"]);
     click(&mut chromium, "button.state[data-state=dead]").await;
     see(
         &mut chromium,
@@ -369,7 +498,7 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
     click(&mut chromium, "#requeue-selected").await;
     let left = until("the 50 selected were requeued and ran", || async {
         let dead = orders.dead_letters(100).await.expect("dead_letters");
-        let ran = handled.lock().unwrap().iter().filter(|k| picked.contains(*k)).count();
+        let ran = handled(&server).iter().filter(|k| picked.contains(*k)).count();
         (dead.iter().all(|d| !picked.contains(d.key())) && ran >= 100).then_some(dead.len())
     })
     .await;
@@ -430,7 +559,9 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
 
     drop(chromium);
     serving.abort();
-    worker.shutdown().await;
+    server.command(&["SET", STOP, "1"]);
+    let ended = tokio::task::block_in_place(|| node.join(SHOWN_WITHIN));
+    assert!(ended.is_some_and(|status| status.success()), "the node did not shut down cleanly: {ended:?}");
     let took = started.elapsed();
     eprintln!("the browser test took {:.1} s", took.as_secs_f64());
 }

@@ -17,9 +17,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use support::durable::{assert_once, builder, verify, wait_until, Expectations, Handled, Log, LEASE, TICK};
+use support::durable::{assert_once, verify, wait_until, Expectations, Handled, Log, LEASE, TICK};
 use support::redis_server::RedisServer;
-use tokio_timewheel::durable::Task;
+use tokio_timewheel::durable::{DurableBuilder, Task};
+
+/// How long the client waits for a reply here: shorter than every stall the tests cause.
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// The settings of every test here: `support::durable::builder`'s (whose connect timeout, 5 s,
+/// outlasts every stall), with a response timeout that a stall outlasts.
+fn builder(url: &str, name: &str) -> DurableBuilder {
+    support::durable::builder(url, name).response_timeout(RESPONSE_TIMEOUT)
+}
 
 /// Ambiguous replies to `schedule`: Redis sleeps (`DEBUG SLEEP`) longer than the client's
 /// response timeout, so the first attempt times out at the client but runs at the server. The
@@ -27,12 +36,7 @@ use tokio_timewheel::durable::Task;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_schedule_is_neither_duplicated_nor_refused() {
     let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "ambiguous-schedule")
-        .response_timeout(Duration::from_millis(200))
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect");
+    let timers = builder(&server.url(), "ambiguous-schedule").connect().await.expect("connect");
     let log = Log::default();
     let mut want = Expectations { expected: HashMap::new(), uncertain: HashSet::new() };
     for i in 0..4 {
@@ -43,7 +47,7 @@ async fn ambiguous_schedule_is_neither_duplicated_nor_refused() {
         let before = SystemTime::now();
         let started = Instant::now();
         let result = timers.schedule(&key, delay, "x").await;
-        assert!(started.elapsed() >= Duration::from_millis(200), "the server was not asleep: the test proves nothing");
+        assert!(started.elapsed() >= RESPONSE_TIMEOUT, "the server was not asleep: the test proves nothing");
         assert_eq!(result, Ok(()), "schedule of {key} after an ambiguous timeout");
         want.expected.insert(key, before + delay);
     }
@@ -64,11 +68,7 @@ async fn ambiguous_schedule_is_neither_duplicated_nor_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_tick_claim_and_ack_hand_each_task_out_once() {
     let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "ambiguous-tick")
-        .response_timeout(Duration::from_millis(200))
-        .connect()
-        .await
-        .expect("connect");
+    let timers = builder(&server.url(), "ambiguous-tick").connect().await.expect("connect");
     let log = Log::default();
     let worker = timers.run(log.handler(0));
     let mut want = Expectations { expected: HashMap::new(), uncertain: HashSet::new() };
@@ -106,12 +106,7 @@ async fn ambiguous_tick_claim_and_ack_hand_each_task_out_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_cancel_still_cancels() {
     let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "ambiguous-cancel")
-        .response_timeout(Duration::from_millis(200))
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect");
+    let timers = builder(&server.url(), "ambiguous-cancel").connect().await.expect("connect");
     let log = Log::default();
     let worker = timers.run(log.handler(0));
     let keys: Vec<String> = (0..4).map(|i| format!("c{i}")).collect();
@@ -123,7 +118,7 @@ async fn ambiguous_cancel_still_cancels() {
         tokio::time::sleep(Duration::from_millis(30)).await;
         let started = Instant::now();
         let answer = timers.cancel(key).await;
-        assert!(started.elapsed() >= Duration::from_millis(200), "the server was not asleep: the test proves nothing");
+        assert!(started.elapsed() >= RESPONSE_TIMEOUT, "the server was not asleep: the test proves nothing");
         assert_eq!(answer, Ok(true), "cancel of {key} after an ambiguous timeout");
     }
     tokio::time::sleep(Duration::from_millis(2500) + TICK * 4).await;
@@ -147,7 +142,6 @@ async fn dead_letters_page_and_an_ambiguous_requeue_still_answers_true() {
     let timers = builder(&server.url(), "dead-pages")
         .max_attempts(1)
         .lease(Duration::from_secs(5))
-        .response_timeout(Duration::from_millis(200))
         .connect()
         .await
         .expect("connect");
@@ -188,7 +182,7 @@ async fn dead_letters_page_and_an_ambiguous_requeue_still_answers_true() {
         tokio::time::sleep(Duration::from_millis(30)).await;
         let started = Instant::now();
         let answer = timers.requeue_dead(key).await;
-        assert!(started.elapsed() >= Duration::from_millis(200), "the server was not asleep: the test proves nothing");
+        assert!(started.elapsed() >= RESPONSE_TIMEOUT, "the server was not asleep: the test proves nothing");
         assert_eq!(answer, Ok(true), "requeue_dead of {key} after an ambiguous timeout");
     }
     let requeued = wait_until(Duration::from_secs(5), || keys[..4].iter().all(|k| log.of(k).len() == 2)).await;

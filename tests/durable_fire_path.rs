@@ -14,10 +14,10 @@
 mod support;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::durable::{keys, wait_until, Log};
+use support::node::{self, NodeProcess};
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task};
 
@@ -49,9 +49,8 @@ fn redis_ms(t: SystemTime) -> u64 {
 /// the test below.
 #[test]
 fn node_process() {
-    let Ok(url) = std::env::var(ENV_URL) else { return };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    rt.block_on(async move {
+    let Some(url) = node::setting(ENV_URL) else { return };
+    node::runtime().block_on(async move {
         let timers = builder(&url).connect().await.expect("node: connect");
         let client = redis::Client::open(url.as_str()).expect("node: redis url");
         let conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
@@ -73,33 +72,6 @@ fn node_process() {
     });
 }
 
-/// The node process, killed on drop.
-struct Node(Child);
-
-impl Node {
-    fn spawn(url: &str) -> Node {
-        let child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["node_process", "--exact", "--nocapture", "--test-threads", "1", "--quiet"])
-            .env(ENV_URL, url)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn a node process");
-        Node(child)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 fn started(server: &RedisServer) -> Vec<String> {
     let list = server.command(&["LRANGE", STARTED, "0", "-1"]);
     list.as_array().iter().filter_map(|r| r.as_str()).map(str::to_owned).collect()
@@ -110,7 +82,7 @@ async fn a_worker_killed_with_a_full_buffer_has_its_tasks_handed_out_again_withi
     let Some(server) = RedisServer::start() else { return };
     let url = server.url();
     let timers = builder(&url).connect().await.unwrap();
-    let mut node = Node::spawn(&url);
+    let mut node = NodeProcess::spawn([(ENV_URL, &url)]);
 
     // A first task that finishes at once tells the node how long runs take (next to nothing), so
     // that it claims the whole prefetch ahead of its one handler.

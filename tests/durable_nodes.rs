@@ -14,12 +14,12 @@
 mod support;
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::durable::{builder, LEASE, TICK};
+use support::node::{self, NodeProcess};
 use support::redis_server::{command_at, RedisServer};
 use tokio_timewheel::durable::Task;
 
@@ -42,10 +42,9 @@ fn millis(t: SystemTime) -> u128 {
 /// The body of a node process. Does nothing unless started by [`three_nodes_survive_the_leaders_sigkill`].
 #[test]
 fn node_process() {
-    let (Ok(url), Ok(id)) = (std::env::var(ENV_URL), std::env::var(ENV_ID)) else { return };
-    let run = Duration::from_millis(std::env::var(ENV_HANDLER_MS).ok().and_then(|ms| ms.parse().ok()).unwrap_or(0));
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    rt.block_on(async move {
+    let (Some(url), Some(id)) = (node::setting(ENV_URL), node::setting(ENV_ID)) else { return };
+    let run = Duration::from_millis(node::setting(ENV_HANDLER_MS).and_then(|ms| ms.parse().ok()).unwrap_or(0));
+    node::runtime().block_on(async move {
         let timers = builder(&url, NAME).concurrency(8).connect().await.expect("node: connect");
         let client = redis::Client::open(url.as_str()).expect("node: redis url");
         let conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
@@ -70,22 +69,16 @@ fn node_process() {
                 Ok::<(), String>(())
             }
         });
-        let started = Instant::now();
         let mut conn = client.get_multiplexed_async_connection().await.expect("node: connect");
-        while started.elapsed() < NODE_LIFETIME {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if let Ok(1) = redis::cmd("EXISTS").arg(STOP).query_async::<i64>(&mut conn).await {
-                break;
-            }
-        }
+        node::until_told_to_stop(&mut conn, STOP, Duration::from_millis(100), NODE_LIFETIME).await;
         worker.shutdown().await;
     });
 }
 
-/// A node process, killed on drop.
+/// A node process (killed on drop), with the number the test gave it.
 struct Node {
     id: usize,
-    child: Child,
+    process: NodeProcess,
 }
 
 impl Node {
@@ -95,42 +88,19 @@ impl Node {
 
     /// A node whose handler runs for `run` after it records its delivery.
     fn spawn_with_handler(url: &str, id: usize, run: Duration) -> Node {
-        let child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["node_process", "--exact", "--nocapture", "--test-threads", "1", "--quiet"])
-            .env(ENV_URL, url)
-            .env(ENV_ID, id.to_string())
-            .env(ENV_HANDLER_MS, run.as_millis().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn a node process");
-        Node { id, child }
+        let env = [(ENV_URL, url.to_owned()), (ENV_ID, id.to_string()), (ENV_HANDLER_MS, run.as_millis().to_string())];
+        Node { id, process: NodeProcess::spawn(env) }
     }
 
     /// SIGKILL.
     fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
     }
 
     /// Waits up to `timeout` for the process to end by itself, then kills it. Whether it ended by
     /// itself.
     fn join(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill();
-        false
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
+        self.process.join(timeout).is_some()
     }
 }
 

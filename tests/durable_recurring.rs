@@ -16,12 +16,12 @@ mod support;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::durable::{builder, keys, leader_value, wait_until, Log, LEASE};
+use support::node::{self, NodeProcess};
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::{Recurrence, Task, TaskState};
 use tokio_timewheel::Error;
@@ -63,14 +63,13 @@ fn nth_upsert(id: usize, i: usize) -> (Recurrence, String) {
 /// The body of a node process. Does nothing unless started by a test of this file.
 #[test]
 fn node_process() {
-    let (Ok(role), Ok(url), Ok(id), Ok(name)) =
-        (std::env::var(ENV_ROLE), std::env::var(ENV_URL), std::env::var(ENV_ID), std::env::var(ENV_NAME))
+    let (Some(role), Some(url), Some(id), Some(name)) =
+        (node::setting(ENV_ROLE), node::setting(ENV_URL), node::setting(ENV_ID), node::setting(ENV_NAME))
     else {
         return;
     };
     let id: usize = id.parse().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    rt.block_on(async move {
+    node::runtime().block_on(async move {
         let timers = builder(&url, &name).connect().await.expect("node: connect");
         let client = redis::Client::open(url.as_str()).expect("node: redis url");
         let mut conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
@@ -114,58 +113,29 @@ fn node_process() {
                 redis::cmd("RPUSH").arg(HANDLED).arg(line).query_async::<()>(&mut conn).await.map_err(|e| e.to_string())
             }
         });
-        let started = Instant::now();
-        while started.elapsed() < NODE_LIFETIME {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            if let Ok(1) = redis::cmd("EXISTS").arg(STOP).query_async::<i64>(&mut conn).await {
-                break;
-            }
-        }
+        node::until_told_to_stop(&mut conn, STOP, Duration::from_millis(50), NODE_LIFETIME).await;
         worker.shutdown().await;
     });
 }
 
 /// A node process, killed on drop.
-struct Node(Child);
+struct Node(NodeProcess);
 
 impl Node {
     fn spawn(role: &str, url: &str, name: &str, id: usize) -> Node {
-        let child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["node_process", "--exact", "--nocapture", "--test-threads", "1", "--quiet"])
-            .env(ENV_ROLE, role)
-            .env(ENV_URL, url)
-            .env(ENV_ID, id.to_string())
-            .env(ENV_NAME, name)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn a node process");
-        Node(child)
+        let env = [(ENV_ROLE, role), (ENV_URL, url), (ENV_ID, &id.to_string()), (ENV_NAME, name)];
+        Node(NodeProcess::spawn(env))
     }
 
     /// SIGKILL.
     fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        self.0.kill();
     }
 
-    /// Waits up to `timeout` for the process to end by itself; whether it did (else kills it).
+    /// Waits up to `timeout` for the process to end by itself; whether it did, with success
+    /// (else kills it).
     fn join(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.0.try_wait() {
-                return status.success();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill();
-        false
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
+        self.0.join(timeout).is_some_and(|status| status.success())
     }
 }
 

@@ -149,7 +149,7 @@ impl DurableScheduler {
     /// # Ok(()) }
     /// ```
     pub fn lateness(&self) -> Lateness {
-        self.wheel.lateness().0
+        self.wheel.lateness()
     }
 
     /// Up to `limit` dead letters, oldest first (read a page of 128 per call, so a large

@@ -79,7 +79,8 @@ impl DurableScheduler {
 ///
 /// Every node that shares a wheel must use the same `tick` and `slots` (the first node to
 /// connect records them in Redis, and a node with different values is refused); `lease`,
-/// `max_attempts`, `backoff` and the rest are per node.
+/// `max_attempts`, `backoff` and the rest are per node (and a task may have its own
+/// `max_attempts` and `backoff`: see [`TaskOptions`](super::TaskOptions)).
 ///
 /// # Examples
 /// ```no_run
@@ -132,7 +133,8 @@ impl DurableBuilder {
         self
     }
 
-    /// How many deliveries a task gets before a failing one goes to the dead letters. At least 1.
+    /// How many deliveries a task gets before a failing one goes to the dead letters, unless it
+    /// has its own ([`TaskOptions::max_attempts`](super::TaskOptions::max_attempts)). At least 1.
     /// Default [`DEFAULT_MAX_ATTEMPTS`].
     pub fn max_attempts(mut self, max_attempts: u32) -> Self {
         self.settings.max_attempts = max_attempts;
@@ -168,7 +170,8 @@ impl DurableBuilder {
     }
 
     /// The base of the exponential backoff of a failed task: it is retried `backoff * 2^(n-1)`
-    /// after its `n`th failed delivery, at most [`MAX_BACKOFF`]. Default [`DEFAULT_BACKOFF`].
+    /// after its `n`th failed delivery, at most [`MAX_BACKOFF`], unless it has its own
+    /// ([`TaskOptions::backoff`](super::TaskOptions::backoff)). Default [`DEFAULT_BACKOFF`].
     pub fn backoff(mut self, backoff: Duration) -> Self {
         self.settings.backoff = backoff;
         self

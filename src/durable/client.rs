@@ -10,7 +10,7 @@ use super::keys::WheelKeys;
 use super::metrics::WheelMetrics;
 use super::shared_conn::SharedConn;
 use super::time::{RedisClock, When, GUESS_MS};
-use crate::lateness::{Histogram, Recent};
+use crate::lateness::Recent;
 use crate::Lateness;
 
 /// What every handle and worker of one `connect` shares: the checked settings, the connection,
@@ -97,10 +97,10 @@ impl WheelClient {
     }
 
     /// The recent window of lateness, read now (a window that ended meanwhile is left out).
-    pub(crate) fn lateness(&self) -> (Lateness, Histogram) {
+    pub(crate) fn lateness(&self) -> Lateness {
         let mut recent = self.lateness.lock().unwrap_or_else(PoisonError::into_inner);
         recent.rotate(tokio::time::Instant::now());
-        (recent.read(), recent.histogram())
+        recent.read()
     }
 
     /// The partition that holds the task `key`.

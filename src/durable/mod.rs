@@ -70,7 +70,9 @@
 //! - **Failures** (an `Err`, a panic, or a run past the handler timeout) are retried after `backoff * 2^(n-1)`
 //!   (at most [`MAX_BACKOFF`]) until `max_attempts` deliveries; then the task goes to the dead
 //!   letters, which [`DurableScheduler::dead_letters`] lists and
-//!   [`DurableScheduler::requeue_dead`] puts back.
+//!   [`DurableScheduler::requeue_dead`] puts back. `max_attempts` and `backoff` are the node's
+//!   ([`DurableBuilder`]), or the task's own when it was scheduled with [`TaskOptions`]
+//!   ([`DurableScheduler::with_options`]).
 //! - **One leader ticks.** Workers compete for a lease in Redis; the holder moves the cursor
 //!   every tick and renews the lease as it does. Each leadership carries a fencing token that
 //!   every cursor-moving script checks, so a leader that was paused or cut off past its lease is
@@ -287,6 +289,7 @@ mod leader;
 mod list;
 mod metrics;
 mod open;
+mod options;
 mod recurring;
 mod routes;
 mod scheduler;
@@ -313,6 +316,7 @@ pub use config::{
     MAX_PARTITIONS, MAX_SLOTS,
 };
 pub use keys::WheelKeys;
+pub use options::TaskOptions;
 pub use routes::Routes;
 pub use scheduler::DurableScheduler;
 pub use series::MAX_BURST;

@@ -3,10 +3,9 @@
 //! own; how such a series is stored and moved on is `series.rs`.
 
 use super::scheduler::DurableScheduler;
-use super::scripts::{self, NewTask, Upserted};
+use super::scripts::{self, Upserted};
 use super::series::{self, Stored};
 use super::time::When;
-use crate::origin::Origin;
 use crate::{Error, Recurrence};
 
 impl DurableScheduler {
@@ -72,7 +71,7 @@ impl DurableScheduler {
         let (key, payload) = (key.as_ref(), payload.into());
         self.check(key, &payload)?;
         let series = series::store(&recurrence.into(), self.wheel.clock.now_ms())?;
-        let task = NewTask::new(key.to_string(), When::At(series.first_due_ms), payload);
+        let task = self.new_task(key, When::At(series.first_due_ms), payload);
         self.schedule_series(task, &series).await
     }
 
@@ -120,9 +119,8 @@ impl DurableScheduler {
         self.check(key, &payload)?;
         let series: Stored = series::store(&recurrence.into(), self.wheel.clock.now_ms())?;
         let keys = &self.wheel.partition_of(key).keys;
-        let answer =
-            scripts::upsert(&self.wheel, keys, &self.wheel.ids.next(), key, &series, &payload, &Origin::current())
-                .await?;
+        let task = self.new_task(key, When::At(series.first_due_ms), payload);
+        let answer = scripts::upsert(&self.wheel, keys, &self.wheel.ids.next(), &task, &series).await?;
         self.wheel.conn.replicate(&keys.meta()).await?;
         Ok(answer == Upserted::Created)
     }

@@ -17,6 +17,8 @@ type Route = Arc<dyn Fn(Task) -> Run + Send + Sync>;
 /// handler of the longest prefix of its key, or to the fallback. A task that matches no route
 /// and finds no fallback fails with an error that names it (it is retried, then dead-lettered,
 /// as any failure), so that a kind no handler knows is seen in the dead letters, not dropped.
+/// A kind whose tasks need retry settings of their own gets them where they are scheduled, from a
+/// handle made by [`with_options`](super::DurableScheduler::with_options).
 ///
 /// # Examples
 /// ```no_run

@@ -10,7 +10,7 @@ use super::coalesce::{self, Calls};
 use super::scripts::{self, NewTask, Scheduled};
 use super::series::Stored;
 use super::time::When;
-use super::{Task, Worker};
+use super::{Task, TaskOptions, Worker};
 use crate::origin::Origin;
 use crate::Error;
 
@@ -54,11 +54,17 @@ pub struct DurableScheduler {
     pub(crate) wheel: Arc<WheelClient>,
     /// The calls in flight of this handle and its clones, coalesced per partition and kind.
     calls: Arc<Calls>,
+    /// The retry settings of the tasks this handle makes (checked; empty for the node's), set by
+    /// [`with_options`](Self::with_options).
+    options: TaskOptions,
 }
 
 impl fmt::Debug for DurableScheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DurableScheduler").field("name", &self.wheel.name()).finish_non_exhaustive()
+        f.debug_struct("DurableScheduler")
+            .field("name", &self.wheel.name())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
     }
 }
 
@@ -67,7 +73,50 @@ impl DurableScheduler {
     pub(crate) fn new(wheel: WheelClient) -> Self {
         let wheel = Arc::new(wheel);
         let calls = Arc::new(Calls::new(&wheel));
-        DurableScheduler { wheel, calls }
+        DurableScheduler { wheel, calls, options: TaskOptions::new() }
+    }
+
+    /// A handle whose every task gets the retry settings `options` in place of the node's: each
+    /// call of it that makes a task ([`schedule`](Self::schedule), [`schedule_at`](Self::schedule_at),
+    /// [`schedule_json`](Self::schedule_json), [`schedule_many`](Self::schedule_many),
+    /// [`schedule_or_reset`](Self::schedule_or_reset) when it schedules, and the recurring calls:
+    /// [`schedule_repeating`](Self::schedule_repeating), [`schedule_recurring`](Self::schedule_recurring),
+    /// [`upsert_recurring`](Self::upsert_recurring) and their forms) writes them into the task's
+    /// record, and whichever node records a failure of the task, or finds its lease run out, uses
+    /// them. A setting `options` leaves out is the node's; the returned handle's settings replace
+    /// this one's whole. See [`TaskOptions`] for what keeps them.
+    ///
+    /// A clone of the handle, as cheap as [`clone`](Clone::clone): it shares the connection, and
+    /// its calls are coalesced with this handle's (tasks with different settings go in one batch).
+    /// Its other calls (`cancel`, `get`, `run`, ...) are this handle's. Keep one per kind of task
+    /// ("webhooks are tried 10 times"), or make one for a single call.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tokio_timewheel::durable::{DurableScheduler, TaskOptions};
+    ///
+    /// # async fn run() -> Result<(), tokio_timewheel::Error> {
+    /// // The node tries a task 5 times, 1 s apart at first.
+    /// let timers = DurableScheduler::builder("redis://127.0.0.1:6379/", "orders").max_attempts(5).connect().await?;
+    /// // This payment capture is tried twice, 10 s apart, then goes to the dead letters.
+    /// let captures = timers.with_options(TaskOptions::new().max_attempts(2).backoff(Duration::from_secs(10)))?;
+    /// captures.schedule("capture:order-42", Duration::from_secs(3600), "order-42").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for settings no task may have: `max_attempts(0)`, or a backoff over
+    /// [`MAX_BACKOFF`](super::MAX_BACKOFF).
+    pub fn with_options(&self, options: TaskOptions) -> Result<DurableScheduler, Error> {
+        options.check()?;
+        Ok(DurableScheduler { options, ..self.clone() })
+    }
+
+    /// The task `key`, due `when`, with `payload`, scheduled from the current span with this
+    /// handle's retry settings.
+    pub(super) fn new_task(&self, key: &str, when: When, payload: Vec<u8>) -> NewTask {
+        NewTask::new(key.to_string(), when, payload).with_options(self.options)
     }
 
     /// Schedules a task under `key`, due `delay` after the call reaches Redis (on Redis's clock).
@@ -235,7 +284,7 @@ impl DurableScheduler {
                 self.check(key, &payload).and_then(|()| When::delay(delay)).map(|when| {
                     (
                         self.wheel.partition_of(key).index,
-                        NewTask { key: key.to_string(), when, payload, origin: origin.clone() },
+                        NewTask { key: key.to_string(), when, payload, origin: origin.clone(), options: self.options },
                     )
                 })
             })
@@ -403,7 +452,7 @@ impl DurableScheduler {
     ) -> Result<bool, Error> {
         let (key, payload) = (key.as_ref(), payload.into());
         self.check(key, &payload)?;
-        let task = NewTask::new(key.to_string(), When::delay(delay)?, payload);
+        let task = self.new_task(key, When::delay(delay)?, payload);
         let keys = &self.wheel.partition_of(key).keys;
         let answer = scripts::schedule(&self.wheel, keys, &self.wheel.ids.next(), &[task], true, None).await?;
         match answer.first() {
@@ -493,7 +542,7 @@ impl DurableScheduler {
             crate::Repeat::Times(n) => Some(n),
             crate::Repeat::Forever => None,
         };
-        let task = NewTask::new(key.to_string(), When::delay(period)?, payload);
+        let task = self.new_task(key, When::delay(period)?, payload);
         let series = Stored { every_ms, runs, missed, spec: String::new(), first_due_ms: 0 };
         self.schedule_series(task, &series).await
     }
@@ -624,7 +673,7 @@ impl DurableScheduler {
     ) -> Result<(), Error> {
         // Checked before it is queued: a bad call never reaches its batch.
         self.check(key, &payload)?;
-        let task = NewTask::new(key.to_string(), when, payload);
+        let task = self.new_task(key, when, payload);
         let part = self.wheel.partition_of(key).index;
         match request_id {
             // A test's own request id: its call goes alone, under that id.

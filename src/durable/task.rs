@@ -2,6 +2,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::TaskOptions;
+
 /// One delivery of a due task to a [`Worker`](super::Worker)'s handler.
 ///
 /// Delivery is at least once: the same task can reach a handler again (with a higher
@@ -294,6 +296,9 @@ pub struct TaskInfo {
     pub(crate) claim: Option<(SystemTime, Option<String>)>,
     /// For a finished run read from the history: how it went.
     pub(crate) finished: Option<FinishedRun>,
+    /// The task's own retry settings, as `get` reads them (empty for the node's, and in what
+    /// `list` and `due_next` read).
+    pub(crate) options: TaskOptions,
 }
 
 impl TaskInfo {
@@ -393,6 +398,23 @@ impl TaskInfo {
     /// earlier version claimed it).
     pub fn worker(&self) -> Option<&str> {
         self.claim.as_ref().and_then(|(_, node)| node.as_deref())
+    }
+
+    /// The task's own max attempts ([`TaskOptions::max_attempts`]) as
+    /// [`get`](super::DurableScheduler::get) reads it: `None` for a task that follows the node's
+    /// [`max_attempts`](super::DurableBuilder::max_attempts), and for a dead letter (which keeps
+    /// no settings) or a task read by [`list`](super::DurableScheduler::list) or
+    /// [`due_next`](super::DurableScheduler::due_next), which do not read them.
+    pub fn max_attempts(&self) -> Option<u32> {
+        self.options.own_max_attempts()
+    }
+
+    /// The base of the task's own backoff ([`TaskOptions::backoff`], in whole milliseconds) as
+    /// [`get`](super::DurableScheduler::get) reads it: `None` for a task that follows the node's
+    /// [`backoff`](super::DurableBuilder::backoff), and where
+    /// [`max_attempts`](Self::max_attempts) is `None` for want of reading it.
+    pub fn backoff(&self) -> Option<Duration> {
+        self.options.own_backoff_ms().map(Duration::from_millis)
     }
 
     /// Whether the task's due time had passed, and it was not handed out yet, when it was read:

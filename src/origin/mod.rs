@@ -22,6 +22,7 @@ pub(crate) use off::Origin;
 
 /// The texts of `origins` joined by newlines, one line per origin (an empty line for one with
 /// no context); `""` when none has a context, which is also the whole cost without the feature.
+#[cfg(feature = "redis")]
 pub(crate) fn joined<'a>(origins: impl Iterator<Item = &'a Origin> + Clone) -> String {
     if !origins.clone().any(Origin::is_some) {
         return String::new();

@@ -7,6 +7,7 @@ pub(crate) struct Origin;
 
 impl Origin {
     /// No context.
+    #[cfg(feature = "redis")] // the durable mode's record
     #[inline(always)]
     pub(crate) fn none() -> Self {
         Origin
@@ -25,12 +26,14 @@ impl Origin {
     }
 
     /// No text: nothing is stored.
+    #[cfg(feature = "redis")] // the durable mode's record
     #[inline(always)]
     pub(crate) fn to_text(&self) -> String {
         String::new()
     }
 
     /// A stored context (which a node with the feature wrote) is read past and left unused.
+    #[cfg(feature = "redis")] // the durable mode's record
     #[inline(always)]
     pub(crate) fn from_text(_text: &str) -> Self {
         Origin

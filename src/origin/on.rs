@@ -17,6 +17,7 @@ const VERSION: &str = "00";
 
 impl Origin {
     /// No context.
+    #[cfg(feature = "redis")] // the durable mode's record
     pub(crate) fn none() -> Self {
         Origin(None)
     }
@@ -38,6 +39,7 @@ impl Origin {
     }
 
     /// `<traceparent>` or `<traceparent> <tracestate>` (see the module's docs); `""` for none.
+    #[cfg(feature = "redis")] // the durable mode's record
     pub(crate) fn to_text(&self) -> String {
         let Some(sc) = &self.0 else { return String::new() };
         let mut text = format!("{VERSION}-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8() & 1);
@@ -52,6 +54,7 @@ impl Origin {
     }
 
     /// The context `to_text` wrote; none for text that does not read as one.
+    #[cfg(feature = "redis")] // the durable mode's record
     pub(crate) fn from_text(text: &str) -> Self {
         let (parent, state) = text.split_once(' ').unwrap_or((text, ""));
         let mut parts = parent.split('-');

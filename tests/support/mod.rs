@@ -6,6 +6,8 @@
 #[cfg(feature = "redis")]
 pub mod durable;
 pub mod logs;
+#[cfg(feature = "redis")]
+pub mod node;
 pub mod redis_server;
 #[cfg(feature = "redis")]
 pub mod topology;

@@ -63,7 +63,7 @@
 //! | `GET api/info` | the wheels' names, whether the actions are on, the page's limits |
 //! | `GET api/overview` | each wheel's counts by state and whether it is paused |
 //! | `GET api/w/{wheel}/stats` | the counts by state and the counters |
-//! | `GET api/w/{wheel}/lateness` | p50, p99, max and the histogram of how late this process's workers claimed deliveries |
+//! | `GET api/w/{wheel}/lateness` | how many deliveries this process's workers claimed lately, and p50, p99 and max of how late ([`DurableScheduler::lateness`]) |
 //! | `GET api/w/{wheel}/figures` | every node's figures of the last hour ([`DurableScheduler::figures`]): handed out, acknowledged, failed and dead-lettered a minute, and how late deliveries were claimed, in bars of doubling width |
 //! | `GET api/w/{wheel}/tasks?state=s&after=c&limit=n` | a page of the tasks in state `s` (`waiting`, `ready`, `running`, `dead`, or `finished`: the runs the history keeps, newest first), `n` of them (default 50, at most 200), after the cursor `c` (the `next` of the page before, an opaque text): key, due time, how long overdue, deliveries, worker and claim time, last error; for a finished run its outcome, handler start and duration (ms) and end |
 //! | `GET api/w/{wheel}/dead?limit=n` | the oldest `n` dead letters (default 50, at most 500): key, attempts, last error, when it died |

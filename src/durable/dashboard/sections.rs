@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use crate::durable::{DurableScheduler, ListCursor, TaskState};
-use crate::lateness::Histogram;
 use crate::Error;
 
 /// The counts by state and the counters, as [`DurableScheduler::stats`] reads them.
@@ -28,49 +27,19 @@ pub(super) async fn counts(timers: &DurableScheduler) -> Result<Value, Error> {
     }))
 }
 
-/// The first bar of the lateness plot holds everything below this (2^10 us, 1.02 ms); each next
-/// bar doubles it.
-const FIRST_BAR_US: u64 = 1 << 10;
-/// The plot shows at least up to this bound (2^17 us, 131 ms), so that its scale stays put
-/// while the figures are small.
-const LAST_BAR_AT_LEAST_US: u64 = 1 << 17;
-
-/// How late this process's workers claimed their deliveries over the recent window: the figures
-/// of [`DurableScheduler::lateness`], and the distribution in bars of doubling width.
+/// How late this process's workers claimed their deliveries over the recent window, as
+/// [`DurableScheduler::lateness`] tells any caller (the plot beside it draws the wheel-wide
+/// figures, [`figures`]).
 pub(super) fn lateness(timers: &DurableScheduler) -> Value {
-    let (figures, histogram) = timers.wheel.lateness();
+    let late = timers.lateness();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     json!({
-        "count": figures.count,
-        "p50_ms": ms(figures.p50),
-        "p99_ms": ms(figures.p99),
-        "max_ms": ms(figures.max),
+        "count": late.count,
+        "p50_ms": ms(late.p50),
+        "p99_ms": ms(late.p99),
+        "max_ms": ms(late.max),
         "window_s": crate::LATENESS_WINDOW.as_secs(),
-        "bars": bars(&histogram).into_iter().map(|(below_us, count)| json!({"below_us": below_us, "count": count})).collect::<Vec<_>>(),
     })
-}
-
-/// The histogram in bars `[0, 1024 us)`, `[1024, 2048)`, ... each bar's upper bound twice the
-/// one before: the histogram's buckets never straddle a power of two, so each lands in one bar
-/// whole. From the first bar to the last that holds a value (or [`LAST_BAR_AT_LEAST_US`]).
-fn bars(histogram: &Histogram) -> Vec<(u64, u64)> {
-    let mut bars: Vec<(u64, u64)> = Vec::new();
-    let mut below = FIRST_BAR_US;
-    while below <= LAST_BAR_AT_LEAST_US {
-        bars.push((below, 0));
-        below *= 2;
-    }
-    for (upper, count) in histogram.buckets() {
-        let upper_us = u64::try_from(upper.as_micros()).unwrap_or(u64::MAX);
-        // The bar whose bound is above the bucket's largest value.
-        let bar = if upper_us < FIRST_BAR_US { 0 } else { (upper_us / FIRST_BAR_US).ilog2() as usize + 1 };
-        while bars.len() <= bar {
-            let next = bars.last().map_or(FIRST_BAR_US, |&(b, _)| b.saturating_mul(2));
-            bars.push((next, 0));
-        }
-        bars[bar].1 += count;
-    }
-    bars
 }
 
 /// The dead letters, oldest first, up to `limit` (payloads left out: they may be anything).
@@ -336,33 +305,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_lateness_lands_in_the_bar_that_bounds_it() {
-        let mut h = Histogram::default();
-        let late_ms = [0, 1, 2, 3, 4, 7, 8, 9, 100, 131, 132, 5_000];
-        for ms in late_ms {
-            h.record(Duration::from_millis(ms));
-        }
-        let bars = bars(&h);
-        assert_eq!(bars.iter().map(|&(_, n)| n).sum::<u64>(), late_ms.len() as u64);
-        for ms in late_ms {
-            let us = ms * 1000;
-            let bar = bars.iter().position(|&(below, _)| us < below).expect("a bar bounds it");
-            let above = if bar == 0 { 0 } else { bars[bar - 1].0 };
-            assert!(us >= above, "{ms} ms in bar [{above}, {}) us", bars[bar].0);
-        }
-        let count = |below: u64| bars.iter().find(|&&(b, _)| b == below).unwrap().1;
-        assert_eq!(count(1 << 10), 2, "0 and 1 ms");
-        assert_eq!(count(1 << 11), 1, "2 ms");
-        assert_eq!(count(1 << 12), 2, "3 and 4 ms");
-        assert_eq!(count(1 << 13), 2, "7 and 8 ms (8,000 us is below 8,192)");
-        assert_eq!(count(1 << 14), 1, "9 ms");
-        assert_eq!(count(1 << 17), 2, "100 and 131 ms");
-        assert_eq!(count(1 << 18), 1, "132 ms");
-        assert_eq!(bars.last().unwrap(), &(1 << 23, 1), "5 s, the last bar");
-        assert!(bars.windows(2).all(|w| w[1].0 == 2 * w[0].0), "{bars:?}");
-    }
-
-    #[test]
     fn a_cursor_goes_through_its_opaque_text() {
         let page = "dead:1767225600000:a key/with ?&=# and : colons".parse::<ListCursor>().unwrap();
         let text = encode_cursor(&page);
@@ -388,12 +330,5 @@ mod tests {
         let long = "é".repeat(super::super::PAYLOAD_SHOWN);
         let (format, shown) = show_payload(long.as_bytes());
         assert_eq!((format, shown.len()), ("text", super::super::PAYLOAD_SHOWN));
-    }
-
-    #[test]
-    fn an_empty_histogram_gives_the_bars_of_the_least_range() {
-        let bars = bars(&Histogram::default());
-        assert_eq!(bars.first(), Some(&(FIRST_BAR_US, 0)));
-        assert_eq!(bars.last(), Some(&(LAST_BAR_AT_LEAST_US, 0)));
     }
 }

@@ -7,7 +7,8 @@
   Input:
     KEYS     the wheel's keys, then the ring slot keys the retry may go to
     ARGV[1]  key   ARGV[2] claim token   ARGV[3] error text
-    ARGV[4]  max attempts   ARGV[5] backoff base in ms   ARGV[6] backoff cap in ms
+    ARGV[4]  max attempts   ARGV[5] backoff base in ms (the node's: a task with its own retry
+             settings, see record.lua, uses those instead)   ARGV[6] backoff cap in ms
     ARGV[7]  tick in ms   ARGV[8] slots   ARGV[9] the declared slots' indices (packed, as for
              schedule)
     ARGV[10] the series' next due time after this run, for a series with a spec (as for ack.lua;
@@ -47,6 +48,7 @@ if end_cancelled({k, tok, next_due, run}, 1, history) > 0 then
   return 3
 end
 local t = decode(rec)
+max_attempts, backoff_ms = retry_limits(t.retry, max_attempts, backoff_ms)
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, declared)
 local up = w.up
 redis.call('ZREM', LEASED, k)

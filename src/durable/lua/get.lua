@@ -5,7 +5,8 @@
     ARGV[1]  key
   Output:
     {} when there is no such task; else {state, due ms, deliveries, last error, payload, Redis's
-    clock in ms} with state 'waiting', 'ready', 'running' or 'dead' (a task whose lease ran out
+    clock in ms, the task's own retry settings ('' for the node's or a dead letter's; see
+    record.lua)} with state 'waiting', 'ready', 'running' or 'dead' (a task whose lease ran out
     is 'ready': the next tick hands it out again).
   Keys: TASKS, READY, LEASED, DEAD_TASKS.
 ]]
@@ -25,9 +26,9 @@ if rec then
   elseif redis.call('ZSCORE', READY, k) then
     state = 'ready'
   end
-  return {state, tostring(t.due), tostring(t.a), t.err, t.p, string.format('%d', now)}
+  return {state, tostring(t.due), tostring(t.a), t.err, t.p, string.format('%d', now), t.retry}
 end
 local dead = redis.call('HGET', DEAD_TASKS, k)
 if not dead then return {} end
 local d = decode_dead(dead)
-return {'dead', d.due, d.a, d.err, d.p, string.format('%d', now)}
+return {'dead', d.due, d.a, d.err, d.p, string.format('%d', now), ''}

@@ -30,11 +30,13 @@
              record.lua), else ''
     ARGV[13] per task, the trace context of the span that scheduled it (see record.lua), one
              line each (an empty line for none); '' when no task has one
-    ARGV[14 + 2i], ARGV[15 + 2i]  per task: key, payload
+    ARGV[14] per task, its own retry settings (see record.lua), one line each (an empty line for
+             the node's); '' when no task has its own
+    ARGV[15 + 2i], ARGV[16 + 2i]  per task: key, payload
   Output:
     one digit per task: 1 scheduled; 2 scheduled by an earlier attempt of this call; 0 the key
     is pending (DuplicateKey); with ARGV[4] '1', 4 a pending task was moved (keeping its
-    payload) and 3 a running one was left alone.
+    payload and its retry settings) and 3 a running one was left alone.
   Keys: CALL_KEY, TASKS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, CURSOR, META, WAKE,
   UPSERTS (an upsert left queued under a key that had no task is dropped when one is made).
 ]]
@@ -53,13 +55,18 @@ local tick_ms, slots, ttl, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local every, runs, missed = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local declared, times, modes, own_slots = ARGV[8], ARGV[9], ARGV[10], ARGV[11] == '1'
 local spec = ARGV[12]
--- Task j's trace is traces[j] (nil for none).
-local traces = {}
-if ARGV[13] ~= '' then
-  for line in string.gmatch(ARGV[13] .. '\n', '([^\n]*)\n') do traces[#traces + 1] = line end
+-- One line per task of `arg` ('' for none): task j's is lines[j] (nil when `arg` is '').
+local function lines_of(arg)
+  local lines = {}
+  if arg ~= '' then
+    for line in string.gmatch(arg .. '\n', '([^\n]*)\n') do lines[#lines + 1] = line end
+  end
+  return lines
 end
+-- Task j's trace is traces[j], its retry settings retries[j] (nil or '' for none).
+local traces, retries = lines_of(ARGV[13]), lines_of(ARGV[14])
 -- The tasks: task j's key is ARGV[TASKS_FROM + 2j - 2], its payload the argument after it.
-local TASKS_FROM = 14
+local TASKS_FROM = 15
 
 local kept = replayed()
 if kept then return (string.gsub(kept, '1', '2')) end
@@ -83,7 +90,9 @@ if not reset then
       local due = dues[j]
       local text = string.format('%d', due)
       fresh[#fresh + 1] = k
-      fresh[#fresh + 1] = text .. (traces[j] and new_tail(every, runs, missed, spec, traces[j]) or tail) .. payload_of(j)
+      local own = traces[j] or retries[j]
+      fresh[#fresh + 1] = text .. (own and new_tail(every, runs, missed, spec, traces[j], retries[j]) or tail)
+        .. payload_of(j)
       place(k, due, w, batch, text)
       created = created + 1
       out[j] = '1'
@@ -96,7 +105,8 @@ if not reset then
 else
   for j, k in ipairs(names) do
     local due = dues[j]
-    if redis.call('HSETNX', TASKS, k, new_record(due, payload_of(j), every, runs, missed, spec, traces[j])) == 1 then
+    local new = new_record(due, payload_of(j), every, runs, missed, spec, traces[j], retries[j])
+    if redis.call('HSETNX', TASKS, k, new) == 1 then
       place(k, due, w, batch)
       drop_queued({k})
       created = created + 1

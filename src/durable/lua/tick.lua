@@ -20,7 +20,8 @@
   Input:
     KEYS     the wheel's keys, then the slot keys of the ticks after the cursor
     ARGV[1]  fencing token (the leader key's value)   ARGV[2] tick in ms   ARGV[3] slots
-    ARGV[4]  the leadership's lease in ms   ARGV[5] budget   ARGV[6] max attempts
+    ARGV[4]  the leadership's lease in ms   ARGV[5] budget   ARGV[6] max attempts (the node's: a
+             task with its own, see record.lua, uses its own)
     ARGV[7]  the most dead letters kept (0: no limit)   ARGV[8] the longest a dead letter is
              kept in ms (0: no limit); the oldest beyond either go, at most `budget` per call
     ARGV[9]  the declared slots' indices (packed, as for schedule)
@@ -77,7 +78,7 @@ local function requeue_expired(now)
       replaced[#replaced + 1] = k
     elseif live then
       local t = decode(rec)
-      if t.a >= max_attempts then
+      if t.a >= (retry_limits(t.retry, max_attempts)) then
         bury(k, t, 'lease expired', now)
         add_history(history, k, rec, 'd', nil, 'lease expired')
         buried = buried + 1

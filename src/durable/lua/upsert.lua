@@ -1,5 +1,5 @@
 --[[ Upserts a recurring task: makes the series under `key` this one, whole (its schedule, its
-  recurrence and its payload), in one step.
+  recurrence, its payload and its retry settings), in one step.
 
   - No task under the key: the task is made, its first run due at ARGV[6]. Answers 1.
   - A task waiting or ready (or whose lease ran out: no worker runs it any more): its record is
@@ -27,7 +27,8 @@
     ARGV[9]  missed-run policy (0 burst, 1 delay, 2 skip)   ARGV[10] spec ('' for none; see
              record.lua)
     ARGV[11] payload   ARGV[12] the trace context of the span that upserted it ('' for none;
-             see record.lua)
+             see record.lua)   ARGV[13] its own retry settings ('' for the node's; see
+             record.lua)
   Output:
     one digit: 1 made, 0 replaced a waiting or ready task, 3 queued behind a running run.
   Keys: CALL_KEY, TASKS, UPSERTS, the declared slots, RING, FAR, READY, LEASED, CURSOR, META,
@@ -43,12 +44,12 @@
 local tick_ms, slots, ttl, declared = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local k, due = ARGV[5], tonumber(ARGV[6])
 local every, runs, missed, spec = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], ARGV[10]
-local payload, trace = ARGV[11], ARGV[12]
+local payload, trace, retry = ARGV[11], ARGV[12], ARGV[13]
 
 local kept = replayed()
 if kept then return kept end
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 2, declared)
-local new = new_record(due, payload, every, runs, missed, spec, trace)
+local new = new_record(due, payload, every, runs, missed, spec, trace, retry)
 local rec = redis.call('HGET', TASKS, k)
 local out = '1'
 if rec then

@@ -7,7 +7,7 @@ use crate::durable::client::WheelClient;
 use crate::durable::shared_conn::Window;
 use crate::durable::time::from_unix_ms;
 use crate::durable::WheelKeys;
-use crate::durable::{DeadTask, DurableStats, FinishedRun, Outcome, TaskInfo, TaskState};
+use crate::durable::{DeadTask, DurableStats, FinishedRun, Outcome, TaskInfo, TaskOptions, TaskState};
 use crate::Error;
 
 /// The wheel's gauges and counters, read at one moment.
@@ -62,7 +62,7 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
     let mut inv = invoke(keys, &SCRIPTS.get);
     inv.arg(key);
     let r: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
-    let Ok([state, due, attempt, err, payload, now]) = <[Vec<u8>; 6]>::try_from(r) else { return Ok(None) };
+    let Ok([state, due, attempt, err, payload, now, retry]) = <[Vec<u8>; 7]>::try_from(r) else { return Ok(None) };
     let state = match state.as_slice() {
         b"waiting" => TaskState::Waiting,
         b"ready" => TaskState::Ready,
@@ -80,6 +80,7 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
         read_at: from_unix_ms(number(&now)),
         claim: None,
         finished: None,
+        options: TaskOptions::from_record_text(&retry),
     }))
 }
 
@@ -120,6 +121,7 @@ pub(crate) async fn due_next(
             read_at,
             claim: None,
             finished: None,
+            options: TaskOptions::new(),
         })
         .collect())
 }
@@ -232,6 +234,7 @@ pub(crate) async fn list(
                 claim: (!t[7].is_empty())
                     .then(|| (from_unix_ms(number(&t[7])), Some(text(&t[6])).filter(|n| !n.is_empty()))),
                 finished: None,
+                options: TaskOptions::new(),
             };
             (score, info)
         })
@@ -309,6 +312,7 @@ fn history_entry(seq: u64, run: &[u8]) -> Option<HistoryEntry> {
         read_at: finished_at,
         claim: None,
         finished: Some(run),
+        options: TaskOptions::new(),
     };
     Some(HistoryEntry { seq, task })
 }

@@ -6,7 +6,7 @@ use crate::durable::client::{SlotGuess, WheelClient};
 use crate::durable::series::{missed_digit, Stored};
 use crate::durable::shared_conn::Window;
 use crate::durable::time::When;
-use crate::durable::WheelKeys;
+use crate::durable::{TaskOptions, WheelKeys};
 use crate::origin::{self, Origin};
 use crate::Error;
 
@@ -19,13 +19,31 @@ pub(crate) struct NewTask {
     /// The trace context of the span that scheduled it (of no size without the
     /// `opentelemetry` feature).
     pub(crate) origin: Origin,
+    /// Its own retry settings, checked ([`TaskOptions::check`]); empty for the node's.
+    pub(crate) options: TaskOptions,
 }
 
 impl NewTask {
-    /// The task `key`, due `when`, with `payload`, scheduled from the current span.
+    /// The task `key`, due `when`, with `payload`, scheduled from the current span, with the
+    /// node's retry settings.
     pub(crate) fn new(key: String, when: When, payload: Vec<u8>) -> Self {
-        NewTask { key, when, payload, origin: Origin::current() }
+        NewTask { key, when, payload, origin: Origin::current(), options: TaskOptions::new() }
     }
+
+    /// This task with its own retry settings `options` (checked).
+    pub(crate) fn with_options(self, options: TaskOptions) -> Self {
+        NewTask { options, ..self }
+    }
+}
+
+/// The script argument that carries the retry settings of a call's tasks (see `record.lua`): one
+/// line each (an empty one for a task with the node's), or "" when no task has its own, so a call
+/// of tasks without them sends one empty argument.
+fn joined_options(tasks: &[NewTask]) -> String {
+    if tasks.iter().all(|t| t.options.is_empty()) {
+        return String::new();
+    }
+    tasks.iter().map(|t| t.options.record_text()).collect::<Vec<_>>().join("\n")
 }
 
 /// The two script arguments that carry the times of a call's tasks (see `due_times.lua`): their
@@ -99,6 +117,7 @@ pub(crate) async fn schedule_in(
     inv.arg(slots).arg(times).arg(modes).arg(if guess.own_slots { "1" } else { "0" });
     inv.arg(repeat.map_or("", |r| r.spec.as_str()));
     inv.arg(origin::joined(tasks.iter().map(|t| &t.origin)));
+    inv.arg(joined_options(tasks));
     for task in tasks {
         inv.arg(&task.key).arg(task.payload.as_slice());
     }
@@ -131,17 +150,15 @@ pub(crate) enum Upserted {
     Queued,
 }
 
-/// Makes the series `series` (its first run at `series.first_due_ms`) the one task under `key`,
-/// with `payload`, whatever was pending there, as request `request_id`, its runs following
-/// `origin`.
+/// Makes the series `series` (its first run at `series.first_due_ms`) the one task under
+/// `task.key`, with its payload, origin and retry settings (checked), whatever was pending there,
+/// as request `request_id`.
 pub(crate) async fn upsert(
     wheel: &WheelClient,
     keys: &WheelKeys,
     request_id: &str,
-    key: &str,
+    task: &NewTask,
     series: &Stored,
-    payload: &[u8],
-    origin: &Origin,
 ) -> Result<Upserted, Error> {
     let mut inv = invoke(keys, &SCRIPTS.upsert);
     inv.key(keys.request(request_id));
@@ -151,14 +168,15 @@ pub(crate) async fn upsert(
         .arg(wheel.cfg.slots)
         .arg(wheel.cfg.request_ttl_ms)
         .arg(slots)
-        .arg(key)
+        .arg(&task.key)
         .arg(series.first_due_ms)
         .arg(series.every_ms)
         .arg(runs_arg(series.runs))
         .arg(missed_digit(series.missed))
         .arg(series.spec.as_str())
-        .arg(payload)
-        .arg(origin.to_text());
+        .arg(task.payload.as_slice())
+        .arg(task.origin.to_text())
+        .arg(task.options.record_text());
     let reply: Vec<u8> = wheel.conn.call(&inv, Window::Default).await?;
     Ok(match reply.first() {
         Some(b'1') => Upserted::Created,

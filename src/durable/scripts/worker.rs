@@ -6,8 +6,7 @@ use crate::durable::client::WheelClient;
 use crate::durable::series::Spec;
 use crate::durable::shared_conn::Window;
 use crate::durable::time::{from_unix_ms, When};
-use crate::durable::Task;
-use crate::durable::WheelKeys;
+use crate::durable::{Task, TaskOptions, WheelKeys};
 use crate::origin::Origin;
 use crate::Error;
 
@@ -24,6 +23,8 @@ pub(crate) struct Claimed {
     /// The trace context of the span that scheduled the task, read from the record (of no size
     /// without the `opentelemetry` feature, which then reads past it).
     pub(crate) origin: Origin,
+    /// The task's own retry settings, read from the record (empty for the node's).
+    pub(crate) options: TaskOptions,
 }
 
 /// One delivery to acknowledge (or whose failure to record): its key, its claim token, the next
@@ -37,13 +38,23 @@ pub(crate) struct Ack {
     /// Its run as the history keeps it, packed by [`Ack::run`]; empty to let the script read
     /// the due time and deliveries from the record, with no handler times.
     pub(crate) run: String,
+    /// The task's own retry settings (empty for the node's): should the delivery fail, the slots
+    /// its retry may go to are declared for them.
+    pub(crate) options: TaskOptions,
 }
 
 impl Ack {
-    /// The acknowledgement of a task without a spec, with no run for the history.
+    /// The acknowledgement of a task without a spec, with the node's retry settings and no run
+    /// for the history.
     #[cfg(test)]
     pub(crate) fn plain(key: &str, token: &str) -> Self {
-        Ack { key: key.to_string(), token: token.to_string(), next_due: String::new(), run: String::new() }
+        Ack {
+            key: key.to_string(),
+            token: token.to_string(),
+            next_due: String::new(),
+            run: String::new(),
+            options: TaskOptions::new(),
+        }
     }
 
     /// The run of the delivery of `key` due at `due_ms`, its `attempt`-th, as the scripts put it
@@ -148,7 +159,7 @@ pub(crate) async fn claim_and_ack(
 }
 
 /// A claimed task from its key and its record as `claim.lua` answers it: record.lua's format,
-/// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>][t<trace length>:<trace>]<error length>:<error><payload>`.
+/// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>][t<trace length>:<trace>][r<retry length>:<retry>]<error length>:<error><payload>`.
 /// `None` for a record that does not read (none does: the scripts write every one).
 fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) -> Option<Claimed> {
     let mut rest = record;
@@ -171,6 +182,14 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
         origin = Origin::from_text(&text(rest.get(..len)?));
         rest = &rest[len..];
     }
+    // The task's own retry settings, when it has them: `r<length>:<retry>`, before the error's length.
+    let mut options = TaskOptions::new();
+    if let Some(after) = rest.strip_prefix(b"r") {
+        rest = after;
+        let len = usize::try_from(number(field(&mut rest)?)).ok()?;
+        options = TaskOptions::from_record_text(rest.get(..len)?);
+        rest = &rest[len..];
+    }
     let error_len = usize::try_from(number(field(&mut rest)?)).ok()?;
     let payload = rest.get(error_len..)?;
     Some(Claimed {
@@ -186,6 +205,7 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
         recurring: spec.is_some() || every != b"0",
         spec,
         origin,
+        options,
     })
 }
 
@@ -245,9 +265,12 @@ pub(crate) async fn fail(
     let cfg = &wheel.cfg;
     let mut inv = invoke(keys, &SCRIPTS.fail);
     // The retry's due time is Redis's now plus the backoff for its attempt, which this side does
-    // not know: the slots of every backoff it may be (a miss waits in the far tier).
-    let backoffs = (0..cfg.max_attempts.min(24))
-        .map(|a| When::Delay(cfg.backoff_ms.saturating_mul(1 << a).min(cfg.max_backoff_ms())));
+    // not know: the slots of every backoff it may be (a miss waits in the far tier), by the
+    // task's own retry settings where it has them, else the node's.
+    let max_attempts = delivery.options.own_max_attempts().unwrap_or(cfg.max_attempts);
+    let backoff_ms = delivery.options.own_backoff_ms().unwrap_or(cfg.backoff_ms);
+    let backoffs =
+        (0..max_attempts.min(24)).map(|a| When::Delay(backoff_ms.saturating_mul(1 << a).min(cfg.max_backoff_ms())));
     let slots = declare_slots(&mut inv, keys, &wheel.slot_indices(backoffs));
     inv.arg(key)
         .arg(token)
@@ -334,5 +357,20 @@ mod tests {
         assert_eq!((plain.task.payload.as_slice(), plain.recurring, plain.origin), (&b"x"[..], false, Origin::none()));
         let fixed_rate = claimed_task(b"k", format!("1000:1:5:250:-1:0:t{}:{TRACE}0:x", TRACE.len()).as_bytes(), at);
         assert!(fixed_rate.expect("the record reads").recurring);
+        assert_eq!(plain.options, TaskOptions::new(), "the node's retry settings");
+    }
+
+    /// The task's own retry settings, the third optional field, read after the other two or
+    /// alone; the error and payload after them stay intact.
+    #[test]
+    fn a_record_reads_with_its_own_retry_settings() {
+        let at = std::time::SystemTime::UNIX_EPOCH;
+        let spec = "0 every 100";
+        let record = format!("1000:2:77:0:-1:2:c{}:{spec}t{}:{TRACE}r5:3/2504:boompay:load", spec.len(), TRACE.len());
+        let c = claimed_task(b"k", record.as_bytes(), at).expect("the record reads");
+        assert_eq!((c.task.payload.as_slice(), c.task.attempt, c.token.as_str()), (&b"pay:load"[..], 2, "77"));
+        assert_eq!(c.options, TaskOptions::new().max_attempts(3).backoff(std::time::Duration::from_millis(250)));
+        let alone = claimed_task(b"k", b"1000:1:5:0:0:0:r2:1/3:errx", at).expect("the record reads");
+        assert_eq!((alone.task.payload.as_slice(), alone.options), (&b"x"[..], TaskOptions::new().max_attempts(1)));
     }
 }

@@ -1,6 +1,7 @@
 //! Tests inside the crate, against a real `redis-server` (the integration tests' harness, included
-//! by path): one script at a time on seeded keys (`scripts`), and the retry and fencing tests
-//! that need to choose a request id or a fencing token (`hooks`), which no public method lets a
+//! by path): one script at a time on seeded keys (`scripts`; `series` and `options` for what
+//! recurring series and a task's own retry settings add), and the retry and fencing tests that
+//! need to choose a request id or a fencing token (`hooks`), which no public method lets a
 //! caller do.
 
 // The integration tests' support code, shared by path; it names the crate `tokio_timewheel`,
@@ -10,6 +11,7 @@ mod support;
 
 mod costs;
 mod hooks;
+mod options;
 mod scripts;
 mod series;
 

@@ -5,9 +5,13 @@
 //! run (`ack`, `fail`, the tick) or cancels it takes up.
 
 use super::{acks, dump, meta, redis_now_ms, wheel};
-use crate::durable::scripts::{self, Ack, Cancelled, Failed, Upserted};
+use crate::durable::client::WheelClient;
+use crate::durable::scripts::{self, Ack, Cancelled, Failed, NewTask, Upserted};
 use crate::durable::series::{Spec, Stored, MAX_BURST};
 use crate::durable::shared_conn::Window;
+use crate::durable::time::When;
+use crate::durable::{TaskOptions, WheelKeys};
+use crate::origin::Origin;
 use crate::MissedRuns;
 
 const SPEC: &str = "0 cron Europe/Berlin */5 * * * * *";
@@ -19,7 +23,26 @@ fn spec_rec(due: u64, attempt: u32, token: u64, runs: i64, payload: &str) -> Str
 }
 
 fn ack(key: &str, token: &str, next_due: &str) -> Ack {
-    Ack { key: key.into(), token: token.into(), next_due: next_due.into(), run: String::new() }
+    Ack {
+        key: key.into(),
+        token: token.into(),
+        next_due: next_due.into(),
+        options: TaskOptions::new(),
+        run: String::new(),
+    }
+}
+
+/// `upsert.lua` through its Rust function, for the series `series` under `key` with `payload`,
+/// no trace and the node's retry settings.
+async fn upsert(w: &WheelClient, keys: &WheelKeys, id: &str, key: &str, series: &Stored, payload: &[u8]) -> Upserted {
+    let task = NewTask {
+        key: key.into(),
+        when: When::At(series.first_due_ms),
+        payload: payload.to_vec(),
+        origin: Origin::none(),
+        options: TaskOptions::new(),
+    };
+    scripts::upsert(w, keys, id, &task, series).await.unwrap()
 }
 
 fn series(first_due_ms: u64, every_ms: u64, spec: &str) -> Stored {
@@ -125,21 +148,18 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     server.command(&["SET", &keys.cursor(), &(now / 100).to_string()]);
     let far = now + 60_000;
     let a = series(far, 0, SPEC);
-    assert_eq!(scripts::upsert(w, keys, "u1", "a", &a, b"one", &Default::default()).await.unwrap(), Upserted::Created);
+    assert_eq!(upsert(w, keys, "u1", "a", &a, b"one").await, Upserted::Created);
     let d = dump(&server, keys);
     let first = format!("{far}:0:0:0:-1:2:c{}:{SPEC}0:one", SPEC.len());
     assert_eq!(d["tasks"], format!("a={first}"));
     assert_eq!(d["far"], format!("a@{far}"));
     assert_eq!(meta(&server, keys, "scheduled"), 1);
     // Its retry: the same answer, nothing changed.
-    assert_eq!(
-        scripts::upsert(w, keys, "u1", "a", &series(far + 1, 5, ""), b"x", &Default::default()).await.unwrap(),
-        Upserted::Created
-    );
+    assert_eq!(upsert(w, keys, "u1", "a", &series(far + 1, 5, ""), b"x").await, Upserted::Created);
     assert_eq!(dump(&server, keys), d);
     // Replaced whole: a fixed rate now, another payload, its first run due now (ready).
     let b = series(now - 200, 250, "");
-    assert_eq!(scripts::upsert(w, keys, "u2", "a", &b, b"two", &Default::default()).await.unwrap(), Upserted::Replaced);
+    assert_eq!(upsert(w, keys, "u2", "a", &b, b"two").await, Upserted::Replaced);
     let d = dump(&server, keys);
     assert_eq!(d["tasks"], format!("a={}:0:0:250:-1:2:0:two", now - 200));
     assert_eq!(d["ready"], format!("a@{}", now - 200));
@@ -153,20 +173,11 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     }
     server.command(&["DEL", &keys.ready()]);
     server.command(&["HDEL", &keys.tasks(), "a"]);
-    assert_eq!(
-        scripts::upsert(w, keys, "u3", "r", &series(far, 0, SPEC), b"early", &Default::default()).await.unwrap(),
-        Upserted::Queued
-    );
-    assert_eq!(
-        scripts::upsert(w, keys, "u4", "r", &series(far + 1, 0, SPEC), b"late", &Default::default()).await.unwrap(),
-        Upserted::Queued
-    );
+    assert_eq!(upsert(w, keys, "u3", "r", &series(far, 0, SPEC), b"early").await, Upserted::Queued);
+    assert_eq!(upsert(w, keys, "u4", "r", &series(far + 1, 0, SPEC), b"late").await, Upserted::Queued);
     for (i, k) in ["f", "c", "t"].iter().enumerate() {
         let id = format!("u5{i}");
-        assert_eq!(
-            scripts::upsert(w, keys, &id, k, &series(now - 200, 0, SPEC), b"new", &Default::default()).await.unwrap(),
-            Upserted::Queued
-        );
+        assert_eq!(upsert(w, keys, &id, k, &series(now - 200, 0, SPEC), b"new").await, Upserted::Queued);
     }
     let d = dump(&server, keys);
     let queued = |due: u64, p: &str| format!("{due}:0:0:0:-1:2:c{}:{SPEC}0:{p}", SPEC.len());
@@ -213,10 +224,7 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
 
     // A lease that ran out is no longer running: an upsert replaces the task at once.
     server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "c"]);
-    assert_eq!(
-        scripts::upsert(w, keys, "u6", "c", &series(far, 0, SPEC), b"now", &Default::default()).await.unwrap(),
-        Upserted::Replaced
-    );
+    assert_eq!(upsert(w, keys, "u6", "c", &series(far, 0, SPEC), b"now").await, Upserted::Replaced);
     let d = dump(&server, keys);
     assert!(d["tasks"].contains(&format!("c={}", queued(far, "now"))), "{d:?}");
     assert!(!d.contains_key("leased"), "{d:?}");

@@ -128,7 +128,7 @@ async fn run_buffered(h: Handlers, permit: OwnedSemaphorePermit) {
 /// `tokio_timewheel::durable`, level `INFO`) with the wheel's name, the partition, the key and
 /// the attempt, which follows the span that scheduled the task (with the `opentelemetry`
 /// feature), and hands its outcome on. Returns the outcome: `Err` for a failure.
-async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }: Claimed) -> Result<(), ()> {
+async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin, options }: Claimed) -> Result<(), ()> {
     let span = tracing::info_span!(
         target: "tokio_timewheel::durable",
         "task",
@@ -148,7 +148,7 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }:
         tracing::debug!(wheel = %h.wheel.name(), key = %key, "a task claimed ahead was cancelled before it started");
         if h.deliveries.finish(&token) {
             let run = Ack::run(&key, unix_ms(due), task.attempt, None);
-            h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new(), run }, Ok(()));
+            h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new(), run, options }, Ok(()));
         }
         return Ok(());
     }
@@ -187,7 +187,7 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin }:
         let next_due = spec.map_or_else(String::new, |spec| spec.next_due(unix_ms(due), h.wheel.clock.now_ms()));
         let took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let run = Ack::run(&key, unix_ms(due), attempt, Some((started_ms, took_us)));
-        h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due, run }, outcome);
+        h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due, run, options }, outcome);
     }
     result
 }

@@ -361,6 +361,7 @@ mod tests {
             spec: None,
             recurring: false,
             origin: Origin::none(),
+            options: crate::durable::TaskOptions::new(),
         }
     }
 

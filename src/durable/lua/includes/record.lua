@@ -1,5 +1,5 @@
 -- A pending task's record, the value under its key in TASKS, one string:
---   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>][t<trace length>:<trace>]<error length>:<error><payload>
+--   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>][t<trace length>:<trace>][r<retry length>:<retry>]<error length>:<error><payload>
 -- The claim token is 0 while no worker holds the task, and a task is in LEASED exactly while its
 -- token is not 0 (every script that sets it to 0 removes the lease entry in the same call). A
 -- task is recurring when its period is not 0 or it has a spec: `runs left` counts the runs of
@@ -14,9 +14,12 @@
 -- second optional field, is the W3C trace context of the span that scheduled the task, as text
 -- the node wrote and reads (with the `opentelemetry` feature; without it no record has one), kept
 -- as it is by every script that rewrites the record, so each run of a series links to it. The
+-- retry, the third, is the task's own retry settings (`TaskOptions`), `<max attempts>/<backoff
+-- ms>` with either number left out for the node's own (see `retry_limits`); a task without it
+-- follows the node's, and it is kept as it is by every script that rewrites the record. The
 -- error is the last failure's (empty if none). The payload is last so that it is never parsed.
--- `decode` gives a table of those fields (strings, but `due` and `a` numbers; `spec` and `trace`
--- are '' when absent); `encode` the string.
+-- `decode` gives a table of those fields (strings, but `due` and `a` numbers; `spec`, `trace`
+-- and `retry` are '' when absent); `encode` the string.
 local function decode(rec)
   local due, a, tok, every, runs, missed, at = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d):()')
   local spec, trace = '', ''
@@ -30,11 +33,18 @@ local function decode(rec)
     trace = string.sub(rec, from, from + len - 1)
     at = from + len
   end
+  local retry = ''
+  len, from = string.match(rec, '^r(%d+):()', at)
+  if len then
+    retry = string.sub(rec, from, from + len - 1)
+    at = from + len
+  end
   local n, e = string.match(rec, '^(%d+):()', at)
   n = tonumber(n)
   return {
     due = tonumber(due), a = tonumber(a), tok = tok, every = tonumber(every), runs = tonumber(runs),
-    missed = missed, spec = spec, trace = trace, err = string.sub(rec, e, e + n - 1), p = string.sub(rec, e + n),
+    missed = missed, spec = spec, trace = trace, retry = retry, err = string.sub(rec, e, e + n - 1),
+    p = string.sub(rec, e + n),
   }
 end
 -- The spec field of a record: empty without a spec.
@@ -47,9 +57,21 @@ local function trace_field(trace)
   if trace == nil or trace == '' then return '' end
   return 't' .. #trace .. ':' .. trace
 end
+-- The retry field of a record: empty without the task's own retry settings.
+local function retry_field(retry)
+  if retry == nil or retry == '' then return '' end
+  return 'r' .. #retry .. ':' .. retry
+end
+-- The max attempts and backoff base (ms) of a task whose record has the retry field `retry`
+-- (decode's): the task's own where it has them, else `max_attempts` and `backoff_ms`, the node's.
+local function retry_limits(retry, max_attempts, backoff_ms)
+  if retry == '' then return max_attempts, backoff_ms end
+  local own_max, own_backoff = string.match(retry, '^(%d*)/(%d*)$')
+  return tonumber(own_max) or max_attempts, tonumber(own_backoff) or backoff_ms
+end
 local function encode(t)
   return string.format('%d:%d:%s:%d:%d:%s:', t.due, t.a, t.tok, t.every, t.runs, t.missed) .. spec_field(t.spec)
-    .. trace_field(t.trace) .. #t.err .. ':' .. t.err .. t.p
+    .. trace_field(t.trace) .. retry_field(t.retry) .. #t.err .. ':' .. t.err .. t.p
 end
 -- The claim token alone, without copying the payload.
 local function token_of(rec)
@@ -57,16 +79,16 @@ local function token_of(rec)
 end
 -- What follows the due time in the record of a new task (no delivery, no claim, no error)
 -- before its payload: one that runs once, or (with `every` > 0 or a `spec`) a recurring one,
--- with the `trace` of the span that scheduled it, if any. A call that writes many new records of
--- one kind with no trace makes it once.
-local function new_tail(every, runs, missed, spec, trace)
+-- with the `trace` of the span that scheduled it and its own `retry` settings, if any. A call
+-- that writes many new records of one kind with neither makes it once.
+local function new_tail(every, runs, missed, spec, trace, retry)
   return string.format(':0:0:%d:%d:%s:', every or 0, runs or 0, missed or '0') .. spec_field(spec)
-    .. trace_field(trace) .. '0:'
+    .. trace_field(trace) .. retry_field(retry) .. '0:'
 end
 -- A new task's record: `due` (a number, or its text as written) then `new_tail`'s, then the payload.
-local function new_record(due, payload, every, runs, missed, spec, trace)
-  return (type(due) == 'string' and due or string.format('%d', due)) .. new_tail(every, runs, missed, spec, trace)
-    .. payload
+local function new_record(due, payload, every, runs, missed, spec, trace, retry)
+  return (type(due) == 'string' and due or string.format('%d', due))
+    .. new_tail(every, runs, missed, spec, trace, retry) .. payload
 end
 -- The due time (as written: a string, to pass on as a score unformatted), claim token and
 -- period alone, without copying the payload.

@@ -7,13 +7,13 @@
 //! set; each new timer of a key is a new *generation* of it, and its job knows its generation.
 //! Every 10 ms each task reschedules 50 of its keys to a new random delay, cancels 25 and
 //! schedules them again at once, and schedules again every key whose timer fired meanwhile (in
-//! one `schedule_many` call when there are many). The example fails (exit code 1) if:
+//! one `schedule_many` call when there are many). The program fails (exit code 1) if:
 //! - a job runs before its deadline (the deadline its task recorded before the call, which is
 //!   never later than the service's own), or runs twice for one generation, or runs after a
 //!   cancel of its generation returned `true`;
 //! - a call fails (no call in this pattern may: keys are never duplicated);
 //! - after the run the ledger does not balance: every generation accepted ended exactly once,
-//!   fired or cancelled or stopped, by the example's counts and by `Scheduler::stats`;
+//!   fired or cancelled or stopped, by the program's counts and by `Scheduler::stats`;
 //! - the resident set after the warm-up rises above the highest resident set of the warm-up by
 //!   more than [`RSS_TOLERANCE_PERCENT`] percent plus [`RSS_TOLERANCE_MIB`] MiB (Linux only).
 //!
@@ -22,8 +22,8 @@
 //! includes the rounding up to the 1 ms tick), and the rates.
 //!
 //! ```sh
-//! cargo run --release --example soak -- --quick       # about 20 s
-//! cargo run --release --example soak -- --minutes 30
+//! cargo bench -p tokio-timewheel-benches --bench soak -- --quick       # about 20 s
+//! cargo bench -p tokio-timewheel-benches --bench soak -- --minutes 30
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
@@ -51,7 +51,7 @@ const BATCH_FROM: usize = 32;
 const RSS_TOLERANCE_PERCENT: u64 = 10;
 const RSS_TOLERANCE_MIB: u64 = 8;
 
-/// What the example knows about one key.
+/// What the program knows about one key.
 #[derive(Default)]
 struct Slot {
     /// The generation of its current timer (1 for the first).
@@ -315,7 +315,8 @@ fn mib(bytes: u64) -> f64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
     let usage = "usage: soak [--quick | --minutes M]";
-    let mut args = std::env::args().skip(1);
+    // `cargo bench` adds `--bench` to the arguments of a benchmark without a harness.
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     let (mut run, mut warm_up, mut every) = (Duration::from_secs(60), Duration::from_secs(20), Duration::from_secs(5));
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -439,7 +440,7 @@ async fn main() {
     if (stats.scheduled, stats.fired, stats.cancelled, stats.stopped, stats.pending)
         != (accepted, ran, cancelled, stopped, 0)
     {
-        failures.push(format!("stats {stats:?} disagree with the example's counts"));
+        failures.push(format!("stats {stats:?} disagree with the program's counts"));
     }
 
     // The resident set after the warm-up against the warm-up's highest, and its trend.

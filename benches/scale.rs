@@ -1,7 +1,7 @@
 //! Scale: N pending timers (10 million by default) in one service, what each costs in memory and
 //! how long it takes to schedule them, one call per timer and in batches.
 //!
-//! Each way runs in a fresh child process of this example, so that neither inherits the other's
+//! Each way runs in a fresh child process of this program, so that neither inherits the other's
 //! heap. It builds the keys (`conn-<i>`) first, then schedules N timers due one to two hours away
 //! (none fires while measured, however slow the machine), printing progress, and reports:
 //! - the time per timer, one `schedule` call each, or `schedule_many` with 1,024 per call, by the
@@ -15,8 +15,8 @@
 //! data costs a boxed closure on top.
 //!
 //! ```sh
-//! cargo run --release --example scale              # 10,000,000 timers, about a minute
-//! cargo run --release --example scale -- 200000    # the short mode
+//! cargo bench -p tokio-timewheel-benches --bench scale              # 10,000,000 timers, about a minute
+//! cargo bench -p tokio-timewheel-benches --bench scale -- 200000    # the short mode
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -155,7 +155,8 @@ fn progress(way: &str, done: usize, n: usize, began: Instant) {
 
 fn main() {
     let usage = "usage: scale [N]";
-    let mut args = std::env::args().skip(1);
+    // `cargo bench` adds `--bench` to the arguments of a benchmark without a harness.
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     let n: usize = args.next().map_or(Ok(10_000_000), |a| a.replace('_', "").parse()).expect(usage);
     // A child measures one way; the parent runs one child per way.
     if let Some(way) = args.next() {
@@ -164,7 +165,7 @@ fn main() {
         return;
     }
     println!("scale: {n} pending timers, due 1 h to 2 h away; one process per way");
-    let exe = std::env::current_exe().expect("the example's own path");
+    let exe = std::env::current_exe().expect("the program's own path");
     let mut failed = false;
     for way in ["single", "batched"] {
         let status = std::process::Command::new(&exe).arg(n.to_string()).arg(way).status().expect("the child starts");
