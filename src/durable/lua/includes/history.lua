@@ -17,32 +17,43 @@
 -- Keys: HISTORY, META.
 -- @include keys
 local function history_of(limit, age_ms)
-  return { limit = tonumber(limit) or 0, age = tonumber(age_ms) or 0, runs = {} }
+  return { limit = tonumber(limit) or 0, age = tonumber(age_ms) or 0, runs = {}, n = 0 }
 end
+-- The outcomes as a run's text starts them.
+local HISTORY_OUTCOMES = { a = 'a:', d = 'd:', c = 'c:' }
 -- Notes the run of task `k` that ended with `outcome` ('a', 'd' or 'c'): `run` as the worker
 -- packed it, or '' (or nil) to read the due time and deliveries from `rec`, the task's record as
--- the delivery left it.
+-- the delivery left it. Kept as the pieces of its text (the outcome, the run, the key, the
+-- error), joined once the call's end time is known.
 local function add_history(h, k, rec, outcome, run, err)
   if not h or h.limit <= 0 then return end
   if not run or run == '' then
     local due, a = string.match(rec, '^(%d+):(%d+):')
     run = due .. ':' .. a .. ':::' .. #k .. ':'
   end
-  local runs = h.runs
-  local n = #runs
-  runs[n + 1], runs[n + 2], runs[n + 3], runs[n + 4] = outcome, run, k, err or ''
+  local runs, n = h.runs, h.n
+  runs[n + 1], runs[n + 2], runs[n + 3], runs[n + 4] = HISTORY_OUTCOMES[outcome], run, k, err
+  h.n = n + 4
 end
 local function flush_history(h)
   local runs = h and h.runs
-  if not runs or #runs == 0 then return end
+  if not runs or h.n == 0 then return end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local pre = string.format('%d:', now)
-  local values = {}
-  for i = 1, #runs, 4 do values[#values + 1] = pre .. runs[i] .. ':' .. runs[i + 1] .. runs[i + 2] .. runs[i + 3] end
-  redis.call('HINCRBY', META, 'history_seq', #values)
+  local values, count = {}, 0
+  for i = 1, h.n, 4 do
+    count = count + 1
+    local err = runs[i + 3]
+    if err then
+      values[count] = pre .. runs[i] .. runs[i + 1] .. runs[i + 2] .. err
+    else
+      values[count] = pre .. runs[i] .. runs[i + 1] .. runs[i + 2]
+    end
+  end
+  redis.call('HINCRBY', META, 'history_seq', count)
   local len = 0
-  for i = 1, #values, 4000 do len = redis.call('RPUSH', HISTORY, unpack(values, i, math.min(i + 3999, #values))) end
+  for i = 1, count, 4000 do len = redis.call('RPUSH', HISTORY, unpack(values, i, math.min(i + 3999, count))) end
   local drop = math.max(len - h.limit, 0)
   if h.age > 0 then
     local oldest = now - h.age
@@ -61,5 +72,5 @@ local function flush_history(h)
     redis.call('LTRIM', HISTORY, drop, -1)
     redis.call('HINCRBY', META, 'history_dropped', drop)
   end
-  h.runs = {}
+  h.runs, h.n = {}, 0
 end
