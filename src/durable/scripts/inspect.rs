@@ -1,6 +1,6 @@
 //! The scripts that read the wheel, and the dead letters' upkeep: `stats.lua`, `get.lua`,
-//! `dead_letters.lua`, `delete_dead.lua`, `due_next.lua`, `due_counts.lua`, `list.lua`; and the
-//! plain read of the history of finished runs.
+//! `dead_letters.lua`, `delete_dead.lua`, `due_next.lua`, `due_counts.lua`, `list.lua`, and
+//! `finished.lua`, which reads the history of finished runs.
 
 use super::{invoke, number, text, SCRIPTS};
 use crate::durable::client::WheelClient;
