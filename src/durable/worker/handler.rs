@@ -147,7 +147,7 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin, o
         // outcome ends it as cancelled.
         tracing::debug!(wheel = %h.wheel.name(), key = %key, "a task claimed ahead was cancelled before it started");
         if h.deliveries.finish(&token) {
-            let run = Ack::run(&key, unix_ms(due), task.attempt, None);
+            let run = history_run(h, &key, unix_ms(due), task.attempt, None);
             h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new(), run, options }, Ok(()));
         }
         return Ok(());
@@ -186,10 +186,19 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin, o
         // estimates it), goes to the script that ends this one (see `durable/series.rs`).
         let next_due = spec.map_or_else(String::new, |spec| spec.next_due(unix_ms(due), h.wheel.clock.now_ms()));
         let took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        let run = Ack::run(&key, unix_ms(due), attempt, Some((started_ms, took_us)));
+        let run = history_run(h, &key, unix_ms(due), attempt, Some((started_ms, took_us)));
         h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due, run, options }, outcome);
     }
     result
+}
+
+/// The run of a delivery for the wheel's history ([`Ack::run`]), or nothing when this node keeps
+/// no history: an argument fewer for Redis to read.
+fn history_run(h: &Handlers, key: &str, due_ms: u64, attempt: u32, handler: Option<(u64, u64)>) -> String {
+    if h.wheel.cfg.history_limit == 0 {
+        return String::new();
+    }
+    Ack::run(key, due_ms, attempt, handler)
 }
 
 /// Records how late each task was claimed (the lateness metric and histogram).
