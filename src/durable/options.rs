@@ -26,8 +26,8 @@ use crate::Error;
 /// - [`upsert_recurring`](super::DurableScheduler::upsert_recurring) replaces them with the
 ///   upserting handle's, as it replaces the rest of the series (none when that handle has none);
 /// - each run of a recurring task has them, and a retry keeps them;
-/// - a dead letter does not keep them: [`requeue_dead`](super::DurableScheduler::requeue_dead)
-///   puts the task back with the node's settings.
+/// - a dead letter keeps them, and [`requeue_dead`](super::DurableScheduler::requeue_dead) puts
+///   the task back with them.
 ///
 /// # Examples
 /// ```no_run

@@ -402,8 +402,8 @@ impl TaskInfo {
 
     /// The task's own max attempts ([`TaskOptions::max_attempts`]) as
     /// [`get`](super::DurableScheduler::get) reads it: `None` for a task that follows the node's
-    /// [`max_attempts`](super::DurableBuilder::max_attempts), and for a dead letter (which keeps
-    /// no settings) or a task read by [`list`](super::DurableScheduler::list) or
+    /// [`max_attempts`](super::DurableBuilder::max_attempts) (a dead letter keeps the task's own),
+    /// and for a task read by [`list`](super::DurableScheduler::list) or
     /// [`due_next`](super::DurableScheduler::due_next), which do not read them.
     pub fn max_attempts(&self) -> Option<u32> {
         self.options.own_max_attempts()

@@ -5,9 +5,9 @@
     ARGV[1]  key
   Output:
     {} when there is no such task; else {state, due ms, deliveries, last error, payload, Redis's
-    clock in ms, the task's own retry settings ('' for the node's or a dead letter's; see
-    record.lua)} with state 'waiting', 'ready', 'running' or 'dead' (a task whose lease ran out
-    is 'ready': the next tick hands it out again).
+    clock in ms, the task's own retry settings ('' for the node's; see record.lua)} with state
+    'waiting', 'ready', 'running' or 'dead' (a task whose lease ran out is 'ready': the next tick
+    hands it out again).
   Keys: TASKS, READY, LEASED, DEAD_TASKS.
 ]]
 -- @include keys
@@ -31,4 +31,4 @@ end
 local dead = redis.call('HGET', DEAD_TASKS, k)
 if not dead then return {} end
 local d = decode_dead(dead)
-return {'dead', d.due, d.a, d.err, d.p, string.format('%d', now), ''}
+return {'dead', d.due, d.a, d.err, d.p, string.format('%d', now), d.retry}

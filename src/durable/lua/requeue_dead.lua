@@ -1,5 +1,5 @@
---[[ Puts a dead task back, due at once with its deliveries reset to 0. Safe to retry: the answer
-  is kept under the call's id (CALL_KEY), so a retry whose first attempt landed answers 1 again.
+--[[ Puts a dead task back, due at once with its deliveries reset to 0 and its own retry settings
+  (if any) kept. Safe to retry: the answer is kept under the call's id (CALL_KEY), so a retry whose first attempt landed answers 1 again.
 
   Input:
     KEYS     the wheel's keys, then CALL_KEY
@@ -25,7 +25,8 @@ if dead then
     out = -1
   else
     local now = clock()
-    redis.call('HSET', TASKS, k, new_record(now, decode_dead(dead).p))
+    local d = decode_dead(dead)
+    redis.call('HSET', TASKS, k, new_record(now, d.p, 0, 0, '0', '', '', d.retry))
     drop_queued({k})
     redis.call('ZADD', READY, now, k)
     redis.call('HDEL', DEAD_TASKS, k)

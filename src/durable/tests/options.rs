@@ -56,7 +56,8 @@ async fn fail_uses_the_tasks_own_settings_and_the_nodes_without_them() {
     let once = TaskOptions::new().max_attempts(1);
     assert_eq!(scripts::fail(w, keys, &failed("once", once), "boom", Window::Default).await.unwrap(), Failed::Dead);
     let d = dump(&server, keys);
-    assert_eq!(d["dead_tasks"], "once=5:1:4:boomx");
+    // The dead letter keeps the task's own settings, for `requeue_dead`.
+    assert_eq!(d["dead_tasks"], "once=5:1:r2:1/4:boomx");
     assert!(!d["tasks"].contains("once="), "{d:?}");
     assert_eq!(meta(&server, keys, "dead_lettered"), 1);
 
@@ -114,9 +115,37 @@ async fn a_lease_that_ran_out_on_the_tasks_own_last_attempt_buries_it() {
     server.command(&["SET", &keys.leader(), "me:1"]);
     scripts::tick(w, keys, "me:1", 128, 0..=0).await.unwrap();
     let d = dump(&server, keys);
-    assert_eq!(d["dead_tasks"], "once=5:1:13:lease expiredx");
+    assert_eq!(d["dead_tasks"], "once=5:1:r2:1/13:lease expiredx");
     assert_eq!(d["tasks"], format!("plain={}", rec(5, 1, 0, "lease expired", "z")));
     assert_eq!(d["ready"], "plain@5");
+}
+
+/// A dead letter keeps the task's own settings and `requeue_dead` puts the task back with them
+/// (and `get` reads them from the dead letter); a dead letter without them, or one written
+/// before the field existed, comes back following the node.
+#[tokio::test]
+async fn a_requeued_dead_letter_keeps_its_own_settings() {
+    let Some((server, timers)) = wheel("o-requeue").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    server.command(&["HSET", &keys.dead_tasks(), "own", "5:2:r5:4/1504:boomx", "old", "5:3:4:bangy"]);
+    server.command(&["ZADD", &keys.dead(), "1", "own", "2", "old"]);
+
+    let own = timers.get("own").await.unwrap().expect("the dead letter");
+    assert_eq!((own.max_attempts(), own.backoff()), (Some(4), Some(Duration::from_millis(150))));
+    assert_eq!((own.payload(), own.last_error()), (&b"x"[..], Some("boom")));
+    let old = timers.get("old").await.unwrap().expect("the dead letter");
+    assert_eq!((old.max_attempts(), old.payload(), old.last_error()), (None, &b"y"[..], Some("bang")));
+
+    for (key, id) in [("own", "r1"), ("old", "r2")] {
+        assert_eq!(scripts::requeue_dead(w, keys, key, id).await.unwrap(), scripts::Requeued::Yes);
+    }
+    let d = dump(&server, keys);
+    let record = |key: &str| {
+        d["tasks"].split(' ').find_map(|e| e.strip_prefix(&format!("{key}="))).map(str::to_owned).unwrap_or_default()
+    };
+    let (own, old) = (record("own"), record("old"));
+    assert!(own.ends_with(":0:0:0:0:0:r5:4/1500:x"), "{own}");
+    assert!(old.ends_with(":0:0:0:0:0:0:y"), "{old}");
 }
 
 /// `schedule.lua` writes the retry field only for a task that has settings of its own, in a

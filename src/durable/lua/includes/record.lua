@@ -103,15 +103,24 @@ local function claimed_record(rec, tok)
   return string.format('%s:%d:%s:', due, a + 1, tok) .. string.sub(rec, tail), tonumber(due)
 end
 -- A dead letter's record, the value under its key in DEAD_TASKS, one string:
---   <due ms>:<deliveries>:<error length>:<error><payload>
--- (the live record's due time, deliveries, last error and payload). `decode_dead` gives a table
--- of those fields (`due` and `a` as written, strings); `encode_dead` the string of a live
--- record's table `t` with the error `err`.
+--   <due ms>:<deliveries>:[r<retry length>:<retry>]<error length>:<error><payload>
+-- (the live record's due time, deliveries, own retry settings if any, last error and payload:
+-- a requeued task keeps its retry settings). `decode_dead` gives a table of those fields (`due`
+-- and `a` as written, strings; `retry` '' when absent); `encode_dead` the string of a live
+-- record's table `t` with the error `err`. A dead record written before the retry field reads
+-- as before.
 local function decode_dead(rec)
-  local due, a, n, at = string.match(rec, '^(%d+):(%d+):(%d+):()')
+  local due, a, at = string.match(rec, '^(%d+):(%d+):()')
+  local retry = ''
+  local len, from = string.match(rec, '^r(%d+):()', at)
+  if len then
+    retry = string.sub(rec, from, from + len - 1)
+    at = from + len
+  end
+  local n, e = string.match(rec, '^(%d+):()', at)
   n = tonumber(n)
-  return { due = due, a = a, err = string.sub(rec, at, at + n - 1), p = string.sub(rec, at + n) }
+  return { due = due, a = a, retry = retry, err = string.sub(rec, e, e + n - 1), p = string.sub(rec, e + n) }
 end
 local function encode_dead(t, err)
-  return string.format('%d:%d:%d:', t.due, t.a, #err) .. err .. t.p
+  return string.format('%d:%d:', t.due, t.a) .. retry_field(t.retry) .. #err .. ':' .. err .. t.p
 end
