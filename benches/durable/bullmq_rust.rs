@@ -123,6 +123,14 @@ impl Acks {
         Arc::new(Acks { n, completed: AtomicUsize::new(0), last: Default::default(), done: Default::default() })
     }
 
+    /// One `Completed` event.
+    fn ack(&self) {
+        if self.completed.fetch_add(1, Relaxed) + 1 == self.n {
+            *self.last.lock().unwrap() = Some(Instant::now());
+            self.done.notify_one();
+        }
+    }
+
     /// Waits for every acknowledgement, for at most `limit` after the sink's own wait; `None` if some is missing.
     async fn wait(&self, all_handled: bool, limit: Duration) -> Option<Instant> {
         if !all_handled {
@@ -159,12 +167,7 @@ async fn start_workers(
         tokio::spawn(async move {
             while let Some(event) = events.next_event().await {
                 match event {
-                    WorkerEvent::Completed { .. } => {
-                        if acks.completed.fetch_add(1, Relaxed) + 1 == acks.n {
-                            *acks.last.lock().unwrap() = Some(Instant::now());
-                            acks.done.notify_one();
-                        }
-                    }
+                    WorkerEvent::Completed { .. } => acks.ack(),
                     WorkerEvent::Closed => break,
                     _ => {}
                 }
