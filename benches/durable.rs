@@ -1,6 +1,7 @@
 //! Durable-mode comparison benchmark: tokio-timewheel's Redis-backed wheel against apalis-redis (Rust, this
-//! process) and BullMQ delayed jobs (Node), on the durable workloads D1–D5, each measurement against a fresh
-//! local `redis-server` that this benchmark starts itself.
+//! process), BullMQ delayed jobs (Node), `bullmq-official` (BullMQ's Rust port, this process) and ChasquiMQ's
+//! producer (Rust, this process; D1, D2 and D4 only: its consumer needs Redis 8.6), on the durable workloads
+//! D1–D7, each measurement against a fresh local `redis-server` that this benchmark starts itself.
 //!
 //! ```text
 //! cargo bench -p tokio-timewheel-benches --bench durable               # N = 100,000, D5 over 60 s, 3 repetitions
@@ -47,6 +48,10 @@
 mod apalis;
 #[path = "durable/bullmq.rs"]
 mod bullmq;
+#[path = "durable/bullmq_rust.rs"]
+mod bullmq_rust;
+#[path = "durable/chasquimq.rs"]
+mod chasquimq;
 #[allow(dead_code)]
 #[path = "compare/inputs.rs"]
 mod compare_inputs;
@@ -88,16 +93,25 @@ pub enum Impl {
     Timewheel,
     Apalis,
     Bullmq,
+    /// `bullmq-official`, the Rust port of BullMQ.
+    BullmqRust,
+    /// ChasquiMQ's producer (its consumer needs Redis 8.6).
+    Chasquimq,
 }
 
 impl Impl {
-    pub const ALL: [Impl; 3] = [Impl::Timewheel, Impl::Apalis, Impl::Bullmq];
+    pub const ALL: [Impl; 5] = [Impl::Timewheel, Impl::Apalis, Impl::Bullmq, Impl::BullmqRust, Impl::Chasquimq];
+
+    /// The rivals of tokio-timewheel, in the order of its ratios in the report.
+    pub const RIVALS: [Impl; 4] = [Impl::Apalis, Impl::Bullmq, Impl::BullmqRust, Impl::Chasquimq];
 
     pub fn name(self) -> &'static str {
         match self {
             Impl::Timewheel => "tokio-timewheel",
             Impl::Apalis => "apalis-redis",
             Impl::Bullmq => "bullmq",
+            Impl::BullmqRust => "bullmq-official",
+            Impl::Chasquimq => "chasquimq",
         }
     }
 
@@ -107,7 +121,17 @@ impl Impl {
             Impl::Timewheel => "tokio-timewheel-batch",
             Impl::Apalis => "apalis-redis-batch",
             Impl::Bullmq => "bullmq-batch",
+            Impl::BullmqRust => "bullmq-official-batch",
+            Impl::Chasquimq => "chasquimq-batch",
         }
+    }
+
+    /// Whether the implementation runs a workload on this benchmark's server: ChasquiMQ's consumer (and its add
+    /// of a job due now) needs Redis 8.6, so on an older server it has D1, D2 and D4 only.
+    pub fn runs(self, w: Workload) -> bool {
+        self != Impl::Chasquimq
+            || matches!(w, Workload::D124 | Workload::D124Batch)
+            || REDIS_8_6.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -251,6 +275,17 @@ pub fn parse_fields(line: &str) -> Option<Fields> {
     Some(results::figures(line)?.into_iter().map(|(name, value)| (leak(name), value)).collect())
 }
 
+/// Whether the server is Redis 8.6 or later (read from a first server's `INFO server` at the start).
+static REDIS_8_6: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The server's `redis_version`, and whether it is 8.6 or later (Valkey reports 7.2.4 there, so it is not).
+fn redis_version() -> (String, bool) {
+    let version = server::start().info("server").get("redis_version").cloned().unwrap_or_default();
+    let numbers: Vec<u32> = version.split('.').map(|v| v.parse().unwrap_or(0)).collect();
+    let at_least = (numbers.first().copied().unwrap_or(0), numbers.get(1).copied().unwrap_or(0)) >= (8, 6);
+    (version, at_least)
+}
+
 /// `--flavor=current`: the Rust implementations run on a current-thread runtime instead.
 static CURRENT_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// `--driver=blocking`: each measurement runs on the thread that blocks on its runtime instead of as a task of it.
@@ -332,6 +367,8 @@ fn run_one(
                     Impl::Timewheel => timewheel::d124(&server, options, inputs, batch).await,
                     Impl::Apalis => apalis::d124(&server, inputs, batch).await,
                     Impl::Bullmq => bullmq::d124(&server, json, n, batch).await,
+                    Impl::BullmqRust => bullmq_rust::d124(&server, inputs, batch).await,
+                    Impl::Chasquimq => chasquimq::d124(&server, inputs, batch).await,
                 }
             });
             for (workload, fields) in results {
@@ -344,6 +381,8 @@ fn run_one(
                     Impl::Timewheel => timewheel::d3(&server, options, inputs).await,
                     Impl::Apalis => apalis::d3(&server, inputs).await,
                     Impl::Bullmq => bullmq::d3(&server, json, n).await,
+                    Impl::BullmqRust => bullmq_rust::d3(&server, inputs).await,
+                    Impl::Chasquimq => chasquimq::d3(&server, inputs).await,
                 }
             });
             emit(rows, imp.name(), "D3", n, &fields);
@@ -354,6 +393,8 @@ fn run_one(
                     Impl::Timewheel => timewheel::d7(&server, options, inputs).await,
                     Impl::Apalis => apalis::d7(&server, inputs).await,
                     Impl::Bullmq => bullmq::d7(&server, json, n).await,
+                    Impl::BullmqRust => bullmq_rust::d7(&server, inputs).await,
+                    Impl::Chasquimq => chasquimq::d7(&server, inputs).await,
                 }
             });
             emit(rows, imp.name(), "D7", n, &fields);
@@ -366,6 +407,8 @@ fn run_one(
                     }
                     Impl::Apalis => idle_commands(&server, options, apalis::d5_setup(&server, inputs)).await,
                     Impl::Bullmq => idle_commands(&server, options, bullmq::d5_setup(&server, json)).await,
+                    Impl::BullmqRust => idle_commands(&server, options, bullmq_rust::d5_setup(&server, inputs)).await,
+                    Impl::Chasquimq => idle_commands(&server, options, chasquimq::d5_setup(&server, inputs)).await,
                 }
             });
             if imp == Impl::Timewheel {
@@ -391,6 +434,9 @@ fn main() {
     if !redis_server::installed() {
         fail(&format!("redis-server not found: {}", redis_server::INSTALL_HINT));
     }
+    let (version, at_least_8_6) = redis_version();
+    REDIS_8_6.store(at_least_8_6, std::sync::atomic::Ordering::Relaxed);
+    eprintln!("durable: redis-server {version}");
     let mut impls = options.impls.clone();
     if impls.contains(&Impl::Bullmq) {
         if let Err(why) = bullmq::prepare() {
@@ -406,7 +452,13 @@ fn main() {
     let options: &'static Options = Box::leak(Box::new(options));
 
     let mut rows = Vec::new();
-    let total = options.reps * impls.len() * options.workloads.len();
+    for &w in &options.workloads {
+        if impls.contains(&Impl::Chasquimq) && !Impl::Chasquimq.runs(w) {
+            eprintln!("durable: chasquimq skips {w:?}: its consumer needs Redis 8.6 (this server is {version})");
+        }
+    }
+    let runs = |w: Workload| impls.iter().filter(|i| i.runs(w)).count();
+    let total = options.reps * options.workloads.iter().map(|&w| runs(w)).sum::<usize>();
     let mut done = 0;
     for rep in 0..options.reps {
         // Rotate the order so that no implementation always runs first.
@@ -414,7 +466,7 @@ fn main() {
         let len = order.len().max(1);
         order.rotate_left(rep % len);
         for &w in &options.workloads {
-            for &imp in &order {
+            for &imp in order.iter().filter(|i| i.runs(w)) {
                 done += 1;
                 eprintln!("[{done}/{total}] rep {}/{}: {} {w:?} N={}", rep + 1, options.reps, imp.name(), options.n);
                 run_one(&mut rows, options, inputs, json, imp, w);

@@ -60,8 +60,8 @@ const RATIO_COLUMNS: [&str; 7] = [
 
 fn table(m: &Medians) -> Table {
     let rival_pairs = [
-        (Impl::Timewheel.name(), [Impl::Apalis.name(), Impl::Bullmq.name()]),
-        (Impl::Timewheel.batch_name(), [Impl::Apalis.batch_name(), Impl::Bullmq.batch_name()]),
+        (Impl::Timewheel.name(), Impl::RIVALS.map(Impl::name)),
+        (Impl::Timewheel.batch_name(), Impl::RIVALS.map(Impl::batch_name)),
     ];
     let names = Impl::ALL.into_iter().flat_map(|i| [i.name(), i.batch_name()]);
     let header = std::iter::once("impl").chain(COLUMNS.iter().map(|c| c.0)).map(String::from).collect();
@@ -136,12 +136,16 @@ fn verdicts(options: &Options, m: &Medians) -> Vec<String> {
     let twb = Impl::Timewheel.batch_name();
     let (ap, apb, bq, bqb) =
         (Impl::Apalis.name(), Impl::Apalis.batch_name(), Impl::Bullmq.name(), Impl::Bullmq.batch_name());
+    let (bqr, bqrb, cq) = (Impl::BullmqRust.name(), Impl::BullmqRust.batch_name(), Impl::Chasquimq.name());
     let at_least = |x: f64| move |v: f64| v >= x;
     let d1 = vec![
         check("one call vs BullMQ", ratio(m, tw, bq, "D1", "tasks_per_s"), at_least(2.0), ">= 2x"),
         check("one call vs apalis-redis", ratio(m, tw, ap, "D1", "tasks_per_s"), at_least(2.0), ">= 2x"),
         check("batch vs BullMQ addBulk", ratio(m, twb, bqb, "D1", "tasks_per_s"), at_least(2.0), ">= 2x"),
         check("batch vs apalis-redis push_all", ratio(m, twb, apb, "D1", "tasks_per_s"), at_least(2.0), ">= 2x"),
+        check("one call vs bullmq-official", ratio(m, tw, bqr, "D1", "tasks_per_s"), at_least(2.0), ">= 2x"),
+        check("batch vs bullmq-official add_bulk", ratio(m, twb, bqrb, "D1", "tasks_per_s"), at_least(2.0), ">= 2x"),
+        check("one call vs ChasquiMQ", ratio(m, tw, cq, "D1", "tasks_per_s"), at_least(2.0), ">= 2x"),
     ];
     let d2 =
         vec![check("bytes/task vs BullMQ", ratio(m, tw, bq, "D2", "redis_bytes_per_task"), |v| v <= 0.5, "<= 0.5x")];
@@ -169,6 +173,7 @@ fn verdicts(options: &Options, m: &Medians) -> Vec<String> {
         ),
         below(ap),
         below(bq),
+        below(bqr),
         check("duplicates", m.get(tw, "D3", "duplicates"), |v| v == 0.0, "= 0"),
         check("early", m.get(tw, "D3", "early"), |v| v == 0.0, "= 0"),
         check("handled", m.get(tw, "D3", "handled"), |v| v as usize == options.n, &format!("= {}", options.n)),
@@ -209,7 +214,7 @@ pub fn write(options: &Options, rows: &[Row]) {
     let table = table(&m);
     let verdicts = verdicts(options, &m);
     let heading = format!(
-        "tokio-timewheel durable mode vs apalis-redis and BullMQ — medians of {} run(s), N = {}, D5 over {} s, \
+        "tokio-timewheel durable mode vs apalis-redis, BullMQ, bullmq-official and ChasquiMQ — medians of {} run(s), N = {}, D5 over {} s, \
          tick {} ms x {} slots, {} worker(s) of {} handlers",
         options.reps,
         options.n,
@@ -219,7 +224,8 @@ pub fn write(options: &Options, rows: &[Row]) {
         crate::inputs::workers(),
         crate::inputs::concurrency()
     );
-    let note = "tokio-timewheel cells: median (ratio vs apalis-redis / ratio vs BullMQ); -batch rows against the \
+    let note = "tokio-timewheel cells: median (ratio vs apalis-redis / BullMQ / bullmq-official / ChasquiMQ, - where \
+                that rival has no figure); -batch rows against the \
                 rivals' -batch rows; Redis CPU µs/task: INFO cpu over the timed phase / N, lower is better (a ratio \
                 below 1x favours tokio-timewheel)";
     print!("\n{heading}\n{note}\n\n{}\n", table.text());
