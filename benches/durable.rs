@@ -9,6 +9,7 @@
 //! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5|D7[,...]
 //!          --workers=W --concurrency=C (D3, D5 and D7: W workers of C handlers each; 4 of 16 by default)
 //!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
+//!          --history=on|off (tokio-timewheel's history of finished runs: the default bounds, or none)
 //!          --flavor=multi|current (the Rust implementations' Tokio runtime: two workers, the default, or one thread)
 //!          --driver=spawned|blocking (the workload's calls in a task of the runtime, as a service's handlers make
 //!          them, the default; or on the thread that blocks on the runtime, as before `f38074e`)
@@ -168,6 +169,8 @@ pub struct Options {
     pub d5_settle: Duration,
     pub tick_ms: u64,
     pub slots: usize,
+    /// `--history=off`: tokio-timewheel keeps no history of finished runs (`history_limit(0)`).
+    pub history_off: bool,
     impls: Vec<Impl>,
     workloads: Vec<Workload>,
     /// Report these `durable.jsonl` files instead of measuring.
@@ -182,6 +185,7 @@ impl Options {
         let mut window = None;
         let mut tick_ms = 100;
         let mut slots = 36_000;
+        let mut history_off = false;
         let mut impls = Impl::ALL.to_vec();
         let mut workloads = Workload::ALL.to_vec();
         let mut report_from = None;
@@ -196,6 +200,11 @@ impl Options {
                 "--d5-window" => window = Some(number(value)),
                 "--tick-ms" => tick_ms = number(value),
                 "--slots" => slots = number(value) as usize,
+                "--history" => match value {
+                    "on" => history_off = false,
+                    "off" => history_off = true,
+                    _ => fail(&format!("bad {arg}: on or off")),
+                },
                 "--report-from" => report_from = Some(value.to_string()),
                 "--workers" => workers = number(value) as usize,
                 "--concurrency" => concurrency = number(value) as usize,
@@ -234,6 +243,7 @@ impl Options {
             d5_settle: Duration::from_secs(2),
             tick_ms,
             slots,
+            history_off,
             impls,
             workloads,
             report_from,

@@ -20,13 +20,12 @@ use crate::{Fields, Options};
 const WHEEL: &str = "bench";
 
 async fn connect(server: &RedisServer, options: &Options) -> DurableScheduler {
-    DurableScheduler::builder(server.url(), WHEEL)
+    let builder = DurableScheduler::builder(server.url(), WHEEL)
         .tick(Duration::from_millis(options.tick_ms))
         .slots(options.slots)
-        .concurrency(concurrency())
-        .connect()
-        .await
-        .expect("tokio-timewheel connect")
+        .concurrency(concurrency());
+    let builder = if options.history_off { builder.history_limit(0) } else { builder };
+    builder.connect().await.expect("tokio-timewheel connect")
 }
 
 async fn schedule_batches(timers: &DurableScheduler, keys: &[String], delay_ms: impl Fn(usize) -> u64) {
