@@ -4,12 +4,12 @@
 //! no worker, as an admin process would: so the chart of every node's deliveries a minute and
 //! the wheel-wide lateness it shows can only come from Redis. The counts shown are `stats()`'s;
 //! the tasks view pages through 1,000 waiting tasks and sees each once; a running task shows
-//! the worker of the other process;
-//! a payload shows as JSON; clicks run a task now, cancel one, stop a running handler, pause and
-//! resume the wheel, and requeue 50 dead letters at once, each seen through the wheel's own
-//! calls. The page is mounted under `/admin/timers` and served with and without the final
+//! the worker of the other process; a payload shows as JSON; clicks run a task now, cancel one,
+//! stop a running handler (whose run the history then lists as cancelled), pause and resume the
+//! wheel, and requeue 50 dead letters at once, each seen through the wheel's own calls. The page is mounted under `/admin/timers` and served with and without the final
 //! slash. It saves the screenshots the README shows: `docs/dashboard.png` (the overview),
-//! `docs/dashboard-tasks.png` (a page of tasks and a payload) and `docs/dashboard-phone.png`.
+//! `docs/dashboard-tasks.png` (a page of tasks and a payload), `docs/dashboard-finished.png` (the
+//! history of finished runs) and `docs/dashboard-phone.png`.
 //!
 //! Run with `cargo test --features dashboard --test dashboard_browser`. It needs a
 //! `redis-server` and Chromium (Debian's `chromium`); without either it prints a skip note and
@@ -29,7 +29,7 @@ use serde_json::Value;
 use support::node::{self, NodeProcess};
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::dashboard::{self, Dashboard};
-use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, DurableStats, Task, TaskState};
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, DurableStats, Outcome, Task, TaskState};
 
 /// How long the page, or the wheel, may take to show what is asked of it: generous, for a
 /// loaded machine of two cores.
@@ -469,6 +469,25 @@ async fn a_person_sees_two_wheels_pages_their_tasks_and_acts_on_them() {
         (is_set(&server, STOPPED) && gone).then_some(())
     })
     .await;
+
+    // The history: the export's run, just ended as cancelled, and the acknowledged runs before
+    // it, as `list(Finished)` reads them; the row shows the outcome and when it ended.
+    click(&mut chromium, "button.state[data-state=finished]").await;
+    let finished = orders.list(TaskState::Finished, None, 100).await.expect("list finished");
+    let export = finished.tasks().iter().find(|t| t.key() == "export-1:run").and_then(|t| t.finished());
+    assert_eq!(export.map(|run| run.outcome()), Some(Outcome::Cancelled), "the export's run in the history");
+    let acknowledged =
+        finished.tasks().iter().filter(|t| t.finished().is_some_and(|r| r.outcome() == Outcome::Acknowledged));
+    assert!(acknowledged.count() >= 30, "the 30 acknowledged runs: {:?}", finished.tasks());
+    let shown = see(
+        &mut chromium,
+        "(() => { const c = document.querySelector('#tasks tr[data-key=\"export-1:run\"] td.run'); \
+         return c && c.dataset.outcome === 'cancelled' ? c.textContent : null; })()",
+        "document.getElementById('tasks').textContent",
+    )
+    .await;
+    assert!(shown.as_str().is_some_and(|t| t.starts_with("cancelled") && t.contains(" · ended ")), "{shown}");
+    save_screenshot(&mut chromium, "dashboard-finished.png").await;
 
     // Bulk: the first page of dead letters selected (50 of 53), requeued with one click; their
     // handler now succeeds.
