@@ -12,7 +12,7 @@
 mod support;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -20,17 +20,24 @@ use support::durable::{builder, keys, verify, wait_until, Expectations, Handled,
 use support::redis_server::{Persistence, RedisServer};
 use tokio_timewheel::Error;
 
-/// The scenario behind the test: schedule tasks at a steady rate, SIGKILL Redis about halfway,
-/// restart it on the same directory 700 ms later, keep scheduling, then wait for the tasks.
+/// How many schedules must succeed before the kill, and again after the restart.
+const EACH_SIDE: usize = 160;
+
+/// The scenario behind the test: schedule tasks at a steady rate, SIGKILL Redis once
+/// [`EACH_SIDE`] schedules have succeeded, restart it on the same directory 700 ms later, keep
+/// scheduling until as many more have succeeded, then wait for the tasks. Counted rather than
+/// timed, so that a loaded machine (fewer schedules a second) still gives a run that means
+/// something.
 async fn kill_redis_mid_run(server: &mut RedisServer, name: &str) -> (Expectations, Vec<Handled>) {
     let timers = builder(&server.url(), name).connect().await.expect("connect");
     let log = Log::default();
     let worker = timers.run(log.handler(0));
 
     let stop = Arc::new(AtomicBool::new(false));
+    let succeeded = Arc::new(AtomicUsize::new(0));
     let producer = {
         let timers = timers.clone();
-        let stop = stop.clone();
+        let (stop, succeeded) = (stop.clone(), succeeded.clone());
         tokio::spawn(async move {
             let mut want = Expectations { expected: HashMap::new(), uncertain: HashSet::new() };
             let mut i = 0u64;
@@ -42,6 +49,7 @@ async fn kill_redis_mid_run(server: &mut RedisServer, name: &str) -> (Expectatio
                 {
                     Ok(Ok(())) => {
                         want.expected.insert(key, before + delay);
+                        succeeded.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(Err(e)) => {
                         assert!(!matches!(e, Error::DuplicateKey(_)), "fresh key {key} reported {e}");
@@ -58,11 +66,13 @@ async fn kill_redis_mid_run(server: &mut RedisServer, name: &str) -> (Expectatio
         })
     };
 
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let count = || succeeded.load(Ordering::Relaxed);
+    wait_until(Duration::from_secs(30), || count() >= EACH_SIDE).await;
     tokio::task::block_in_place(|| server.kill());
     tokio::time::sleep(Duration::from_millis(700)).await;
     tokio::task::block_in_place(|| server.restart());
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before_restart = count();
+    wait_until(Duration::from_secs(30), || count() >= before_restart + EACH_SIDE).await;
     stop.store(true, Ordering::Relaxed);
     let want = producer.await.expect("producer");
 
@@ -82,7 +92,11 @@ async fn kill_redis_mid_run(server: &mut RedisServer, name: &str) -> (Expectatio
 async fn sigkill_of_redis_loses_no_acknowledged_task() {
     let Some(mut server) = RedisServer::start() else { return };
     let (want, log) = kill_redis_mid_run(&mut server, "kill-aof").await;
-    assert!(want.expected.len() > 300, "too few schedules succeeded to mean anything: {}", want.expected.len());
+    assert!(
+        want.expected.len() >= 2 * EACH_SIDE,
+        "too few schedules succeeded to mean anything: {}",
+        want.expected.len()
+    );
     match verify(&want, &log) {
         Ok(summary) => eprintln!("sigkill with AOF: {} scheduled, {summary}", want.expected.len()),
         Err(problems) => panic!("after SIGKILL and restart with AOF:\n{problems}\nredis log:\n{}", server.log_tail()),
