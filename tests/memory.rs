@@ -91,13 +91,18 @@ enum End {
 /// idle service's) at its peak, once the burst has ended and the service has had a turn, and
 /// after `shrink_to_fit`.
 fn burst(kind: WheelKind, end: End) -> (isize, isize, isize) {
+    burst_of(kind, end, "burst-")
+}
+
+/// [`burst`] with keys `{prefix}{i}`.
+fn burst_of(kind: WheelKind, end: End, prefix: &str) -> (isize, isize, isize) {
     // The count is the process's: one burst at a time.
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
     runtime.block_on(async {
         let timer = Scheduler::builder().wheel(kind).start().unwrap();
-        let keys: Vec<String> = (0..BURST).map(|i| format!("burst-{i}")).collect();
+        let keys: Vec<String> = (0..BURST).map(|i| format!("{prefix}{i}")).collect();
         timer.flush().await;
         let idle = allocated();
         // Spread over 2 s so that no one advance fires a large share: the actor's own buffers
@@ -145,6 +150,15 @@ fn a_fired_burst_gives_its_memory_back_by_itself() {
 #[test]
 fn a_cancelled_burst_gives_its_memory_back_at_the_next_wake_up() {
     let (peak, after, _) = burst(WheelKind::Hierarchical, End::Cancel { every: 1 });
+    assert!(after < peak / 10, "{after} of {peak} bytes still held once every timer but one was cancelled");
+}
+
+/// A cancelled timer's long key, which has an allocation of its own (short keys are stored
+/// inline), is freed when its entry is swept, as its job was at the cancel.
+#[test]
+fn a_cancelled_burst_of_long_keys_gives_their_memory_back() {
+    let (peak, after, _) =
+        burst_of(WheelKind::Hierarchical, End::Cancel { every: 1 }, "a-key-too-long-to-be-stored-inline-");
     assert!(after < peak / 10, "{after} of {peak} bytes still held once every timer but one was cancelled");
 }
 

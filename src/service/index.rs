@@ -45,8 +45,10 @@ pub(crate) struct KeyIndex {
     len: usize,
     /// Multiplies a key's hash into its tag: odd, drawn at random when the table is made.
     tagging: u64,
-    /// Whether a hash is mixed (a bijection of 64 bits) before the multiply: keyed tables; the
-    /// unkeyed test table tags by the hash's low half as it is.
+    /// Whether a hash is mixed (a bijection of 64 bits) before the multiply: always, but in the
+    /// unkeyed test table, which tags by the hash's low half as it is; so the flag and its
+    /// branch exist only in tests, out of the service's lookups.
+    #[cfg(test)]
     fold: bool,
     /// Where a tag places a key in `slots`.
     placement: Placement,
@@ -120,6 +122,7 @@ impl KeyIndex {
             slots: Vec::new(),
             len: 0,
             tagging,
+            #[cfg(test)]
             fold: true,
             placement: Placement::random(),
             redraw: Placement::random,
@@ -142,7 +145,10 @@ impl KeyIndex {
     /// of the multipliers in fifteen packed into a few slots (the test of alike keys failed 4
     /// times in 60).
     fn tag(&self, hash: u64) -> u32 {
+        #[cfg(test)]
         let hash = if self.fold { fmix64(hash) } else { hash };
+        #[cfg(not(test))]
+        let hash = fmix64(hash);
         (hash.wrapping_mul(self.tagging) >> 32) as u32
     }
 
@@ -277,6 +283,7 @@ impl KeyIndex {
 
     /// Empties an occupied slot, moving back the entries after it that may move, so that no
     /// probe stops short of its entry.
+    #[inline]
     pub fn remove(&mut self, pos: usize) {
         let mask = self.mask();
         let mut hole = pos;

@@ -20,8 +20,9 @@ pub(crate) struct Fired {
     pub jobs: Vec<(u64, JobRef, Key)>,
     /// The watchers of the timers that ended.
     pub wakers: Vec<Waker>,
-    /// Cancelled timers taken out of the wheels, to be dropped with no lock held.
-    pub swept: Vec<Timer>,
+    /// The keys of cancelled timers taken out of the wheels (those that own memory), to be
+    /// dropped with no lock held.
+    pub swept: Vec<Key>,
     /// How late the timers fired in this advance were, from their deadline ticks' start.
     pub late: Histogram,
     /// The most ticks any of them was late by.

@@ -539,10 +539,10 @@ impl Shared {
         next
     }
 
-    /// For the actor: takes the entries of `shard`'s cancelled timers out of its wheel, into
-    /// `timers` to be dropped with no lock held.
-    pub fn sweep(&self, shard: usize, timers: &mut Vec<Timer>) {
-        self.lock(shard).sweep(timers);
+    /// For the actor: takes the entries of `shard`'s cancelled timers out of its wheel, their
+    /// keys that own memory into `keys`, to be dropped with no lock held.
+    pub fn sweep(&self, shard: usize, keys: &mut Vec<Key>) {
+        self.lock(shard).sweep(keys);
     }
 
     /// For the actor, asked to give memory back: sweeps `shard` and moves its timers into a wheel
@@ -580,12 +580,11 @@ impl Shared {
     /// For the actor, once it stops (or its task is dropped): refuses every request to `shard`
     /// from now on and ends its pending timers as stopped. Returns how many there were.
     pub fn close(&self, shard: usize) -> usize {
-        let mut timers = Vec::new();
-        let mut wake = Vec::new();
-        let stopped = self.lock(shard).close(&mut timers, &mut wake);
+        let (mut keys, mut timers, mut wake) = (Vec::new(), Vec::new(), Vec::new());
+        let stopped = self.lock(shard).close(&mut keys, &mut timers, &mut wake);
         self.release(stopped);
         wake.into_iter().for_each(Waker::wake);
-        drop(timers);
+        drop((keys, timers));
         stopped
     }
 

@@ -171,24 +171,31 @@ impl Shard {
         (waker, run)
     }
 
-    /// Takes the cancelled timers' entries out of the wheel, into `timers` to be dropped once
-    /// unlocked. Done in batches because the entries' places in their buckets are scattered
-    /// through memory: with every id known up front the processor fetches several at once, where
-    /// a cancel that took its own entry out would wait for each in turn.
-    pub fn sweep(&mut self, timers: &mut Vec<Timer>) {
-        timers.reserve(self.cancelled.len());
+    /// Takes the cancelled timers' entries out of the wheel. Done in batches because the
+    /// entries' places in their buckets are scattered through memory: with every id known up
+    /// front the processor fetches several at once, where a cancel that took its own entry out
+    /// would wait for each in turn. Each entry holds only its key by now (the cancel took its job
+    /// and left [`Run::released`], which is forgotten here: dropping it would be a call through
+    /// its vtable that does nothing). Keys that own memory go into `keys`, to be dropped once
+    /// unlocked; an inline key owns none and is not kept.
+    pub fn sweep(&mut self, keys: &mut Vec<Key>) {
         for id in self.cancelled.drain(..) {
-            timers.extend(self.wheel.remove(id));
+            if let Some(Timer { key, run, .. }) = self.wheel.remove(id) {
+                run.forget_released();
+                if let Key::Shared(_) = key {
+                    keys.push(key);
+                }
+            }
         }
     }
 
     /// Refuses every request from now on and ends every pending timer as stopped, their wakers
-    /// into `wake`; every timer taken out goes into `timers`, to be dropped once unlocked.
-    /// Returns how many were pending.
-    pub fn close(&mut self, timers: &mut Vec<Timer>, wake: &mut Vec<Waker>) -> usize {
+    /// into `wake`; every timer taken out goes into `timers`, and the swept keys that own memory
+    /// into `keys`, to be dropped once unlocked. Returns how many were pending.
+    pub fn close(&mut self, keys: &mut Vec<Key>, timers: &mut Vec<Timer>, wake: &mut Vec<Waker>) -> usize {
         self.closed = true;
         // Cancelled timers, ended already, then every pending one.
-        self.sweep(timers);
+        self.sweep(keys);
         let swept = timers.len();
         self.wheel.advance(u64::MAX, |expired| timers.push(expired.value));
         self.keys.clear();
