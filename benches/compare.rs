@@ -24,6 +24,8 @@ mod floor;
 mod inputs;
 #[path = "compare/measure.rs"]
 mod measure;
+#[path = "process.rs"]
+mod process;
 #[path = "compare/report.rs"]
 mod report;
 #[allow(dead_code)]

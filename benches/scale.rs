@@ -26,6 +26,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_timewheel::Scheduler;
 
+#[path = "process.rs"]
+mod process;
+use process::{cpu_ns, rss};
+
 /// Bytes allocated through the global allocator and not yet freed.
 struct Counting;
 
@@ -71,26 +75,6 @@ static GLOBAL: Counting = Counting;
 const BATCH: usize = 1_024;
 
 async fn job(_key: String) {}
-
-/// The resident set in bytes (Linux; `None` elsewhere).
-fn rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
-/// The CPU time of the process so far (user and system, all threads), in ns.
-fn cpu_ns() -> u64 {
-    // SAFETY: `getrusage` only writes into the zeroed struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
-        usage
-    };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
-    ns(usage.ru_utime) + ns(usage.ru_stime)
-}
 
 /// SplitMix64: delays that repeat from run to run, with no dependency.
 fn delay(i: usize) -> Duration {

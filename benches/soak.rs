@@ -35,6 +35,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_timewheel::{Error, Scheduler};
 
+#[path = "process.rs"]
+#[allow(dead_code)]
+mod process;
+use process::rss;
+
 /// Timers pending at any time (less those between firing and being scheduled again).
 const PENDING: usize = 200_000;
 /// Churning tasks, each owning `PENDING / TASKS` keys.
@@ -298,14 +303,6 @@ where
             false
         }
     }
-}
-
-/// The resident set in bytes (Linux; `None` elsewhere).
-fn rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 fn mib(bytes: u64) -> f64 {

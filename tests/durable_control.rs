@@ -12,7 +12,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use support::durable::{builder, keys, wait_until, Log, LEASE, SLOTS, TICK};
+use support::durable::{builder, keys, stats_until, wait_until, Log, LEASE, SLOTS, TICK};
 use support::redis_server::RedisServer;
 use support::topology::Cluster;
 use tokio::sync::mpsc;
@@ -327,29 +327,15 @@ async fn list_pages_every_task_of_each_state_once() {
     // cancelled.
     let worker = timers.run(awaits_its_token(tx));
     worker.ready().await;
-    let until = |what: &'static str, done: fn(&tokio_timewheel::durable::DurableStats) -> bool| {
-        let timers = timers.clone();
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                let stats = timers.stats().await.unwrap();
-                if done(&stats) {
-                    return;
-                }
-                assert!(Instant::now() < deadline, "{what}: {stats:?}");
-                tokio::time::sleep(TICK).await;
-            }
-        }
-    };
     let keys_of = |prefix: &str| (0..N).map(|i| format!("{prefix}-{i:04}")).collect::<Vec<_>>();
     let soon = |prefix: &str| keys_of(prefix).into_iter().map(|k| (k, Duration::from_millis(10), Vec::new()));
     timers.schedule_many(soon("dead")).await.unwrap();
-    until("dead", |s| s.dead == N).await;
+    stats_until(&timers, "dead", |s| s.dead == N).await;
     timers.schedule_many(soon("running")).await.unwrap();
-    until("running", |s| s.in_flight == N).await;
+    stats_until(&timers, "running", |s| s.in_flight == N).await;
     timers.pause().await.unwrap();
     timers.schedule_many(soon("ready")).await.unwrap();
-    until("ready", |s| s.ready == N).await;
+    stats_until(&timers, "ready", |s| s.ready == N).await;
     let later = keys_of("waiting").into_iter().map(|k| (k, Duration::from_secs(3600), Vec::new()));
     timers.schedule_many(later).await.unwrap();
     let node = worker_node(&timers).await;

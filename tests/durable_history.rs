@@ -9,13 +9,13 @@
 
 mod support;
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
-use support::durable::{builder, keys, TICK};
+use support::durable::{builder, keys, stats_until};
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::{
-    DurableScheduler, DurableStats, ListCursor, Outcome, Task, TaskInfo, TaskState, MAX_HISTORY_AGE, MAX_HISTORY_LIMIT,
+    DurableScheduler, ListCursor, Outcome, Task, TaskInfo, TaskState, MAX_HISTORY_AGE, MAX_HISTORY_LIMIT,
 };
 use tokio_timewheel::Error;
 
@@ -35,19 +35,6 @@ async fn list_all(timers: &DurableScheduler, limit: usize) -> (Vec<TaskInfo>, us
             None => return (all, pages),
         }
         assert!(pages < 10_000, "paging does not end");
-    }
-}
-
-/// Waits (30 s at most) until the wheel's stats say `done`.
-async fn until(timers: &DurableScheduler, what: &str, done: impl Fn(&DurableStats) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let stats = timers.stats().await.unwrap();
-        if done(&stats) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: {stats:?}");
-        tokio::time::sleep(TICK).await;
     }
 }
 
@@ -92,7 +79,7 @@ async fn list_finished_pages_every_run_once_newest_first() {
     worker.ready().await;
     let scheduled = SystemTime::now();
     schedule_now(&timers, &keys_of("run", N)).await;
-    until(&timers, "acknowledged", |s| s.acked == N as u64).await;
+    stats_until(&timers, "acknowledged", |s| s.acked == N as u64).await;
     worker.shutdown().await;
 
     for limit in [1000, 100, 7] {
@@ -131,9 +118,9 @@ async fn acknowledged_dead_and_cancelled_runs_are_recorded() {
     let worker = timers.run(handler());
     worker.ready().await;
     schedule_now(&timers, &["slow-1".to_string(), "dead-1".to_string(), "wait-1".to_string()]).await;
-    until(&timers, "slow-1 acknowledged, dead-1 dead", |s| s.acked == 1 && s.dead == 1 && s.in_flight == 1).await;
+    stats_until(&timers, "slow-1 acknowledged, dead-1 dead", |s| s.acked == 1 && s.dead == 1 && s.in_flight == 1).await;
     assert!(timers.cancel_running("wait-1").await.unwrap());
-    until(&timers, "wait-1 cancelled", |s| s.cancelled == 1).await;
+    stats_until(&timers, "wait-1 cancelled", |s| s.cancelled == 1).await;
     worker.shutdown().await;
 
     let (runs, _) = list_all(&timers, 10).await;
@@ -172,10 +159,10 @@ async fn the_history_is_trimmed_by_count() {
     for chunk in keys_of("run", N).chunks(100) {
         schedule_now(&timers, chunk).await;
         let done = timers.stats().await.unwrap().acked + chunk.len() as u64;
-        until(&timers, "acknowledged", |s| s.acked == done).await;
+        stats_until(&timers, "acknowledged", |s| s.acked == done).await;
     }
     schedule_now(&timers, &["last".to_string()]).await;
-    until(&timers, "last", |s| s.acked == N as u64 + 1).await;
+    stats_until(&timers, "last", |s| s.acked == N as u64 + 1).await;
     worker.shutdown().await;
 
     let kept = server.command(&["LLEN", &keys("by-count").history()]).as_int().unwrap();
@@ -198,10 +185,10 @@ async fn the_history_is_trimmed_by_age() {
     let worker = timers.run(handler());
     worker.ready().await;
     schedule_now(&timers, &keys_of("old", 250)).await;
-    until(&timers, "old", |s| s.acked == 250).await;
+    stats_until(&timers, "old", |s| s.acked == 250).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     schedule_now(&timers, &["new".to_string()]).await;
-    until(&timers, "new", |s| s.acked == 251).await;
+    stats_until(&timers, "new", |s| s.acked == 251).await;
     worker.shutdown().await;
 
     let (runs, _) = list_all(&timers, 100).await;
@@ -222,7 +209,7 @@ async fn no_history_stores_nothing_and_bad_bounds_are_refused() {
         let worker = timers.run(handler());
         worker.ready().await;
         schedule_now(&timers, &["ok".to_string(), "dead".to_string()]).await;
-        until(&timers, "both ended", |s| s.acked == 1 && s.dead == 1).await;
+        stats_until(&timers, "both ended", |s| s.acked == 1 && s.dead == 1).await;
         worker.shutdown().await;
         assert_eq!(server.command(&["EXISTS", &keys(name).history()]).as_int(), Some(0), "{name}");
         let page = timers.list(TaskState::Finished, None, 10).await.unwrap();

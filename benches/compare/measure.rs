@@ -4,27 +4,11 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// CPU time of the whole process (user + system, all threads), in nanoseconds.
-pub fn cpu_ns() -> u64 {
-    // SAFETY: getrusage only writes into the zeroed struct we pass it.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
-        usage
-    };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
-    ns(usage.ru_utime) + ns(usage.ru_stime)
-}
+pub use crate::process::cpu_ns;
 
 /// Resident set size (VmRSS) of the process, in bytes.
 pub fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS in /proc/self/status");
-    kib * 1024
+    crate::process::rss().expect("VmRSS in /proc/self/status")
 }
 
 /// The state of the process at the start of a measured phase.

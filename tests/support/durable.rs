@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, WheelKeys, Worker};
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, DurableStats, Task, WheelKeys, Worker};
 
 use super::redis_server::RedisServer;
 
@@ -90,6 +90,20 @@ pub async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bo
             return false;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (30 s at most, asking every tick) until the wheel's stats say `done`; panics with
+/// `what` and the last stats if they never do.
+pub async fn stats_until(timers: &DurableScheduler, what: &str, done: impl Fn(&DurableStats) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stats = timers.stats().await.unwrap();
+        if done(&stats) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {stats:?}");
+        tokio::time::sleep(TICK).await;
     }
 }
 
