@@ -77,14 +77,17 @@ fn table(m: &Medians) -> Table {
                 None => "-".to_string(),
                 Some(v) => match rivals {
                     Some(rivals) if RATIO_COLUMNS.contains(&field) => {
-                        // A rival whose D3 workers stopped before handling every task has no figure for
-                        // the whole run to compare with (its CPU was spent on part of the tasks).
-                        let stopped =
-                            |r: &str| workload == "D3" && m.get(r, "D3", "handled") < m.get(name, "D3", "handled");
+                        // A rival whose D3 or D7 workers stopped before handling every task has no figure
+                        // for the whole run to compare with (its CPU was spent on part of the tasks, and
+                        // its D7 rate is the -1 of "no figure").
+                        let stopped = |r: &str| {
+                            matches!(workload, "D3" | "D7")
+                                && m.get(r, workload, "handled") < m.get(name, workload, "handled")
+                        };
                         let ratios: Vec<String> = rivals
                             .iter()
                             .map(|r| match m.get(r, workload, field) {
-                                Some(b) if b != 0.0 && !stopped(r) => format!("{:.2}x", v / b),
+                                Some(b) if b > 0.0 && !stopped(r) => format!("{:.2}x", v / b),
                                 _ => "-".into(),
                             })
                             .collect();
@@ -126,7 +129,8 @@ fn check(label: &str, v: Option<f64>, pass: impl Fn(f64) -> bool, limit: &str) -
 
 fn ratio(m: &Medians, a: &str, b: &str, workload: &str, field: &str) -> Option<f64> {
     match (m.get(a, workload, field), m.get(b, workload, field)) {
-        (Some(a), Some(b)) if b != 0.0 => Some(a / b),
+        // A negative figure is a rival's "no figure" (-1).
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
     }
 }
