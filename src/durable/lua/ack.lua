@@ -37,6 +37,5 @@ local DELIVERIES_FROM = 5
 
 end_cancelled(ARGV, DELIVERIES_FROM, history)
 local answers = acknowledge(ARGV, DELIVERIES_FROM, tick_ms, slots, history)
-forget_acknowledged(ARGV, DELIVERIES_FROM, answers)
 flush_history(history)
 return answers

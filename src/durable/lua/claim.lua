@@ -5,16 +5,18 @@
 
   Safe to retry: the acknowledgements are refused once done (a refusal changes nothing), and the
   call carries a claim id (the worker keeps it until a reply arrives) and remembers in CALL_KEY,
-  for the lease (at most a minute or so: long enough for the worker's retries), which tasks it
-  claimed under which tokens; the worker's next claim drops the record (PREVIOUS_KEY). A retry
+  for the lease (at most a minute or so: long enough for the worker's retries), when it claimed
+  and the range of claim tokens it gave (a call's tokens are consecutive; the claim index,
+  CLAIMED, says which tasks hold them), one string a call whatever it took; the worker's next
+  claim drops the record (PREVIOUS_KEY). A retry
   whose first attempt landed gets those tasks again (those still held under their tokens),
   instead of leaving them leased to nobody until the lease runs out, which would cost each an
   attempt.
 
   Per task it writes what the claim changes and nothing else: the record's head (deliveries,
   claim token) before its unchanged tail, the lease entry (its score formatted once a call),
-  the retry record's entry, its claim token in CLAIMED (and once a call when, and the worker's
-  node: includes/claims.lua); the answer is the record itself, which the worker reads.
+  its claim token in CLAIMED (and once a call when, and the worker's node: includes/claims.lua);
+  the answer is the record itself, which the worker reads.
 
   A delivery to acknowledge whose cancel was requested (cancel_running.lua) ends as cancelled
   instead (cancelled.lua), and its acknowledgement is refused.
@@ -66,18 +68,23 @@ local ACKS_FROM = 10
 
 end_cancelled(ARGV, ACKS_FROM, history)
 local acks = acknowledge(ARGV, ACKS_FROM, tick_ms, slots, history)
-forget_acknowledged(ARGV, ACKS_FROM, acks)
 flush_history(history)
 if PREVIOUS_KEY ~= CALL_KEY then redis.call('DEL', PREVIOUS_KEY) end
 local out = {'0', acks}
 
-local before = redis.call('LRANGE', CALL_KEY, 0, -1)
-if #before > 0 then
-  out[1] = before[1]
-  for i = 2, #before, 2 do
-    local k, tok = before[i], before[i + 1]
-    local rec = redis.call('HGET', TASKS, k)
-    if rec and token_of(rec) == tok then
+-- A retry of a call that landed: its record is '<claimed ms>:<first token>:<last token>', and
+-- the claim index (CLAIMED, scored by token) names the tasks still held under those tokens.
+local before = redis.call('GET', CALL_KEY)
+if before then
+  local ms, lo, hi = string.match(before, '^(%d+):(%d+):(%d+)$')
+  out[1] = ms
+  local held = redis.call('ZRANGEBYSCORE', CLAIMED, lo, hi, 'WITHSCORES')
+  local names = {}
+  for i = 1, #held, 2 do names[#names + 1] = held[i] end
+  local recs = hmget_all(TASKS, names)
+  for j, k in ipairs(names) do
+    local rec = recs[j]
+    if rec and tonumber(token_of(rec)) == tonumber(held[2 * j]) then
       out[#out + 1] = k
       out[#out + 1] = rec
     end
@@ -95,7 +102,7 @@ local last = redis.call('INCRBY', SEQ, #names)
 local first = last - #names
 local until_ms = string.format('%d', now + lease)
 out[1] = string.format('%d', now)
-local leases, claimed, records, figures, claims = {}, {out[1]}, {}, {}, {}
+local leases, records, figures, claims = {}, {}, {}, {}
 local recs = hmget_all(TASKS, names)
 for j, k in ipairs(names) do
   local rec = recs[j]
@@ -103,14 +110,12 @@ for j, k in ipairs(names) do
     local tok = string.format('%d', first + j)
     local due
     rec, due = claimed_record(rec, tok)
-    local late = 'l' .. late_bucket(now - due)
+    local late = LATE_FIELDS[late_bucket(now - due)]
     figures[late] = (figures[late] or 0) + 1
     records[#records + 1] = k
     records[#records + 1] = rec
     leases[#leases + 1] = until_ms
     leases[#leases + 1] = k
-    claimed[#claimed + 1] = k
-    claimed[#claimed + 1] = tok
     claims[#claims + 1] = tok
     claims[#claims + 1] = k
     out[#out + 1] = k
@@ -120,9 +125,8 @@ end
 zadd_all(LEASED, leases)
 hset_all(TASKS, records)
 record_claims(claims, first + 1, #names, out[1], node)
-if #claimed > 1 then
-  redis.call('RPUSH', CALL_KEY, unpack(claimed))
-  redis.call('PEXPIRE', CALL_KEY, math.min(lease, record_ms))
+if #records > 0 then
+  redis.call('SET', CALL_KEY, string.format('%s:%d:%d', out[1], first + 1, last), 'PX', math.min(lease, record_ms))
 end
 redis.call('HINCRBY', META, 'handed_out', #records / 2)
 figures.h = #records / 2

@@ -358,10 +358,11 @@ async fn claim_leases_ready_tasks_and_its_retry_gets_them_back() {
 
     let d = dump(&server, keys);
     assert_eq!(d["ready"], "c@30");
-    let (claimed_ms, record) = d["claim:k1"].split_once(' ').unwrap();
+    // The call's record: when it claimed, and the range of claim tokens it gave.
+    let (claimed_ms, tokens) = d["claim:k1"].split_once(':').unwrap();
     let claimed_ms: u64 = claimed_ms.parse().unwrap();
     assert!(claimed_ms >= before && claimed_ms <= after + 1, "claimed at {claimed_ms}, Redis's now {before}..{after}");
-    assert_eq!(record, "a 1 b 2");
+    assert_eq!(tokens, "1:2");
     assert_eq!(got[0].task.claimed_at, crate::durable::time::from_unix_ms(claimed_ms));
     assert_eq!(d["seq"], "2");
     assert!(d["tasks"].contains(&format!("a={}", rec(10, 1, 1, "", "a"))), "{d:?}");
@@ -382,6 +383,31 @@ async fn claim_leases_ready_tasks_and_its_retry_gets_them_back() {
     assert_eq!(next.len(), 1);
     let d = dump(&server, keys);
     assert!(!d.contains_key("claim:k1") && d.contains_key("claim:k3"), "{d:?}");
+}
+
+/// A retried claim answers only the tasks still held under the tokens it gave: one whose lease
+/// ended since (here acknowledged; a lease that ran out or a cancel end it alike) is left out,
+/// and so is one claimed again since under a newer token.
+#[tokio::test]
+async fn a_retried_claim_answers_only_what_its_tokens_still_hold() {
+    let Some((server, timers)) = wheel("s-claim-retry").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    for (k, due) in [("a", 10), ("b", 20), ("c", 30)] {
+        seed_ready(&server, keys, k, due, k);
+    }
+    let got = scripts::claim(w, keys, 3, "k1", false, "").await.unwrap();
+    let tokens: Vec<(&str, &str)> = got.iter().map(|c| (c.task.key.as_str(), c.token.as_str())).collect();
+    assert_eq!(tokens, [("a", "1"), ("b", "2"), ("c", "3")]);
+    // `a` ends; `c`'s lease is handed back and `c` is claimed again, under token 4.
+    assert_eq!(scripts::ack(w, keys, &acks(&[("a", "1")]), Window::Default).await.unwrap(), [true]);
+    server.command(&["ZREM", &keys.leased(), "c"]);
+    server.command(&["HSET", &keys.tasks(), "c", &rec(30, 1, 0, "", "c")]);
+    server.command(&["ZADD", &keys.ready(), "30", "c"]);
+    let again = scripts::claim(w, keys, 1, "k2", false, "").await.unwrap();
+    assert_eq!((again[0].task.key.as_str(), again[0].token.as_str()), ("c", "4"));
+
+    let retry = scripts::claim(w, keys, 3, "k1", false, "").await.unwrap();
+    assert_eq!(retry, got[1..2], "only b is still held under k1's tokens");
 }
 
 #[tokio::test]

@@ -6,8 +6,9 @@
 -- queued.lua) takes the place of the series' next run instead. A delivery whose claim token is
 -- not the task's current one is refused and changes nothing, and so is a key given twice (the
 -- records were read before any change). Returns one digit per delivery, as one string: 1
--- acknowledged, 0 refused. Each acknowledged run goes in the history `h` (see history.lua).
--- Keys: TASKS, LEASED, META, FIGURES, UPSERTS, HISTORY, and for a recurring task FAR, READY,
+-- acknowledged, 0 refused. Each acknowledged run goes in the history `h` (see history.lua), and
+-- its claim leaves the claim index (claims.lua).
+-- Keys: TASKS, LEASED, META, FIGURES, UPSERTS, HISTORY, CLAIMED, and for a recurring task FAR, READY,
 -- CURSOR, WAKE.
 -- @include keys
 -- @include wheel_now
@@ -21,6 +22,7 @@
 -- @include queued
 -- @include constants
 -- @include history
+-- @include claims
 local function acknowledge(list, from, tick_ms, slots, h)
   local out, acked, done, w, batch, seen, replaced = {}, {}, {}, nil, new_batch(), {}, {}
   local names, recs = records_of(list, from, ACK_FIELDS)
@@ -54,6 +56,7 @@ local function acknowledge(list, from, tick_ms, slots, h)
   end
   if #acked > 0 then
     zrem_all(LEASED, acked)
+    forget_claims(acked)
     if #done > 0 then zrem_all(TASKS, done, 'HDEL') end
     drop_queued(replaced)
     if flush(batch) then wake() end

@@ -13,15 +13,6 @@
 local function forget_claims(names)
   zrem_all(CLAIMED, names)
 end
--- Forgets the claims of the deliveries listed in `list` from `from` on (ACK_FIELDS entries each,
--- the key first, as `acknowledge` takes them) that `answers` (one digit per delivery, as `acknowledge` answers) says were acknowledged.
-local function forget_acknowledged(list, from, answers)
-  local names = {}
-  for j = 1, #answers do
-    if string.sub(answers, j, j) == '1' then names[#names + 1] = list[from + ACK_FIELDS * (j - 1)] end
-  end
-  forget_claims(names)
-end
 -- Records a claim call: `pairs` (claim token, key per task) in CLAIMED; the call itself, whose
 -- `n` tokens start at `first`, in CLAIMS; then drops the calls before the one that holds the
 -- oldest token still in CLAIMED (none of their tasks runs).

@@ -11,7 +11,7 @@
 -- (its `run`), so that a script only joins strings; a delivery without one ('') is read from
 -- its record.
 -- `history_of(limit, age_ms)` is the bounds a call keeps (limit 0: no history); `add_history`
--- notes one run; `flush_history` pushes the call's runs in one RPUSH, then drops from the
+-- notes one run; `flush_history` pushes the call's runs in RPUSHes of up to 4,000, then drops from the
 -- front what is beyond `limit` or ended more than `age_ms` ago (one LINDEX while nothing is that
 -- old, a bisection of LINDEX when something is), in one LTRIM.
 -- Keys: HISTORY, META.
@@ -23,34 +23,31 @@ end
 local HISTORY_OUTCOMES = { a = 'a:', d = 'd:', c = 'c:' }
 -- Notes the run of task `k` that ended with `outcome` ('a', 'd' or 'c'): `run` as the worker
 -- packed it, or '' (or nil) to read the due time and deliveries from `rec`, the task's record as
--- the delivery left it. Kept as the pieces of its text (the outcome, the run, the key, the
--- error), joined once the call's end time is known.
+-- the delivery left it. Its text is joined at once, in one concatenation; the end time is
+-- Redis's clock when the call noted its first run.
 local function add_history(h, k, rec, outcome, run, err)
   if not h or h.limit <= 0 then return end
   if not run or run == '' then
     local due, a = string.match(rec, '^(%d+):(%d+):')
     run = due .. ':' .. a .. ':::' .. #k .. ':'
   end
-  local runs, n = h.runs, h.n
-  runs[n + 1], runs[n + 2], runs[n + 3], runs[n + 4] = HISTORY_OUTCOMES[outcome], run, k, err
-  h.n = n + 4
+  if not h.pre then
+    local t = redis.call('TIME')
+    h.now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    h.pre = string.format('%d:', h.now)
+  end
+  local n = h.n + 1
+  if err then
+    h.runs[n] = h.pre .. HISTORY_OUTCOMES[outcome] .. run .. k .. err
+  else
+    h.runs[n] = h.pre .. HISTORY_OUTCOMES[outcome] .. run .. k
+  end
+  h.n = n
 end
 local function flush_history(h)
-  local runs = h and h.runs
-  if not runs or h.n == 0 then return end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local pre = string.format('%d:', now)
-  local values, count = {}, 0
-  for i = 1, h.n, 4 do
-    count = count + 1
-    local err = runs[i + 3]
-    if err then
-      values[count] = pre .. runs[i] .. runs[i + 1] .. runs[i + 2] .. err
-    else
-      values[count] = pre .. runs[i] .. runs[i + 1] .. runs[i + 2]
-    end
-  end
+  local values, count = h and h.runs, h and h.n or 0
+  if not values or count == 0 then return end
+  local now = h.now
   redis.call('HINCRBY', META, 'history_seq', count)
   local len = 0
   for i = 1, count, 4000 do len = redis.call('RPUSH', HISTORY, unpack(values, i, math.min(i + 3999, count))) end
