@@ -164,10 +164,14 @@ local function step_ring(cursor, room)
     redis.call('DECRBY', RING, #popped)
     local recs = hmget_all(TASKS, popped)
     local to_ready = {}
+    -- Due at tick c (rounded up, as due_tick places it): after the tick before, by tick c.
+    local after, by = (c - 1) * tick_ms, c * tick_ms
     for j, k in ipairs(popped) do
       local due, tok
       if recs[j] then due, tok = head_of(recs[j]) end
-      if tok == '0' and due_tick(tonumber(due), tick_ms) == c then
+      -- `due + 0` reads the text once; tonumber reads it twice.
+      local d = tok == '0' and due + 0
+      if d and d > after and d <= by then
         to_ready[#to_ready + 1] = due
         to_ready[#to_ready + 1] = k
       end
