@@ -226,7 +226,7 @@
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
-//! | `claim:<id>`   | list   | the keys and claim tokens one claim took, for a lease, so that a retry of the claim gets them back |
+//! | `claim:<id>`   | string | when one claim ran and the range of claim tokens it gave (`<ms>:<first>:<last>`), for a lease, so that a retry of the claim gets back the tasks `claimed` still holds under them |
 //!
 //! A task is due at `due_ms` and placed at tick `ceil(due_ms / tick_ms)`; the cursor reaches
 //! that tick when Redis's clock has passed it, so nothing is ever early.
@@ -257,7 +257,8 @@
 //! - a claim: one `ZRANGE` and one `ZREMRANGEBYRANK` of `ready`, one `HMGET` and one `HSET`
 //!   (each record's head rewritten: its delivery count and claim token), and a `ZADD` to
 //!   `claimed` (its claim, for `list`) for the lot, and for the call a `ZADD` to `claims` and
-//!   its upkeep; an acknowledgement one `HMGET`, one `HDEL` and two `ZREM`s (the lease and the
+//!   its upkeep and one `SET` of its retry record (its token range: `claimed` names the tasks);
+//!   an acknowledgement one `HMGET`, one `HDEL` and two `ZREM`s (the lease and the
 //!   claim) for the lot (and an `HSET` per recurring task, its next run), carried by the
 //!   worker's next claim where one comes, and an `HLEN` of `cancelling` (more only for a task
 //!   whose cancel was requested); a renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the
