@@ -102,8 +102,10 @@ local last = redis.call('INCRBY', SEQ, #names)
 local first = last - #names
 local until_ms = string.format('%d', now + lease)
 out[1] = string.format('%d', now)
-local leases, records, figures, claims = {}, {}, {}, {}
+local leases, figures, claims = {}, {}, {}
 local recs = hmget_all(TASKS, names)
+-- m tasks claimed so far; each table's entries are indexed from it (Lua's `#t` is a search).
+local m = 0
 for j, k in ipairs(names) do
   local rec = recs[j]
   if rec then
@@ -112,25 +114,23 @@ for j, k in ipairs(names) do
     rec, due = claimed_record(rec, tok)
     local late = LATE_FIELDS[late_bucket(now - due)]
     figures[late] = (figures[late] or 0) + 1
-    records[#records + 1] = k
-    records[#records + 1] = rec
-    leases[#leases + 1] = until_ms
-    leases[#leases + 1] = k
-    claims[#claims + 1] = tok
-    claims[#claims + 1] = k
-    out[#out + 1] = k
-    out[#out + 1] = rec
+    local i = 2 * m
+    m = m + 1
+    leases[i + 1], leases[i + 2] = until_ms, k
+    claims[i + 1], claims[i + 2] = tok, k
+    out[i + 3], out[i + 4] = k, rec
   end
 end
 zadd_all(LEASED, leases)
-hset_all(TASKS, records)
+-- The new records: the answer's (key, record) pairs after its first two entries.
+for i = 3, 2 + 2 * m, 4000 do redis.call('HSET', TASKS, unpack(out, i, math.min(i + 3999, 2 + 2 * m))) end
 record_claims(claims, first + 1, #names, out[1], node)
-if #records > 0 then
+if m > 0 then
   redis.call('SET', CALL_KEY, string.format('%s:%d:%d', out[1], first + 1, last), 'PX', math.min(lease, record_ms))
 end
-redis.call('HINCRBY', META, 'handed_out', #records / 2)
-figures.h = #records / 2
+redis.call('HINCRBY', META, 'handed_out', m)
+figures.h = m
 count_figures(figures, now)
 if #names == n and redis.call('LLEN', WAKE) == 0 then redis.call('LPUSH', WAKE, 1) end
-if #out == 2 then out[1] = '0' end
+if m == 0 then out[1] = '0' end
 return out

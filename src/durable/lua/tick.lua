@@ -165,15 +165,15 @@ local function step_ring(cursor, room)
     local recs = hmget_all(TASKS, popped)
     local to_ready = {}
     -- Due at tick c (rounded up, as due_tick places it): after the tick before, by tick c.
-    local after, by = (c - 1) * tick_ms, c * tick_ms
+    local after, by, r = (c - 1) * tick_ms, c * tick_ms, 0
     for j, k in ipairs(popped) do
       local due, tok
       if recs[j] then due, tok = head_of(recs[j]) end
       -- `due + 0` reads the text once; tonumber reads it twice.
       local d = tok == '0' and due + 0
       if d and d > after and d <= by then
-        to_ready[#to_ready + 1] = due
-        to_ready[#to_ready + 1] = k
+        to_ready[r + 1], to_ready[r + 2] = due, k
+        r = r + 2
       end
     end
     made = zadd_all(READY, to_ready)

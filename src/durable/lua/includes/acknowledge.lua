@@ -25,6 +25,7 @@
 -- @include claims
 local function acknowledge(list, from, tick_ms, slots, h)
   local out, acked, done, w, batch, seen, replaced = {}, {}, {}, nil, new_batch(), {}, {}
+  local n_acked, n_done = 0, 0
   local names, recs = records_of(list, from, ACK_FIELDS)
   local queued = queued_of(names)
   for j, k in ipairs(names) do
@@ -34,7 +35,8 @@ local function acknowledge(list, from, tick_ms, slots, h)
     if rec then _, current, every = head_of(rec) end
     if rec and current == tok and not seen[k] then
       seen[k] = true
-      acked[#acked + 1] = k
+      n_acked = n_acked + 1
+      acked[n_acked] = k
       add_history(h, k, rec, 'a', list[at + 3])
       local q = queued[j]
       local t = not q and (every ~= '0' or next_due ~= '') and decode(rec)
@@ -47,21 +49,22 @@ local function acknowledge(list, from, tick_ms, slots, h)
         redis.call('HSET', TASKS, k, encode(t))
         place(k, t.due, w, batch)
       else
-        done[#done + 1] = k
+        n_done = n_done + 1
+        done[n_done] = k
       end
       out[j] = '1'
     else
       out[j] = '0'
     end
   end
-  if #acked > 0 then
+  if n_acked > 0 then
     zrem_all(LEASED, acked)
     forget_claims(acked)
-    if #done > 0 then zrem_all(TASKS, done, 'HDEL') end
+    if n_done > 0 then zrem_all(TASKS, done, 'HDEL') end
     drop_queued(replaced)
     if flush(batch) then wake() end
-    redis.call('HINCRBY', META, 'acked', #acked)
-    count_figures({ a = #acked })
+    redis.call('HINCRBY', META, 'acked', n_acked)
+    count_figures({ a = n_acked })
   end
   return table.concat(out)
 end

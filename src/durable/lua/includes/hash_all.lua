@@ -17,7 +17,10 @@ local function hset_all(key, pairs)
   for i = 1, #pairs, 4000 do redis.call('HSET', key, unpack(pairs, i, math.min(i + 3999, #pairs))) end
 end
 local function records_of(list, from, step)
-  local names = {}
-  for i = from, #list, step do names[#names + 1] = list[i] end
+  local names, n = {}, 0
+  for i = from, #list, step do
+    n = n + 1
+    names[n] = list[i]
+  end
   return names, hmget_all(TASKS, names)
 end
