@@ -102,6 +102,11 @@ local last = redis.call('INCRBY', SEQ, #names)
 local first = last - #names
 local until_ms = string.format('%d', now + lease)
 out[1] = string.format('%d', now)
+-- The field name of each lateness bucket (late_bucket's), so that no number is formatted a task.
+local LATE_FIELDS = {
+  [0] = 'l0', 'l1', 'l2', 'l3', 'l4', 'l5', 'l6', 'l7', 'l8', 'l9', 'l10', 'l11', 'l12',
+  'l13', 'l14', 'l15', 'l16', 'l17', 'l18', 'l19', 'l20', 'l21', 'l22', 'l23', 'l24',
+}
 local leases, figures, claims = {}, {}, {}
 local recs = hmget_all(TASKS, names)
 -- m tasks claimed so far; each table's entries are indexed from it (Lua's `#t` is a search).

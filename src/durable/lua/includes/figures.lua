@@ -15,11 +15,6 @@ local function late_bucket(late_ms)
   local _, e = math.frexp(late_ms)
   return math.min(e, 24)
 end
--- The field name of each lateness bucket (a table, so that a claim does not format a number a task).
-local LATE_FIELDS = {
-  [0] = 'l0', 'l1', 'l2', 'l3', 'l4', 'l5', 'l6', 'l7', 'l8', 'l9', 'l10', 'l11', 'l12',
-  'l13', 'l14', 'l15', 'l16', 'l17', 'l18', 'l19', 'l20', 'l21', 'l22', 'l23', 'l24',
-}
 -- Adds `counts` (what -> n) to the minute of `now` (Redis's clock in ms; read when not given).
 local function count_figures(counts, now)
   now = now or clock()

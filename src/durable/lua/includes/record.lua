@@ -100,10 +100,9 @@ end
 -- Also answers the due time as written (a string: arithmetic reads it once, where tonumber
 -- reads it twice). Joined rather than formatted: string.format goes through sprintf once a
 -- conversion.
-local NEXT_DELIVERY = { ['0'] = '1', ['1'] = '2', ['2'] = '3', ['3'] = '4', ['4'] = '5' }
 local function claimed_record(rec, tok)
   local due, a, tail = string.match(rec, '^(%d+):(%d+):%d+:()')
-  local next_a = NEXT_DELIVERY[a] or string.format('%d', a + 1)
+  local next_a = a == '0' and '1' or string.format('%d', a + 1)
   return due .. ':' .. next_a .. ':' .. tok .. ':' .. string.sub(rec, tail), due
 end
 -- A dead letter's record, the value under its key in DEAD_TASKS, one string:
