@@ -224,7 +224,10 @@ while work < budget do
   redis.call('SET', CURSOR, cursor)
 end
 
-if ready > 0 then wake() end
+if ready > 0 then
+  keep_skiplist(READY)
+  wake()
+end
 local more = 'done'
 if work >= budget or cursor < now_tick then more = 'more' end
 return {more, tostring(cursor), tostring(now), tostring(ready)}

@@ -117,16 +117,18 @@ fn loaded(source: &str) -> String {
 
 /// Lua that shadows `redis` with a twin whose `call` and `pcall` refuse a key the script was not
 /// given in `KEYS` (every command the scripts use takes its key first, but `TIME`, which takes
-/// none). The crate's tests run every script this way, so a key built inside a script and not
-/// declared fails them, as it would fail on a server that enforces declarations.
+/// none, and `OBJECT`, whose key follows its subcommand). The crate's tests run every script
+/// this way, so a key built inside a script and not declared fails them, as it would fail on a
+/// server that enforces declarations.
 const KEYS_CHECK: &str = "local redis = (function(real) \
     local declared = {} for _, k in ipairs(KEYS) do declared[k] = true end \
-    local function check(cmd, key) \
+    local function check(cmd, first, second) \
+      local key = first if cmd == 'OBJECT' then key = second end \
       if cmd ~= 'TIME' and not declared[key] then \
         return real.error_reply('undeclared key ' .. tostring(key) .. ' in ' .. cmd) end end \
     return setmetatable({ \
-      call = function(cmd, ...) local e = check(cmd, (...)) if e then error(e) end return real.call(cmd, ...) end, \
-      pcall = function(cmd, ...) local e = check(cmd, (...)) if e then return e end return real.pcall(cmd, ...) end, \
+      call = function(cmd, ...) local e = check(cmd, ...) if e then error(e) end return real.call(cmd, ...) end, \
+      pcall = function(cmd, ...) local e = check(cmd, ...) if e then return e end return real.pcall(cmd, ...) end, \
     }, {__index = real}) end)(redis)";
 
 fn include_name(line: &str) -> Option<&str> {

@@ -385,6 +385,26 @@ async fn claim_leases_ready_tasks_and_its_retry_gets_them_back() {
     assert!(!d.contains_key("claim:k1") && d.contains_key("claim:k3"), "{d:?}");
 }
 
+/// The sets a claim writes a task at a time leave Redis's compact encoding (every insert into a
+/// listpack scans it) however few members they hold, and keep only their own members.
+#[tokio::test]
+async fn a_claim_keeps_its_sets_in_the_skip_list_encoding() {
+    let Some((server, timers)) = wheel("s-claim-encoding").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    for (k, due) in [("a", 10), ("b", 20), ("c", 30)] {
+        seed_ready(&server, keys, k, due, k);
+    }
+    let encoding = |key: &str| server.command(&["OBJECT", "ENCODING", key]).as_str().unwrap_or("none").to_string();
+    assert_eq!(encoding(&keys.ready()), "listpack", "a small set starts compact");
+    let got = scripts::claim(w, keys, 2, "k1", false, "").await.unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(encoding(&keys.leased()), "skiplist");
+    assert_eq!(encoding(&keys.claimed()), "skiplist");
+    let d = dump(&server, keys);
+    assert_eq!(d["leased"].split(' ').count(), 2, "{d:?}");
+    assert_eq!(d["claimed"], "a@1 b@2");
+}
+
 /// A retried claim answers only the tasks still held under the tokens it gave: one whose lease
 /// ended since (here acknowledged; a lease that ran out or a cancel end it alike) is left out,
 /// and so is one claimed again since under a newer token.
