@@ -130,8 +130,8 @@ zadd_all(LEASED, leases)
 -- The new records: the answer's (key, record) pairs after its first two entries.
 for i = 3, 2 + 2 * m, 4000 do redis.call('HSET', TASKS, unpack(out, i, math.min(i + 3999, 2 + 2 * m))) end
 record_claims(claims, first + 1, #names, out[1], node)
-keep_skiplist(LEASED)
-keep_skiplist(CLAIMED)
+-- leased and claimed gain and lose members in the same calls: one look at leased serves both.
+if keep_skiplist(LEASED) then keep_skiplist(CLAIMED) end
 if m > 0 then
   redis.call('SET', CALL_KEY, string.format('%s:%d:%d', out[1], first + 1, last), 'PX', math.min(lease, record_ms))
 end

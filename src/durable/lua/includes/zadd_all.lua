@@ -18,8 +18,10 @@ end
 -- `OBJECT ENCODING` a call otherwise. (`NX`: a task under that very key is not touched.)
 local LONG_MEMBER = '~timewheel: a member longer than zset-max-listpack-value, to leave the compact encoding~'
   .. string.rep('~', 200)
+-- Returns whether it moved the set.
 local function keep_skiplist(key)
   local encoding = redis.call('OBJECT', 'ENCODING', key)
-  if not encoding or encoding == 'skiplist' then return end
+  if not encoding or encoding == 'skiplist' then return false end
   if redis.call('ZADD', key, 'NX', 0, LONG_MEMBER) == 1 then redis.call('ZREM', key, LONG_MEMBER) end
+  return true
 end
