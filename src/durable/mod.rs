@@ -220,7 +220,7 @@
 //! | `upserts`      | hash   | a series upserted while a run of its key was in flight, by key: the record that takes the series' place when the run ends ([`DurableScheduler::upsert_recurring`]) |
 //! | `cancelling`   | hash   | the running tasks whose cancel [`DurableScheduler::cancel_running`] requested, by key: the claim token of the delivery to cancel; gone when its outcome lands |
 //! | `cancels`      | stream | the cancel requests (`key`, `token`), about the last 1,000, which every worker follows to cancel its handlers' tokens at once |
-//! | `claimed`      | zset   | the running tasks' keys by claim token: the order they were claimed in, which [`DurableScheduler::list`] lists them in |
+//! | `claimed`      | zset   | the running tasks' keys by claim token: the order they were claimed in, which [`DurableScheduler::list`] lists them in, and what a retried claim finds its tasks by (its record holds its tokens' range) |
 //! | `claims`       | zset   | the claim calls running tasks came from, `<first token>:<tasks>:<claimed ms>:<node id>` scored by first token (a call's tokens are consecutive); those before the oldest running task's go at the next claim |
 //! | `history`      | list   | the runs that ended (acknowledged, dead, or cancelled while running), oldest first, each `<ended ms>:<a, d or c>:<due ms>:<attempts>:<handler started ms>:<handler µs>:<key length>:<key><error>` (`meta`'s `history_seq` counts them, `history_dropped` those the bounds dropped); the last [`DurableBuilder::history_limit`] runs, none older than [`DurableBuilder::history_age`]; read by [`DurableScheduler::list`] as [`TaskState::Finished`] |
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
@@ -257,8 +257,10 @@
 //! - a claim: one `ZRANGE` and one `ZREMRANGEBYRANK` of `ready`, one `HMGET` and one `HSET`
 //!   (each record's head rewritten: its delivery count and claim token), and a `ZADD` to
 //!   `claimed` (its claim, for `list`) for the lot, and for the call a `ZADD` to `claims` and
-//!   its upkeep and one `SET` of its retry record (its token range: `claimed` names the tasks);
-//!   an acknowledgement one `HMGET`, one `HDEL` and two `ZREM`s (the lease and the
+//!   its upkeep and one `SET` of its retry record (its token range: `claimed` names the tasks),
+//!   and an `OBJECT ENCODING` of `leased` (with 32 members or more in Redis's compact listpack
+//!   encoding, which each insert scans, a long member added and removed moves `leased` and
+//!   `claimed` to skip lists; the tick does the same for `ready`); an acknowledgement one `HMGET`, one `HDEL` and two `ZREM`s (the lease and the
 //!   claim) for the lot (and an `HSET` per recurring task, its next run), carried by the
 //!   worker's next claim where one comes, and an `HLEN` of `cancelling` (more only for a task
 //!   whose cancel was requested); a renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the

@@ -77,6 +77,8 @@ local out = {'0', acks}
 local before = redis.call('GET', CALL_KEY)
 if before then
   local ms, lo, hi = string.match(before, '^(%d+):(%d+):(%d+)$')
+  -- Not this layout's record (none is written any other way): nothing to give back.
+  if not ms then return out end
   out[1] = ms
   local held = redis.call('ZRANGEBYSCORE', CLAIMED, lo, hi, 'WITHSCORES')
   local names = {}

@@ -31,8 +31,8 @@
              record.lua)
   Output:
     one digit: 1 made, 0 replaced a waiting or ready task, 3 queued behind a running run.
-  Keys: CALL_KEY, TASKS, UPSERTS, the declared slots, RING, FAR, READY, LEASED, CURSOR, META,
-  WAKE.
+  Keys: CALL_KEY, TASKS, UPSERTS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, CURSOR,
+  META, WAKE.
 ]]
 -- @include keys
 -- @include wheel_now
@@ -41,6 +41,7 @@
 -- @include place
 -- @include wake
 -- @include queued
+-- @include claims
 local tick_ms, slots, ttl, declared = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local k, due = ARGV[5], tonumber(ARGV[6])
 local every, runs, missed, spec = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], ARGV[10]
@@ -61,6 +62,7 @@ if rec then
   redis.call('ZREM', FAR, k)
   redis.call('ZREM', READY, k)
   redis.call('ZREM', LEASED, k)
+  forget_claims({k})
 else
   redis.call('HINCRBY', META, 'scheduled', 1)
 end

@@ -386,23 +386,25 @@ async fn claim_leases_ready_tasks_and_its_retry_gets_them_back() {
 }
 
 /// The sets a claim writes a task at a time leave Redis's compact encoding (every insert into a
-/// listpack scans it) however few members they hold, and keep only their own members.
+/// listpack scans it) once they hold 32 members or more, and keep only their own members; a few
+/// members stay compact.
 #[tokio::test]
 async fn a_claim_keeps_its_sets_in_the_skip_list_encoding() {
     let Some((server, timers)) = wheel("s-claim-encoding").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
-    for (k, due) in [("a", 10), ("b", 20), ("c", 30)] {
-        seed_ready(&server, keys, k, due, k);
+    for i in 0..40u64 {
+        seed_ready(&server, keys, &format!("t{i:02}"), 10 + i, "x");
     }
     let encoding = |key: &str| server.command(&["OBJECT", "ENCODING", key]).as_str().unwrap_or("none").to_string();
-    assert_eq!(encoding(&keys.ready()), "listpack", "a small set starts compact");
-    let got = scripts::claim(w, keys, 2, "k1", false, "").await.unwrap();
-    assert_eq!(got.len(), 2);
+    assert_eq!(scripts::claim(w, keys, 2, "k1", false, "").await.unwrap().len(), 2);
+    assert_eq!(encoding(&keys.leased()), "listpack", "two leases stay compact");
+    assert_eq!(scripts::claim(w, keys, 38, "k2", false, "k1").await.unwrap().len(), 38);
     assert_eq!(encoding(&keys.leased()), "skiplist");
     assert_eq!(encoding(&keys.claimed()), "skiplist");
     let d = dump(&server, keys);
-    assert_eq!(d["leased"].split(' ').count(), 2, "{d:?}");
-    assert_eq!(d["claimed"], "a@1 b@2");
+    assert_eq!(d["leased"].split(' ').count(), 40, "{d:?}");
+    assert_eq!(d["claimed"].split(' ').count(), 40, "{d:?}");
+    assert!(!d["leased"].contains("timewheel") && !d["claimed"].contains("timewheel"), "{d:?}");
 }
 
 /// A retried claim answers only the tasks still held under the tokens it gave: one whose lease

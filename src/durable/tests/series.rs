@@ -222,12 +222,15 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     assert!(d["tasks"].contains(&format!("t={}", queued(now - 200, "new"))), "{d:?}");
     assert!(d["ready"].contains(&format!("t@{}", now - 200)), "{d:?}");
 
-    // A lease that ran out is no longer running: an upsert replaces the task at once.
+    // A lease that ran out is no longer running: an upsert replaces the task at once, and its
+    // claim leaves the claim index with its lease.
     server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "c"]);
+    server.command(&["ZADD", &keys.claimed(), "7", "c"]);
     assert_eq!(upsert(w, keys, "u6", "c", &series(far, 0, SPEC), b"now").await, Upserted::Replaced);
     let d = dump(&server, keys);
     assert!(d["tasks"].contains(&format!("c={}", queued(far, "now"))), "{d:?}");
     assert!(!d.contains_key("leased"), "{d:?}");
+    assert!(!d.contains_key("claimed"), "{d:?}");
 }
 
 /// A series with a spec whose last attempt fails goes on at the node's next due time (a copy to

@@ -1,4 +1,5 @@
--- The claims of the running tasks, for listing them (list.lua). CLAIMED holds their keys scored by
+-- The claims of the running tasks, for listing them (list.lua) and for a retried claim, which
+-- finds the tasks it took by their tokens' range (claim.lua). CLAIMED holds their keys scored by
 -- their claim token, which says in which order they were claimed; CLAIMS holds one member per
 -- claim call, '<first token>:<tasks>:<claimed ms>:<node>' scored by its first token, the tokens
 -- of a call being consecutive: when its tasks were claimed, and the id of the node whose worker

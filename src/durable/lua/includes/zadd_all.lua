@@ -7,21 +7,24 @@ local function zadd_all(key, pairs)
   end
   return added
 end
--- Moves the sorted set `key` to Redis's skip-list encoding if it is in the compact one. Redis
--- keeps a set of up to `zset-max-listpack-entries` members (128 by default) as one listpack, in
--- which every insert and every lookup scans the whole set: for the sets the fire path writes a
--- task at a time (`leased`, `claimed`, `ready`), about 130 members cost a claim and
--- acknowledgement some 55K instructions a task more than a skip list does (BENCHMARKS.md, "The
--- leases' encoding"). Redis never moves a set back while it has members, so a member longer than
--- `zset-max-listpack-value` (64 bytes by default), added and removed at once, moves it for as
--- long as it lives; a set that empties is deleted and starts compact again at its next add. One
--- `OBJECT ENCODING` a call otherwise. (`NX`: a task under that very key is not touched.)
-local LONG_MEMBER = '~timewheel: a member longer than zset-max-listpack-value, to leave the compact encoding~'
-  .. string.rep('~', 200)
--- Returns whether it moved the set.
+-- Moves the sorted set `key` to Redis's skip-list encoding if it is in the compact one and holds
+-- at least SKIPLIST_FROM members. Redis keeps a set of up to `zset-max-listpack-entries` members
+-- (128 by default) as one listpack, in which every insert and every lookup scans the whole set:
+-- for the sets the fire path writes a task at a time (`leased`, `claimed`, `ready`), about 130
+-- members cost a claim and acknowledgement some 55K instructions a task more than a skip list
+-- does (BENCHMARKS.md, "The fire path's Redis work, cut"). A member longer than
+-- `zset-max-listpack-value` (64 bytes by default), added and removed at once, moves the set; Redis
+-- does not move it back while it has members (a set that empties is deleted, and one loaded from
+-- an RDB file is encoded by its size again: the next call moves it again). A smaller set is left
+-- compact, where scanning it costs little, so that a quiet wheel whose sets empty and refill does
+-- not move them at every call. One `OBJECT ENCODING` a call otherwise, and a `ZCARD` while
+-- compact. (`NX`: a task under that very key is not touched.) Returns whether it moved the set.
+local SKIPLIST_FROM = 32
 local function keep_skiplist(key)
   local encoding = redis.call('OBJECT', 'ENCODING', key)
-  if not encoding or encoding == 'skiplist' then return false end
-  if redis.call('ZADD', key, 'NX', 0, LONG_MEMBER) == 1 then redis.call('ZREM', key, LONG_MEMBER) end
+  if encoding ~= 'listpack' and encoding ~= 'ziplist' then return false end
+  if redis.call('ZCARD', key) < SKIPLIST_FROM then return false end
+  local long = '~timewheel: a member longer than zset-max-listpack-value~' .. string.rep('~', 200)
+  if redis.call('ZADD', key, 'NX', 0, long) == 1 then redis.call('ZREM', key, long) end
   return true
 end
