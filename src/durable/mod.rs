@@ -260,10 +260,10 @@
 //!   its upkeep and one `SET` of its retry record (its token range: `claimed` names the tasks),
 //!   and an `OBJECT ENCODING` of `leased` (with 32 members or more in Redis's compact listpack
 //!   encoding, which each insert scans, a long member added and removed moves `leased` and
-//!   `claimed` to skip lists; the tick does the same for `ready`); an acknowledgement one `HMGET`, one `HDEL` and two `ZREM`s (the lease and the
-//!   claim) for the lot (and an `HSET` per recurring task, its next run), carried by the
-//!   worker's next claim where one comes, and an `HLEN` of `cancelling` (more only for a task
-//!   whose cancel was requested); a renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the
+//!   `claimed` to skip lists; the tick does the same for `ready`); an acknowledgement one
+//!   `HMGET`, one `HDEL` and two `ZREM`s (the lease and the claim) for the lot (and an `HSET`
+//!   per recurring task, its next run), carried by the worker's next claim where one comes, and
+//!   an `HLEN` of `cancelling` (more only for a task whose cancel was requested); a renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the
 //!   lot, and the `HLEN`. While paused, a claim reads the `paused` field and takes nothing.
 //!
 //! A wheel written by an earlier version of this crate in another layout (1: one hash per task,

@@ -130,7 +130,7 @@ for j, k in ipairs(names) do
 end
 zadd_all(LEASED, leases)
 -- The new records: the answer's (key, record) pairs after its first two entries.
-for i = 3, 2 + 2 * m, 4000 do redis.call('HSET', TASKS, unpack(out, i, math.min(i + 3999, 2 + 2 * m))) end
+hset_all(TASKS, out, 3)
 record_claims(claims, first + 1, #names, out[1], node)
 -- leased and claimed gain and lose members in the same calls: one look at leased serves both.
 if keep_skiplist(LEASED) then keep_skiplist(CLAIMED) end

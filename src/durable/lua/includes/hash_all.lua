@@ -1,6 +1,7 @@
 -- Hash commands over many fields at once, in runs of 4,000 values (well within what Lua passes to
 -- one call). `hmget_all` gives one list of the values (false where a field is missing), in the
--- order of `fields`; `hset_all` writes a flat list of field, value pairs; `records_of` takes
+-- order of `fields`; `hset_all` writes a flat list of field, value pairs (from index `from`, 1
+-- if not given, to its end); `records_of` takes
 -- every `step`-th entry of `list` from `from` on as task keys and reads their records in TASKS.
 -- @include keys
 local function hmget_all(key, fields)
@@ -13,8 +14,8 @@ local function hmget_all(key, fields)
   end
   return out
 end
-local function hset_all(key, pairs)
-  for i = 1, #pairs, 4000 do redis.call('HSET', key, unpack(pairs, i, math.min(i + 3999, #pairs))) end
+local function hset_all(key, pairs, from)
+  for i = from or 1, #pairs, 4000 do redis.call('HSET', key, unpack(pairs, i, math.min(i + 3999, #pairs))) end
 end
 local function records_of(list, from, step)
   local names, n = {}, 0
