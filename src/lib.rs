@@ -23,7 +23,7 @@ pub mod wheel;
 #[cfg(all(test, feature = "redis"))]
 extern crate self as tokio_timewheel;
 
-pub use error::Error;
+pub use error::{Error, MAX_KEY_LEN};
 pub use lateness::{Lateness, LATENESS_WINDOW};
 pub use recurrence::{MissedRuns, Recurrence, Repeat};
 pub use service::{

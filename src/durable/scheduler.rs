@@ -649,9 +649,7 @@ impl DurableScheduler {
 
     /// Checks a key and payload before they go to Redis.
     pub(super) fn check(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
-        if key.is_empty() {
-            return Err(Error::invalid("the key must not be empty"));
-        }
+        crate::error::check_key(key)?;
         if payload.len() > self.wheel.cfg.max_payload {
             return Err(Error::invalid(format!(
                 "the payload of {:?} is {} bytes, over the maximum of {}: store large data elsewhere and schedule \

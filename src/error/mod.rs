@@ -4,8 +4,10 @@ use std::fmt;
 
 #[cfg(feature = "redis")]
 mod redis_failure;
+mod rfc3339;
 #[cfg(feature = "redis")]
 pub use redis_failure::RedisFailure;
+pub(crate) use rfc3339::Rfc3339;
 
 /// Everything that can go wrong when scheduling, cancelling or configuring timers.
 ///
@@ -66,9 +68,12 @@ impl fmt::Display for Error {
         match self {
             Error::DuplicateKey(key) => write!(
                 f,
-                "a timer with key {key:?} is already pending: cancel or reschedule it, or use another key"
+                "the key {key:?} is taken by a pending timer or task: cancel or reschedule it, or use another key"
             ),
-            Error::NotFound => f.write_str("no timer with this key is pending: it fired, was cancelled, or never existed"),
+            Error::NotFound => f.write_str(
+                "nothing is pending under this key: it fired (or, in the durable mode, a worker is running it), was \
+                 cancelled, or never existed",
+            ),
             Error::Cancelled => f.write_str("the timer was cancelled by key before it fired"),
             Error::Stopped => f.write_str("the timer service has stopped: start a new Scheduler to schedule more timers"),
             Error::Full(max) => write!(
@@ -86,6 +91,38 @@ impl fmt::Display for Error {
             ),
         }
     }
+}
+
+/// The longest key, in bytes, of a timer or a durable task. A key names what it is for
+/// (`order-42:review`); data belongs in the payload, or elsewhere behind a reference.
+pub const MAX_KEY_LEN: usize = 4096;
+
+/// The one rule for keys, in every call of both modes that takes one and returns a `Result`: an
+/// empty key, or one over [`MAX_KEY_LEN`] bytes, is [`Error::Invalid`]. (A call that answers
+/// without a `Result`, such as `contains` or `deadline`, answers as for a key with nothing under
+/// it: no timer can have such a key.)
+pub(crate) fn check_key(key: &str) -> Result<(), Error> {
+    if key.is_empty() {
+        return Err(Error::invalid("the key is empty: name the timer or task (for example \"order-42:review\")"));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(format!(
+            "the key is {} bytes, over the maximum of {MAX_KEY_LEN} (starting {:?}): keep data in the payload and \
+             name the timer or task with a short key",
+            key.len(),
+            prefix(key, 40)
+        )));
+    }
+    Ok(())
+}
+
+/// The longest start of `text` of at most `max` bytes that ends on a character boundary.
+fn prefix(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 impl std::error::Error for Error {

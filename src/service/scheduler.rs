@@ -1133,9 +1133,4 @@ impl Prepared {
     }
 }
 
-fn check_key(key: &str) -> Result<(), Error> {
-    if key.is_empty() {
-        return Err(Error::invalid("a timer key must not be empty"));
-    }
-    Ok(())
-}
+use crate::error::check_key;
