@@ -77,20 +77,33 @@ impl DurableScheduler {
 
     /// Makes the task under `key` the series `recurrence` with `payload`, whatever is pending
     /// there, in one atomic step; returns `true` if it made the task (none was pending) and
-    /// `false` if it replaced a pending one. For a series whose definition is kept in code or
-    /// configuration and applied at every deploy.
+    /// `false` if one was pending. For a series whose definition is kept in code or
+    /// configuration and applied at every start of every node (the deploy pattern): an upsert
+    /// that changes nothing keeps the series as it runs, and no run is lost to it.
     ///
-    /// What it replaces, by the task's state when the call reaches Redis:
-    /// - **waiting or ready** (or a task whose lease ran out): replaced whole, its recurrence,
-    ///   its payload and its next run, which is the new recurrence's first;
-    /// - **running** (a worker holds a run under a live lease): the run goes on, and the new
-    ///   series waits behind it and takes the place of whatever that run's end would have placed
-    ///   next (its first run due at its own time, at once if that has passed by then). So a key
-    ///   never has two runs at once, and at most one waits behind a running one.
+    /// What it does, by what is pending under `key` when the call reaches Redis:
+    /// - **the same series**: nothing changes, and the series keeps its next run, so its phase.
+    ///   The same means the same cadence (period, or cron expression and zone), end, missed-run
+    ///   policy, [`TaskOptions`](super::TaskOptions) and payload, and no more runs left than
+    ///   `recurrence`'s [limit](Recurrence::limit) (a counted series that ran some of its runs
+    ///   is still the same series). The first run's time, which this call works out anew at
+    ///   each start (and a [start](Recurrence::starting) that moved), is not compared: to move a
+    ///   series' phase, [`reschedule`](Self::reschedule) its next run, or cancel it and schedule
+    ///   it again.
+    /// - **a run in flight** (a worker runs it, or its lease ran out and it waits to be handed
+    ///   out again, or it failed and waits for its retry): the run is finished first, as
+    ///   at-least-once promises (a run killed with its node is delivered again after its lease,
+    ///   as its next attempt), its one outcome recorded in the history; the new series waits
+    ///   behind it and takes the place of whatever the run's end would have placed next (its
+    ///   first run due at its own time, at once if that has passed by then). A later upsert
+    ///   replaces the one waiting; an upsert of the series in flight drops it. So a key never has
+    ///   two runs at once, and at most one series waits behind a run.
+    /// - **another series, or a one-shot task, waiting**: replaced whole, its recurrence, its
+    ///   payload and its next run, which is the new recurrence's first.
     ///
     /// Concurrent upserts of one key, from any nodes, leave one series: the last to reach Redis,
     /// whole. After [`cancel`](Self::cancel), an upsert schedules the key again (and answers
-    /// `true`); a `cancel` while a run is running drops a series queued behind it.
+    /// `true`); a `cancel` of a run in flight drops a series queued behind it.
     ///
     /// # Examples
     /// ```no_run
@@ -98,9 +111,10 @@ impl DurableScheduler {
     /// # async fn run(timers: tokio_timewheel::durable::DurableScheduler) -> Result<(), tokio_timewheel::Error> {
     /// use tokio_timewheel::durable::Recurrence;
     ///
-    /// // At every start of a node: the sync runs every 10 minutes, whatever ran before.
+    /// // At every start of a node: the sync runs every 10 minutes. A restart keeps its next run
+    /// // (the same series); a deploy that changes the period or the payload replaces it.
     /// let made = timers.upsert_recurring("sync:crm", Recurrence::every(Duration::from_secs(600)), "crm").await?;
-    /// println!("{}", if made { "scheduled" } else { "updated" });
+    /// println!("{}", if made { "scheduled" } else { "applied" });
     /// # Ok(()) }
     /// ```
     ///

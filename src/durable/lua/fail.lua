@@ -1,8 +1,8 @@
 --[[ Reports a failed delivery: the task is retried after backoff * 2^(attempt-1) (capped)
   through the wheel, or goes to the dead letters after its last attempt (a recurring task's run
   goes there as a copy, and its series goes on with its next run: ARGV[10], as for ack.lua). An
-  upsert queued behind the run (see includes/queued.lua) takes the place of the retry, or of the
-  series' next run. Refused, like ack, when the claim token is not the task's current one.
+  upsert queued behind the run (see includes/queued.lua) waits for the retry; once the run is
+  dead, it takes the place of the series' next run. Refused, like ack, when the claim token is not the task's current one.
 
   Input:
     KEYS     the wheel's keys, then the ring slot keys the retry may go to
@@ -53,23 +53,20 @@ local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, declared)
 local up = w.up
 redis.call('ZREM', LEASED, k)
 forget_claims({k})
-local queued = queued_of({k})[1]
--- The upsert queued behind this run replaces what comes next.
-local function take_queued()
-  redis.call('HSET', TASKS, k, queued)
-  drop_queued({k})
-  local batch = new_batch()
-  place(k, tonumber(record_due(queued)), w, batch)
-  if flush(batch) then wake() end
-end
 if t.a >= max_attempts then
   bury(k, t, err, up)
   add_history(history, k, rec, 'd', run, err)
   flush_history(history)
   redis.call('HINCRBY', META, 'dead_lettered', 1)
   count_figures({ f = 1, d = 1 }, up)
+  -- The upsert queued behind this run (queued.lua) replaces what comes next.
+  local queued = queued_of({k})[1]
   if queued then
-    take_queued()
+    redis.call('HSET', TASKS, k, queued)
+    drop_queued({k})
+    local batch = new_batch()
+    place(k, tonumber(record_due(queued)), w, batch)
+    if flush(batch) then wake() end
   elseif advance(t, w.down, next_due) then
     redis.call('HSET', TASKS, k, encode(t))
     local batch = new_batch()
@@ -80,11 +77,7 @@ if t.a >= max_attempts then
   end
   return 2
 end
-if queued then
-  take_queued()
-  count_figures({ f = 1 }, up)
-  return 1
-end
+-- Retried, as at-least-once promises; an upsert queued behind the run stays queued.
 t.due = up + math.min(backoff_cap_ms, backoff_ms * 2 ^ (t.a - 1))
 t.tok, t.err = '0', err
 redis.call('HSET', TASKS, k, encode(t))

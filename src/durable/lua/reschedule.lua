@@ -12,7 +12,7 @@
     ARGV[6 ..]  the tasks' keys
   Output:
     one digit per task: 1 moved, 0 none pending, 2 running (left alone).
-  Keys: TASKS, UPSERTS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, CURSOR, WAKE. The task's old
+  Keys: TASKS, the declared slots, RING, FAR, READY, LEASED, CLAIMED, CURSOR, WAKE. The task's old
   slot entry is left behind: the cursor drops it when it passes it, since it no longer matches
   the task's record (see tick.lua).
 ]]
@@ -23,7 +23,6 @@
 -- @include due_times
 -- @include zrem_all
 -- @include wake
--- @include queued
 -- @include claims
 local tick_ms, slots = tonumber(ARGV[1]), tonumber(ARGV[2])
 local declared, times, modes = ARGV[3], ARGV[4], ARGV[5]
@@ -45,9 +44,9 @@ for i = KEYS_FROM, #ARGV do
       out[j] = '2'
     else
       t.due, t.tok = dues[j], '0'
+      -- Taken back from a lease that ran out, it is still the run in flight: an upsert queued
+      -- behind it (queued.lua) still waits for its end.
       redis.call('HSET', TASKS, k, encode(t))
-      -- Taken back from a lease that ran out: an upsert queued behind that run goes too.
-      drop_queued({k})
       if not due_of[k] then moved[#moved + 1] = k end
       due_of[k] = t.due
       out[j] = '1'

@@ -65,25 +65,27 @@ local function requeue_expired(now)
   zrem_all(LEASED, expired)
   forget_claims(expired)
   local to_ready, dead, buried, replaced = {}, {}, 0, {}
-  local queued = queued_of(expired)
+  local queued
   for j, k in ipairs(expired) do
     local rec = redis.call('HGET', TASKS, k)
     -- A lease entry belongs to a claimed task (token not 0); any other is stale and just goes.
     -- One whose cancel was requested ends as cancelled instead (cancelled.lua).
     local live = rec and token_of(rec) ~= '0' and end_cancelled({k, token_of(rec)}, 1, history) == 0
-    if live and queued[j] then
-      -- An upsert queued behind the run replaces it: it waits in the far tier (promoted below).
-      redis.call('HSET', TASKS, k, queued[j])
-      redis.call('ZADD', FAR, record_due(queued[j]), k)
-      replaced[#replaced + 1] = k
-    elseif live then
+    if live then
       local t = decode(rec)
       if t.a >= (retry_limits(t.retry, max_attempts)) then
         bury(k, t, 'lease expired', now)
         add_history(history, k, rec, 'd', nil, 'lease expired')
         buried = buried + 1
+        -- An upsert queued behind the run (queued.lua) takes the place of what comes next.
+        queued = queued or queued_of(expired)
+        local q = queued[j]
+        if q then
+          redis.call('HSET', TASKS, k, q)
+          redis.call('ZADD', FAR, record_due(q), k)
+          replaced[#replaced + 1] = k
         -- A series with a spec has no node's answer here: its next run is due now (advance.lua).
-        if advance(t, now, nil) then
+        elseif advance(t, now, nil) then
           -- A recurring task's series goes on: its next run waits in the far tier (promoted below).
           redis.call('HSET', TASKS, k, encode(t))
           redis.call('ZADD', FAR, t.due, k)
@@ -91,6 +93,7 @@ local function requeue_expired(now)
           dead[#dead + 1] = k
         end
       else
+        -- Delivered again, as at-least-once promises; an upsert queued behind it stays queued.
         t.tok, t.err = '0', 'lease expired'
         redis.call('HSET', TASKS, k, encode(t))
         to_ready[#to_ready + 1] = t.due

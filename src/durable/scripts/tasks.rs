@@ -146,7 +146,11 @@ pub(crate) enum Upserted {
     Created,
     /// A waiting or ready task was replaced.
     Replaced,
-    /// A run is running: the new series is queued behind it, to take its place when it ends.
+    /// The same series (cadence, bounds, missed-run policy, retry settings, payload) was
+    /// pending: nothing changed, its next run is kept.
+    Kept,
+    /// A run is in flight (held by a worker, or waiting to be delivered again): the new series
+    /// is queued behind it, to take its place when it ends.
     Queued,
 }
 
@@ -180,6 +184,7 @@ pub(crate) async fn upsert(
     let reply: Vec<u8> = wheel.conn.call(&inv, Window::Default).await?;
     Ok(match reply.first() {
         Some(b'1') => Upserted::Created,
+        Some(b'2') => Upserted::Kept,
         Some(b'3') => Upserted::Queued,
         _ => Upserted::Replaced,
     })

@@ -134,13 +134,16 @@ async fn a_fixed_rate_burst_in_lua_is_capped() {
     assert_eq!(due_of("few"), few + period, "under the cap: every missed run");
 }
 
-/// `upsert.lua`: makes the task when none is pending; replaces a waiting or ready one whole (or
-/// one whose lease ran out); queues behind a running one, the later upsert replacing the earlier,
-/// and whatever ends the run takes the queued series up: the ack, a failure (instead of its
-/// retry), the tick when the lease ran out. A cancel drops what is queued. A retry of one call
-/// answers the same and changes nothing.
+/// `upsert.lua`: makes the task when none is pending; keeps the same series as it is (its next
+/// run, so its phase); replaces a waiting or ready one whole; queues behind a run in flight (held
+/// under a live lease, or one that ran out, or waiting to be delivered again), the later upsert
+/// replacing the earlier, and an upsert of the series in flight dropping what was queued. The run
+/// in flight is never lost: a failure (not its last attempt) is retried and the tick delivers a
+/// run whose lease ran out again, the queued series waiting behind them; whatever ends the run
+/// (its ack, its death) takes the queued series up. A cancel drops what is queued. A retry of one
+/// call answers the same and changes nothing.
 #[tokio::test]
-async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
+async fn upsert_makes_keeps_replaces_or_queues_behind_a_run_in_flight() {
     let Some((server, timers)) = wheel("s-upsert").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let now = redis_now_ms(&server);
@@ -157,6 +160,12 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     // Its retry: the same answer, nothing changed.
     assert_eq!(upsert(w, keys, "u1", "a", &series(far + 1, 5, ""), b"x").await, Upserted::Created);
     assert_eq!(dump(&server, keys), d);
+    // The same series again, as a node upserts it at each start (its first run worked out anew):
+    // kept whole, its next run unchanged.
+    assert_eq!(upsert(w, keys, "u1b", "a", &series(far + 7_000, 0, SPEC), b"one").await, Upserted::Kept);
+    let mut after = dump(&server, keys);
+    assert_eq!(after.remove("req:u1b").as_deref(), Some("2"), "its answer, kept for a retry");
+    assert_eq!(after, d);
     // Replaced whole: a fixed rate now, another payload, its first run due now (ready).
     let b = series(now - 200, 250, "");
     assert_eq!(upsert(w, keys, "u2", "a", &b, b"two").await, Upserted::Replaced);
@@ -164,73 +173,93 @@ async fn upsert_makes_replaces_or_queues_behind_a_running_run() {
     assert_eq!(d["tasks"], format!("a={}:0:0:250:-1:2:0:two", now - 200));
     assert_eq!(d["ready"], format!("a@{}", now - 200));
     assert!(!d.contains_key("far"), "the old place is gone: {d:?}");
-
-    // Running under a live lease: left alone, the upsert queued behind it; a later one replaces it.
-    let running = spec_rec(now - 100, 1, 7, -1, "old");
-    for k in ["r", "f", "c", "t"] {
-        server.command(&["HSET", &keys.tasks(), k, &running]);
-        server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), k]);
-    }
+    // Another payload, or another period, is another series; the same of both is kept.
+    assert_eq!(upsert(w, keys, "u2b", "a", &series(now + 900, 250, ""), b"two").await, Upserted::Kept);
+    let mut after = dump(&server, keys);
+    after.remove("req:u2b");
+    assert_eq!(after, d);
     server.command(&["DEL", &keys.ready()]);
     server.command(&["HDEL", &keys.tasks(), "a"]);
+
+    // Runs in flight: `r`, `f`, `c`, `t` and `s` held under a live lease, `e` under one that ran
+    // out (the tick has not passed it yet), `w` waiting to be delivered again after a failure.
+    let running = spec_rec(now - 100, 1, 7, -1, "old");
+    for k in ["r", "f", "c", "t", "s", "e"] {
+        server.command(&["HSET", &keys.tasks(), k, &running]);
+        let until = if k == "e" { now - 10 } else { now + 60_000 };
+        server.command(&["ZADD", &keys.leased(), &until.to_string(), k]);
+    }
+    let retrying = spec_rec(far, 1, 0, -1, "old");
+    server.command(&["HSET", &keys.tasks(), "w", &retrying]);
+    server.command(&["ZADD", &keys.far(), &far.to_string(), "w"]);
     assert_eq!(upsert(w, keys, "u3", "r", &series(far, 0, SPEC), b"early").await, Upserted::Queued);
     assert_eq!(upsert(w, keys, "u4", "r", &series(far + 1, 0, SPEC), b"late").await, Upserted::Queued);
-    for (i, k) in ["f", "c", "t"].iter().enumerate() {
+    for (i, k) in ["f", "c", "t", "e", "w", "s"].iter().enumerate() {
         let id = format!("u5{i}");
         assert_eq!(upsert(w, keys, &id, k, &series(now - 200, 0, SPEC), b"new").await, Upserted::Queued);
     }
+    // The series in flight upserted again: what was queued behind it goes, the series goes on.
+    assert_eq!(upsert(w, keys, "u6", "s", &series(far, 0, SPEC), b"old").await, Upserted::Kept);
     let d = dump(&server, keys);
     let queued = |due: u64, p: &str| format!("{due}:0:0:0:-1:2:c{}:{SPEC}0:{p}", SPEC.len());
-    assert_eq!(d["tasks"], format!("c={running} f={running} r={running} t={running}"), "the runs are left alone");
     assert_eq!(
-        d["upserts"],
-        format!(
-            "c={} f={} r={} t={}",
-            queued(now - 200, "new"),
-            queued(now - 200, "new"),
-            queued(far + 1, "late"),
-            queued(now - 200, "new")
-        )
+        d["tasks"],
+        format!("c={running} e={running} f={running} r={running} s={running} t={running} w={retrying}"),
+        "the runs are left alone"
     );
+    let new = queued(now - 200, "new");
+    assert_eq!(d["upserts"], format!("c={new} e={new} f={new} r={} t={new} w={new}", queued(far + 1, "late")));
 
     // The ack takes it up instead of the node's next due time.
     assert_eq!(
         scripts::ack(w, keys, &[ack("r", "7", &(now + 5000).to_string())], Window::Default).await.unwrap(),
         [true]
     );
-    // A failure (not its last attempt) takes it up instead of a retry, due at once: ready.
+    // A failure (not its last attempt) is retried after its backoff; the queued series waits.
     assert_eq!(scripts::fail(w, keys, &ack("f", "7", ""), "boom", Window::Default).await.unwrap(), Failed::Retried);
     // A cancel leaves the run to its lease and drops what was queued behind it.
     assert_eq!(scripts::cancel(w, keys, "x1", &["c"]).await.unwrap(), [Cancelled::Running]);
     let d = dump(&server, keys);
+    let failed = server.command(&["HGET", &keys.tasks(), "f"]).as_str().unwrap().to_string();
+    let (f_due, f_rest) = failed.split_once(':').unwrap();
+    let f_due: u64 = f_due.parse().unwrap();
+    assert!(f_due >= now + 1000, "retried after its backoff of 1 s: {failed}");
+    assert_eq!(f_rest, format!("1:0:0:-1:2:c{}:{SPEC}4:boomold", SPEC.len()), "the same run, its attempt kept");
     assert_eq!(
         d["tasks"],
-        format!("c={running} f={} r={} t={running}", queued(now - 200, "new"), queued(far + 1, "late"))
+        format!(
+            "c={running} e={running} f={failed} r={} s={running} t={running} w={retrying}",
+            queued(far + 1, "late")
+        )
     );
-    assert_eq!(d["upserts"], format!("t={}", queued(now - 200, "new")));
-    assert_eq!(d["far"], format!("r@{}", far + 1));
-    assert_eq!(d["ready"], format!("f@{}", now - 200));
-    assert_eq!(d["leased"], format!("c@{0} t@{0}", now + 60_000));
+    assert_eq!(d["upserts"], format!("e={new} f={new} t={new} w={new}"));
+    assert!(d["far"].contains(&format!("r@{}", far + 1)), "{d:?}");
 
-    // The tick, finding `t`'s lease ran out, puts the queued series in its place.
+    // The tick, finding the leases of `t` and `e` ran out, hands their runs out again (ready,
+    // their attempt kept); the series queued behind them waits.
     server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "t"]);
     server.command(&["SET", &keys.leader(), "me:1"]);
     let tick = redis_now_ms(&server) / 100;
     scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2).await.unwrap();
     let d = dump(&server, keys);
-    assert!(!d.contains_key("upserts"), "{d:?}");
-    assert!(d["tasks"].contains(&format!("t={}", queued(now - 200, "new"))), "{d:?}");
-    assert!(d["ready"].contains(&format!("t@{}", now - 200)), "{d:?}");
+    let expired = format!("{}:1:0:0:-1:2:c{}:{SPEC}13:lease expiredold", now - 100, SPEC.len());
+    assert!(d["tasks"].contains(&format!("e={expired}")) && d["tasks"].contains(&format!("t={expired}")), "{d:?}");
+    assert_eq!(d["ready"], format!("e@{0} t@{0}", now - 100));
+    assert_eq!(d["upserts"], format!("e={new} f={new} t={new} w={new}"));
 
-    // A lease that ran out is no longer running: an upsert replaces the task at once, and its
-    // claim leaves the claim index with its lease.
-    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "c"]);
-    server.command(&["ZADD", &keys.claimed(), "7", "c"]);
-    assert_eq!(upsert(w, keys, "u6", "c", &series(far, 0, SPEC), b"now").await, Upserted::Replaced);
+    // Delivered again as attempt 2 and acknowledged: the queued series takes over, due at once.
+    let again = scripts::claim(w, keys, 8, "c9", false, "").await.unwrap();
+    let mut got: Vec<(&str, u32)> = again.iter().map(|c| (c.task.key(), c.task.attempt())).collect();
+    got.sort();
+    assert_eq!(got, [("e", 2), ("t", 2)]);
+    let acks: Vec<Ack> = again.iter().map(|c| ack(c.task.key(), &c.token, &(now + 5000).to_string())).collect();
+    assert_eq!(scripts::ack(w, keys, &acks, Window::Default).await.unwrap(), [true; 2]);
     let d = dump(&server, keys);
-    assert!(d["tasks"].contains(&format!("c={}", queued(far, "now"))), "{d:?}");
-    assert!(!d.contains_key("leased"), "{d:?}");
-    assert!(!d.contains_key("claimed"), "{d:?}");
+    assert!(d["tasks"].contains(&format!("e={new}")) && d["tasks"].contains(&format!("t={new}")), "{d:?}");
+    assert_eq!(d["upserts"], format!("f={new} w={new}"));
+    // Each run's outcome is in the history once: `r`'s ack, then the two delivered again.
+    let history = d["history"].clone();
+    assert_eq!(history.matches(":a:").count(), 3, "{history}");
 }
 
 /// A series with a spec whose last attempt fails goes on at the node's next due time (a copy to
