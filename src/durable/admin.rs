@@ -55,6 +55,7 @@ impl DurableScheduler {
     /// Cancel safe: it only reads.
     pub async fn contains(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let key = key.as_ref();
+        crate::error::check_key(key)?;
         scripts::contains(&self.wheel, &self.wheel.partition_of(key).keys, key).await
     }
 
@@ -216,6 +217,7 @@ impl DurableScheduler {
     /// Dropping the future after the request was sent may still requeue the task.
     pub async fn requeue_dead(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let key = key.as_ref();
+        crate::error::check_key(key)?;
         let keys = &self.wheel.partition_of(key).keys;
         match scripts::requeue_dead(&self.wheel, keys, key, &self.wheel.ids.next()).await? {
             Requeued::Yes => self.wheel.conn.replicate(&keys.meta()).await.map(|()| true),
@@ -247,6 +249,7 @@ impl DurableScheduler {
     /// Cancel safe: it only reads.
     pub async fn get(&self, key: impl AsRef<str>) -> Result<Option<TaskInfo>, Error> {
         let key = key.as_ref();
+        crate::error::check_key(key)?;
         scripts::get(&self.wheel, &self.wheel.partition_of(key).keys, key).await
     }
 
@@ -271,6 +274,7 @@ impl DurableScheduler {
     /// Dropping the future after the request was sent may still delete it.
     pub async fn delete_dead(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let key = key.as_ref();
+        crate::error::check_key(key)?;
         let keys = &self.wheel.partition_of(key).keys;
         let deleted = scripts::delete_dead(&self.wheel, keys, key).await?;
         if deleted {

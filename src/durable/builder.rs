@@ -435,6 +435,14 @@ impl DurableBuilder {
     /// Dropping the future drops the connection; nothing is left behind but the wheel's
     /// settings in Redis, which the next `connect` reuses.
     pub async fn connect(self) -> Result<DurableScheduler, Error> {
+        if super::time::tokio_clock_paused() {
+            return Err(Error::invalid(
+                "Tokio's clock is paused in this runtime (tokio::time::pause, or #[tokio::test(start_paused = \
+                 true)]), and a durable wheel in Redis runs on Redis's clock, which does not pause: its timeouts \
+                 would all fire at once. Test durable code on a runtime whose clock runs (#[tokio::test]), or test \
+                 the timing logic on the in-process Scheduler, which follows paused time",
+            ));
+        }
         super::open::connect(&self.settings).await
     }
 }

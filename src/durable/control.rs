@@ -125,6 +125,7 @@ impl DurableScheduler {
     /// Dropping the future after the request was sent may still cancel the handler.
     pub async fn cancel_running(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let key = key.as_ref();
+        crate::error::check_key(key)?;
         control::cancel_running(&self.wheel, &self.wheel.partition_of(key).keys, key).await
     }
 }

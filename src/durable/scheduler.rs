@@ -20,6 +20,10 @@ use crate::Error;
 /// payload, fire at their due time (on Redis's clock) and are handed to a [`Worker`]'s handler;
 /// see the [module docs](super) for the guarantees and the Redis settings they need.
 ///
+/// Every call that takes a key refuses an empty one, or one over
+/// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, with [`Error::Invalid`] before anything is sent,
+/// the rule of the in-process [`Scheduler`](crate::Scheduler) too.
+///
 /// # Concurrent calls go together
 /// The [`schedule`](Self::schedule), [`cancel`](Self::cancel) and
 /// [`reschedule`](Self::reschedule) calls (and their `_at` forms) of a handle and its clones are
@@ -338,6 +342,7 @@ impl DurableScheduler {
     /// of the batch are not affected.
     pub async fn cancel(&self, key: impl AsRef<str>) -> Result<bool, Error> {
         let key = key.as_ref();
+        crate::error::check_key(key)?;
         self.calls.cancel(self.wheel.partition_of(key).index, key.to_string()).await
     }
 
@@ -362,6 +367,7 @@ impl DurableScheduler {
     /// Dropping the future after a request was sent may still cancel its tasks.
     pub async fn cancel_many<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<bool>, Error> {
         let keys: Vec<String> = keys.into_iter().map(|k| k.as_ref().to_string()).collect();
+        keys.iter().try_for_each(|k| crate::error::check_key(k))?;
         coalesce::cancel_many(&self.wheel, keys).await
     }
 
@@ -681,6 +687,7 @@ impl DurableScheduler {
     }
 
     async fn move_task(&self, key: &str, when: When) -> Result<(), Error> {
+        crate::error::check_key(key)?;
         self.calls.reschedule(self.wheel.partition_of(key).index, key.to_string(), when).await
     }
 }

@@ -10,6 +10,17 @@ use crate::Error;
 /// number in the scripts exact in Lua's doubles and printable as an integer.
 pub(crate) const MAX_DUE_MS: u64 = 10_000_000_000_000;
 
+/// Whether Tokio's clock is paused in the current runtime (`tokio::time::pause`, or a test's
+/// `start_paused`): its `Instant::now` stands still while real time passes. Spins a few
+/// microseconds of real time to see.
+pub(crate) fn tokio_clock_paused() -> bool {
+    let (tokio_then, then) = (tokio::time::Instant::now(), std::time::Instant::now());
+    while then.elapsed() < Duration::from_micros(20) {
+        std::hint::spin_loop();
+    }
+    tokio::time::Instant::now() == tokio_then
+}
+
 /// `d` in whole milliseconds, rounded up (a deadline is never early).
 pub(crate) fn ceil_ms(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 #[cfg(feature = "cron")]
 use super::cron::Cron;
 use super::MissedRuns;
+use crate::error::Rfc3339;
 use crate::Error;
 
 /// When a recurring timer runs: at a fixed rate ([`every`](Self::every)) or on a cron
@@ -328,12 +329,33 @@ impl Recurrence {
         if let (Some(start), Some(end)) = (self.start, self.until) {
             if end < start {
                 return Err(Error::invalid(format!(
-                    "Recurrence::until({end:?}) is before Recurrence::starting({start:?}): the series would \
-                     have no run"
+                    "Recurrence::until({}) is before Recurrence::starting({}): the series would have no run",
+                    Rfc3339(end),
+                    Rfc3339(start)
                 )));
             }
         }
         Ok(())
+    }
+
+    /// Why the series has no run after `now` (as [`first_due`](Self::first_due) found), for both
+    /// modes' errors: its end has passed, or its limit is spent, or its cron expression never
+    /// matches a time the calendar holds.
+    pub(crate) fn no_run_after(&self, now: SystemTime) -> Error {
+        let unbounded = Recurrence { limit: None, until: None, start: None, ..self.clone() };
+        let why = match (self.until, self.limit, self.start) {
+            (Some(end), _, _) if end <= now => format!("its end ({}) has passed", Rfc3339(end)),
+            _ if unbounded.first_due(now).is_none() => match self.expression() {
+                Some(expression) => {
+                    format!("the cron expression {expression:?} matches no time that exists (up to the year 5000)")
+                }
+                None => "its cadence has no run".to_string(),
+            },
+            (Some(end), _, _) => format!("its next run would come after its end ({})", Rfc3339(end)),
+            (None, Some(runs), Some(start)) => format!("its {runs} runs from its start ({}) are over", Rfc3339(start)),
+            _ => "it has no run left".to_string(),
+        };
+        Error::invalid(format!("{self} has no run after {}, when it was scheduled: {why}", Rfc3339(now)))
     }
 
     /// The next run strictly after the wall-clock time `t`, or `None` if the series has none:
@@ -458,10 +480,10 @@ impl fmt::Display for Recurrence {
             Cadence::Cron(cron) => write!(f, "cron {:?} in {}", cron.expression(), cron.zone())?,
         }
         if let Some(start) = self.start {
-            write!(f, ", starting {start:?}")?;
+            write!(f, ", starting {}", Rfc3339(start))?;
         }
         if let Some(end) = self.until {
-            write!(f, ", until {end:?}")?;
+            write!(f, ", until {}", Rfc3339(end))?;
         }
         if let Some(limit) = self.limit {
             write!(f, ", limit {limit}")?;

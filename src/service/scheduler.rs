@@ -433,11 +433,12 @@ impl Scheduler {
         }
         let anchor = Anchor::new(now, SystemTime::now());
         let wall = anchor.wall(now).expect("the anchor's own instant has its wall-clock time");
-        let first = recurrence.first_due(wall).ok_or_else(|| {
-            Error::invalid(format!("{recurrence} has no run after {wall:?}, the time it was scheduled"))
-        })?;
+        let first = recurrence.first_due(wall).ok_or_else(|| recurrence.no_run_after(wall))?;
         let due = anchor.instant(first).ok_or_else(|| {
-            Error::invalid(format!("{recurrence} first runs at {first:?}, which Tokio's clock cannot represent"))
+            Error::invalid(format!(
+                "{recurrence} first runs at {}, which Tokio's clock cannot represent",
+                crate::error::Rfc3339(first)
+            ))
         })?;
         let calendar = Some(Box::new(Calendar { recurrence, anchor }));
         let repeat = Repeating { period: period.unwrap_or_default(), missed, due, runs_left, job, calendar };
