@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use redis_server::RedisServer;
-use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, MissedRuns, Recurrence, Task, Worker};
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Json, MissedRuns, Recurrence, Task, Worker};
 
 /// A typed payload: what an audit of an order found.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -184,7 +184,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sweep = Recurrence::every(Duration::from_secs(1)).limit(5).missed(MissedRuns::Burst);
     timers.upsert_recurring("sweep", sweep, "sweep").await?;
     let audit = Audit { order: 42, finding: "shipped late, refund the postage".into() };
-    timers.schedule_json("audit:42", Duration::from_secs(2), &audit).await?;
+    timers.schedule("audit:42", Duration::from_secs(2), Json(&audit)).await?;
     if let Some(task) = timers.get("audit:42").await? {
         println!(
             "audit:42 is {:?}, due in {:?}, {} deliveries so far, payload {}",

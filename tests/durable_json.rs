@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use support::redis_server::RedisServer;
-use tokio_timewheel::durable::{DurableBuilder, Error, Task};
+use tokio_timewheel::durable::{DurableBuilder, Error, Json, Task};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Review {
@@ -27,7 +27,7 @@ fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
     support::durable::builder(&server.url(), name).lease(Duration::from_secs(5))
 }
 
-/// A struct scheduled with `schedule_json` reaches the handler as the same struct.
+/// A struct scheduled as `Json(&value)` reaches the handler as the same struct.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_struct_round_trips_through_redis() {
     let Some(server) = RedisServer::start() else { return };
@@ -38,11 +38,11 @@ async fn a_struct_round_trips_through_redis() {
         items: vec!["book".into(), "lamp".into()],
         note: None,
     };
-    timers.schedule_json("order-42:review", Duration::from_millis(50), &sent).await.expect("schedule_json");
+    timers.schedule("order-42:review", Duration::from_millis(50), Json(&sent)).await.expect("schedule");
     assert_eq!(
-        timers.schedule_json("order-42:review", Duration::ZERO, &sent).await,
+        timers.schedule("order-42:review", Duration::ZERO, Json(&sent)).await,
         Err(Error::DuplicateKey("order-42:review".into())),
-        "schedule_json answers as schedule does"
+        "a JSON payload answers as any payload does"
     );
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let worker = timers.run(move |task: Task| {
@@ -62,7 +62,7 @@ async fn a_struct_round_trips_through_redis() {
     // A value serde_json cannot write (a map whose keys are not strings) is refused before
     // anything reaches Redis.
     let unwritable: BTreeMap<Vec<u8>, u8> = [(vec![1u8], 1u8)].into();
-    let refused = timers.schedule_json("bad", Duration::ZERO, &unwritable).await;
+    let refused = timers.schedule("bad", Duration::ZERO, Json(&unwritable)).await;
     let Err(Error::Payload(why)) = &refused else { panic!("{refused:?}") };
     assert!(why.contains("\"bad\"") && why.contains("JSON"), "{why}");
     assert!(!timers.contains("bad").await.unwrap());
@@ -76,7 +76,7 @@ async fn a_payload_of_another_shape_is_a_payload_error() {
     let Some(server) = RedisServer::start() else { return };
     let timers = builder(&server, "json-bad").max_attempts(1).connect().await.expect("connect");
     timers.schedule("raw", Duration::ZERO, b"not json at all".to_vec()).await.unwrap();
-    timers.schedule_json("other", Duration::ZERO, &[1, 2, 3]).await.unwrap();
+    timers.schedule("other", Duration::ZERO, Json(&[1, 2, 3])).await.unwrap();
     let worker = timers.run(|task: Task| async move { task.json::<Review>().map(drop) });
     let mut dead = Vec::new();
     for _ in 0..300 {
@@ -97,5 +97,5 @@ async fn a_payload_of_another_shape_is_a_payload_error() {
     let other = dead.iter().find(|d| d.key() == "other").unwrap();
     assert_eq!(other.json::<Vec<u32>>(), Ok(vec![1, 2, 3]), "a dead letter's payload reads as its own type");
     let shown = dead[0].json::<Review>().unwrap_err().to_string();
-    assert!(shown.contains("schedule_json"), "the error says what to do: {shown}");
+    assert!(shown.contains("Json("), "the error says what to do: {shown}");
 }

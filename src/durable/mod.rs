@@ -103,8 +103,10 @@
 //! again on the next tick.
 //!
 //! # Typed payloads
-//! Payloads are bytes. With the `serde` feature, [`DurableScheduler::schedule_json`] writes any
-//! `Serialize` value as JSON and [`Task::json`] (or [`DeadTask::json`]) reads it back; a payload
+//! Payloads are bytes ([`IntoPayload`]). With the `serde` feature, a payload [`Json`]`(&value)`
+//! is any `Serialize` value written as JSON, wherever a payload goes (`schedule`, `schedule_at`,
+//! `schedule_many`, `schedule_or_reset`, `schedule_recurring`, `upsert_recurring`, ...), and
+//! [`Task::json`] (or [`DeadTask::json`]) reads it back; a payload
 //! that is not the JSON of the type asked for is [`Error::Payload`],
 //! which a handler can return with `?` to fail the delivery.
 //!
@@ -112,14 +114,14 @@
 //! # #[cfg(feature = "serde")]
 //! # async fn run(timers: tokio_timewheel::durable::DurableScheduler) -> Result<(), tokio_timewheel::durable::Error> {
 //! use std::time::Duration;
-//! use tokio_timewheel::durable::{Error, Task};
+//! use tokio_timewheel::durable::{Error, Json, Task};
 //!
 //! #[derive(serde::Serialize, serde::Deserialize)]
 //! struct Review {
 //!     order: u64,
 //! }
 //!
-//! timers.schedule_json("order-42:review", Duration::from_secs(48 * 3600), &Review { order: 42 }).await?;
+//! timers.schedule("order-42:review", Duration::from_secs(48 * 3600), Json(&Review { order: 42 })).await?;
 //! let worker = timers.run(|task: Task| async move {
 //!     let review: Review = task.json()?;
 //!     println!("review order {}", review.order);
@@ -293,6 +295,7 @@ mod list;
 mod metrics;
 mod open;
 mod options;
+mod payload;
 mod recurring;
 mod routes;
 mod scheduler;
@@ -320,6 +323,9 @@ pub use config::{
 };
 pub use keys::WheelKeys;
 pub use options::TaskOptions;
+#[cfg(feature = "serde")]
+pub use payload::Json;
+pub use payload::IntoPayload;
 pub use routes::Routes;
 pub use scheduler::DurableScheduler;
 pub use series::MAX_BURST;

@@ -14,7 +14,7 @@ use crate::Error;
 ///
 /// Tasks get them from the handle that schedules them:
 /// [`DurableScheduler::with_options`](super::DurableScheduler::with_options) checks them once and
-/// gives a handle whose every call that makes a task (`schedule` and its `_at`, `_json` and
+/// gives a handle whose every call that makes a task (`schedule` and its `_at` and
 /// `_many` forms, `schedule_or_reset`, the recurring ones) gives it these settings. The task keeps
 /// them in its record in Redis, so whichever node records its failure or finds its lease run out
 /// uses them; a task without them costs nothing extra and follows the settings of that node.

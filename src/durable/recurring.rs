@@ -6,6 +6,7 @@ use super::scheduler::DurableScheduler;
 use super::scripts::{self, Upserted};
 use super::series::{self, Stored};
 use super::time::When;
+use super::IntoPayload;
 use crate::{Error, Recurrence};
 
 impl DurableScheduler {
@@ -66,10 +67,10 @@ impl DurableScheduler {
         &self,
         key: impl AsRef<str>,
         recurrence: impl Into<Recurrence>,
-        payload: impl Into<Vec<u8>>,
+        payload: impl IntoPayload,
     ) -> Result<(), Error> {
-        let (key, payload) = (key.as_ref(), payload.into());
-        self.check(key, &payload)?;
+        let key = key.as_ref();
+        let payload = self.checked(key, payload)?;
         let series = series::store(&recurrence.into(), self.wheel.clock.now_ms())?;
         let task = self.new_task(key, When::At(series.first_due_ms), payload);
         self.schedule_series(task, &series).await
@@ -127,59 +128,15 @@ impl DurableScheduler {
         &self,
         key: impl AsRef<str>,
         recurrence: impl Into<Recurrence>,
-        payload: impl Into<Vec<u8>>,
+        payload: impl IntoPayload,
     ) -> Result<bool, Error> {
-        let (key, payload) = (key.as_ref(), payload.into());
-        self.check(key, &payload)?;
+        let key = key.as_ref();
+        let payload = self.checked(key, payload)?;
         let series: Stored = series::store(&recurrence.into(), self.wheel.clock.now_ms())?;
         let keys = &self.wheel.partition_of(key).keys;
         let task = self.new_task(key, When::At(series.first_due_ms), payload);
         let answer = scripts::upsert(&self.wheel, keys, &self.wheel.ids.next(), &task, &series).await?;
         self.wheel.conn.replicate(&keys.meta()).await?;
         Ok(answer == Upserted::Created)
-    }
-
-    /// [`schedule_recurring`](Self::schedule_recurring) with the payload `value` as JSON, as
-    /// [`schedule_json`](Self::schedule_json) writes it.
-    ///
-    /// # Errors
-    /// [`Error::Payload`] if `value` cannot be written as JSON; otherwise as
-    /// [`schedule_recurring`](Self::schedule_recurring).
-    ///
-    /// # Cancel safety
-    /// As [`schedule_recurring`](Self::schedule_recurring).
-    #[cfg(feature = "serde")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-    pub async fn schedule_recurring_json<T: serde::Serialize + ?Sized>(
-        &self,
-        key: impl AsRef<str>,
-        recurrence: impl Into<Recurrence>,
-        value: &T,
-    ) -> Result<(), Error> {
-        let key = key.as_ref();
-        let payload = super::task::to_json(key, value)?;
-        self.schedule_recurring(key, recurrence, payload).await
-    }
-
-    /// [`upsert_recurring`](Self::upsert_recurring) with the payload `value` as JSON, as
-    /// [`schedule_json`](Self::schedule_json) writes it.
-    ///
-    /// # Errors
-    /// [`Error::Payload`] if `value` cannot be written as JSON; otherwise as
-    /// [`upsert_recurring`](Self::upsert_recurring).
-    ///
-    /// # Cancel safety
-    /// As [`upsert_recurring`](Self::upsert_recurring).
-    #[cfg(feature = "serde")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-    pub async fn upsert_recurring_json<T: serde::Serialize + ?Sized>(
-        &self,
-        key: impl AsRef<str>,
-        recurrence: impl Into<Recurrence>,
-        value: &T,
-    ) -> Result<bool, Error> {
-        let key = key.as_ref();
-        let payload = super::task::to_json(key, value)?;
-        self.upsert_recurring(key, recurrence, payload).await
     }
 }

@@ -10,7 +10,7 @@ use super::coalesce::{self, Calls};
 use super::scripts::{self, NewTask, Scheduled};
 use super::series::Stored;
 use super::time::When;
-use super::{Task, TaskOptions, Worker};
+use super::{IntoPayload, Task, TaskOptions, Worker};
 use crate::origin::Origin;
 use crate::Error;
 
@@ -82,7 +82,7 @@ impl DurableScheduler {
 
     /// A handle whose every task gets the retry settings `options` in place of the node's: each
     /// call of it that makes a task ([`schedule`](Self::schedule), [`schedule_at`](Self::schedule_at),
-    /// [`schedule_json`](Self::schedule_json), [`schedule_many`](Self::schedule_many),
+    /// [`schedule_many`](Self::schedule_many),
     /// [`schedule_or_reset`](Self::schedule_or_reset) when it schedules, and the recurring calls:
     /// [`schedule_repeating`](Self::schedule_repeating), [`schedule_recurring`](Self::schedule_recurring),
     /// [`upsert_recurring`](Self::upsert_recurring) and their forms) writes them into the task's
@@ -156,9 +156,10 @@ impl DurableScheduler {
         &self,
         key: impl AsRef<str>,
         delay: Duration,
-        payload: impl Into<Vec<u8>>,
+        payload: impl IntoPayload,
     ) -> Result<(), Error> {
-        self.schedule_one(key.as_ref(), When::delay(delay)?, payload.into(), None).await
+        let key = key.as_ref();
+        self.schedule_one(key, When::delay(delay)?, self.checked(key, payload)?, None).await
     }
 
     /// [`schedule`](Self::schedule) with a request id of the caller's choosing, for tests of
@@ -168,65 +169,13 @@ impl DurableScheduler {
         &self,
         key: impl AsRef<str>,
         delay: Duration,
-        payload: impl Into<Vec<u8>>,
+        payload: impl IntoPayload,
         request_id: &str,
     ) -> Result<(), Error> {
-        self.schedule_one(key.as_ref(), When::delay(delay)?, payload.into(), Some(request_id)).await
-    }
-
-    /// Schedules a task under `key` whose payload is `value` as JSON, due `delay` after the call
-    /// reaches Redis, as [`schedule`](Self::schedule) does; a handler reads it back with
-    /// [`Task::json`].
-    ///
-    /// # Examples
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use tokio_timewheel::durable::DurableScheduler;
-    ///
-    /// #[derive(serde::Serialize, serde::Deserialize)]
-    /// struct Review {
-    ///     order: u64,
-    /// }
-    ///
-    /// # async fn run(timers: DurableScheduler) -> Result<(), tokio_timewheel::Error> {
-    /// timers.schedule_json("order-42:review", Duration::from_secs(48 * 3600), &Review { order: 42 }).await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// - [`Error::Payload`] if `value` cannot be written as JSON (a map whose keys are not
-    ///   strings, say, or a `Serialize` impl that fails);
-    /// - otherwise as [`schedule`](Self::schedule).
-    ///
-    /// # Cancel safety
-    /// As [`schedule`](Self::schedule).
-    #[cfg(feature = "serde")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-    pub async fn schedule_json<T: serde::Serialize + ?Sized>(
-        &self,
-        key: impl AsRef<str>,
-        delay: Duration,
-        value: &T,
-    ) -> Result<(), Error> {
         let key = key.as_ref();
-        let payload = super::task::to_json(key, value)?;
-        self.schedule(key, delay, payload).await
+        self.schedule_one(key, When::delay(delay)?, self.checked(key, payload)?, Some(request_id)).await
     }
 
-    /// Schedules a task under `key`, due at `at` on Redis's clock; a time in the past makes it
-    /// due at once.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # use std::time::{Duration, SystemTime};
-    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
-    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
-    /// let at = SystemTime::now() + Duration::from_secs(3600);
-    /// timers.schedule_at("invoice-7:remind", at, "invoice-7").await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
     /// As [`schedule`](Self::schedule).
     ///
     /// # Cancel safety
@@ -235,9 +184,10 @@ impl DurableScheduler {
         &self,
         key: impl AsRef<str>,
         at: SystemTime,
-        payload: impl Into<Vec<u8>>,
+        payload: impl IntoPayload,
     ) -> Result<(), Error> {
-        self.schedule_one(key.as_ref(), When::at(at)?, payload.into(), None).await
+        let key = key.as_ref();
+        self.schedule_one(key, When::at(at)?, self.checked(key, payload)?, None).await
     }
 
     /// Schedules many tasks in few round trips, each as [`schedule`](Self::schedule) would.
@@ -274,7 +224,7 @@ impl DurableScheduler {
     ) -> Result<Vec<Result<(), Error>>, Error>
     where
         K: AsRef<str>,
-        P: Into<Vec<u8>>,
+        P: IntoPayload,
     {
         // Every item is checked and made a task before the first await, so that the caller's
         // iterator (often a closure over borrowed keys) is not held across one: it would keep
@@ -284,8 +234,9 @@ impl DurableScheduler {
         let checked: Vec<Result<(usize, NewTask), Error>> = items
             .into_iter()
             .map(|(key, delay, payload)| {
-                let (key, payload) = (key.as_ref(), payload.into());
-                self.check(key, &payload).and_then(|()| When::delay(delay)).map(|when| {
+                let key = key.as_ref();
+                let payload = self.checked(key, payload);
+                payload.and_then(|payload| Ok((payload, When::delay(delay)?))).map(|(payload, when)| {
                     (
                         self.wheel.partition_of(key).index,
                         NewTask { key: key.to_string(), when, payload, origin: origin.clone(), options: self.options },
@@ -454,10 +405,10 @@ impl DurableScheduler {
         &self,
         key: impl AsRef<str>,
         delay: Duration,
-        payload: impl Into<Vec<u8>>,
+        payload: impl IntoPayload,
     ) -> Result<bool, Error> {
-        let (key, payload) = (key.as_ref(), payload.into());
-        self.check(key, &payload)?;
+        let key = key.as_ref();
+        let payload = self.checked(key, payload)?;
         let task = self.new_task(key, When::delay(delay)?, payload);
         let keys = &self.wheel.partition_of(key).keys;
         let answer = scripts::schedule(&self.wheel, keys, &self.wheel.ids.next(), &[task], true, None).await?;
@@ -473,10 +424,12 @@ impl DurableScheduler {
 
     /// Schedules a recurring task under `key`: a run every `period` at a fixed rate on Redis's
     /// clock, the first one `period` after this call, `repeat` times or forever, each delivered
-    /// to a worker's handler like any task (its [`Task::due`] is that run's due time). Makes up
-    /// missed runs at once ([`MissedRuns::Burst`](crate::MissedRuns::Burst)), at most
-    /// [`MAX_BURST`](super::MAX_BURST) of them after an outage (the earlier ones are skipped); see
-    /// [`schedule_repeating_with`](Self::schedule_repeating_with) for the other policies.
+    /// to a worker's handler like any task (its [`Task::due`] is that run's due time). After a
+    /// time when nothing ran it (every node down, or Redis away), one run stands for the missed
+    /// ones and the series is back on its schedule
+    /// ([`MissedRuns::Skip`](crate::MissedRuns::Skip), the durable mode's default whatever the
+    /// call); see [`schedule_repeating_with`](Self::schedule_repeating_with) for the other
+    /// policies.
     ///
     /// - **Once per period**: the next run is placed when a run ends (acknowledged, or given up
     ///   after its last attempt), in the same atomic step, so a run is never handed out twice
@@ -490,7 +443,7 @@ impl DurableScheduler {
     ///   that is running is left to its lease (`cancel` answers `false`) and places the next run
     ///   when it ends: cancel again then. `Repeat::Times(n)` ends after `n` runs.
     /// - Runs fall due on the wheel's ticks: a period shorter than the tick runs at most once a
-    ///   tick ([`MissedRuns::Burst`](crate::MissedRuns::Burst) then catches up).
+    ///   tick.
     ///
     /// For a cron expression in a time zone, an end, or a first run at a chosen time, see
     /// [`schedule_recurring`](Self::schedule_recurring).
@@ -516,9 +469,9 @@ impl DurableScheduler {
         key: impl AsRef<str>,
         period: Duration,
         repeat: crate::Repeat,
-        payload: impl Into<Vec<u8>>,
+        payload: impl IntoPayload,
     ) -> Result<(), Error> {
-        self.schedule_repeating_with(key, period, repeat, crate::MissedRuns::Burst, payload).await
+        self.schedule_repeating_with(key, period, repeat, crate::MissedRuns::Skip, payload).await
     }
 
     /// [`schedule_repeating`](Self::schedule_repeating) with a policy for the runs missed while
@@ -538,10 +491,10 @@ impl DurableScheduler {
         period: Duration,
         repeat: crate::Repeat,
         missed: crate::MissedRuns,
-        payload: impl Into<Vec<u8>>,
+        payload: impl IntoPayload,
     ) -> Result<(), Error> {
-        let (key, payload) = (key.as_ref(), payload.into());
-        self.check(key, &payload)?;
+        let key = key.as_ref();
+        let payload = self.checked(key, payload)?;
         let every_ms = super::time::whole_ms(period, "period")?;
         let runs = match repeat {
             crate::Repeat::Times(0) => return Err(Error::invalid("Repeat::Times must be at least 1")),
@@ -551,29 +504,6 @@ impl DurableScheduler {
         let task = self.new_task(key, When::delay(period)?, payload);
         let series = Stored { every_ms, runs, missed, spec: String::new(), first_due_ms: 0 };
         self.schedule_series(task, &series).await
-    }
-
-    /// [`schedule_repeating`](Self::schedule_repeating) with the payload `value` as JSON, as
-    /// [`schedule_json`](Self::schedule_json) writes it.
-    ///
-    /// # Errors
-    /// [`Error::Payload`] if `value` cannot be written as JSON; otherwise as
-    /// [`schedule_repeating`](Self::schedule_repeating).
-    ///
-    /// # Cancel safety
-    /// As [`schedule_repeating`](Self::schedule_repeating).
-    #[cfg(feature = "serde")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-    pub async fn schedule_repeating_json<T: serde::Serialize + ?Sized>(
-        &self,
-        key: impl AsRef<str>,
-        period: Duration,
-        repeat: crate::Repeat,
-        value: &T,
-    ) -> Result<(), Error> {
-        let key = key.as_ref();
-        let payload = super::task::to_json(key, value)?;
-        self.schedule_repeating(key, period, repeat, payload).await
     }
 
     /// Schedules the recurring `task` (its first run at its `when`) as the series `series`, then
@@ -653,9 +583,11 @@ impl DurableScheduler {
         super::leader::tick_once(&self.wheel, &self.wheel.partitions[0], token).await
     }
 
-    /// Checks a key and payload before they go to Redis.
-    pub(super) fn check(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
+    /// The bytes of `payload` for the task `key`, checked before they go to Redis: the key by
+    /// the one rule for keys, the payload's conversion, and its size.
+    pub(super) fn checked(&self, key: &str, payload: impl IntoPayload) -> Result<Vec<u8>, Error> {
         crate::error::check_key(key)?;
+        let payload = payload.into_payload(key)?;
         if payload.len() > self.wheel.cfg.max_payload {
             return Err(Error::invalid(format!(
                 "the payload of {:?} is {} bytes, over the maximum of {}: store large data elsewhere and schedule \
@@ -665,7 +597,7 @@ impl DurableScheduler {
                 self.wheel.cfg.max_payload
             )));
         }
-        Ok(())
+        Ok(payload)
     }
 
     async fn schedule_one(
@@ -675,8 +607,6 @@ impl DurableScheduler {
         payload: Vec<u8>,
         request_id: Option<&str>,
     ) -> Result<(), Error> {
-        // Checked before it is queued: a bad call never reaches its batch.
-        self.check(key, &payload)?;
         let task = self.new_task(key, when, payload);
         let part = self.wheel.partition_of(key).index;
         match request_id {

@@ -35,7 +35,7 @@ pub enum Error {
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     Redis(RedisFailure),
     /// A typed payload could not be written or read as JSON (durable mode's
-    /// `schedule_json` and `Task::json`); the text names the task, the type and what did not fit.
+    /// `Json` payloads and `Task::json`); the text names the task, the type and what did not fit.
     #[cfg(feature = "serde")]
     #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
     Payload(String),
@@ -86,7 +86,7 @@ impl fmt::Display for Error {
             #[cfg(feature = "serde")]
             Error::Payload(why) => write!(
                 f,
-                "{why}: schedule it with schedule_json and read it with json() as the same type, or read the bytes \
+                "{why}: schedule it as Json(value) and read it with json() as the same type, or read the bytes \
                  with payload()"
             ),
         }

@@ -25,15 +25,19 @@ pub enum Repeat {
 /// the run before it fires; a run merely late, by less than a period, misses nothing, and the
 /// timer keeps its fixed rate under every policy. Given per timer to
 /// [`Scheduler::schedule_repeating_with`](crate::Scheduler::schedule_repeating_with) or
-/// [`Recurrence::missed`]; [`schedule_repeating`](crate::Scheduler::schedule_repeating) and
-/// [`Recurrence::every`] use [`Burst`](MissedRuns::Burst), a `Recurrence::cron` uses
-/// [`Skip`](MissedRuns::Skip) (see [`Recurrence`]'s missed runs).
+/// [`Recurrence::missed`].
+///
+/// **The default is one per mode, whatever the call and the cadence** (a fixed rate or a cron
+/// expression):
+/// - **in process, [`Burst`](MissedRuns::Burst)**, as tokio's `Interval`: a missed run is a
+///   stall of the runtime, and a game tick or a cooldown makes its runs up;
+/// - **durable, [`Skip`](MissedRuns::Skip)** (`DurableScheduler::schedule_repeating`,
+///   `schedule_recurring`, `upsert_recurring`): missed runs there come from an outage (every node
+///   down, or Redis away), and a nightly report made up ten times in a row would be ten wrong
+///   runs, so one run stands for them and the series goes on at its next time. `Burst`, when
+///   given, makes up at most `durable::MAX_BURST` runs there (the earlier ones are skipped).
 ///
 /// Runs counted by [`Repeat::Times`] are runs made: a run skipped is not counted.
-///
-/// In the durable mode (feature `redis`), `DurableScheduler::schedule_recurring` and
-/// `upsert_recurring` use `Skip` unless the recurrence names a policy, whatever its cadence, and
-/// `Burst` makes up at most `durable::MAX_BURST` runs there (the earlier ones are skipped).
 ///
 /// # Examples
 /// ```

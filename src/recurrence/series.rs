@@ -66,11 +66,9 @@ use crate::Error;
 ///
 /// # Missed runs
 /// [`missed`](Self::missed) says what a series does about runs whose time passed while nothing
-/// could fire them (see [`MissedRuns`]). The default is [`MissedRuns::Burst`] for `every`, as
-/// for tokio's `Interval`, and [`MissedRuns::Skip`] for `cron`: a calendar's run (a nightly
-/// report, a daily reset) made up ten times in a row after an outage would be ten wrong runs,
-/// so one run stands for the missed ones and the series goes on at its next time after that.
-/// For `cron`, [`MissedRuns::Delay`] is `Skip`: a calendar has no period to shift by.
+/// could fire them. Without it, the mode's default applies, whatever the cadence and whatever
+/// the call: see [`MissedRuns`], the one place that states it. For `cron`,
+/// [`MissedRuns::Delay`] is `Skip`: a calendar has no period to shift by.
 ///
 /// # Errors
 /// Built in a chain, a recurrence is checked where it can be: [`cron`](Self::cron) and
@@ -118,7 +116,7 @@ pub struct Recurrence {
     until: Option<SystemTime>,
     /// No run before this; the grid of `every`.
     start: Option<SystemTime>,
-    /// `None` takes the cadence's default (see [`Recurrence::missed_runs`]).
+    /// `None` takes the mode's default (see [`MissedRuns`]).
     missed: Option<MissedRuns>,
 }
 
@@ -287,15 +285,12 @@ impl Recurrence {
         self.start
     }
 
-    /// The policy for missed runs: the one given to [`missed`](Self::missed), else the
-    /// cadence's default ([`MissedRuns::Burst`] for `every`, [`MissedRuns::Skip`] for `cron`).
+    /// The policy for missed runs in process: the one given to [`missed`](Self::missed), else
+    /// [`MissedRuns::Burst`], the in-process default (the durable mode's is
+    /// [`MissedRuns::Skip`]; see [`MissedRuns`]).
     #[must_use]
     pub fn missed_runs(&self) -> MissedRuns {
-        self.missed.unwrap_or(match self.cadence {
-            Cadence::Every(_) => MissedRuns::Burst,
-            #[cfg(feature = "cron")]
-            Cadence::Cron(_) => MissedRuns::Skip,
-        })
+        self.missed.unwrap_or(MissedRuns::Burst)
     }
 
     /// The policy given to [`missed`](Self::missed), if any (the durable mode has a default of

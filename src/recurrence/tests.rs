@@ -276,10 +276,11 @@ mod cron {
     }
 
     #[test]
-    fn a_cron_defaults_to_utc_and_skip() {
+    fn a_cron_defaults_to_utc_and_the_in_process_burst() {
         let r = Recurrence::cron("0 3 * * *").unwrap();
         assert_eq!((r.zone(), r.expression(), r.period()), (Some("UTC"), Some("0 3 * * *"), None));
-        assert_eq!(r.missed_runs(), MissedRuns::Skip);
+        assert_eq!(r.missed_runs(), MissedRuns::Burst);
+        assert_eq!(r.clone().missed(MissedRuns::Skip).missed_runs(), MissedRuns::Skip);
         assert_eq!(r.next_after(utc((2026, 3, 29), 0, 0)), Some(utc((2026, 3, 29), 3, 0)));
         assert_eq!(r.clone().missed(MissedRuns::Burst).missed_runs(), MissedRuns::Burst);
         assert_eq!(r, Recurrence::cron("0 3 * * *").unwrap());
@@ -332,7 +333,9 @@ mod cron {
         let r = cron("0 * * * *", "UTC");
         let due = utc((2026, 5, 1), 10, 0);
         let now = utc((2026, 5, 1), 13, 20);
-        assert_eq!(r.next_due(due, now), Some(utc((2026, 5, 1), 14, 0)), "Skip: the next hour after now");
+        let skip = r.clone().missed(MissedRuns::Skip);
+        assert_eq!(skip.next_due(due, now), Some(utc((2026, 5, 1), 14, 0)), "Skip: the next hour after now");
+        assert_eq!(r.next_due(due, now), Some(utc((2026, 5, 1), 11, 0)), "in process, Burst by default");
         assert_eq!(r.clone().missed(MissedRuns::Delay).next_due(due, now), Some(utc((2026, 5, 1), 14, 0)));
         assert_eq!(r.clone().missed(MissedRuns::Burst).next_due(due, now), Some(utc((2026, 5, 1), 11, 0)));
         assert_eq!(r.next_due(due, due + SEC), Some(utc((2026, 5, 1), 11, 0)), "on time: the next hour");
