@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::{advance, Instant};
-use tokio_timewheel::{Error, Repeat, Scheduler};
+use tokio_timewheel::{Error, Recurrence, Repeat, Scheduler, MAX_KEY_LEN};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -500,4 +500,95 @@ async fn a_queue_knows_its_next_deadline() {
     assert!(b.cancel());
     assert_eq!(queue.next_deadline(), None);
     assert_eq!(other.next_deadline(), None, "its timer fired at 1 s");
+}
+
+/// One rule for keys in every call that takes one: an empty key, or one of more than
+/// `MAX_KEY_LEN` bytes, is `Error::Invalid` in every call that returns a `Result` (the queue's
+/// calls included, and after a stop too), and reads as a key with nothing under it in every call
+/// that does not; a key of exactly `MAX_KEY_LEN` bytes is a key like any other.
+#[tokio::test(start_paused = true)]
+async fn every_call_that_takes_a_key_applies_one_rule() {
+    let timer = Scheduler::builder().start().unwrap();
+    let (queue, _expired) = timer.queue::<u32>();
+    let job = |_: String| async {};
+    let s = Duration::from_secs(1);
+    let every = || Recurrence::every(s);
+    let longest = "k".repeat(MAX_KEY_LEN);
+    let too_long = "k".repeat(MAX_KEY_LEN + 1);
+    for stopped in [false, true] {
+        if stopped {
+            timer.stop().await;
+        }
+        for key in ["", too_long.as_str()] {
+            let at = Instant::now() + s;
+            let invalid = |r: Result<(), Error>, call: &str| {
+                let len = key.len();
+                assert!(
+                    matches!(r, Err(Error::Invalid(_))),
+                    "{call} with a key of {len} bytes (stopped: {stopped}): {r:?}"
+                );
+            };
+            invalid(timer.schedule(key, s, job).await.map(drop), "schedule");
+            invalid(timer.schedule_at(key, at, job).await.map(drop), "schedule_at");
+            invalid(timer.schedule_repeating(key, s, Repeat::Forever, job).await.map(drop), "schedule_repeating");
+            let skip = tokio_timewheel::MissedRuns::Skip;
+            invalid(timer.schedule_repeating_with(key, s, Repeat::Forever, skip, job).await.map(drop), "…_with");
+            invalid(timer.schedule_recurring(key, every(), job).await.map(drop), "schedule_recurring");
+            invalid(timer.upsert_recurring(key, every(), job).await.map(drop), "upsert_recurring");
+            invalid(timer.sleep_keyed(key, s).await, "sleep_keyed");
+            invalid(timer.schedule_many([(key, s, job)]).await.remove(0), "schedule_many");
+            invalid(timer.schedule_or_reset(key, s, job).await.map(drop), "schedule_or_reset");
+            invalid(timer.schedule_or_reset_handle(key, s, job).await.map(drop), "schedule_or_reset_handle");
+            invalid(timer.reschedule(key, s).await, "reschedule");
+            invalid(timer.reschedule_at(key, at).await, "reschedule_at");
+            invalid(timer.pause(key).await.map(drop), "pause");
+            invalid(timer.resume(key).await.map(drop), "resume");
+            invalid(queue.schedule(key, s, 1).await, "TimerQueue::schedule");
+            invalid(queue.schedule_at(key, at, 1).await, "TimerQueue::schedule_at");
+            invalid(queue.schedule_or_reset(key, s, 1).await.map(drop), "TimerQueue::schedule_or_reset");
+            invalid(queue.schedule_or_reset_handle(key, s, 1).await.map(drop), "TimerQueue::schedule_or_reset_handle");
+            invalid(queue.reschedule(key, s).await, "TimerQueue::reschedule");
+            invalid(queue.reschedule_at(key, at).await, "TimerQueue::reschedule_at");
+            // The calls that answer without a `Result` answer as for a key with nothing under it.
+            assert!(!timer.cancel(key).await);
+            assert!(!timer.cancel_now(key));
+            assert_eq!(timer.cancel_many([key]).await, [false]);
+            assert!(!timer.contains(key));
+            assert_eq!(timer.deadline(key), None);
+            assert!(!queue.cancel(key).await);
+            assert_eq!(queue.remove(key), None);
+            assert!(!queue.contains(key));
+            assert_eq!(queue.deadline(key), None);
+        }
+    }
+    // The longest key works in every call.
+    let timer = Scheduler::builder().start().unwrap();
+    let (queue, _expired) = timer.queue::<u32>();
+    let key = longest.as_str();
+    timer.schedule(key, s, job).await.unwrap();
+    assert!(timer.contains(key));
+    assert_eq!(timer.deadline(key), Some(Instant::now() + s));
+    timer.reschedule(key, 2 * s).await.unwrap();
+    timer.reschedule_at(key, Instant::now() + s).await.unwrap();
+    assert_eq!(timer.pause(key).await, Ok(s));
+    assert_eq!(timer.resume(key).await, Ok(s));
+    assert!(!timer.schedule_or_reset(key, s, job).await.unwrap());
+    assert_eq!(timer.schedule_or_reset_handle(key, s, job).await.unwrap().key(), key);
+    assert!(!timer.upsert_recurring(key, every(), job).await.unwrap(), "replaced");
+    assert!(timer.cancel(key).await);
+    assert_eq!(timer.schedule_many([(key, s, job)]).await, [Ok(())]);
+    assert!(timer.cancel_now(key));
+    timer.schedule_repeating(key, s, Repeat::Times(1), job).await.unwrap();
+    assert_eq!(timer.cancel_many([key]).await, [true]);
+    let sleep = timer.sleep_keyed(key, s);
+    assert!(timer.contains(key));
+    assert_eq!(sleep.await, Ok(()));
+    queue.schedule(key, s, 1).await.unwrap();
+    queue.reschedule(key, 2 * s).await.unwrap();
+    queue.reschedule_at(key, Instant::now() + s).await.unwrap();
+    assert!(queue.contains(key) && queue.deadline(key).is_some());
+    assert!(!queue.schedule_or_reset(key, s, 2).await.unwrap());
+    assert_eq!(queue.remove(key), Some(1));
+    queue.schedule_at(key, Instant::now() + s, 3).await.unwrap();
+    assert!(queue.cancel(key).await);
 }

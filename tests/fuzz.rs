@@ -21,7 +21,7 @@ use futures::FutureExt;
 use proptest::prelude::*;
 use tokio::time::Instant;
 use tokio_timewheel::wheel::{EntryId, HierarchicalWheel, RoundsWheel, Wheel, MAX_SLOTS};
-use tokio_timewheel::{Advance, Builder, Error, Repeat, Scheduled, Scheduler, WheelKind, MIN_TICK};
+use tokio_timewheel::{Advance, Builder, Error, Repeat, Scheduled, Scheduler, WheelKind, MAX_KEY_LEN, MIN_TICK};
 
 // ---------------------------------------------------------------------------------------------
 // The guard allocator.
@@ -207,40 +207,24 @@ fn when() -> impl Strategy<Value = When> {
     prop_oneof![duration().prop_map(When::Past), duration().prop_map(When::Future)]
 }
 
-/// What the clock module of the service promises: whether a timer set at `now` for `delay`
-/// has a deadline the service can represent (`origin` is the service's start).
+/// What the service promises of the arguments: every one-shot delay or instant is accepted (a
+/// deadline past the latest one is clamped to it); a key is 1 to `MAX_KEY_LEN` bytes.
 #[derive(Debug, Clone, Copy)]
 struct Model {
-    origin: Instant,
-    tick: u128,
     max_pending: usize,
 }
 
 impl Model {
-    fn since(&self, at: Instant) -> u128 {
-        at.saturating_duration_since(self.origin).as_nanos()
+    /// Whether a repeating timer set at `now` with `period` has a first run: its instant must
+    /// exist.
+    fn first_run_ok(&self, now: Instant, period: Duration) -> bool {
+        now.checked_add(period).is_some()
     }
+}
 
-    /// The deadline tick of instant-nanos `due` fits in a `u64`.
-    fn fits(&self, due: u128) -> bool {
-        due <= u128::from(u64::MAX) || due.div_ceil(self.tick) <= u128::from(u64::MAX)
-    }
-
-    /// Whether `schedule(_, delay)` called at `now` has a representable deadline.
-    fn delay_ok(&self, now: Instant, delay: Duration) -> bool {
-        let due = self.since(now) + delay.as_nanos();
-        // Within 584 years of nanoseconds the service stays in u64 and needs no `Instant`.
-        due <= u128::from(u64::MAX) || (now.checked_add(delay).is_some() && self.fits(due))
-    }
-
-    /// As [`delay_ok`](Self::delay_ok), for the calls that also keep the deadline's `Instant`.
-    fn move_ok(&self, now: Instant, delay: Duration) -> bool {
-        now.checked_add(delay).is_some() && self.delay_ok(now, delay)
-    }
-
-    fn at_ok(&self, at: Instant) -> bool {
-        self.fits(self.since(at))
-    }
+/// A key that every call refuses (or, answering without a `Result`, finds nothing under).
+fn bad(key: &str) -> bool {
+    key.is_empty() || key.len() > MAX_KEY_LEN
 }
 
 #[derive(Debug, Clone)]
@@ -395,9 +379,8 @@ async fn still_works(timer: &Scheduler, keys: &[String], tick: Duration) {
 }
 
 async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_at_end: bool) {
-    let origin = Instant::now();
     let timer = settings.builder().start().expect("valid settings start");
-    let model = Model { origin, tick: settings.tick.as_nanos(), max_pending: settings.max_pending };
+    let model = Model { max_pending: settings.max_pending };
     let (queue, mut expired) = timer.queue::<u32>();
     let key = |k: usize| pool[k % pool.len()].as_str();
     let mut watching: Vec<Scheduled> = Vec::new();
@@ -410,7 +393,7 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
             Op::Schedule(k, delay) => {
                 let (key, was) = (key(k), timer.contains(key(k)));
                 let r = timer.schedule(key, delay, |_| async {}).await;
-                if key.is_empty() || !model.delay_ok(now, delay) {
+                if bad(key) {
                     invalid(&r, &format!("schedule({}, {delay:?})", short(key)));
                 } else {
                     claimed(&r, key, was, len, &model);
@@ -423,7 +406,7 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
             Op::ScheduleAt(k, w) => {
                 let (key, was, at) = (key(k), timer.contains(key(k)), w.at(now));
                 let r = timer.schedule_at(key, at, |_| async {}).await;
-                if key.is_empty() || !model.at_ok(at) {
+                if bad(key) {
                     invalid(&r, &format!("schedule_at({}, {w:?})", short(key)));
                 } else {
                     claimed(&r, key, was, len, &model);
@@ -435,7 +418,7 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
                 let r = timer.schedule_repeating(key, period, repeat, |_| async {}).await;
                 // Periods under 1 ms are refused: the service could never make up their runs.
                 let too_short = period < Duration::from_millis(1);
-                if key.is_empty() || too_short || times == Some(0) || !model.move_ok(now, period) {
+                if bad(key) || too_short || times == Some(0) || !model.first_run_ok(now, period) {
                     invalid(&r, &format!("schedule_repeating({}, {period:?}, {repeat:?})", short(key)));
                 } else {
                     claimed(&r, key, was, len, &model);
@@ -444,7 +427,7 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
             Op::SleepKeyed(k, delay) => {
                 let (key, was) = (key(k), timer.contains(key(k)));
                 let polled = timer.sleep_keyed(key, delay).now_or_never();
-                if key.is_empty() || !model.delay_ok(now, delay) {
+                if bad(key) {
                     invalid(&polled.expect("a refused sleep is ready at once"), "sleep_keyed");
                 } else if let Some(r) = polled {
                     // Ready on its first poll: only a refusal (a sleep is due a tick on at least).
@@ -465,7 +448,7 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
                 let rs = timer.schedule_many(items.iter().map(|(k, d)| (k.as_str(), *d, |_: String| async {}))).await;
                 assert_eq!(rs.len(), items.len(), "one result per item");
                 for (i, ((key, delay), r)) in items.iter().zip(&rs).enumerate() {
-                    if key.is_empty() || !model.delay_ok(now, *delay) {
+                    if bad(key) {
                         invalid(r, &format!("schedule_many item {i}: ({}, {delay:?})", short(key)));
                     } else {
                         // A duplicate may be an earlier item of the same batch.
@@ -479,14 +462,14 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
                 let rs = timer.cancel_many(&ks).await;
                 assert_eq!(rs.len(), ks.len());
                 for (k, cancelled) in ks.iter().zip(rs) {
-                    assert!(!cancelled || !k.is_empty(), "cancelled an empty key");
+                    assert!(!cancelled || !bad(k), "cancelled under a key no timer can have");
                     assert!(!timer.contains(k), "{} still pending after cancel_many", short(k));
                 }
             }
             Op::ScheduleOrReset(k, delay) => {
                 let key = key(k);
                 let r = timer.schedule_or_reset(key, delay, |_| async {}).await;
-                if key.is_empty() || !model.move_ok(now, delay) {
+                if bad(key) {
                     invalid(&r, &format!("schedule_or_reset({}, {delay:?})", short(key)));
                 } else {
                     claimed(&r, key, false, len, &model);
@@ -495,7 +478,7 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
             Op::Cancel(k) => {
                 let key = key(k);
                 let cancelled = timer.cancel(key).await;
-                assert!(!cancelled || !key.is_empty());
+                assert!(!cancelled || !bad(key));
                 assert!(!timer.contains(key));
             }
             Op::CancelNow(k) => {
@@ -507,9 +490,9 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
                 let (key, was) = (key(k), timer.contains(key(k)));
                 let r = timer.reschedule(key, delay).await;
                 match &r {
-                    Ok(()) => assert!(model.move_ok(now, delay) && was, "moved {}", short(key)),
-                    Err(Error::NotFound) => assert!(model.move_ok(now, delay) || !was),
-                    Err(Error::Invalid(_)) => assert!(!model.move_ok(now, delay), "reschedule({delay:?}) refused"),
+                    Ok(()) => assert!(was, "moved {}", short(key)),
+                    Err(Error::NotFound) => assert!(!was && !bad(key), "reschedule({}) not found", short(key)),
+                    Err(Error::Invalid(_)) => assert!(bad(key), "reschedule({}, {delay:?}) refused", short(key)),
                     Err(e) => panic!("reschedule gave {e:?}"),
                 }
             }
@@ -517,9 +500,9 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
                 let (key, was, at) = (key(k), timer.contains(key(k)), w.at(now));
                 let r = timer.reschedule_at(key, at).await;
                 match &r {
-                    Ok(()) => assert!(model.at_ok(at) && was),
-                    Err(Error::NotFound) => assert!(model.at_ok(at) || !was),
-                    Err(Error::Invalid(_)) => assert!(!model.at_ok(at), "reschedule_at({w:?}) refused"),
+                    Ok(()) => assert!(was, "moved {}", short(key)),
+                    Err(Error::NotFound) => assert!(!was && !bad(key), "reschedule_at({}) not found", short(key)),
+                    Err(Error::Invalid(_)) => assert!(bad(key), "reschedule_at({}, {w:?}) refused", short(key)),
                     Err(e) => panic!("reschedule_at gave {e:?}"),
                 }
             }
@@ -527,13 +510,14 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
                 let key = key(k);
                 let pending = timer.contains(key);
                 let deadline = timer.deadline(key);
-                assert!(pending || deadline.is_none(), "a deadline for a key that is not pending");
+                // No case pauses a timer, so every pending one has a deadline, however far.
+                assert_eq!(pending, deadline.is_some(), "{}: pending {pending}, deadline {deadline:?}", short(key));
                 let _ = (timer.is_empty(), timer.stats(), timer.lateness(), format!("{timer:?}"));
             }
             Op::Guard(k, delay, disarm) => {
                 let (key, was) = (key(k), timer.contains(key(k)));
                 let r = timer.schedule(key, delay, |_| async {}).await;
-                if key.is_empty() || !model.delay_ok(now, delay) {
+                if bad(key) {
                     invalid(&r, "schedule for a guard");
                     continue;
                 }
@@ -553,7 +537,7 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
                 // A queue's keys are its own: a duplicate is a pending timer of the queue.
                 let (key, was) = (key(k), queue.contains(key(k)));
                 let r = queue.schedule(key, delay, 7).await;
-                if key.is_empty() || !model.delay_ok(now, delay) {
+                if bad(key) {
                     invalid(&r, "TimerQueue::schedule");
                 } else {
                     claimed(&r, key, was, len, &model);
@@ -562,7 +546,7 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
             Op::QueueScheduleAt(k, w) => {
                 let (key, was, at) = (key(k), queue.contains(key(k)), w.at(now));
                 let r = queue.schedule_at(key, at, 8).await;
-                if key.is_empty() || !model.at_ok(at) {
+                if bad(key) {
                     invalid(&r, "TimerQueue::schedule_at");
                 } else {
                     claimed(&r, key, was, len, &model);
@@ -571,7 +555,7 @@ async fn service_case(settings: Settings, pool: Vec<String>, ops: Vec<Op>, stop_
             Op::QueueScheduleOrReset(k, delay) => {
                 let key = key(k);
                 let r = queue.schedule_or_reset(key, delay, 9).await;
-                if key.is_empty() || !model.move_ok(now, delay) {
+                if bad(key) {
                     invalid(&r, "TimerQueue::schedule_or_reset");
                 } else {
                     claimed(&r, key, false, len, &model);
@@ -719,8 +703,8 @@ fn builder_defaults_and_outside_a_runtime() {
     runtime.block_on(async { invalid(&Scheduler::builder().start(), "start without a time driver") });
 }
 
-/// `MAX_SLOTS` works for both wheels, with a timer near the far end of `u64` ticks (a second
-/// short of it, so that the moment between `start` and `schedule` cannot push it past).
+/// `MAX_SLOTS` works for both wheels, with a timer near the far end of `u64` ticks (clamped to
+/// the latest deadline).
 #[test]
 fn max_slots_work_for_both_wheels() {
     let _one = memory_heavy();

@@ -260,7 +260,6 @@ async fn a_paused_timer_keeps_its_time_left_and_counts_it_again_when_resumed() {
             let buff = timer.schedule("buff", 10 * SEC, log.job("buff")).await.unwrap();
             tokio::time::sleep(4 * SEC).await;
             assert_eq!(timer.pause("buff").await, Ok(6 * SEC));
-            assert_eq!(timer.pause("buff").await, Ok(6 * SEC), "paused already: nothing changes");
             assert_eq!(timer.deadline("buff"), None);
             assert!(timer.contains("buff"));
             tokio::time::sleep(100 * SEC).await;
@@ -275,6 +274,55 @@ async fn a_paused_timer_keeps_its_time_left_and_counts_it_again_when_resumed() {
             timer.stop().await;
         }
     }
+}
+
+/// Two overlapping stuns: each `pause` counts, each `resume` undoes one, and the timer runs
+/// again, with the time it had left, only once both are over. Every wheel and advance mode.
+#[tokio::test(start_paused = true)]
+async fn pauses_stack_and_the_timer_runs_again_only_when_every_one_is_resumed() {
+    for wheel in [WheelKind::Hierarchical, WheelKind::Rounds] {
+        for advance in [Advance::NextDeadline, Advance::Interval] {
+            let timer = Scheduler::builder().tick(10 * MS).slots(64).wheel(wheel).advance(advance).start().unwrap();
+            let log = Log::default();
+            let start = Instant::now();
+            let buff = timer.schedule("buff", 10 * SEC, log.job("buff")).await.unwrap();
+            tokio::time::sleep(4 * SEC).await;
+            assert_eq!(timer.pause("buff").await, Ok(6 * SEC), "the first stun");
+            tokio::time::sleep(SEC).await;
+            assert_eq!(timer.pause("buff").await, Ok(6 * SEC), "the second stun: the time left is still 6 s");
+            tokio::time::sleep(SEC).await;
+            assert_eq!(timer.resume("buff").await, Ok(6 * SEC), "the first stun ends: one is left");
+            assert_eq!(timer.deadline("buff"), None, "still paused ({wheel:?}, {advance:?})");
+            tokio::time::sleep(100 * SEC).await;
+            assert_eq!(log.runs(), [], "still paused: it does not fire ({wheel:?}, {advance:?})");
+            assert!(timer.contains("buff"));
+            assert_eq!(timer.resume("buff").await, Ok(6 * SEC), "the second stun ends");
+            let resumed = Instant::now();
+            assert_eq!(timer.deadline("buff"), Some(resumed + 6 * SEC));
+            assert_eq!(timer.resume("buff").await, Ok(6 * SEC), "running already: nothing changes");
+            assert_eq!(buff.await, Ok(()));
+            assert_eq!(log.offsets("buff", start), [resumed + 6 * SEC - start], "{wheel:?}, {advance:?}");
+            timer.stop().await;
+        }
+    }
+}
+
+/// A move clears every pause, however many: the timer runs at its new deadline, and a later
+/// `resume` finds it running.
+#[tokio::test(start_paused = true)]
+async fn a_move_clears_every_pause() {
+    let timer = Scheduler::builder().start().unwrap();
+    let log = Log::default();
+    let start = Instant::now();
+    timer.schedule("buff", 10 * SEC, log.job("buff")).await.unwrap();
+    for _ in 0..3 {
+        timer.pause("buff").await.unwrap();
+    }
+    timer.reschedule("buff", 2 * SEC).await.unwrap();
+    assert_eq!(timer.deadline("buff"), Some(start + 2 * SEC));
+    assert_eq!(timer.resume("buff").await, Ok(2 * SEC), "not paused any more");
+    tokio::time::sleep(3 * SEC).await;
+    assert_eq!(log.offsets("buff", start), [2 * SEC]);
 }
 
 #[tokio::test(start_paused = true)]

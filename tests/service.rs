@@ -90,6 +90,94 @@ async fn far_deadlines_fire_on_time() {
     }
 }
 
+/// The farthest instant after `now` that an `Instant` reaches (to within a factor of two).
+fn farthest_instant(now: Instant) -> Instant {
+    let mut d = Duration::from_secs(u64::MAX);
+    loop {
+        if let Some(at) = now.checked_add(d) {
+            return at;
+        }
+        d /= 2;
+    }
+}
+
+/// Every accepted timer has a deadline, however far: a delay or an instant past the latest
+/// deadline tick (`Duration::MAX` included, which `tokio::time::sleep` takes too) is clamped to
+/// that tick, never read as a paused timer's. Every call that sets a deadline, on both wheels;
+/// a far delay short of the limit keeps its exact deadline.
+#[tokio::test(start_paused = true)]
+async fn a_far_deadline_is_clamped_and_always_has_a_deadline() {
+    let year = Duration::from_secs(365 * 86_400);
+    let far_delays = [Duration::from_secs(1 << 54), Duration::from_millis(u64::MAX - 1_000), Duration::MAX];
+    for (wheel, advance) in COMBOS {
+        let timer = start(wheel, advance, MIN_TICK);
+        let (queue, _expired) = timer.queue::<usize>();
+        let log = Log::default();
+        let now = Instant::now();
+        let far_at = farthest_instant(now);
+        let mut latest = None;
+        let mut clamped = |at: Option<Instant>, what: &str| {
+            let at = at.unwrap_or_else(|| panic!("{wheel:?}/{advance:?}: {what} has no deadline"));
+            assert!(at > now + 8_000 * year, "{wheel:?}/{advance:?}: {what} is due in {:?}", at - now);
+            assert_eq!(
+                *latest.get_or_insert(at),
+                at,
+                "{wheel:?}/{advance:?}: {what} is clamped to the latest deadline"
+            );
+        };
+        let mut sleeps = Vec::new();
+        for (i, &delay) in far_delays.iter().enumerate() {
+            let key = |call: &str| format!("{call}-{i}");
+            timer.schedule(key("schedule"), delay, log.job()).await.unwrap();
+            clamped(timer.deadline(&key("schedule")), &key("schedule"));
+            sleeps.push(Box::pin(timer.sleep_keyed(key("sleep"), delay)));
+            clamped(timer.deadline(&key("sleep")), &key("sleep"));
+            assert!(timer.schedule_or_reset(key("reset"), delay, log.job()).await.unwrap());
+            clamped(timer.deadline(&key("reset")), &key("reset"));
+            assert_eq!(timer.schedule_many([(key("many"), delay, log.job())]).await, [Ok(())]);
+            clamped(timer.deadline(&key("many")), &key("many"));
+            timer.schedule(key("moved"), Duration::from_secs(1), log.job()).await.unwrap();
+            timer.reschedule(&key("moved"), delay).await.unwrap();
+            clamped(timer.deadline(&key("moved")), &key("moved"));
+            let handle =
+                timer.schedule_or_reset_handle(key("handle"), Duration::from_secs(1), log.job()).await.unwrap();
+            handle.reschedule(delay).unwrap();
+            clamped(handle.deadline(), &key("handle"));
+            queue.schedule(key("queue"), delay, i).await.unwrap();
+            clamped(queue.deadline(&key("queue")), &key("queue"));
+            queue.schedule(key("queue-moved"), Duration::from_secs(1), i).await.unwrap();
+            queue.reschedule(&key("queue-moved"), delay).await.unwrap();
+            clamped(queue.deadline(&key("queue-moved")), &key("queue-moved"));
+        }
+        timer.schedule_at("at", far_at, log.job()).await.unwrap();
+        clamped(timer.deadline("at"), "schedule_at");
+        timer.schedule("moved-at", Duration::from_secs(1), log.job()).await.unwrap();
+        timer.reschedule_at("moved-at", far_at).await.unwrap();
+        clamped(timer.deadline("moved-at"), "reschedule_at");
+        queue.schedule_at("queue-at", far_at, 9).await.unwrap();
+        clamped(queue.deadline("queue-at"), "TimerQueue::schedule_at");
+        queue.schedule("queue-moved-at", Duration::from_secs(1), 9).await.unwrap();
+        queue.reschedule_at("queue-moved-at", far_at).await.unwrap();
+        clamped(queue.deadline("queue-moved-at"), "TimerQueue::reschedule_at");
+        // A far timer paused and resumed is due where the time it had left puts it.
+        let left = timer.pause("at").await.unwrap();
+        assert!(left > 8_000 * year);
+        assert_eq!(timer.deadline("at"), None, "paused");
+        assert_eq!(timer.resume("at").await, Ok(left));
+        assert!(timer.deadline("at").is_some_and(|at| at > now + 8_000 * year));
+        // A repeating timer with a far period reads its first run's exact instant.
+        let period = Duration::from_secs(1 << 54);
+        timer.schedule_repeating("every", period, Repeat::Forever, log.job()).await.unwrap();
+        assert_eq!(timer.deadline("every"), Some(now + period));
+        // Short of the limit, a far deadline is exact.
+        timer.schedule("millennium", 1_000 * year, log.job()).await.unwrap();
+        assert_eq!(timer.deadline("millennium"), Some(now + 1_000 * year));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(log.runs(), [], "{wheel:?}/{advance:?}: nothing far fired");
+        timer.stop().await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn schedule_at_in_the_past_fires_on_the_next_tick() {
     for (wheel, advance) in COMBOS {
@@ -132,7 +220,7 @@ async fn a_duplicate_key_is_refused_and_the_first_timer_kept() {
         let first = timer.schedule("buff:haste", Duration::from_millis(30), log.job()).await.unwrap();
         let err = timer.schedule(String::from("buff:haste"), Duration::from_millis(5), log.job()).await.unwrap_err();
         assert_eq!(err, Error::DuplicateKey("buff:haste".into()));
-        assert!(err.to_string().contains("already pending"), "the message says what happened: {err}");
+        assert!(err.to_string().contains("taken by a pending timer"), "the message says what happened: {err}");
         let at = Instant::now();
         assert_eq!(first.await, Ok(()));
         assert_eq!(log.runs().len(), 1);
@@ -299,13 +387,12 @@ async fn bad_input_is_an_error_never_a_panic() {
     let timer = start(WheelKind::Hierarchical, Advance::NextDeadline, Duration::from_millis(1));
     let job = |_key: String| async {};
     assert!(invalid(timer.schedule("", Duration::from_secs(1), job).await.map(drop)));
-    assert!(invalid(timer.schedule("k", Duration::MAX, job).await.map(drop)));
     assert!(invalid(timer.schedule_repeating("k", Duration::ZERO, Repeat::Forever, job).await.map(drop)));
     assert!(invalid(timer.schedule_repeating("k", Duration::from_secs(1), Repeat::Times(0), job).await.map(drop)));
+    // A first run past what `Instant` can represent (a one-shot delay that far is clamped).
     assert!(invalid(timer.schedule_repeating("k", Duration::MAX, Repeat::Times(1), job).await.map(drop)));
-    assert!(invalid(timer.sleep_keyed("k", Duration::MAX).await));
-    assert!(invalid(timer.reschedule("k", Duration::MAX).await));
     assert!(timer.is_empty(), "nothing was accepted");
+    assert_eq!(timer.reschedule("k", Duration::MAX).await, Err(Error::NotFound));
 
     assert!(invalid(Scheduler::builder().tick(Duration::ZERO).start().map(drop)));
     assert!(invalid(Scheduler::builder().slots(0).start().map(drop)));

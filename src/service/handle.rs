@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::clock::Clock;
 use super::key::Key;
 use super::shards::{Shared, Ticket};
 use crate::Error;
@@ -68,18 +67,19 @@ impl TimerHandle {
     }
 
     /// Moves the timer to `delay` after this call; a repeating timer continues at its period
-    /// from there. As [`Scheduler::reschedule`](crate::Scheduler::reschedule), by handle.
+    /// from there. As [`Scheduler::reschedule`](crate::Scheduler::reschedule), by handle: a
+    /// [paused](crate::Scheduler::pause) timer is resumed there, every pause cleared, and a
+    /// deadline too far for the wheel is clamped.
     ///
     /// # Errors
-    /// [`Error::NotFound`] once the timer has ended, [`Error::Invalid`] for a delay whose
-    /// deadline cannot be represented, [`Error::Stopped`] once the service has stopped.
+    /// [`Error::NotFound`] once the timer has ended, [`Error::Stopped`] once the service has
+    /// stopped.
     ///
     /// # Examples
     /// See [`TimerHandle`].
     pub fn reschedule(&self, delay: Duration) -> Result<(), Error> {
-        let now = Instant::now();
-        let due = self.shared.clock.after_from(now, delay)?;
-        self.move_to(Clock::instant_after(now, delay)?, due.deadline, due.set_at)
+        let (due, at) = self.shared.clock.moved(Instant::now(), delay);
+        self.move_to(at, due.deadline, due.set_at)
     }
 
     /// Moves the timer to the absolute `deadline`; a repeating timer continues at its period
@@ -103,7 +103,7 @@ impl TimerHandle {
     /// # Ok(()) }
     /// ```
     pub fn reschedule_at(&self, deadline: Instant) -> Result<(), Error> {
-        let due = self.shared.clock.at(deadline)?;
+        let due = self.shared.clock.at(deadline);
         self.move_to(deadline, due.deadline, due.set_at)
     }
 

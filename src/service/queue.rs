@@ -12,12 +12,13 @@ use futures_core::Stream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::clock::{Clock, Due};
+use super::clock::Due;
 use super::handle::TimerHandle;
 use super::job::{JobFuture, OnceJob};
 use super::key::{queue_key, Key};
 use super::scheduler::{Prepared, Scheduler};
 use super::timer::Run;
+use crate::error::check_key;
 use crate::Error;
 
 /// Schedules timers that carry a value of type `T` and are delivered, when due, by the
@@ -156,7 +157,7 @@ impl<T: Send + 'static> TimerQueue<T> {
         value: T,
     ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         let prepared =
-            Prepared::stored(key.as_ref(), self.store(), self.scheduler.clock().after(delay), self.deliver(value));
+            Prepared::stored(key.as_ref(), self.store(), Ok(self.scheduler.clock().after(delay)), self.deliver(value));
         self.scheduler.submit_unwatched(prepared)
     }
 
@@ -190,7 +191,7 @@ impl<T: Send + 'static> TimerQueue<T> {
         value: T,
     ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         let prepared =
-            Prepared::stored(key.as_ref(), self.store(), self.scheduler.clock().at(deadline), self.deliver(value));
+            Prepared::stored(key.as_ref(), self.store(), Ok(self.scheduler.clock().at(deadline)), self.deliver(value));
         self.scheduler.submit_unwatched(prepared)
     }
 
@@ -333,9 +334,7 @@ impl<T: Send + 'static> TimerQueue<T> {
         key: &'a str,
         delay: Duration,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
-        let now = Instant::now();
-        let clock = self.scheduler.clock();
-        let moved = clock.after_from(now, delay).and_then(|due| Ok((due, Clock::instant_after(now, delay)?)));
+        let moved = check_key(key).map(|()| self.scheduler.clock().moved(Instant::now(), delay));
         self.move_timer(key, moved)
     }
 
@@ -354,7 +353,7 @@ impl<T: Send + 'static> TimerQueue<T> {
         key: &'a str,
         deadline: Instant,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
-        self.move_timer(key, self.scheduler.clock().at(deadline).map(|due| (due, deadline)))
+        self.move_timer(key, check_key(key).map(|()| (self.scheduler.clock().at(deadline), deadline)))
     }
 
     async fn move_timer(&self, key: &str, moved: Result<(Due, Instant), Error>) -> Result<(), Error> {

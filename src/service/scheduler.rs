@@ -17,6 +17,7 @@ use super::scheduled::{CancelOnDrop, Scheduled};
 use super::shards::{Shared, Ticket};
 use super::stats::Stats;
 use super::timer::{Anchor, Calendar, Repeating, Run, Timer};
+use crate::error::check_key;
 use crate::origin::Origin;
 use crate::recurrence::{MissedRuns, Recurrence, Repeat};
 use crate::{Error, Lateness};
@@ -37,11 +38,17 @@ const MIN_PERIOD: Duration = Duration::from_millis(1);
 ///   for ticks of 1 ms or more (Tokio's timers have 1 ms resolution, so with a shorter tick
 ///   allow 1 ms plus a tick). Deadlines round up to a tick, and are fixed when a method is
 ///   called, as with `tokio::time::sleep`; a zero delay or a deadline in the past fires on the
-///   next tick.
+///   next tick, and one too far for the wheel is clamped (see [`schedule`](Self::schedule)'s
+///   "Far deadlines"), so every pending timer that is not [paused](Self::pause) has a
+///   [`deadline`](Self::deadline).
 /// - **Keys** are unique among pending timers: scheduling a pending key returns
 ///   [`Error::DuplicateKey`] and leaves the pending timer alone
 ///   ([`schedule_or_reset`](Self::schedule_or_reset) moves it instead). Once a timer ends, its
-///   key is free.
+///   key is free. A key is 1 to [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, by one rule in every
+///   call that takes one: an empty or longer key is [`Error::Invalid`] in every call that
+///   returns a `Result` (the [`TimerQueue`](crate::TimerQueue)'s too, and once the service has
+///   stopped), and reads as a key with nothing pending under it in the calls that do not
+///   ([`cancel`](Self::cancel) is `false`, [`deadline`](Self::deadline) is `None`).
 /// - **Exactly once.** Every accepted timer ends exactly once: fired, cancelled or stopped. A
 ///   cancel that returns `true` wins against a firing in progress: the job does not run.
 ///   [`Scheduled`] futures tell which way a timer ended; [`stats`](Self::stats) counts them.
@@ -106,9 +113,18 @@ impl Scheduler {
     /// and `key`, at the `DEBUG` level under the target `tokio_timewheel::job`, so that its logs
     /// say which timer they come from; a span that no subscriber wants costs one level check.
     ///
+    /// # Far deadlines
+    /// Every delay is accepted. A deadline past the service's latest deadline tick, 2^48 ticks
+    /// after it started (some 8,900 years at the default 1 ms tick), or past what `Instant` can
+    /// represent (as with `Duration::MAX`), is clamped to that tick, as `tokio::time::sleep`
+    /// clamps such a deadline to a far-future instant: the timer is pending, its
+    /// [`deadline`](Self::deadline) reads that tick's instant, and it never comes. The same holds
+    /// for every call that sets a deadline, from a delay or an `Instant`.
+    ///
     /// # Errors
     /// - [`Error::DuplicateKey`] if a timer with this key is pending (that timer is untouched);
-    /// - [`Error::Invalid`] for an empty key or a delay whose deadline cannot be represented;
+    /// - [`Error::Invalid`] for a key that is empty or longer than
+    ///   [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes;
     /// - [`Error::Full`] when `max_pending` timers are pending;
     /// - [`Error::Stopped`] once the service has stopped.
     ///
@@ -145,7 +161,11 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.submit(Prepared::new(key.as_ref(), self.clock.after(delay), Run::Once(job::once(job, &Origin::current()))))
+        self.submit(Prepared::new(
+            key.as_ref(),
+            Ok(self.clock.after(delay)),
+            Run::Once(job::once(job, &Origin::current())),
+        ))
     }
 
     /// Like [`schedule`](Self::schedule), with an absolute deadline. A deadline in the past
@@ -167,7 +187,11 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.submit(Prepared::new(key.as_ref(), self.clock.at(deadline), Run::Once(job::once(job, &Origin::current()))))
+        self.submit(Prepared::new(
+            key.as_ref(),
+            Ok(self.clock.at(deadline)),
+            Run::Once(job::once(job, &Origin::current())),
+        ))
     }
 
     /// Runs `job` every `period`, first one period after the call, at a fixed rate: run `n` is
@@ -180,9 +204,10 @@ impl Scheduler {
     /// # Errors
     /// As [`schedule`](Self::schedule), and [`Error::Invalid`] for a period shorter than 1 ms
     /// (the resolution of Tokio's timer; missed runs are made up at once, so a service woken at
-    /// most once a millisecond could never catch up with a period of nanoseconds) or
-    /// `Repeat::Times(0)`. A period shorter than the tick is allowed: its runs come in bursts,
-    /// each tick making up the runs due in it.
+    /// most once a millisecond could never catch up with a period of nanoseconds), a period so
+    /// long that its first run is past what `Instant` can represent (a repeating timer keeps
+    /// the instant of each run), or `Repeat::Times(0)`. A period shorter than the tick is
+    /// allowed: its runs come in bursts, each tick making up the runs due in it.
     ///
     /// # Cancel safety
     /// As [`schedule`](Self::schedule).
@@ -429,7 +454,7 @@ impl Scheduler {
         if let (Some(period), None, None) = (period, recurrence.start(), recurrence.end()) {
             let due = Clock::instant_after(now, period)?;
             let repeat = Repeating { period, missed, due, runs_left, job, calendar: None };
-            return Ok((Run::Repeat(Box::new(repeat)), self.clock.after_from(now, period)?));
+            return Ok((Run::Repeat(Box::new(repeat)), self.clock.after_from(now, period)));
         }
         let anchor = Anchor::new(now, SystemTime::now());
         let wall = anchor.wall(now).expect("the anchor's own instant has its wall-clock time");
@@ -442,7 +467,7 @@ impl Scheduler {
         })?;
         let calendar = Some(Box::new(Calendar { recurrence, anchor }));
         let repeat = Repeating { period: period.unwrap_or_default(), missed, due, runs_left, job, calendar };
-        Ok((Run::Repeat(Box::new(repeat)), self.clock.at(due)?))
+        Ok((Run::Repeat(Box::new(repeat)), self.clock.at(due)))
     }
 
     /// Waits for `delay` under `key`: `Ok(())` once it has elapsed, `Err(Error::Cancelled)` if
@@ -477,14 +502,14 @@ impl Scheduler {
         key: impl AsRef<str>,
         delay: Duration,
     ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
-        let prepared = Prepared::new(key.as_ref(), self.clock.after(delay), Run::Once(Box::new(Wake)));
+        let prepared = Prepared::new(key.as_ref(), Ok(self.clock.after(delay)), Run::Once(Box::new(Wake)));
         let claimed = self.claim_watched(prepared);
         async move { claimed?.await }
     }
 
     /// Schedules many timers in one pass, taking each shard's lock once: the way to create a
     /// million timers in a short time. Returns one result per item, in order; an item that fails
-    /// (a duplicate key, also within the batch, an empty key, a delay out of range, `Full`) fails
+    /// (a duplicate key, also within the batch, an empty or overlong key, `Full`) fails
     /// alone. Every deadline is fixed when this method is called (the items are read then); the
     /// keys are claimed when the future is first polled, after it has given the service its turn
     /// (the one call that claims its keys later than the call, so that a task sending batch
@@ -532,7 +557,7 @@ impl Scheduler {
         let origin = Origin::current();
         for (key, delay, job) in items {
             let key = key.as_ref();
-            let checked = check_key(key).and_then(|()| self.clock.after_reading(&reading, delay));
+            let checked = check_key(key).map(|()| self.clock.after_reading(&reading, delay));
             results.push(checked.map(|due| {
                 timers.push((Timer::new(Key::from(key), Run::Once(job::once(job, &origin))), due.deadline));
             }));
@@ -722,9 +747,7 @@ impl Scheduler {
         run: impl FnOnce() -> Run,
     ) -> Result<(bool, Key, Ticket), Error> {
         check_key(key)?;
-        let now = Instant::now();
-        let due = self.clock.after_from(now, delay)?;
-        let at = Clock::instant_after(now, delay)?;
+        let (due, at) = self.clock.moved(Instant::now(), delay);
         let key = store(key);
         self.check_running()?;
         let (claimed, ticket) = self.shared.upsert(&key, || Timer::new(key.clone(), run()), due, at, false)?;
@@ -805,11 +828,14 @@ impl Scheduler {
     }
 
     /// Moves the pending timer with this key to `delay` after the call; a repeating timer
-    /// continues at its period from there.
+    /// continues at its period from there. A [paused](Self::pause) timer is resumed there,
+    /// every pause cleared. A deadline too far for the wheel is clamped, as
+    /// [`schedule`](Self::schedule)'s is.
     ///
     /// # Errors
-    /// [`Error::NotFound`] if no timer with this key is pending, [`Error::Invalid`] for a delay
-    /// whose deadline cannot be represented, [`Error::Stopped`] once the service has stopped.
+    /// [`Error::Invalid`] for a key that is empty or longer than
+    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, [`Error::NotFound`] if no timer with this key
+    /// is pending, [`Error::Stopped`] once the service has stopped.
     ///
     /// # Cancel safety
     /// If the future is dropped before it completes, the timer has not moved.
@@ -831,8 +857,7 @@ impl Scheduler {
         key: &'a str,
         delay: Duration,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
-        let now = Instant::now();
-        let moved = self.clock.after_from(now, delay).and_then(|due| Ok((due, Clock::instant_after(now, delay)?)));
+        let moved = check_key(key).map(|()| self.clock.moved(Instant::now(), delay));
         self.move_timer(key.as_bytes(), moved)
     }
 
@@ -840,15 +865,25 @@ impl Scheduler {
     /// not fire until [`resume`](Self::resume)d, as a stun freezes a buff's remaining time.
     /// Returns the time left. A paused timer stays pending under its key
     /// ([`contains`](Self::contains) is true, it counts against `max_pending`, its
-    /// [`Scheduled`] waits) but has no [`deadline`](Self::deadline); it can be cancelled,
-    /// replaced, or moved, and a move ([`reschedule`](Self::reschedule),
-    /// [`reschedule_at`](Self::reschedule_at), a push-back) sets a deadline and so resumes it
-    /// there. Pausing a paused timer changes nothing and returns its time left. The time left
-    /// is kept in whole ticks of the service's clock (a deadline already rounds up to one).
+    /// [`Scheduled`] waits) but has no [`deadline`](Self::deadline); it can be cancelled or
+    /// replaced, and a move ([`reschedule`](Self::reschedule),
+    /// [`reschedule_at`](Self::reschedule_at), [`schedule_or_reset`](Self::schedule_or_reset),
+    /// a [`TimerHandle`] push-back) sets a deadline, which clears every pause and resumes it
+    /// there. The time left is kept in whole ticks of the service's clock (a deadline already
+    /// rounds up to one).
+    ///
+    /// # Pauses stack
+    /// Each `pause` counts one pause and each `resume` undoes one: the timer runs again, with
+    /// the time it had left when first paused, only once every pause is resumed. So two
+    /// overlapping stuns compose: the buff runs again when the later one ends, not the first.
+    /// Pausing a paused timer changes nothing but the count, and returns its time left. A timer
+    /// holds at most 32,768 pauses at once.
     ///
     /// # Errors
-    /// [`Error::NotFound`] if no timer with this key is pending, [`Error::Stopped`] once the
-    /// service has stopped.
+    /// [`Error::Invalid`] for a key that is empty or longer than
+    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, or for a timer that holds 32,768 pauses
+    /// already; [`Error::NotFound`] if no timer with this key is pending, [`Error::Stopped`]
+    /// once the service has stopped.
     ///
     /// # Cancel safety
     /// If the future is dropped before it completes, the timer was not paused.
@@ -864,24 +899,34 @@ impl Scheduler {
     /// timer.schedule("haste:player-9", secs(10), |key| async move { println!("{key} wears off") }).await?;
     /// tokio::time::sleep(secs(4)).await;
     /// assert_eq!(timer.pause("haste:player-9").await?, secs(6), "stunned: the buff's time stands still");
+    /// tokio::time::sleep(secs(1)).await;
+    /// assert_eq!(timer.pause("haste:player-9").await?, secs(6), "a second stun overlaps the first");
+    /// tokio::time::sleep(secs(2)).await;
+    /// assert_eq!(timer.resume("haste:player-9").await?, secs(6), "the first stun is over, not the second");
+    /// assert_eq!(timer.deadline("haste:player-9"), None, "still stunned");
     /// tokio::time::sleep(secs(30)).await;
-    /// assert_eq!(timer.deadline("haste:player-9"), None);
-    /// assert_eq!(timer.resume("haste:player-9").await?, secs(6), "the stun is over: 6 s to go");
+    /// assert_eq!(timer.resume("haste:player-9").await?, secs(6), "both stuns are over: 6 s to go");
+    /// assert!(timer.deadline("haste:player-9").is_some());
     /// # Ok(()) }
     /// ```
     pub async fn pause(&self, key: &str) -> Result<Duration, Error> {
+        check_key(key)?;
         // Give way now and then, as `schedule` does, before anything has changed.
         tokio::task::coop::consume_budget().await;
         self.check_running()?;
         self.shared.pause(key.as_bytes(), Instant::now())
     }
 
-    /// Resumes the paused timer with this key: its time left counts down again from now.
-    /// Returns the time left. A timer that is not paused is left as it is, and its time left
-    /// returned. See [`pause`](Self::pause).
+    /// Undoes one [`pause`](Self::pause) of the timer with this key: once every pause is
+    /// undone, its time left counts down again from now. Returns the time left, which while
+    /// other pauses remain is the time it will have when they are resumed (the timer stays
+    /// paused, with no [`deadline`](Self::deadline)). A timer that is not paused is left as it
+    /// is, and its time left returned. See [`pause`](Self::pause)'s "Pauses stack".
     ///
     /// # Errors
-    /// As [`pause`](Self::pause).
+    /// [`Error::Invalid`] for a key that is empty or longer than
+    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, [`Error::NotFound`] if no timer with this key
+    /// is pending, [`Error::Stopped`] once the service has stopped.
     ///
     /// # Cancel safety
     /// If the future is dropped before it completes, the timer was not resumed.
@@ -889,6 +934,7 @@ impl Scheduler {
     /// # Examples
     /// See [`pause`](Self::pause).
     pub async fn resume(&self, key: &str) -> Result<Duration, Error> {
+        check_key(key)?;
         tokio::task::coop::consume_budget().await;
         self.check_running()?;
         self.shared.resume(key.as_bytes(), Instant::now())
@@ -922,7 +968,7 @@ impl Scheduler {
         key: &'a str,
         deadline: Instant,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
-        self.move_timer(key.as_bytes(), self.clock.at(deadline).map(|due| (due, deadline)))
+        self.move_timer(key.as_bytes(), check_key(key).map(|()| (self.clock.at(deadline), deadline)))
     }
 
     /// Moves the pending timer with the stored key `key` to `moved` (its due ticks and instant).
@@ -939,8 +985,8 @@ impl Scheduler {
     }
 
     /// When the pending timer with this key is next due, or `None` if none is pending or it is
-    /// [paused](Self::pause). The
-    /// instant is the deadline rounded up to the service's tick (a repeating timer's next run is
+    /// [paused](Self::pause) (by any pause not yet resumed). Every other pending timer has one,
+    /// however far (see [`schedule`](Self::schedule)'s "Far deadlines"). The instant is the deadline rounded up to the service's tick (a repeating timer's next run is
     /// exact), which is when the timer becomes due; it is the instant `reschedule_at` was given
     /// when that is a whole number of ticks from the service's start, as with the default 1 ms
     /// tick under paused time. One lock, no allocation.
@@ -1133,5 +1179,3 @@ impl Prepared {
         Ok(Prepared { key: store(key), due: due?, run })
     }
 }
-
-use crate::error::check_key;

@@ -142,7 +142,7 @@ impl Timer {
     }
 
     /// When a repeating timer's next run is due (instant and tick), or `None` if this run is
-    /// its last, for a run fired at `now`. Fixed rate: a period after this run was due, not
+    /// its last (a next run past the clock's last tick never comes), for a run fired at `now`. Fixed rate: a period after this run was due, not
     /// after now, unless that is already past (the next run is missed) and the timer's
     /// [`MissedRuns`] says otherwise. A timer with a calendar runs where it says.
     pub fn next_run(&self, clock: &Clock, now: Instant) -> Option<(Instant, u64)> {
@@ -154,7 +154,7 @@ impl Timer {
         }
         if let Some(calendar) = &repeat.calendar {
             let due = calendar.next_due(repeat.due, now)?;
-            return Some((due, clock.deadline(due).ok()?));
+            return Some((due, clock.deadline_within(due)?));
         }
         let mut due = repeat.due.checked_add(repeat.period)?;
         if due <= now {
@@ -169,7 +169,7 @@ impl Timer {
                 }
             };
         }
-        Some((due, clock.deadline(due).ok()?))
+        Some((due, clock.deadline_within(due)?))
     }
 
     /// Moves a repeating timer on to its next run, due at `due`, and returns its job for this

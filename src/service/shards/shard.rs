@@ -6,12 +6,15 @@
 //! - Every entry in the wheel is named by exactly one key-map slot (its key's) or waits in
 //!   `cancelled`: `keys.len() + cancelled.len() == wheel.len()`.
 //! - `counts.pending == keys.len()`: a timer is pending exactly while its key is claimed.
+//! - A timer's deadline is a real one, at most [`MAX_DEADLINE`], or a parked one, at least
+//!   [`PARKED`] (see `pause.rs`): checked where deadlines are set.
 
 use std::hash::BuildHasher;
 use std::task::Waker;
 
 use tokio::time::Instant;
 
+use super::super::clock::MAX_DEADLINE;
 use super::super::config::WheelKind;
 use super::super::index::KeyIndex;
 use super::super::key::{Key, Probe};
@@ -19,7 +22,7 @@ use super::super::stats::Stats;
 use super::super::timer::{Run, Timer, ARMED, CANCELLED};
 use super::watch::{Outcome, Watchers};
 use super::wheel::ShardWheel;
-use super::Ticket;
+use super::{Ticket, PARKED};
 use crate::wheel::EntryId;
 use crate::Error;
 
@@ -93,6 +96,7 @@ impl Shard {
         if self.wheel.len() >= crate::wheel::MAX_ENTRIES {
             return Err((Error::Full(crate::wheel::MAX_ENTRIES), timer));
         }
+        check_deadline(deadline);
         self.keys.reserve_one();
         let wheel = &self.wheel;
         let Err(vacant) = self.keys.find_or_vacant(hash, |index| wheel.at(index).1.key == timer.key) else {
@@ -115,6 +119,7 @@ impl Shard {
     /// (see `Wheel::reschedule`). Returns whether the deadline moved earlier: only then can the
     /// actor need waking sooner (a later one is filed again when its old bucket comes).
     pub fn move_to(&mut self, index: u32, deadline: u64, at: Instant) -> bool {
+        check_deadline(deadline);
         let (id, timer) = self.wheel.at(index);
         if let Run::Repeat(_) = timer.run {
             if let Run::Repeat(repeat) = &mut self.wheel.at_mut(index).run {
@@ -247,7 +252,7 @@ impl Shard {
         Ok(())
     }
 
-    /// Checks the invariants of the module docs, in debug builds.
+    /// Checks the invariants of the module docs that hold for the whole shard, in debug builds.
     pub fn check(&self) {
         debug_assert_eq!(
             self.keys.len() + self.cancelled.len(),
@@ -256,4 +261,13 @@ impl Shard {
         );
         debug_assert_eq!(self.counts.pending, self.keys.len(), "a timer is pending exactly while its key is claimed");
     }
+}
+
+/// Checks, in debug builds, that `deadline` is a real deadline or a parked one (see the
+/// module docs): a real one past [`MAX_DEADLINE`] would read as parked.
+fn check_deadline(deadline: u64) {
+    debug_assert!(
+        deadline <= MAX_DEADLINE || deadline >= PARKED,
+        "deadline tick {deadline} is past the latest real one, {MAX_DEADLINE}, and short of a parked one, {PARKED}"
+    );
 }
