@@ -83,12 +83,10 @@ async fn open(wheel: &WheelClient) -> Result<(), Error> {
                     wheel.cfg.slots
                 )));
             }
-            Opened::OldLayout { tasks } => {
+            Opened::OtherLayout { layout } => {
                 return Err(Error::invalid(format!(
-                    "the wheel {:?} in Redis was written by an earlier version of tokio-timewheel (another Redis \
-                     layout) and still holds {tasks} task(s) or ring entries: let that version's leader and \
-                     workers drain it (its cursor clears the ring within a revolution), or use another name; a \
-                     wheel of an older layout that holds nothing is taken over",
+                    "the wheel {:?} in Redis is recorded in layout {layout:?}, which this version of tokio-timewheel \
+                     does not read (it reads layout 1): connect with the version that wrote it, or use another name",
                     wheel.name(),
                 )));
             }

@@ -2,31 +2,25 @@
   first use, refuses a mismatch afterwards, and starts the cursor at the current tick if there
   is none (for a partition; the record of a partitioned wheel has no cursor).
 
-  A wheel recorded by a version of an earlier layout (1: one hash per task, keys named by the
-  scripts; 2: ring slots as sorted sets) is taken over when it holds no task and no ring entry
-  (a slot of layout 2 would be of the wrong type); otherwise it is refused, so that none is
-  lost: drain it with the version that wrote it first.
+  A wheel recorded in another layout (the record's `layout`: the keys and the formats of
+  docs/DESIGN.md's table, 1 in the first release) is refused whatever it holds: this version
+  reads only its own.
 
   Input:
     KEYS     the wheel's keys
     ARGV[1]  tick in ms   ARGV[2] slots   ARGV[3] partitions   ARGV[4] '1' to start the cursor
   Output:
     {'1', Redis's clock in ms} when opened; {'0', recorded tick_ms, recorded slots, recorded
-    partitions} on a mismatch; {'old', tasks it holds} for an older layout with tasks.
-  Keys: META, CURSOR, RING, FAR, READY, LEASED.
+    partitions} on a mismatch; {'layout', the recorded layout ('' for none)} for another layout.
+  Keys: META, CURSOR.
 ]]
 -- @include keys
 -- @include clock
-local LAYOUT = '3'
+local LAYOUT = '1'
 local tick_ms, slots, partitions, start_cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 
 local m = redis.call('HMGET', META, 'tick_ms', 'slots', 'partitions', 'layout')
-if m[1] and m[4] ~= LAYOUT then
-  local held = tonumber(redis.call('GET', RING) or '0') + redis.call('ZCARD', FAR)
-    + redis.call('ZCARD', READY) + redis.call('ZCARD', LEASED)
-  if held > 0 then return {'old', tostring(held)} end
-  redis.call('HSET', META, 'layout', LAYOUT)
-end
+if m[1] and m[4] ~= LAYOUT then return {'layout', m[4] or ''} end
 if m[1] then
   local recorded = m[3] or '1'
   if m[1] ~= tick_ms or m[2] ~= slots or recorded ~= partitions then

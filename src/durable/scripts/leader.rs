@@ -16,8 +16,8 @@ pub(crate) enum Opened {
     Yes { now_ms: u64 },
     /// The wheel is recorded with another tick (ms), slot count or partition count.
     Mismatch { tick_ms: String, slots: String, partitions: String },
-    /// The wheel was written by a version before layout 2 and still holds this many tasks.
-    OldLayout { tasks: String },
+    /// The wheel is recorded in another layout than this version's (empty: none recorded).
+    OtherLayout { layout: String },
 }
 
 /// Opens the wheel (or one partition of it) under `keys`: records its tick, slots and partition
@@ -35,7 +35,7 @@ pub(crate) async fn open(
     let at = |i: usize| reply.get(i).cloned().unwrap_or_default();
     Ok(match reply.first().map(String::as_str) {
         Some("1") => Opened::Yes { now_ms: at(1).parse().unwrap_or(0) },
-        Some("old") => Opened::OldLayout { tasks: at(1) },
+        Some("layout") => Opened::OtherLayout { layout: at(1) },
         _ => Opened::Mismatch { tick_ms: at(1), slots: at(2), partitions: at(3) },
     })
 }

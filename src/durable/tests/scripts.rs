@@ -696,18 +696,19 @@ async fn stats_and_dead_letters_read_what_the_keys_hold() {
     assert_eq!(page[0].attempts, 3);
 }
 
-/// A wheel written by the old layout (a ring of slot keys) is refused while it holds tasks, and
-/// taken over once it holds none.
+/// A wheel recorded in another layout (or in none) is refused, whatever it holds; its own layout
+/// opens.
 #[tokio::test]
-async fn open_refuses_an_old_layout_wheel_with_tasks() {
+async fn open_refuses_a_wheel_of_another_layout() {
     let Some((server, timers)) = wheel("s-open").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    assert_eq!(server.command(&["HGET", &keys.meta(), "layout"]).as_str(), Some("1"));
+    server.command(&["HSET", &keys.meta(), "layout", "2"]);
+    assert_eq!(scripts::open(w, keys, 1, true).await.unwrap(), scripts::Opened::OtherLayout { layout: "2".into() });
     server.command(&["HDEL", &keys.meta(), "layout"]);
-    server.command(&["SET", &format!("{}ring", keys.prefix()), "2"]);
-    assert_eq!(scripts::open(w, keys, 1, true).await.unwrap(), scripts::Opened::OldLayout { tasks: "2".into() });
-    server.command(&["SET", &format!("{}ring", keys.prefix()), "0"]);
+    assert_eq!(scripts::open(w, keys, 1, true).await.unwrap(), scripts::Opened::OtherLayout { layout: "".into() });
+    server.command(&["HSET", &keys.meta(), "layout", "1"]);
     assert!(matches!(scripts::open(w, keys, 1, true).await.unwrap(), scripts::Opened::Yes { .. }));
-    assert_eq!(server.command(&["HGET", &keys.meta(), "layout"]).as_str(), Some("3"));
 }
 
 /// An acknowledged run of a recurring task places the next one: at the fixed rate when on time;
