@@ -5,8 +5,8 @@
 //! that ends the run, which places it in the same step. A fixed rate without an end needs no
 //! spec: `lua/includes/advance.lua` moves it on in Lua.
 
-use std::collections::VecDeque;
-use std::time::SystemTime;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::time::{from_unix_ms, unix_ms, whole_ms, MAX_DUE_MS};
 use crate::{Error, MissedRuns, Recurrence};
@@ -15,10 +15,6 @@ use crate::{Error, MissedRuns, Recurrence};
 /// mode: after a longer outage, the earlier of its missed runs are skipped and the last this many
 /// run one after the other. Shared with the Lua (`MAX_BURST`), which applies it to fixed rates.
 pub const MAX_BURST: usize = 100;
-
-/// How many runs of a series are walked, at most, to apply [`MAX_BURST`] after an outage; past
-/// that the series runs once for its missed runs and goes on at its next time, as `Skip` does.
-const MAX_WALK: usize = 100_000;
 
 /// What a recurrence is stored as in Redis, and how the script moves it on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,9 +70,7 @@ pub(crate) fn store(recurrence: &Recurrence, now_ms: u64) -> Result<Stored, Erro
         None => (0, cron_spec(recurrence, end_ms)?),
     };
     let now = from_unix_ms(now_ms);
-    let first = recurrence.first_due(now).ok_or_else(|| {
-        Error::invalid(format!("the recurrence ({recurrence}) has no run after now ({now:?}): its end has passed"))
-    })?;
+    let first = recurrence.first_due(now).ok_or_else(|| recurrence.no_run_after(now))?;
     let first_due_ms = unix_ms(first);
     if first_due_ms >= MAX_DUE_MS {
         return Err(Error::invalid(format!("the recurrence ({recurrence}) first runs after the year 2286")));
@@ -98,7 +92,7 @@ fn cron_spec(recurrence: &Recurrence, _end_ms: u64) -> Result<String, Error> {
 }
 
 /// A spec read back from a claimed record, with the record's missed-run digit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Spec {
     pub(crate) text: String,
     pub(crate) missed: u8,
@@ -125,17 +119,65 @@ impl Spec {
 
     /// The run after the one due at `due_ms` that ended when Redis's clock read `now_ms`, as
     /// the script that ends the run takes it: ms as text, or `"0"` when the series has no run
-    /// left (past its end, or a spec that does not read, which is logged).
+    /// left (past its end, or a spec that does not read, which is logged). A worker asks its
+    /// [`Specs`], which read each spec once.
+    #[cfg(test)]
     pub(crate) fn next_due(&self, due_ms: u64, now_ms: u64) -> String {
-        match self.recurrence() {
-            Ok(recurrence) => {
-                next_due(&recurrence, due_ms, now_ms).map_or_else(|| "0".to_string(), |ms| ms.to_string())
-            }
+        self.next_due_by(&self.recurrence(), due_ms, now_ms)
+    }
+
+    /// [`next_due`](Self::next_due), the spec already read into `recurrence`.
+    fn next_due_by(&self, recurrence: &Result<Recurrence, Error>, due_ms: u64, now_ms: u64) -> String {
+        match recurrence {
+            Ok(recurrence) => next_due(recurrence, due_ms, now_ms).map_or_else(|| "0".to_string(), |ms| ms.to_string()),
             Err(e) => {
                 tracing::error!(spec = %self.text, error = %e, "a durable series ends: its spec does not read");
                 "0".to_string()
             }
         }
+    }
+}
+
+/// How many specs [`Specs`] keeps read.
+const SPECS_KEPT: usize = 256;
+
+/// The specs a worker has read, each read once: a worker runs the same few series again and
+/// again, and a cron expression is parsed once rather than at the end of each run. At most
+/// [`SPECS_KEPT`] of them; one more forgets them all, to be read again as their runs end.
+#[derive(Debug, Default)]
+pub(crate) struct Specs {
+    read: Mutex<HashMap<Spec, Arc<Result<Recurrence, Error>>>>,
+}
+
+impl Specs {
+    /// [`Spec::next_due`], `spec` read at most once while it is kept.
+    pub(crate) fn next_due(&self, spec: &Spec, due_ms: u64, now_ms: u64) -> String {
+        spec.next_due_by(&self.read(spec), due_ms, now_ms)
+    }
+
+    /// The recurrence `spec` stands for, shared so that no lock is held while its next run is
+    /// worked out (a capped burst of a calendar walks its runs) or while it is parsed.
+    fn read(&self, spec: &Spec) -> Arc<Result<Recurrence, Error>> {
+        if let Some(read) = self.kept().get(spec) {
+            return read.clone();
+        }
+        let read = Arc::new(spec.recurrence());
+        let mut kept = self.kept();
+        if kept.len() >= SPECS_KEPT {
+            kept.clear();
+        }
+        kept.insert(spec.clone(), read.clone());
+        read
+    }
+
+    fn kept(&self) -> MutexGuard<'_, HashMap<Spec, Arc<Result<Recurrence, Error>>>> {
+        self.read.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many specs are kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.kept().len()
     }
 }
 
@@ -150,36 +192,41 @@ fn cron_of(rest: &str) -> Option<Result<Recurrence, Error>> {
     Some(Err(Error::invalid(format!("the cron series {rest:?} needs this crate's `cron` feature"))))
 }
 
-/// The run after the one due at `due_ms` that ended at `now_ms` (both on Redis's clock), by
-/// `recurrence`'s missed-run policy, a burst capped at [`MAX_BURST`] runs; `None` past its end.
-/// Always after `due_ms`.
+/// The run after the one due at `due_ms` that ended at `now_ms` (both on Redis's clock), as
+/// [`Recurrence::next_run`] places it by `recurrence`'s missed-run policy, a burst capped at
+/// [`MAX_BURST`] runs; `None` past its end. Always after `due_ms`.
 pub(crate) fn next_due(recurrence: &Recurrence, due_ms: u64, now_ms: u64) -> Option<u64> {
-    let (due, now) = (from_unix_ms(due_ms), from_unix_ms(now_ms));
-    let mut next = recurrence.next_due(due, now)?;
-    if next <= now && recurrence.missed_runs() == MissedRuns::Burst {
-        next = capped_burst(recurrence, next, now);
-    }
+    let next = recurrence.next_run(from_unix_ms(due_ms), from_unix_ms(now_ms), Some(MAX_BURST))?;
     let ms = unix_ms(next);
     debug_assert!(ms > due_ms, "the run after {due_ms} is {ms}");
     (ms > due_ms && ms < MAX_DUE_MS).then_some(ms)
 }
 
-/// The first of the last [`MAX_BURST`] runs from `next` up to `now`.
-fn capped_burst(recurrence: &Recurrence, next: SystemTime, now: SystemTime) -> SystemTime {
-    let mut window = VecDeque::with_capacity(MAX_BURST);
-    let mut run = Some(next);
-    for _ in 0..MAX_WALK {
-        let Some(at) = run.filter(|&at| at <= now) else {
-            return window.front().copied().unwrap_or(next);
-        };
-        if window.len() == MAX_BURST {
-            window.pop_front();
-        }
-        window.push_back(at);
-        run = recurrence.next_after(at);
+/// A series as a task's record keeps it, read back (see [`read_series`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Series {
+    /// Its cadence, end and missed-run policy; or, for a spec this build cannot read, the spec's
+    /// text.
+    pub(crate) recurrence: Result<Recurrence, String>,
+    /// The runs still to come, the current one included; `None` for no limit.
+    pub(crate) runs_left: Option<u64>,
+}
+
+/// The series of a task whose record holds the period `every_ms`, `runs` left (-1: no limit),
+/// the missed-run `digit` and the `spec` (record.lua's fields, as the scripts that read a task
+/// answer them): `None` for a task that runs once (no period and no spec). A spec this build
+/// cannot read (a cron spec without the `cron` feature, or text no version of this crate
+/// writes) is kept as its text, so that the task still reads.
+pub(crate) fn read_series(every_ms: u64, runs: i64, digit: u8, spec: &str) -> Option<Series> {
+    if every_ms == 0 && spec.is_empty() {
+        return None;
     }
-    // Too many to walk: one run now stands for them.
-    window.back().copied().unwrap_or(next)
+    let recurrence = if spec.is_empty() {
+        Ok(Recurrence::every(std::time::Duration::from_millis(every_ms)).missed(missed_of(digit)))
+    } else {
+        Spec { text: spec.to_owned(), missed: digit }.recurrence().map_err(|_| spec.to_owned())
+    };
+    Some(Series { recurrence, runs_left: u64::try_from(runs).ok() })
 }
 
 #[cfg(test)]
@@ -226,7 +273,7 @@ mod tests {
     fn an_end_already_past_is_refused() {
         let r = Recurrence::every(Duration::from_secs(1)).until(from_unix_ms(T0 - 1));
         let Err(Error::Invalid(why)) = store(&r, T0) else { panic!() };
-        assert!(why.contains("no run after now"), "{why}");
+        assert!(why.contains("has no run after") && why.contains(") has passed"), "{why}");
         assert!(store(&Recurrence::every(Duration::from_micros(1500)), T0).is_err());
     }
 
@@ -245,5 +292,27 @@ mod tests {
         assert!(next > now && next - now < 86_400_000, "{next} {now}");
         assert_eq!(next % 1000, 0);
         assert_eq!(Spec { text: "x".into(), missed: b'2' }.next_due(first, now), "0");
+    }
+
+    /// A worker's specs answer as each spec does, read once and kept up to a bound.
+    #[test]
+    fn specs_are_read_once_and_kept_up_to_a_bound() {
+        let specs = Specs::default();
+        let every = |ms: u64| Spec { text: format!("0 every {ms}"), missed: b'0' };
+        for spec in [every(5000), every(5000), Spec { text: "x".into(), missed: b'2' }] {
+            for now in [T0 + 1, T0 + 1_000_000] {
+                assert_eq!(specs.next_due(&spec, T0, now), spec.next_due(T0, now), "{spec:?} at {now}");
+            }
+        }
+        assert_eq!(specs.len(), 2, "each spec once, the unreadable one too");
+        assert_eq!(specs.next_due(&every(5000), T0, T0 + 1), (T0 + 5000).to_string());
+        // The same text with another policy is another series.
+        let skip = Spec { missed: b'2', ..every(5000) };
+        assert_eq!(specs.next_due(&skip, T0, T0 + 12_000), (T0 + 15_000).to_string());
+        assert_eq!(specs.len(), 3);
+        for ms in 1..=SPECS_KEPT as u64 {
+            specs.next_due(&every(ms), T0, T0 + 1);
+        }
+        assert!(specs.len() <= SPECS_KEPT, "{}", specs.len());
     }
 }

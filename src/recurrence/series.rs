@@ -2,6 +2,8 @@
 //! clock: every question takes the time it is about, so both modes (and tests) ask it with
 //! their own idea of now.
 
+#[cfg(feature = "cron")]
+use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
@@ -340,11 +342,13 @@ impl Recurrence {
         let unbounded = Recurrence { limit: None, until: None, start: None, ..self.clone() };
         let why = match (self.until, self.limit, self.start) {
             (Some(end), _, _) if end <= now => format!("its end ({}) has passed", Rfc3339(end)),
-            _ if unbounded.first_due(now).is_none() => match self.expression() {
-                Some(expression) => {
+            _ if unbounded.first_due(now).is_none() => match &self.cadence {
+                #[cfg(feature = "cron")]
+                Cadence::Cron(cron) => {
+                    let expression = cron.expression();
                     format!("the cron expression {expression:?} matches no time that exists (up to the year 5000)")
                 }
-                None => "its cadence has no run".to_string(),
+                Cadence::Every(_) => "its cadence has no run".to_string(),
             },
             (Some(end), _, _) => format!("its next run would come after its end ({})", Rfc3339(end)),
             (None, Some(runs), Some(start)) => format!("its {runs} runs from its start ({}) are over", Rfc3339(start)),
@@ -388,17 +392,24 @@ impl Recurrence {
         self.within(first)
     }
 
-    /// The run after the one due at `due`, which fires at `now`, as the series'
-    /// [`missed_runs`](Self::missed_runs) policy places it (see [`MissedRuns`]): a period after
-    /// `due` (or its next cron time); if that is already past, per the policy, the same
-    /// (`Burst`), a period after `now` (`Delay`, for `every`), or the series' first time after
-    /// `now` (`Skip`, and `Delay` for cron). `None` past the end. The limit is the caller's to
-    /// count.
-    pub(crate) fn next_due(&self, due: SystemTime, now: SystemTime) -> Option<SystemTime> {
+    /// The run after the one due at `due`, which fires at `now`: the one place where the next run
+    /// of a series is worked out, for every cadence and every missed-run policy, in both modes
+    /// (the in-process service on its timers' wall clock, or on Tokio's clock read as one; the
+    /// durable mode on Redis's clock, whose Lua moves a fixed rate without an end on by the same
+    /// rule, checked against this one by a table of cases).
+    ///
+    /// The next run is a period after `due` (or the cadence's next time after it). If that is
+    /// already past (at `now` or before), runs were missed, and the series'
+    /// [`missed_runs`](Self::missed_runs) policy places it (see [`MissedRuns`]): `Burst` keeps it,
+    /// so the missed runs follow at once, but only the last `burst_cap` of them when a cap is
+    /// given (the earlier ones are skipped); `Delay` a period after `now` (for cron, as `Skip`: a
+    /// calendar has no period to shift by); `Skip` the first time of the original schedule after
+    /// `now`. `None` past the end. The limit is the caller's to count.
+    pub(crate) fn next_run(&self, due: SystemTime, now: SystemTime, burst_cap: Option<usize>) -> Option<SystemTime> {
         let mut next = self.after(due)?;
         if next <= now {
             next = match (self.missed_runs(), &self.cadence) {
-                (MissedRuns::Burst, _) => next,
+                (MissedRuns::Burst, _) => burst_cap.map_or(next, |cap| self.last_runs(next, now, cap)),
                 (MissedRuns::Delay, Cadence::Every(period)) => now.checked_add(*period)?,
                 (MissedRuns::Skip, Cadence::Every(period)) => grid_after(due, *period, now)?,
                 #[cfg(feature = "cron")]
@@ -406,6 +417,42 @@ impl Recurrence {
             };
         }
         self.within(next)
+    }
+
+    /// The first of the last `cap` runs from the run `next` up to `now` (and no further than the
+    /// end): `next` itself when there are no more than `cap` of them. A fixed rate counts them;
+    /// a calendar walks them, at most [`MAX_WALK`] at a time.
+    fn last_runs(&self, next: SystemTime, now: SystemTime, cap: usize) -> SystemTime {
+        let cap = cap.max(1);
+        let last = self.until.map_or(now, |end| end.min(now));
+        match &self.cadence {
+            Cadence::Every(period) if period.is_zero() => next,
+            Cadence::Every(period) => {
+                let Ok(span) = last.duration_since(next) else {
+                    return next;
+                };
+                let runs = span.as_nanos() / period.as_nanos() + 1;
+                let skipped = runs.saturating_sub(cap as u128);
+                periods_after(next, *period, skipped).unwrap_or(next)
+            }
+            #[cfg(feature = "cron")]
+            Cadence::Cron(_) => {
+                let mut window = VecDeque::with_capacity(cap);
+                let mut run = Some(next);
+                for _ in 0..MAX_WALK {
+                    let Some(at) = run.filter(|&at| at <= last) else {
+                        return window.front().copied().unwrap_or(next);
+                    };
+                    if window.len() == cap {
+                        window.pop_front();
+                    }
+                    window.push_back(at);
+                    run = self.after(at);
+                }
+                // Too many to walk: the last run walked stands for them all.
+                window.back().copied().unwrap_or(next)
+            }
+        }
     }
 
     /// `run` if it is no later than the end.
@@ -487,6 +534,12 @@ impl fmt::Display for Recurrence {
     }
 }
 
+/// How many runs of a calendar series [`Recurrence::next_run`] walks, at most, to find the last
+/// of a capped burst after an outage: past that, the last run walked is the next, and the walk
+/// goes on from it when that run ends.
+#[cfg(feature = "cron")]
+const MAX_WALK: usize = 100_000;
+
 /// The first time of the grid `origin + n * period` (n ≥ 1) strictly after `t`, or `origin +
 /// period` if `t` is before `origin`. `None` past what `SystemTime` holds.
 fn grid_after(origin: SystemTime, period: Duration, t: SystemTime) -> Option<SystemTime> {
@@ -497,7 +550,12 @@ fn grid_after(origin: SystemTime, period: Duration, t: SystemTime) -> Option<Sys
         Ok(since) => since.as_nanos() / period.as_nanos() + 1,
         Err(_) => 1,
     };
-    let nanos = steps.checked_mul(period.as_nanos())?;
+    periods_after(origin, period, steps)
+}
+
+/// `origin + n * period`, or `None` past what `SystemTime` holds.
+fn periods_after(origin: SystemTime, period: Duration, n: u128) -> Option<SystemTime> {
+    let nanos = n.checked_mul(period.as_nanos())?;
     let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
     origin.checked_add(Duration::new(secs, (nanos % 1_000_000_000) as u32))
 }

@@ -96,16 +96,33 @@ fn every_places_missed_runs_as_its_policy_says() {
     // The run due at 100 s fires at 103.5 s: the runs at 101, 102 and 103 s were missed.
     let now = due + Duration::from_millis(3_500);
     let every = |missed| Recurrence::every(SEC).missed(missed);
-    assert_eq!(every(MissedRuns::Burst).next_due(due, now), Some(due + SEC), "made up one by one");
-    assert_eq!(every(MissedRuns::Delay).next_due(due, now), Some(now + SEC), "a period after the late run");
-    assert_eq!(every(MissedRuns::Skip).next_due(due, now), Some(at(104)), "back on the grid");
+    assert_eq!(every(MissedRuns::Burst).next_run(due, now, None), Some(due + SEC), "made up one by one");
+    assert_eq!(every(MissedRuns::Delay).next_run(due, now, None), Some(now + SEC), "a period after the late run");
+    assert_eq!(every(MissedRuns::Skip).next_run(due, now, None), Some(at(104)), "back on the grid");
     // Late by less than a period: nothing missed, the fixed rate kept under every policy.
     for missed in [MissedRuns::Burst, MissedRuns::Delay, MissedRuns::Skip] {
-        assert_eq!(every(missed).next_due(due, due + 300 * MS), Some(due + SEC), "{missed:?}");
+        assert_eq!(every(missed).next_run(due, due + 300 * MS, None), Some(due + SEC), "{missed:?}");
     }
     let ends = Recurrence::every(SEC).until(at(101));
-    assert_eq!(ends.next_due(due, due), Some(at(101)));
-    assert_eq!(ends.next_due(at(101), at(101)), None);
+    assert_eq!(ends.next_run(due, due, None), Some(at(101)));
+    assert_eq!(ends.next_run(at(101), at(101), None), None);
+}
+
+/// A burst capped at `n` runs makes up the last `n` of the missed runs, none after the end.
+#[test]
+fn a_capped_burst_makes_up_the_last_runs() {
+    let due = at(100);
+    let burst = Recurrence::every(SEC).missed(MissedRuns::Burst);
+    // The runs at 101 ..= 110 s were missed.
+    let now = at(110) + 500 * MS;
+    assert_eq!(burst.next_run(due, now, Some(3)), Some(at(108)), "the last three: 108, 109 and 110 s");
+    assert_eq!(burst.next_run(due, now, Some(10)), Some(at(101)), "no more than the cap: every one");
+    assert_eq!(burst.next_run(due, at(110), Some(3)), Some(at(108)), "a run due at now is missed");
+    let ends = burst.clone().until(at(105));
+    assert_eq!(ends.next_run(due, now, Some(3)), Some(at(103)), "the last three up to the end");
+    assert_eq!(ends.next_run(at(105), now, Some(3)), None, "past the end");
+    // A policy other than Burst has no burst to cap.
+    assert_eq!(burst.clone().missed(MissedRuns::Skip).next_run(due, now, Some(3)), Some(at(111)));
 }
 
 #[test]
@@ -334,13 +351,26 @@ mod cron {
         let due = utc((2026, 5, 1), 10, 0);
         let now = utc((2026, 5, 1), 13, 20);
         let skip = r.clone().missed(MissedRuns::Skip);
-        assert_eq!(skip.next_due(due, now), Some(utc((2026, 5, 1), 14, 0)), "Skip: the next hour after now");
-        assert_eq!(r.next_due(due, now), Some(utc((2026, 5, 1), 11, 0)), "in process, Burst by default");
-        assert_eq!(r.clone().missed(MissedRuns::Delay).next_due(due, now), Some(utc((2026, 5, 1), 14, 0)));
-        assert_eq!(r.clone().missed(MissedRuns::Burst).next_due(due, now), Some(utc((2026, 5, 1), 11, 0)));
-        assert_eq!(r.next_due(due, due + SEC), Some(utc((2026, 5, 1), 11, 0)), "on time: the next hour");
+        assert_eq!(skip.next_run(due, now, None), Some(utc((2026, 5, 1), 14, 0)), "Skip: the next hour after now");
+        assert_eq!(r.next_run(due, now, None), Some(utc((2026, 5, 1), 11, 0)), "in process, Burst by default");
+        assert_eq!(r.clone().missed(MissedRuns::Delay).next_run(due, now, None), Some(utc((2026, 5, 1), 14, 0)));
+        assert_eq!(r.clone().missed(MissedRuns::Burst).next_run(due, now, None), Some(utc((2026, 5, 1), 11, 0)));
+        assert_eq!(r.next_run(due, due + SEC, None), Some(utc((2026, 5, 1), 11, 0)), "on time: the next hour");
         assert_eq!(r.first_due(due), Some(utc((2026, 5, 1), 11, 0)), "strictly after now");
         assert_eq!(r.clone().starting(due).first_due(now), Some(due), "at or after the start");
+    }
+
+    /// A calendar's capped burst walks its runs to the last `n` missed, none after the end.
+    #[test]
+    fn a_capped_burst_walks_a_calendar() {
+        let r = cron("0 * * * *", "UTC").missed(MissedRuns::Burst);
+        let due = utc((2026, 5, 1), 10, 0);
+        // The runs at 11:00 ..= 20:00 were missed.
+        let now = utc((2026, 5, 1), 20, 30);
+        assert_eq!(r.next_run(due, now, Some(3)), Some(utc((2026, 5, 1), 18, 0)), "18, 19 and 20:00");
+        assert_eq!(r.next_run(due, now, Some(10)), Some(utc((2026, 5, 1), 11, 0)), "every one");
+        let ends = r.until(utc((2026, 5, 1), 15, 0));
+        assert_eq!(ends.next_run(due, now, Some(3)), Some(utc((2026, 5, 1), 13, 0)), "up to the end");
     }
 
     /// Instants near each transition of the table (within four hours) and anywhere in 2026 and

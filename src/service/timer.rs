@@ -79,18 +79,6 @@ pub(crate) struct Calendar {
     pub anchor: Anchor,
 }
 
-impl Calendar {
-    /// When the run after the one due at `due`, which fires at `now`, is due: the recurrence
-    /// places it on the wall clock (its missed-run policy and its end included), and the
-    /// anchor maps it back. `None` if the series has no run left, or the run has no instant.
-    fn next_due(&self, due: Instant, now: Instant) -> Option<Instant> {
-        let next = self.recurrence.next_due(self.anchor.wall(due)?, self.anchor.wall(now)?)?;
-        let next = self.anchor.instant(next)?;
-        debug_assert!(next > due, "the run after {due:?} is {next:?}");
-        Some(next)
-    }
-}
-
 /// The one place where a timer's wall clock meets Tokio's: `wall` is the `SystemTime` read
 /// with the Tokio `instant`, and every other time is mapped by its distance from them. Read
 /// once, when the timer is scheduled (or replaced), so a paused Tokio clock drives a calendar
@@ -142,9 +130,13 @@ impl Timer {
     }
 
     /// When a repeating timer's next run is due (instant and tick), or `None` if this run is
-    /// its last (a next run past the clock's last tick never comes), for a run fired at `now`. Fixed rate: a period after this run was due, not
-    /// after now, unless that is already past (the next run is missed) and the timer's
-    /// [`MissedRuns`] says otherwise. A timer with a calendar runs where it says.
+    /// its last (a next run past the clock's last tick never comes), for a run fired at `now`.
+    /// [`Recurrence::next_run`] places it, as it places every series' next run: a timer with a
+    /// calendar on the wall clock through its anchor; a fixed rate on Tokio's clock, read as a
+    /// wall clock whose origin is when this run was due (a fixed rate without a start is the
+    /// same from any origin), with its [`MissedRuns`]. Fixed rate: a period after this run was
+    /// due, not after now, unless that is already past (the next run is missed) and the policy
+    /// says otherwise.
     pub fn next_run(&self, clock: &Clock, now: Instant) -> Option<(Instant, u64)> {
         let Run::Repeat(repeat) = &self.run else {
             return None;
@@ -152,23 +144,17 @@ impl Timer {
         if repeat.runs_left == Some(1) {
             return None;
         }
-        if let Some(calendar) = &repeat.calendar {
-            let due = calendar.next_due(repeat.due, now)?;
-            return Some((due, clock.deadline_within(due)?));
-        }
-        let mut due = repeat.due.checked_add(repeat.period)?;
-        if due <= now {
-            due = match repeat.missed {
-                MissedRuns::Burst => due,
-                MissedRuns::Delay => now.checked_add(repeat.period)?,
-                MissedRuns::Skip => {
-                    // The first run of the schedule after now.
-                    let behind = now.duration_since(repeat.due).as_nanos() / repeat.period.as_nanos();
-                    let runs = u32::try_from(behind + 1).ok()?;
-                    repeat.due.checked_add(repeat.period.checked_mul(runs)?)?
-                }
-            };
-        }
+        let fixed_rate;
+        let (recurrence, anchor) = match &repeat.calendar {
+            Some(calendar) => (&calendar.recurrence, calendar.anchor),
+            None => {
+                fixed_rate = Recurrence::every(repeat.period).missed(repeat.missed);
+                (&fixed_rate, Anchor::new(repeat.due, SystemTime::UNIX_EPOCH))
+            }
+        };
+        let next = recurrence.next_run(anchor.wall(repeat.due)?, anchor.wall(now)?, None)?;
+        let due = anchor.instant(next)?;
+        debug_assert!(due > repeat.due, "the run after {:?} is {due:?}", repeat.due);
         Some((due, clock.deadline_within(due)?))
     }
 

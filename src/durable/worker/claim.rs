@@ -11,17 +11,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify, Semaphore};
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::cancel::follow_cancels;
 use super::handler::{claimed_late, start_runners, Handler, Handlers, RunTimes};
 use super::lease::{give_back_leases, renew_leases, Deliveries};
 use super::outcome::{lost, record_outcomes, refused, Outcomes};
 use super::stop::{abandoned, pause, stopped, stopping};
-use super::wake::{wait_for_wake, Waker};
+use super::wake::{self, Waker};
 use crate::durable::client::WheelClient;
 use crate::durable::scripts::{self, Claim, Claimed};
+use crate::durable::series::Specs;
 use crate::durable::shared_conn::Window;
+use crate::durable::WheelKeys;
+use crate::Error;
 
 /// The most tasks one claim takes, and the most acknowledgements it carries: a claim of 64 with
 /// 64 acknowledgements costs Redis about 4 million instructions (`src/durable/tests/costs.rs`), a few
@@ -47,7 +50,10 @@ pub(super) struct Signals {
 }
 
 /// Claims from partition `part` for handlers that hold one of `permits` each (the worker's
-/// concurrency, shared by the claim loops of every partition).
+/// concurrency, shared by the claim loops of every partition). Each turn reads in the order its
+/// phases happen: wait for room in the buffer (or make an unanswered claim again), claim and
+/// acknowledge in one call, hand out what it took, and wait for a wake-up when it took less than
+/// it asked for; a failed call backs off instead. Told to stop, it ends.
 pub(super) async fn claim_loop(
     wheel: &Arc<WheelClient>,
     part: usize,
@@ -57,144 +63,283 @@ pub(super) async fn claim_loop(
     signals: Signals,
     bid_now: &Notify,
 ) {
-    let Signals { mut stop, mut abandon, mut wind_down, started, node } = signals;
-    let node = node.as_str();
-    let (concurrency, prefetch) = (wheel.cfg.concurrency, wheel.cfg.prefetch);
-    let keys = &wheel.partitions[part].keys;
-    let mut waker: Option<Waker> = None;
-    let mut failures = 0u32;
-    let mut backlog = false;
-    let mut claimed_once = false;
-    let deliveries = Arc::new(Deliveries::default());
-    let outcomes = Arc::new(Outcomes::new(deliveries.clone()));
-    let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, outcomes.clone()));
-    let renewer = tokio::spawn(renew_leases(wheel.clone(), part, deliveries.clone()));
-    let cancels = tokio::spawn(follow_cancels(wheel.clone(), part, deliveries.clone()));
-    let handlers = Handlers {
-        handler,
-        timeout: wheel.cfg.handler_timeout,
-        outcomes: outcomes.clone(),
-        deliveries: deliveries.clone(),
-        permits: permits.clone(),
-        freed,
-        runs: Arc::new(RunTimes::default()),
-        wheel: wheel.clone(),
-        part,
-    };
-    let mut runners = JoinSet::new();
-    // A claim that failed, perhaps after it landed (its reply lost): it is made again with the
-    // same id and the same acknowledgements, so that it gets back the tasks its first attempt
-    // took.
-    // A claim whose reply never came: its id, its acknowledgements, and when it was first sent
-    // (the leases of what it took, if it took anything, started after that).
-    let mut unanswered: Option<(String, Vec<scripts::Ack>, tokio::time::Instant)> = None;
-    // The last claim answered: its record of what it took is no longer needed.
-    let mut answered = String::new();
-    while !stopping(&stop) {
-        while runners.try_join_next().is_some() {}
-        let (claim_id, acks, want, sent) = match unanswered.take() {
-            Some((id, acks, sent)) => (id, acks, room(&handlers, concurrency, prefetch).max(1), sent),
-            None => {
-                let room = wait_for_room(&handlers, concurrency, prefetch, backlog, &mut runners, &mut stop);
-                let Some(want) = room.await else {
-                    break;
-                };
-                // The leases of what this call claims start after it is sent.
-                (wheel.ids.next(), outcomes.take(MAX_CLAIM), want, tokio::time::Instant::now())
-            }
+    let mut claims = ClaimLoop::start(wheel, part, permits, handler, freed, signals, bid_now);
+    while !stopping(&claims.stop) {
+        claims.reap_runners();
+        let Some(call) = claims.wait_for_room().await else {
+            break;
         };
-        let call = Claim { n: want, claim_id: &claim_id, replay_only: false, previous: &answered, node, acks: &acks };
-        let reply = match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
+        let (acked, claimed) = match claims.claim_and_ack(&call).await {
             Ok(reply) => reply,
             Err(e) => {
-                unanswered = Some((claim_id, acks, sent));
-                failures += 1;
-                if failures == 1 {
-                    tracing::warn!(wheel = %wheel.name(), partition = part, error = %e, "claiming failed; retrying with a backoff");
-                }
-                // Soon enough that the retry finds the claimed tasks still leased to it.
-                pause(&mut stop, retry_delay(failures).min(wheel.cfg.lease() / 4)).await;
+                claims.back_off(call, &e).await;
                 continue;
             }
         };
-        refused(wheel, &acks, &reply.acked);
-        for ack in &acks {
-            deliveries.forget(&ack.token);
+        let full = claims.hand_out(call, &acked, claimed).await;
+        if !full {
+            claims.wait_for_wake().await;
         }
-        answered = claim_id;
-        if failures > 0 {
-            tracing::info!(wheel = %wheel.name(), "claiming works again");
-            failures = 0;
+    }
+    claims.finish().await;
+}
+
+/// One claim call: its id (the same for each attempt), the acknowledgements it carries, how many
+/// tasks it asks for, and when it was first sent (the leases of what it took, if it took
+/// anything, started after that).
+struct Call {
+    id: String,
+    acks: Vec<scripts::Ack>,
+    want: usize,
+    sent: tokio::time::Instant,
+}
+
+/// The state of one partition's claim loop, between its phases.
+struct ClaimLoop<'a> {
+    wheel: &'a Arc<WheelClient>,
+    part: usize,
+    keys: &'a WheelKeys,
+    /// The id of the worker's node, which its claims record.
+    node: String,
+    /// Notified when a wait for a wake-up learns that the partition's leader gave up the lead,
+    /// so that this node's leader bids at once.
+    bid_now: &'a Notify,
+    stop: watch::Receiver<bool>,
+    abandon: watch::Receiver<bool>,
+    wind_down: watch::Receiver<bool>,
+    started: Arc<watch::Sender<usize>>,
+    handlers: Handlers,
+    runners: JoinSet<()>,
+    /// The partition's recorder of outcomes, renewer of leases and follower of cancel requests.
+    recorder: JoinHandle<()>,
+    renewer: JoinHandle<()>,
+    cancels: JoinHandle<()>,
+    /// The connection its waits for a wake-up block on, made at the first.
+    waker: Option<Waker>,
+    /// Claims failed in a row.
+    failures: u32,
+    /// The last claim took all it asked for: tasks are perhaps still waiting.
+    backlog: bool,
+    /// The loop has had its first answer from Redis.
+    claimed_once: bool,
+    /// A claim that failed, perhaps after it landed (its reply lost): it is made again with the
+    /// same id and the same acknowledgements, so that it gets back the tasks its first attempt
+    /// took.
+    unanswered: Option<Call>,
+    /// The id of the last claim answered: its record of what it took is no longer needed.
+    answered: String,
+}
+
+impl<'a> ClaimLoop<'a> {
+    /// The loop's state, and the partition's recorder, renewer and cancel follower started.
+    fn start(
+        wheel: &'a Arc<WheelClient>,
+        part: usize,
+        permits: Arc<Semaphore>,
+        handler: Handler,
+        freed: Arc<Notify>,
+        signals: Signals,
+        bid_now: &'a Notify,
+    ) -> Self {
+        let Signals { stop, abandon, wind_down, started, node } = signals;
+        let deliveries = Arc::new(Deliveries::default());
+        let outcomes = Arc::new(Outcomes::new(deliveries.clone()));
+        let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, outcomes.clone()));
+        let renewer = tokio::spawn(renew_leases(wheel.clone(), part, deliveries.clone()));
+        let cancels = tokio::spawn(follow_cancels(wheel.clone(), part, deliveries.clone()));
+        let handlers = Handlers {
+            handler,
+            timeout: wheel.cfg.handler_timeout,
+            outcomes,
+            deliveries,
+            permits,
+            freed,
+            runs: Arc::new(RunTimes::default()),
+            specs: Arc::new(Specs::default()),
+            wheel: wheel.clone(),
+            part,
+        };
+        ClaimLoop {
+            wheel,
+            part,
+            keys: &wheel.partitions[part].keys,
+            node,
+            bid_now,
+            stop,
+            abandon,
+            wind_down,
+            started,
+            handlers,
+            runners: JoinSet::new(),
+            recorder,
+            renewer,
+            cancels,
+            waker: None,
+            failures: 0,
+            backlog: false,
+            claimed_once: false,
+            unanswered: None,
+            answered: String::new(),
         }
-        if !claimed_once {
-            claimed_once = true;
-            started.send_modify(|n| *n += 1);
+    }
+
+    /// Forgets the runners that have ended.
+    fn reap_runners(&mut self) {
+        while self.runners.try_join_next().is_some() {}
+    }
+
+    /// The next claim to make: the unanswered one again, at once (asking for what there is
+    /// room for now, at least one), else a new one once a claim is worth making, carrying the
+    /// acknowledgements waiting; `None` when told to stop.
+    async fn wait_for_room(&mut self) -> Option<Call> {
+        let (concurrency, prefetch) = (self.wheel.cfg.concurrency, self.wheel.cfg.prefetch);
+        if let Some(mut call) = self.unanswered.take() {
+            call.want = room(&self.handlers, concurrency, prefetch).max(1);
+            return Some(call);
         }
-        let got = reply.claimed.len();
-        backlog = got == want;
-        run(&handlers, &deliveries, reply.claimed, sent + wheel.cfg.lease(), &mut runners).await;
-        if got == want {
-            // Perhaps more are ready (the claim passed a wake-up on to an idle worker, if none
-            // was waiting yet): claim again once there is room.
-            continue;
+        let want =
+            room_to_claim(&self.handlers, concurrency, prefetch, self.backlog, &mut self.runners, &mut self.stop)
+                .await?;
+        // The leases of what this call claims start after it is sent.
+        let (id, acks) = (self.wheel.ids.next(), self.handlers.outcomes.take(MAX_CLAIM));
+        Some(Call { id, acks, want, sent: tokio::time::Instant::now() })
+    }
+
+    /// Acknowledges what `call` carries and claims what it asks for, in one `claim.lua` call:
+    /// whether each acknowledgement was taken, and the tasks claimed.
+    async fn claim_and_ack(&self, call: &Call) -> Result<(Vec<bool>, Vec<Claimed>), Error> {
+        let claim = Claim {
+            n: call.want,
+            claim_id: &call.id,
+            replay_only: false,
+            previous: &self.answered,
+            node: &self.node,
+            acks: &call.acks,
+        };
+        let reply = scripts::claim_and_ack(self.wheel, self.keys, &claim, Window::Response).await?;
+        Ok((reply.acked, reply.claimed))
+    }
+
+    /// After a failed claim: keeps it to make again, and pauses, longer after each failure in a
+    /// row but soon enough that the retry finds the claimed tasks still leased to it.
+    async fn back_off(&mut self, call: Call, e: &Error) {
+        self.unanswered = Some(call);
+        self.failures += 1;
+        if self.failures == 1 {
+            tracing::warn!(wheel = %self.wheel.name(), partition = self.part, error = %e, "claiming failed; retrying with a backoff");
         }
+        pause(&mut self.stop, retry_delay(self.failures).min(self.wheel.cfg.lease() / 4)).await;
+    }
+
+    /// After an answered claim: logs the acknowledgements refused (`acked` answers each), notes
+    /// the claim answered (and the loop's first answer), and buffers what it `claimed` for the
+    /// handlers. Returns whether it took all it asked for: then perhaps more are ready (the claim
+    /// passed a wake-up on to an idle worker, if none was waiting yet), and the loop claims again
+    /// once there is room.
+    async fn hand_out(&mut self, call: Call, acked: &[bool], claimed: Vec<Claimed>) -> bool {
+        let Call { id, acks, want, sent } = call;
+        self.acknowledged(&acks, acked);
+        self.answered = id;
+        if self.failures > 0 {
+            tracing::info!(wheel = %self.wheel.name(), "claiming works again");
+            self.failures = 0;
+        }
+        if !self.claimed_once {
+            self.claimed_once = true;
+            self.started.send_modify(|n| *n += 1);
+        }
+        let full = claimed.len() == want;
+        self.backlog = full;
+        run(&self.handlers, claimed, sent + self.wheel.cfg.lease(), &mut self.runners).await;
+        full
+    }
+
+    /// Logs the acknowledgements `acks` that Redis refused, and forgets their deliveries.
+    fn acknowledged(&self, acks: &[scripts::Ack], answers: &[bool]) {
+        refused(self.wheel, acks, answers);
+        for ack in acks {
+            self.handlers.deliveries.forget(&ack.token);
+        }
+    }
+
+    /// Waits for a wake-up: nothing more is ready. Meanwhile no claim is coming to carry the
+    /// acknowledgements, which the recorder then sends at once.
+    async fn wait_for_wake(&mut self) {
+        let outcomes = &self.handlers.outcomes;
         outcomes.set_idle(true);
-        wait_for_wake(wheel, keys, &mut waker, &mut stop, bid_now).await;
+        wake::wait_for_wake(self.wheel, self.keys, &mut self.waker, &mut self.stop, self.bid_now).await;
         outcomes.set_idle(false);
     }
-    // A claim left unanswered at the stop may have taken tasks: one last try gets them back
-    // (taking nothing new) and runs them like the others in flight, rather than leaving them to
-    // come back after the lease as another attempt.
-    if let Some((claim_id, acks, sent)) = unanswered.take() {
-        let call = Claim { n: 0, claim_id: &claim_id, replay_only: true, previous: "", node, acks: &acks };
-        match scripts::claim_and_ack(wheel, keys, &call, Window::Response).await {
+
+    /// Told to stop: gets back what an unanswered claim took, lets the handlers run what the
+    /// buffer holds (or drops them when told to abandon them), and ends the partition's recorder
+    /// once every outcome is recorded, and its renewer and cancel follower.
+    async fn finish(mut self) {
+        self.replay_unanswered().await;
+        self.drain().await;
+        let ClaimLoop { handlers, mut runners, recorder, renewer, cancels, .. } = self;
+        let outcomes = handlers.outcomes.clone();
+        drop(handlers);
+        while runners.join_next().await.is_some() {}
+        outcomes.close();
+        let _ = recorder.await;
+        renewer.abort();
+        cancels.abort();
+    }
+
+    /// A claim left unanswered at the stop may have taken tasks: one last try gets them back
+    /// (taking nothing new) and runs them like the others in flight, rather than leaving them to
+    /// come back after the lease as another attempt.
+    async fn replay_unanswered(&mut self) {
+        let Some(Call { id, acks, sent, .. }) = self.unanswered.take() else {
+            return;
+        };
+        let call = Claim { n: 0, claim_id: &id, replay_only: true, previous: "", node: &self.node, acks: &acks };
+        match scripts::claim_and_ack(self.wheel, self.keys, &call, Window::Response).await {
             Ok(reply) => {
-                refused(wheel, &acks, &reply.acked);
-                for ack in &acks {
-                    deliveries.forget(&ack.token);
-                }
-                run(&handlers, &deliveries, reply.claimed, sent + wheel.cfg.lease(), &mut runners).await;
+                self.acknowledged(&acks, &reply.acked);
+                run(&self.handlers, reply.claimed, sent + self.wheel.cfg.lease(), &mut self.runners).await;
             }
             Err(e) => {
-                lost(wheel, "(an unanswered claim)", &e);
-                outcomes.put_back(acks);
+                lost(self.wheel, "(an unanswered claim)", &e);
+                self.handlers.outcomes.put_back(acks);
             }
         }
     }
-    // Wait for the handlers to run what the buffer holds (each runner holds a permit until the
-    // buffer is empty), or drop those still running when told to abandon them.
-    let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
-    let mut wound_down = false;
-    loop {
-        tokio::select! {
-            told = async { wind_down.wait_for(|w| *w).await.map(|_| ()) }, if !wound_down => {
-                wound_down = true;
-                if told.is_ok() {
-                    deliveries.cancel_running();
+
+    /// Waits for the handlers to run what the buffer holds (each runner holds a permit until the
+    /// buffer is empty), or drops those still running when told to abandon them.
+    async fn drain(&mut self) {
+        let all = u32::try_from(self.wheel.cfg.concurrency).unwrap_or(u32::MAX);
+        let (wheel, part) = (self.wheel, self.part);
+        let ClaimLoop { handlers, runners, wind_down, abandon, .. } = self;
+        let deliveries = &handlers.deliveries;
+        let mut wound_down = false;
+        loop {
+            tokio::select! {
+                told = async { wind_down.wait_for(|w| *w).await.map(|_| ()) }, if !wound_down => {
+                    wound_down = true;
+                    if told.is_ok() {
+                        deliveries.cancel_running();
+                    }
                 }
-            }
-            held = permits.clone().acquire_many_owned(all) => {
-                if deliveries.buffered() == 0 {
+                held = handlers.permits.clone().acquire_many_owned(all) => {
+                    if deliveries.buffered() == 0 {
+                        break;
+                    }
+                    // A runner ended just as tasks came: start runners again.
+                    drop(held);
+                    start_free_runners(handlers, runners);
+                    tokio::task::yield_now().await;
+                }
+                () = abandoned(abandon) => {
+                    runners.abort_all();
+                    deliveries.abandon(wheel, part).await;
                     break;
                 }
-                // A runner ended just as tasks came: start runners again.
-                drop(held);
-                start_free_runners(&handlers, &deliveries, &mut runners);
-                tokio::task::yield_now().await;
-            }
-            () = abandoned(&mut abandon) => {
-                runners.abort_all();
-                deliveries.abandon(wheel, part).await;
-                break;
             }
         }
     }
-    drop(handlers);
-    while runners.join_next().await.is_some() {}
-    outcomes.close();
-    let _ = recorder.await;
-    renewer.abort();
-    cancels.abort();
 }
 
 /// How many tasks the buffer has room for: the free handlers, and as many more as the handlers
@@ -211,7 +356,7 @@ fn room(handlers: &Handlers, concurrency: usize, prefetch: usize) -> usize {
 /// when that is less than two claims' worth), so that a busy worker's claims are full ones. While tasks are waiting (`backlog`)
 /// and nothing is claimed ahead, it gathers free handlers a moment rather than claiming one task
 /// per round trip.
-async fn wait_for_room(
+async fn room_to_claim(
     handlers: &Handlers,
     concurrency: usize,
     prefetch: usize,
@@ -226,7 +371,7 @@ async fn wait_for_room(
         freed.as_mut().enable();
         // Tasks wait in the buffer and a handler is free (another partition's runner gave its
         // permit back): run them.
-        start_free_runners(handlers, &handlers.deliveries, runners);
+        start_free_runners(handlers, runners);
         let ahead = handlers.runs.ahead(concurrency, prefetch);
         let (free, buffered) = (handlers.permits.available_permits(), handlers.deliveries.buffered());
         let room = room(handlers, concurrency, prefetch);
@@ -257,29 +402,23 @@ async fn wait_for_room(
 /// Buffers what a claim took (how late each was claimed recorded first) and starts runners for
 /// it on the free handlers. A claim answered after the worker was abandoned gives its tasks
 /// back at once.
-async fn run(
-    handlers: &Handlers,
-    deliveries: &Deliveries,
-    claimed: Vec<Claimed>,
-    until: tokio::time::Instant,
-    runners: &mut JoinSet<()>,
-) {
+async fn run(handlers: &Handlers, claimed: Vec<Claimed>, until: tokio::time::Instant, runners: &mut JoinSet<()>) {
     if claimed.is_empty() {
         return;
     }
     claimed_late(&handlers.wheel, handlers.part, &claimed);
-    let back = deliveries.buffer(claimed, until);
+    let back = handlers.deliveries.buffer(claimed, until);
     if !back.is_empty() {
         let back: Vec<(String, String)> = back.into_iter().map(|c| (c.task.key, c.token)).collect();
         give_back_leases(&handlers.wheel, handlers.part, &back).await;
     }
-    start_free_runners(handlers, deliveries, runners);
+    start_free_runners(handlers, runners);
 }
 
 /// Starts a runner on each free handler, up to what the buffer holds.
-fn start_free_runners(handlers: &Handlers, deliveries: &Deliveries, runners: &mut JoinSet<()>) {
+fn start_free_runners(handlers: &Handlers, runners: &mut JoinSet<()>) {
     let mut held = Vec::new();
-    while held.len() < deliveries.buffered() {
+    while held.len() < handlers.deliveries.buffered() {
         match handlers.permits.clone().try_acquire_owned() {
             Ok(p) => held.push(p),
             Err(_) => break,

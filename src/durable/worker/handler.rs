@@ -21,6 +21,7 @@ use super::lease::Deliveries;
 use super::outcome::Outcomes;
 use crate::durable::client::WheelClient;
 use crate::durable::scripts::{Ack, Claimed};
+use crate::durable::series::Specs;
 use crate::durable::time::unix_ms;
 use crate::durable::Task;
 
@@ -30,8 +31,8 @@ pub(super) type Handler = Arc<dyn Fn(Task) -> HandlerFuture + Send + Sync>;
 
 /// What running a claimed task needs: the handler, its time limit, where its outcome goes, the
 /// list of the partition's deliveries (whose buffer the runners take their tasks from, and whose
-/// leases are renewed while they wait and run), the worker's handler permits and the record of
-/// how long runs take.
+/// leases are renewed while they wait and run), the worker's handler permits, the record of
+/// how long runs take and the series' specs read so far.
 #[derive(Clone)]
 pub(super) struct Handlers {
     pub(super) handler: Handler,
@@ -43,6 +44,8 @@ pub(super) struct Handlers {
     /// partition share the permits, and one whose buffer waits for a free handler starts a runner.
     pub(super) freed: Arc<Notify>,
     pub(super) runs: Arc<RunTimes>,
+    /// The specs of the series this partition's tasks belong to, each read once.
+    pub(super) specs: Arc<Specs>,
     pub(super) wheel: Arc<WheelClient>,
     pub(super) part: usize,
 }
@@ -184,7 +187,8 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin, o
     if h.deliveries.finish(&token) {
         // A series with a spec: its next run, worked out now (on Redis's clock, as this node
         // estimates it), goes to the script that ends this one (see `durable/series.rs`).
-        let next_due = spec.map_or_else(String::new, |spec| spec.next_due(unix_ms(due), h.wheel.clock.now_ms()));
+        let next_due =
+            spec.map_or_else(String::new, |spec| h.specs.next_due(&spec, unix_ms(due), h.wheel.clock.now_ms()));
         let took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let run = history_run(h, &key, unix_ms(due), attempt, Some((started_ms, took_us)));
         h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due, run, options }, outcome);

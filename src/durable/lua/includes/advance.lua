@@ -14,7 +14,9 @@
 -- already past (runs were missed while nothing ran it), the run that just ended stood for them,
 -- and the policy says what comes next: burst (0) keeps the fixed rate, so the missed runs follow
 -- at once, but at most MAX_BURST of them (the earlier ones are skipped); delay (1) runs a period
--- after now; skip (2) runs at the first time of the original schedule after now.
+-- after now; skip (2) runs at the first time of the original schedule after now. The rule is
+-- Recurrence::next_run's, the one the node applies to every series; one table of cases runs
+-- through both (src/durable/tests/advance.rs).
 -- @include constants
 local function advance(t, now, next_due)
   if t.runs == 1 then return false end
