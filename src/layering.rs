@@ -105,6 +105,8 @@ const SERVICE: &[File] = &[
 
 /// `src/durable/`, from the bottom up (the table of docs/DESIGN.md).
 const DURABLE: &[File] = &[
+    top!("durable", "formats", "durable/formats.rs"),
+    top!("durable", "payload", "durable/payload.rs"),
     top!("durable", "time", "durable/time.rs"),
     top!("durable", "series", "durable/series.rs"),
     top!("durable", "config", "durable/config.rs"),

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::config::MAX_BACKOFF;
+use super::formats::Retry;
 use super::time::ceil_ms;
 use crate::Error;
 
@@ -106,23 +107,16 @@ impl TaskOptions {
         Ok(())
     }
 
-    /// The text of the record's retry field, `<max attempts>/<backoff ms>` with a setting left
-    /// out empty; "" for a task without settings of its own (its record has no such field).
+    /// The text of the record's retry field ([`Retry`]); "" for a task without settings of its
+    /// own (its record has no such field).
     pub(crate) fn record_text(&self) -> String {
-        if self.is_empty() {
-            return String::new();
-        }
-        let max = self.max_attempts.map_or(String::new(), |n| n.to_string());
-        let backoff = self.own_backoff_ms().map_or(String::new(), |ms| ms.to_string());
-        format!("{max}/{backoff}")
+        Retry { max_attempts: self.max_attempts, backoff_ms: self.own_backoff_ms() }.write()
     }
 
-    /// The settings of a record's retry field as [`record_text`](Self::record_text) writes it;
-    /// none for text that does not read (none does: the scripts write what this side gives).
+    /// The settings of a record's retry field ([`Retry`]).
     pub(crate) fn from_record_text(text: &[u8]) -> Self {
-        let text = std::str::from_utf8(text).unwrap_or("");
-        let Some((max, backoff)) = text.split_once('/') else { return TaskOptions::new() };
-        TaskOptions { max_attempts: max.parse().ok(), backoff: backoff.parse().ok().map(Duration::from_millis) }
+        let retry = Retry::read(text);
+        TaskOptions { max_attempts: retry.max_attempts, backoff: retry.backoff_ms.map(Duration::from_millis) }
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::{declare_slots, invoke, number, text, SCRIPTS};
 use crate::durable::client::WheelClient;
+use crate::durable::formats::{HistoryRun, Record};
 use crate::durable::series::Spec;
 use crate::durable::shared_conn::Window;
 use crate::durable::time::{from_unix_ms, When};
@@ -28,8 +29,9 @@ pub(crate) struct Claimed {
 }
 
 /// One delivery to acknowledge (or whose failure to record): its key, its claim token, the next
-/// due time of its series (its spec's [`next_due`](Spec::next_due); `""` for a task without a
-/// spec), and its handler's run for the history.
+/// due time of its series (its spec's, from the worker's
+/// [`Specs::next_due`](crate::durable::series::Specs::next_due); `""` for a task without a spec),
+/// and its handler's run for the history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Ack {
     pub(crate) key: String,
@@ -63,10 +65,7 @@ impl Ack {
     /// estimates it, and how long it ran, in µs) empty when it never started. Packed here so
     /// that the scripts only join strings.
     pub(crate) fn run(key: &str, due_ms: u64, attempt: u32, handler: Option<(u64, u64)>) -> String {
-        match handler {
-            Some((started, took)) => format!("{due_ms}:{attempt}:{started}:{took}:{}:", key.len()),
-            None => format!("{due_ms}:{attempt}:::{}:", key.len()),
-        }
+        HistoryRun::packed(key, due_ms, attempt, handler)
     }
 
     /// Its [`ACK_FIELDS`](super::ACK_FIELDS) arguments, as `ack.lua` and `claim.lua` take them.
@@ -158,63 +157,25 @@ pub(crate) async fn claim_and_ack(
     })
 }
 
-/// A claimed task from its key and its record as `claim.lua` answers it: record.lua's format,
-/// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>][t<trace length>:<trace>][r<retry length>:<retry>]<error length>:<error><payload>`.
-/// `None` for a record that does not read (none does: the scripts write every one).
+/// A claimed task from its key and its record as `claim.lua` answers it ([`Record`]); `None`
+/// for a record that does not read (none does: the scripts write every one).
 fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) -> Option<Claimed> {
-    let mut rest = record;
-    let (due, attempt, token) = (field(&mut rest)?, field(&mut rest)?, field(&mut rest)?);
-    let (every, _runs, missed) = (field(&mut rest)?, field(&mut rest)?, field(&mut rest)?);
-    // The spec, when there is one: `c<length>:<spec>`, before the error's length.
-    let mut spec = None;
-    if let Some(after) = rest.strip_prefix(b"c") {
-        rest = after;
-        let len = usize::try_from(number(field(&mut rest)?)).ok()?;
-        let spec_text = rest.get(..len)?;
-        rest = &rest[len..];
-        spec = Some(Spec { text: text(spec_text), missed: *missed.first()? });
-    }
-    // The trace, when there is one: `t<length>:<trace>`, before the error's length.
-    let mut origin = Origin::none();
-    if let Some(after) = rest.strip_prefix(b"t") {
-        rest = after;
-        let len = usize::try_from(number(field(&mut rest)?)).ok()?;
-        origin = Origin::from_text(&text(rest.get(..len)?));
-        rest = &rest[len..];
-    }
-    // The task's own retry settings, when it has them: `r<length>:<retry>`, before the error's length.
-    let mut options = TaskOptions::new();
-    if let Some(after) = rest.strip_prefix(b"r") {
-        rest = after;
-        let len = usize::try_from(number(field(&mut rest)?)).ok()?;
-        options = TaskOptions::from_record_text(rest.get(..len)?);
-        rest = &rest[len..];
-    }
-    let error_len = usize::try_from(number(field(&mut rest)?)).ok()?;
-    let payload = rest.get(error_len..)?;
+    let r = Record::read(record)?;
     Some(Claimed {
         task: Task {
             key: text(key),
-            payload: payload.to_vec(),
-            attempt: u32::try_from(number(attempt)).unwrap_or(u32::MAX),
-            due: from_unix_ms(number(due)),
+            payload: r.payload.to_vec(),
+            attempt: r.deliveries,
+            due: from_unix_ms(r.due_ms),
             claimed_at,
             cancel: tokio_util::sync::CancellationToken::new(),
         },
-        token: text(token),
-        recurring: spec.is_some() || every != b"0",
-        spec,
-        origin,
-        options,
+        token: text(r.token),
+        recurring: r.spec.is_some() || r.every_ms != 0,
+        spec: r.spec.map(|spec| Spec { text: text(spec), missed: r.missed }),
+        origin: r.trace.map_or_else(Origin::none, |trace| Origin::from_text(&text(trace))),
+        options: r.retry.map_or_else(TaskOptions::new, TaskOptions::from_record_text),
     })
-}
-
-/// The field before the next `:` of `rest`, which moves past it.
-fn field<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let at = rest.iter().position(|&b| b == b':')?;
-    let f = &rest[..at];
-    *rest = &rest[at + 1..];
-    Some(f)
 }
 
 /// An answer of one digit per item, as one string: true for each `1`.

@@ -1,5 +1,7 @@
 -- A pending task's record, the value under its key in TASKS, one string:
---   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:[c<spec length>:<spec>][t<trace length>:<trace>][r<retry length>:<retry>]<error length>:<error><payload>
+--   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:<optional fields><error length>:<error><payload>
+-- where each optional field is `<tag letter><length>:<value>` (c the spec, t the trace, r the
+-- retry settings; read by `optional_fields`, which skips and keeps a tag it does not know).
 -- The claim token is 0 while no worker holds the task, and a task is in LEASED exactly while its
 -- token is not 0 (every script that sets it to 0 removes the lease entry in the same call). A
 -- task is recurring when its period is not 0 or it has a spec: `runs left` counts the runs of
@@ -20,30 +22,30 @@
 -- error is the last failure's (empty if none). The payload is last so that it is never parsed.
 -- `decode` gives a table of those fields (strings, but `due` and `a` numbers; `spec`, `trace`
 -- and `retry` are '' when absent); `encode` the string.
+-- The optional fields of a record from `at` on, read by one loop: each is `<tag><length>:<value>`,
+-- the tag a letter (c the spec, t the trace, r the retry settings), in any order; the error's
+-- length, a digit, ends them. A tag this version does not know is kept whole in `extra` (written
+-- back as it was by `encode`), so that a record written by a later version reads here and keeps
+-- what it had. Returns the fields by tag, `extra`, and where the error's length starts.
+local function optional_fields(rec, at)
+  local known, extra = {c = '', t = '', r = ''}, ''
+  while true do
+    local tag, len, from = string.match(rec, '^(%a)(%d+):()', at)
+    if not tag then return known, extra, at end
+    local value = string.sub(rec, from, from + len - 1)
+    if known[tag] then known[tag] = value else extra = extra .. tag .. len .. ':' .. value end
+    at = from + len
+  end
+end
 local function decode(rec)
   local due, a, tok, every, runs, missed, at = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d):()')
-  local spec, trace = '', ''
-  local len, from = string.match(rec, '^c(%d+):()', at)
-  if len then
-    spec = string.sub(rec, from, from + len - 1)
-    at = from + len
-  end
-  len, from = string.match(rec, '^t(%d+):()', at)
-  if len then
-    trace = string.sub(rec, from, from + len - 1)
-    at = from + len
-  end
-  local retry = ''
-  len, from = string.match(rec, '^r(%d+):()', at)
-  if len then
-    retry = string.sub(rec, from, from + len - 1)
-    at = from + len
-  end
+  local f, extra
+  f, extra, at = optional_fields(rec, at)
   local n, e = string.match(rec, '^(%d+):()', at)
   n = tonumber(n)
   return {
     due = tonumber(due), a = tonumber(a), tok = tok, every = tonumber(every), runs = tonumber(runs),
-    missed = missed, spec = spec, trace = trace, retry = retry, err = string.sub(rec, e, e + n - 1),
+    missed = missed, spec = f.c, trace = f.t, retry = f.r, extra = extra, err = string.sub(rec, e, e + n - 1),
     p = string.sub(rec, e + n),
   }
 end
@@ -71,7 +73,7 @@ local function retry_limits(retry, max_attempts, backoff_ms)
 end
 local function encode(t)
   return string.format('%d:%d:%s:%d:%d:%s:', t.due, t.a, t.tok, t.every, t.runs, t.missed) .. spec_field(t.spec)
-    .. trace_field(t.trace) .. retry_field(t.retry) .. #t.err .. ':' .. t.err .. t.p
+    .. trace_field(t.trace) .. retry_field(t.retry) .. (t.extra or '') .. #t.err .. ':' .. t.err .. t.p
 end
 -- The claim token alone, without copying the payload.
 local function token_of(rec)
@@ -114,16 +116,14 @@ end
 -- as before.
 local function decode_dead(rec)
   local due, a, at = string.match(rec, '^(%d+):(%d+):()')
-  local retry = ''
-  local len, from = string.match(rec, '^r(%d+):()', at)
-  if len then
-    retry = string.sub(rec, from, from + len - 1)
-    at = from + len
-  end
+  local f, extra
+  f, extra, at = optional_fields(rec, at)
   local n, e = string.match(rec, '^(%d+):()', at)
   n = tonumber(n)
-  return { due = due, a = a, retry = retry, err = string.sub(rec, e, e + n - 1), p = string.sub(rec, e + n) }
+  return {
+    due = due, a = a, retry = f.r, extra = extra, err = string.sub(rec, e, e + n - 1), p = string.sub(rec, e + n),
+  }
 end
 local function encode_dead(t, err)
-  return string.format('%d:%d:', t.due, t.a) .. retry_field(t.retry) .. #err .. ':' .. err .. t.p
+  return string.format('%d:%d:', t.due, t.a) .. retry_field(t.retry) .. (t.extra or '') .. #err .. ':' .. err .. t.p
 end
