@@ -48,6 +48,11 @@ async fn wheel(server: &RedisServer) -> DurableScheduler {
     timers
 }
 
+/// Milliseconds since the Unix epoch.
+fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
 struct Reply {
     status: StatusCode,
     headers: axum::http::HeaderMap,
@@ -149,9 +154,14 @@ async fn each_section_answers_what_the_wheel_says() {
         ("acked", stats.acked),
         ("retried", stats.retried),
         ("dead_lettered", stats.dead_lettered),
+        ("cancelled", stats.cancelled),
     ] {
         assert_eq!(shown[field].as_u64(), Some(value), "{field} in {shown}");
     }
+    // The stats' own JSON, every field of it (the cursor lag grows while no leader ticks).
+    let mut want = serde_json::to_value(stats).unwrap();
+    want["cursor_lag_ticks"] = shown["cursor_lag_ticks"].clone();
+    assert_eq!(shown, want, "api/stats is DurableStats' JSON");
     assert_eq!((stats.waiting, stats.dead), (3, 2));
     assert_eq!(shown["paused"], false, "{shown}");
     timers.pause().await.unwrap();
@@ -164,6 +174,9 @@ async fn each_section_answers_what_the_wheel_says() {
     let letter = letters.iter().find(|l| l["key"] == "dead-0").expect("dead-0 is listed");
     assert_eq!(letter["last_error"], "dead-0 is broken <b>here</b>", "the error text as it was");
     assert_eq!(letter["attempts"], 1);
+    let died = timers.dead_letters(10).await.unwrap().into_iter().find(|d| d.key() == "dead-0").unwrap().died();
+    assert_eq!(letter["died_unix_ms"].as_u64(), Some(unix_ms(died)), "{letter}");
+    assert!(letter.get("payload").is_none() && letter["payload_bytes"] == 0, "payloads left out: {letter}");
     assert_eq!(get(&router, "/api/dead?limit=1").await.json()["letters"].as_array().unwrap().len(), 1);
 
     let late = get(&router, "/api/lateness").await.json();
@@ -186,16 +199,18 @@ async fn each_section_answers_what_the_wheel_says() {
     assert_eq!(minutes.len(), 60, "{figures}");
     let sum = |field: &str| minutes.iter().map(|m| m[field].as_u64().unwrap()).sum::<u64>();
     assert_eq!((sum("handed_out"), sum("acked"), sum("failed"), sum("dead")), (2, 0, 2, 2), "{figures}");
-    let bars: u64 = figures["lateness"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
-    assert_eq!((bars, figures["claimed"].as_u64()), (2, Some(2)), "{figures}");
-    assert!(figures["p99_ms"].is_number(), "{figures}");
+    assert!(minutes.windows(2).all(|m| m[1]["start_unix_ms"].as_u64() > m[0]["start_unix_ms"].as_u64()));
+    let lateness = &figures["lateness"];
+    let buckets: u64 = lateness["buckets"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!((buckets, lateness["claimed"].as_u64()), (2, Some(2)), "{figures}");
+    assert!(lateness["p99_below_ms"].is_number(), "{figures}");
 
     let later = get(&router, "/api/task?key=later-1").await.json();
     assert_eq!(later["pending"], true);
     assert_eq!(later["detail"]["state"], "waiting", "{later}");
     assert_eq!(later["detail"]["attempt"], 0, "{later}");
     assert_eq!(later["detail"]["overdue_ms"], serde_json::Value::Null, "not yet due: {later}");
-    let due_ms = later["detail"]["due_ms"].as_u64().unwrap();
+    let due_ms = later["detail"]["due_unix_ms"].as_u64().unwrap();
     let want = timers.deadline("later-1").await.unwrap().unwrap();
     assert_eq!(due_ms as u128, want.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis());
     let nobody = get(&router, "/api/task?key=nobody").await.json();
@@ -204,6 +219,10 @@ async fn each_section_answers_what_the_wheel_says() {
     assert_eq!(dead["pending"], false);
     assert_eq!(dead["detail"]["state"], "dead", "{dead}");
     assert_eq!(dead["detail"]["last_error"], "dead-0 is broken <b>here</b>", "{dead}");
+    // The task's own JSON, its payload left out.
+    let mut want = serde_json::to_value(timers.get("dead-0").await.unwrap().unwrap()).unwrap();
+    want.as_object_mut().unwrap().remove("payload");
+    assert_eq!(dead["detail"], want);
     // Keys are any text: one with spaces and symbols, percent-encoded.
     timers.schedule("a key/with ?&=#", Duration::from_secs(60), Vec::new()).await.unwrap();
     assert_eq!(get(&router, "/api/task?key=a%20key%2Fwith%20%3F%26%3D%23").await.json()["pending"], true);
@@ -342,6 +361,7 @@ async fn several_wheels_each_paged_by_state() {
         (wheels[1]["wheel"].as_str(), wheels[1]["waiting"].as_u64(), wheels[1]["paused"].as_bool()),
         (Some("emails"), Some(130), Some(false))
     );
+    assert_eq!(wheels[0]["cancelled"], 0, "each wheel's stats, all of them: {overview}");
     assert_eq!(get(&router, "/api/w/emails/stats").await.json()["waiting"], 130);
     assert_eq!(get(&router, "/api/stats").await.json()["waiting"], 3, "api/.. is the first wheel");
     let unknown = get(&router, "/api/w/nowhere/stats").await;
@@ -405,14 +425,16 @@ async fn several_wheels_each_paged_by_state() {
     let mut keys: Vec<&str> = finished.iter().map(|r| r["key"].as_str().unwrap()).collect();
     keys.sort();
     assert_eq!(keys, ["dead-0", "dead-1"], "{finished:?}");
-    assert!(finished[0]["finished_ms"].as_u64() >= finished[1]["finished_ms"].as_u64(), "newest first");
+    let end = |row: &Value| row["finished"]["finished_unix_ms"].as_u64();
+    assert!(end(&finished[0]) >= end(&finished[1]), "newest first");
     for row in &finished {
-        assert_eq!((row["outcome"].as_str(), row["attempt"].as_u64()), (Some("dead"), Some(1)), "{row}");
+        let run = &row["finished"];
+        assert_eq!((run["outcome"].as_str(), row["attempt"].as_u64()), (Some("dead"), Some(1)), "{row}");
         assert_eq!(row["last_error"], format!("{} is broken <b>here</b>", row["key"].as_str().unwrap()));
-        assert!(row["started_ms"].as_u64().is_some() && row["handler_ms"].as_f64().is_some(), "{row}");
+        assert!(run["started_unix_ms"].as_u64().is_some() && run["handler_ms"].as_f64().is_some(), "{row}");
     }
     let waiting = get(&router, "/api/w/dash/tasks?state=waiting").await.json();
-    assert!(waiting["tasks"].as_array().unwrap().iter().all(|t| t["outcome"].is_null()), "{waiting}");
+    assert!(waiting["tasks"].as_array().unwrap().iter().all(|t| t["finished"].is_null()), "{waiting}");
     for path in [
         "/api/w/dash/tasks",
         "/api/w/dash/tasks?state=gone",
@@ -437,15 +459,65 @@ async fn a_payload_shows_as_json_text_or_hex() {
     timers.schedule("text", hour, b"plain <b>words</b>".to_vec()).await.unwrap();
     timers.schedule("bytes", hour, vec![0, 159, 146, 150]).await.unwrap();
     let json = get(&router, "/api/payload?key=json").await.json();
-    assert_eq!((json["format"].as_str(), json["state"].as_str()), (Some("json"), Some("waiting")), "{json}");
+    assert_eq!((json["payload_encoding"].as_str(), json["state"].as_str()), (Some("json"), Some("waiting")), "{json}");
     assert!(json["shown"].as_str().unwrap().contains("\n  \"order\": 42"), "{json}");
+    assert_eq!((json["payload_bytes"].as_u64(), &json["truncated"]), (Some(30), &Value::Bool(false)), "{json}");
     let text = get(&router, "/api/w/dash/payload?key=text").await.json();
-    assert_eq!((text["format"].as_str(), text["shown"].as_str()), (Some("text"), Some("plain <b>words</b>")));
+    assert_eq!((text["payload_encoding"].as_str(), text["shown"].as_str()), (Some("text"), Some("plain <b>words</b>")));
     let bytes = get(&router, "/api/payload?key=bytes").await.json();
-    assert_eq!(bytes["format"], "hex", "{bytes}");
+    assert_eq!(bytes["payload_encoding"], "hex", "{bytes}");
     assert!(bytes["shown"].as_str().unwrap().starts_with("00000000  00 9f 92 96"), "{bytes}");
     assert_eq!(get(&router, "/api/payload?key=nobody").await.json()["found"], false);
     assert_eq!(get(&router, "/api/payload").await.status, StatusCode::BAD_REQUEST);
+}
+
+/// A run of a series shows its recurrence (cadence, period or expression and zone, end,
+/// missed-run policy, runs left, next run) where the page shows a task: the search, the
+/// detail, and a page of ready or running tasks; a one-shot task shows none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_series_shows_its_recurrence() {
+    use tokio_timewheel::{MissedRuns, Recurrence};
+
+    let Some(server) = RedisServer::start() else { return };
+    let timers = wheel(&server).await;
+    let router = dashboard::router(timers.clone());
+    let every = Recurrence::every(Duration::from_secs(20)).limit(5).missed(MissedRuns::Burst);
+    timers.schedule_recurring("every", every, Vec::new()).await.unwrap();
+    let found = get(&router, "/api/task?key=every").await.json();
+    let r = &found["detail"]["recurrence"];
+    assert_eq!(r["cadence"], "every 20s", "{found}");
+    assert_eq!((r["period_ms"].as_u64(), r["runs_left"].as_u64()), (Some(20_000), Some(5)), "{found}");
+    assert_eq!(
+        (r["missed"].as_str(), &r["expression"], &r["end_unix_ms"]),
+        (Some("burst"), &Value::Null, &Value::Null)
+    );
+    assert_eq!(r["next_run_unix_ms"], found["detail"]["due_unix_ms"], "a waiting series runs next at its due time");
+    assert_eq!(get(&router, "/api/payload?key=every").await.json()["recurrence"], *r);
+    assert_eq!(get(&router, "/api/task?key=later-0").await.json()["detail"]["recurrence"], Value::Null);
+
+    // A page of ready tasks: a series whose first run is long past.
+    let past = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let overdue = Recurrence::every(Duration::from_secs(60)).starting(past);
+    timers.schedule_recurring("overdue", overdue, Vec::new()).await.unwrap();
+    let page = get(&router, "/api/tasks?state=ready").await.json();
+    let listed = page["tasks"].as_array().unwrap().iter().find(|t| t["key"] == "overdue").expect("listed");
+    assert_eq!(listed["recurrence"]["period_ms"], 60_000, "{page}");
+
+    #[cfg(feature = "cron")]
+    {
+        let nightly = Recurrence::cron("0 3 * * *").unwrap().in_tz("Europe/Berlin").unwrap();
+        timers.schedule_recurring("nightly", nightly, Vec::new()).await.unwrap();
+        let found = get(&router, "/api/task?key=nightly").await.json();
+        let r = &found["detail"]["recurrence"];
+        assert_eq!(r["cadence"], "cron \"0 3 * * *\" in Europe/Berlin", "{found}");
+        assert_eq!((r["expression"].as_str(), r["zone"].as_str()), (Some("0 3 * * *"), Some("Europe/Berlin")));
+        let local = r["next_run_local"].as_str().unwrap();
+        assert!(local.contains("T03:00:00.000+01:00 CET") || local.contains("T03:00:00.000+02:00 CEST"), "{local}");
+        assert_eq!(
+            (r["missed"].as_str(), &r["period_ms"], &r["runs_left"]),
+            (Some("skip"), &Value::Null, &Value::Null)
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

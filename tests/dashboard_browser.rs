@@ -141,7 +141,7 @@ fn expected_counts(s: &DurableStats) -> Value {
     serde_json::json!({
         "waiting": s.waiting, "ready": s.ready, "running": s.in_flight, "dead": s.dead, "pending": s.pending,
         "scheduled": s.scheduled, "handed_out": s.handed_out, "acked": s.acked, "retried": s.retried,
-        "dead_lettered": s.dead_lettered,
+        "dead_lettered": s.dead_lettered, "cancelled": s.cancelled,
     })
 }
 

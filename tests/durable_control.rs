@@ -37,7 +37,7 @@ async fn a_task_due_while_no_leader_ticks_reads_as_overdue() {
     let later = timers.get("later").await.unwrap().expect("pending");
     assert_eq!((later.state(), later.overdue_by()), (TaskState::Waiting, None));
 
-    let page = timers.due_next(10, None).await.unwrap();
+    let page = timers.due_next(None, 10).await.unwrap();
     let keys: Vec<(&str, bool)> = page.tasks().iter().map(|t| (t.key(), t.is_overdue())).collect();
     assert_eq!(keys, [("late", true), ("later", false)]);
     assert!(page.tasks()[0].overdue_by().unwrap() >= by, "read later, overdue longer");

@@ -170,12 +170,12 @@ async fn due_next_pages_through_every_pending_task_in_due_order() {
     want.retain(|k| k != "t05" && k != "t06");
 
     let mut seen = Vec::new();
-    let mut page = timers.due_next(7, None).await.unwrap();
+    let mut page = timers.due_next(None, 7).await.unwrap();
     loop {
         assert!(page.tasks().len() <= 7);
         seen.extend(page.tasks().iter().cloned());
         let Some(next) = page.next().cloned() else { break };
-        page = timers.due_next(7, Some(&next)).await.unwrap();
+        page = timers.due_next(Some(&next), 7).await.unwrap();
     }
     let keys: Vec<&str> = seen.iter().map(|t| t.key()).collect();
     let mut sorted = want.clone();
@@ -190,7 +190,7 @@ async fn due_next_pages_through_every_pending_task_in_due_order() {
     assert_eq!(late.len(), 10);
     assert!(seen[..10].iter().all(|t| t.payload() == b"late" && t.state() == TaskState::Ready), "{seen:?}");
     assert!(seen[10..].iter().all(|t| t.state() == TaskState::Waiting), "{seen:?}");
-    assert!(matches!(timers.due_next(0, None).await, Err(Error::Invalid(_))));
+    assert!(matches!(timers.due_next(None, 0).await, Err(Error::Invalid(_))));
 
     // Counted by minute: the late and soon ones in the first, the later ones in the second. The
     // ring's slots count whole, so the task cancelled in the ring (t05) counts until the cursor
@@ -214,10 +214,16 @@ async fn dead_letters_page_and_their_retention_trims_them() {
     assert!(wait_until(Duration::from_secs(5), || stats(&timers).dead == 8).await, "kept {}", stats(&timers).dead);
     let all = timers.dead_letters(100).await.unwrap();
     assert_eq!(all.len(), 8);
-    let page = timers.dead_letters_page(3, 4).await.unwrap();
-    assert_eq!(page, all[3..7].to_vec());
-    assert!(timers.dead_letters_page(8, 4).await.unwrap().is_empty());
-    assert!(matches!(timers.dead_letters_page(0, 0).await, Err(Error::Invalid(_))));
+    // The one pager reads them on, in the same order, a page at a time.
+    let mut paged = Vec::new();
+    let mut page = timers.list(TaskState::Dead, None, 3).await.unwrap();
+    loop {
+        paged.extend(page.tasks().iter().map(|t| t.key().to_string()));
+        let Some(next) = page.next().cloned() else { break };
+        page = timers.list(TaskState::Dead, Some(&next), 3).await.unwrap();
+    }
+    assert_eq!(paged, all.iter().map(|d| d.key().to_string()).collect::<Vec<_>>());
+    assert!(matches!(timers.list(TaskState::Dead, None, 0).await, Err(Error::Invalid(_))));
     worker.shutdown().await;
 
     // By age: a node whose retention is 200 ms clears them once it leads.
@@ -341,4 +347,108 @@ async fn any_handle_reads_the_wheel_wide_figures_the_workers_wrote() {
     assert_eq!(old.as_int(), Some(0), "the long-gone minute was dropped");
     assert!(matches!(admin.figures(0).await, Err(Error::Invalid(_))));
     assert!(matches!(admin.figures(121).await, Err(Error::Invalid(_))));
+}
+
+/// `get` tells a series from a one-shot task and gives its recurrence as the record keeps it: a
+/// fixed rate, a counted one, one with an end, a cron expression in a zone (feature `cron`); its
+/// next run is its due time while it waits, and the run after while one runs. A record whose
+/// series this build cannot read still reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_tells_a_series_and_its_recurrence() {
+    use tokio_timewheel::{MissedRuns, Recurrence};
+
+    let Some(server) = RedisServer::start() else { return };
+    let timers = builder(&server, "series").connect().await.expect("connect");
+    let before = SystemTime::now();
+
+    // A one-shot task: no series.
+    timers.schedule("once", Duration::from_secs(3600), "one").await.unwrap();
+    let once = timers.get("once").await.unwrap().expect("pending");
+    assert!(!once.is_recurring());
+    assert_eq!((once.recurrence(), once.runs_left(), once.next_run()), (None, None, None));
+    assert_eq!(once.unreadable_recurrence(), None);
+
+    // Every 20 s, for ever: the durable default for missed runs, Skip.
+    timers.schedule_recurring("every", Recurrence::every(Duration::from_secs(20)), "tick").await.unwrap();
+    let every = timers.get("every").await.unwrap().expect("pending");
+    assert!(every.is_recurring());
+    let r = every.recurrence().expect("a fixed rate reads");
+    assert_eq!((r.period(), r.end(), r.missed_runs()), (Some(Duration::from_secs(20)), None, MissedRuns::Skip));
+    assert_eq!(r.to_string(), "every 20s");
+    assert_eq!((every.runs_left(), every.state()), (None, TaskState::Waiting));
+    assert_eq!(every.next_run(), Some(every.due()), "a waiting series runs next at its due time");
+    let ahead = every.due().duration_since(before).unwrap();
+    assert!(ahead > Duration::from_secs(19) && ahead < Duration::from_secs(21), "{ahead:?}");
+
+    // Counted, with a policy of its own; and a fixed rate with an end (stored as a spec).
+    let counted = Recurrence::every(Duration::from_secs(20)).limit(3).missed(MissedRuns::Burst);
+    timers.schedule_recurring("counted", counted, "").await.unwrap();
+    let counted = timers.get("counted").await.unwrap().unwrap();
+    assert_eq!((counted.runs_left(), counted.recurrence().unwrap().missed_runs()), (Some(3), MissedRuns::Burst));
+    let end = UNIX_EPOCH + Duration::from_millis(4_000_000_000_123);
+    timers.schedule_recurring("ending", Recurrence::every(Duration::from_secs(20)).until(end), "").await.unwrap();
+    let ending = timers.get("ending").await.unwrap().unwrap();
+    let r = ending.recurrence().expect("a fixed rate with an end reads");
+    assert_eq!((r.period(), r.end()), (Some(Duration::from_secs(20)), Some(end)));
+    // `schedule_repeating` makes a series too.
+    timers.schedule_repeating("twice", Duration::from_secs(30), tokio_timewheel::Repeat::Times(2), "").await.unwrap();
+    let twice = timers.get("twice").await.unwrap().unwrap();
+    assert_eq!(
+        (twice.recurrence().and_then(Recurrence::period), twice.runs_left()),
+        (Some(Duration::from_secs(30)), Some(2))
+    );
+
+    // A cron expression in Berlin: its expression and zone, its next run the next 03:00 there.
+    #[cfg(feature = "cron")]
+    {
+        let nightly = Recurrence::cron("0 3 * * *").unwrap().in_tz("Europe/Berlin").unwrap();
+        timers.schedule_recurring("nightly", nightly.clone(), "report").await.unwrap();
+        let task = timers.get("nightly").await.unwrap().expect("pending");
+        assert!(task.is_recurring());
+        let r = task.recurrence().expect("a cron series reads with the cron feature");
+        assert_eq!((r.expression(), r.zone(), r.period()), (Some("0 3 * * *"), Some("Europe/Berlin"), None));
+        assert_eq!((r.end(), r.missed_runs(), task.runs_left()), (None, MissedRuns::Skip, None));
+        assert_eq!(r.to_string(), "cron \"0 3 * * *\" in Europe/Berlin");
+        assert_eq!(task.next_run(), Some(task.due()));
+        assert_eq!(nightly.next_after(before), Some(task.due()), "the next 03:00 in Berlin");
+    }
+
+    // A series whose spec this build cannot read (a later version's, say) still reads.
+    let keys = tokio_timewheel::durable::WheelKeys::new("series");
+    let spec = "0 moon 7";
+    let record = format!("{}:0:0:0:-1:2:c{}:{spec}0:payload", 4_000_000_000_000u64, spec.len());
+    server.command(&["HSET", &keys.tasks(), "odd", &record]);
+    let odd = timers.get("odd").await.unwrap().expect("it reads");
+    assert!(odd.is_recurring());
+    assert_eq!((odd.recurrence(), odd.unreadable_recurrence(), odd.payload()), (None, Some(spec), &b"payload"[..]));
+    server.command(&["HDEL", &keys.tasks(), "odd"]);
+
+    // Running: the next run is the one after, a period on; `list` of running tasks says the same.
+    timers.cancel("every").await.unwrap();
+    let start = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let fast = Recurrence::every(Duration::from_secs(20)).starting(start);
+    timers.schedule_recurring("fast", fast, "").await.unwrap();
+    let ready = timers.list(TaskState::Ready, None, 10).await.unwrap();
+    assert_eq!(ready.tasks().len(), 1, "{ready:?}");
+    assert_eq!(ready.tasks()[0].recurrence().and_then(Recurrence::period), Some(Duration::from_secs(20)));
+    let release = Arc::new(Notify::new());
+    let worker = timers.run({
+        let release = release.clone();
+        move |_task: Task| {
+            let release = release.clone();
+            async move {
+                release.notified().await;
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    });
+    assert!(wait_until(Duration::from_secs(5), || state_of(&timers, "fast") == Some(TaskState::Running)).await);
+    let running = timers.get("fast").await.unwrap().unwrap();
+    let next = running.next_run().expect("a run after this one");
+    assert!(next > SystemTime::now() - Duration::from_secs(1), "skipped on past the missed runs: {next:?}");
+    assert_eq!(next.duration_since(start).unwrap().as_millis() % 20_000, 0, "on the series' grid: {next:?}");
+    let listed = timers.list(TaskState::Running, None, 10).await.unwrap();
+    assert_eq!(listed.tasks()[0].recurrence(), running.recurrence());
+    release.notify_one();
+    worker.shutdown().await;
 }

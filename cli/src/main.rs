@@ -5,11 +5,19 @@
 //! timewheel --url redis://127.0.0.1:6379/ --wheel orders stats
 //! timewheel --wheel orders list ready --limit 20 --json
 //! timewheel --wheel orders dead --requeue-all
+//! timewheel --wheel orders get report:nightly
+//! timewheel --wheel orders run-now report:nightly
 //! ```
 //!
-//! Exit codes: 0 done; 1 nothing to act on (no such task, not pending, not running, no such
-//! dead letter); 2 a usage error; 3 Redis could not be reached or failed; 4 refused (no wheel of
-//! that name, a bad setting).
+//! With `--json` it prints what the library's types serialise to (their `serde` form, feature
+//! `serde`): `stats` a `DurableStats` with the wheel's name beside its fields, `get` a `TaskInfo`
+//! (or `null`), `list` and `due-next` a `ListPage` (`{"tasks": [..], "next": cursor}`), `dead`
+//! an array of `DeadTask`s, `watch` a `DurableStats` a line with the rates, the counts due soon
+//! and the wheel-wide `Figures`; the actions print `{"done": bool}`.
+//!
+//! Exit codes: 0 done; 1 nothing to act on (no such task, not pending, not running, already
+//! running, no such dead letter); 2 a usage error; 3 Redis could not be reached or failed; 4
+//! refused (no wheel of that name, a bad setting).
 
 mod show;
 
@@ -17,8 +25,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use clap::{Parser, Subcommand, ValueEnum};
-use serde_json::{json, Value};
+use clap::{Parser, Subcommand};
+use serde_json::json;
 use tokio_timewheel::durable::{DurableScheduler, ListCursor, TaskState};
 use tokio_timewheel::Error;
 
@@ -59,14 +67,15 @@ struct Cli {
     command: Command,
 }
 
-const EXIT_CODES: &str = "Exit codes: 0 done; 1 nothing to act on (no such task, not pending, not running, no such \
-                          dead letter); 2 usage; 3 Redis unreachable or failing; 4 refused (no such wheel, a bad setting).";
+const EXIT_CODES: &str = "Exit codes: 0 done; 1 nothing to act on (no such task, not pending, not running, already \
+                          running, no such dead letter); 2 usage; 3 Redis unreachable or failing; 4 refused (no such wheel, a bad setting).";
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// The wheel's counts: pending by state, dead letters, cursor lag, and its counters.
     Stats,
-    /// One task, pending or dead, with its payload.
+    /// One task, pending or dead, with its payload; for a run of a series, its recurrence (cron
+    /// expression and zone, or period) and its next run, in UTC and in the series' zone.
     Get {
         /// The task's key.
         key: String,
@@ -76,8 +85,8 @@ enum Command {
     /// the wheel's history keeps, newest first (with their outcome and handler time).
     List {
         /// waiting, ready, running, dead or finished.
-        #[arg(value_enum)]
-        state: StateArg,
+        #[arg(value_parser = str::parse::<TaskState>)]
+        state: TaskState,
         /// How many a page (at most 1,000).
         #[arg(long, default_value_t = 50)]
         limit: usize,
@@ -88,11 +97,15 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// The tasks due next, oldest due first (overdue ones say so).
+    /// The tasks due next, waiting or ready, oldest due first (overdue ones say so), a page at a
+    /// time.
     DueNext {
-        /// How many.
+        /// How many a page (at most 1,000).
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Start after this cursor (printed at the end of the previous page, or by `list waiting`).
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
     },
     /// The dead letters, oldest first; or requeue or delete them.
     Dead {
@@ -108,6 +121,13 @@ enum Command {
         /// Requeue every dead letter there is when the command starts.
         #[arg(long, group = "action")]
         requeue_all: bool,
+    },
+    /// Make a waiting task due now, as the dashboard's "run now" does: the next tick hands it to
+    /// a worker. For a series, its next run moves to now, and the runs after it follow its
+    /// recurrence (a fixed rate counts its periods from this run). A running task is left alone.
+    RunNow {
+        /// The task's key.
+        key: String,
     },
     /// Cancel a pending task (not one a worker runs: see cancel-running).
     Cancel {
@@ -133,28 +153,6 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
-}
-
-/// The states `list` takes.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum StateArg {
-    Waiting,
-    Ready,
-    Running,
-    Dead,
-    Finished,
-}
-
-impl From<StateArg> for TaskState {
-    fn from(s: StateArg) -> Self {
-        match s {
-            StateArg::Waiting => TaskState::Waiting,
-            StateArg::Ready => TaskState::Ready,
-            StateArg::Running => TaskState::Running,
-            StateArg::Dead => TaskState::Dead,
-            StateArg::Finished => TaskState::Finished,
-        }
-    }
 }
 
 /// How a command ended, as its exit code says.
@@ -248,7 +246,7 @@ async fn run(cli: &Cli) -> Result<Ended, Failure> {
         Command::Stats => {
             let stats = timers.stats().await?;
             if json {
-                println!("{}", show::stats_json(&cli.wheel, &stats));
+                println!("{}", show::object_with(&stats, [("wheel", json!(cli.wheel))]));
             } else {
                 print!("{}", show::stats_text(&cli.wheel, &stats));
             }
@@ -262,16 +260,16 @@ async fn run(cli: &Cli) -> Result<Ended, Failure> {
                 return Ok(Ended::NothingToActOn);
             };
             if json {
-                println!("{}", show::task_json(&task));
+                println!("{}", json!(task));
             } else {
                 print!("{}", show::task_text(&task, now));
             }
         }
-        Command::DueNext { limit } => {
-            let page = timers.due_next(*limit, None).await?;
+        Command::DueNext { limit, after } => {
+            let after = after.as_deref().map(cursor).transpose()?;
+            let page = timers.due_next(after.as_ref(), *limit).await?;
             if json {
-                let tasks: Vec<Value> = page.tasks().iter().map(show::task_json).collect();
-                println!("{}", json!({ "tasks": tasks, "more": page.next().is_some() }));
+                println!("{}", json!(page));
             } else {
                 let rows: Vec<Vec<String>> = page
                     .tasks()
@@ -279,7 +277,7 @@ async fn run(cli: &Cli) -> Result<Ended, Failure> {
                     .map(|t| {
                         vec![
                             t.key().to_string(),
-                            show::state_name(t.state()).to_string(),
+                            t.state().to_string(),
                             show::due(t.due(), now),
                             t.attempt().to_string(),
                             show::payload_short(t.payload(), 60),
@@ -287,8 +285,8 @@ async fn run(cli: &Cli) -> Result<Ended, Failure> {
                     })
                     .collect();
                 print!("{}", show::table(&["KEY", "STATE", "DUE", "ATTEMPTS", "PAYLOAD"], &rows));
-                if page.next().is_some() {
-                    println!("(more: raise --limit)");
+                if let Some(next) = page.next() {
+                    println!("(more: --after {next})");
                 }
             }
         }
@@ -296,7 +294,7 @@ async fn run(cli: &Cli) -> Result<Ended, Failure> {
             return dead(cli, &timers, *limit, requeue.as_deref(), delete.as_deref(), *requeue_all).await;
         }
         Command::List { state, limit, after, all } => {
-            return list(cli, &timers, (*state).into(), *limit, after.as_deref(), *all).await;
+            return list(cli, &timers, *state, *limit, after.as_deref(), *all).await;
         }
         Command::CancelRunning { key } => {
             let done = timers.cancel_running(key).await?;
@@ -315,6 +313,7 @@ async fn run(cli: &Cli) -> Result<Ended, Failure> {
             timers.resume().await?;
             return Ok(said(json, true, &format!("resumed {:?}", cli.wheel), ""));
         }
+        Command::RunNow { key } => return run_now(cli, &timers, key).await,
         Command::Cancel { key } => {
             let cancelled = timers.cancel(key).await?;
             return Ok(said(
@@ -345,6 +344,47 @@ fn said(json: bool, done: bool, yes: &str, no: &str) -> Ended {
     }
 }
 
+/// Makes the waiting or ready task `key` due now (`reschedule` to now, as the dashboard's "run
+/// now"); when there is none, says why: running, a dead letter, or no such task.
+async fn run_now(cli: &Cli, timers: &DurableScheduler, key: &str) -> Result<Ended, Failure> {
+    let (reason, message) = match timers.reschedule(key, Duration::ZERO).await {
+        Ok(()) => {
+            let due = timers.deadline(key).await?;
+            if cli.json {
+                println!("{}", json!({ "done": true, "due_unix_ms": due.map(show::unix_ms) }));
+            } else {
+                let when = due.map(|d| format!(" ({})", show::utc(d))).unwrap_or_default();
+                println!("{key:?} is due now{when}: the next tick hands it to a worker");
+            }
+            return Ok(Ended::Done);
+        }
+        Err(Error::NotFound) => match timers.get(key).await?.map(|t| t.state()) {
+            Some(TaskState::Running) => (
+                "running",
+                format!("{key:?} is running: its handler runs now (cancel-running asks it to stop); nothing moved"),
+            ),
+            Some(TaskState::Dead) => {
+                ("dead", format!("{key:?} is a dead letter: `dead --requeue {key}` puts it back, due now"))
+            }
+            // Nothing under the key (or a task that ended between the two calls).
+            _ => ("missing", format!("no task {key:?} waiting in wheel {:?} (not pending, nor dead)", cli.wheel)),
+        },
+        Err(e) => return Err(e.into()),
+    };
+    if cli.json {
+        println!("{}", json!({ "done": false, "reason": reason }));
+    }
+    eprintln!("{message}");
+    Ok(Ended::NothingToActOn)
+}
+
+/// The cursor `--after` gives, as `list` and `due-next` print it.
+fn cursor(text: &str) -> Result<ListCursor, Failure> {
+    text.parse().map_err(|e| {
+        Failure::Setting(format!("--after {text:?}: not a cursor that `list` or `due-next` printed ({e})"))
+    })
+}
+
 /// Prints a page (or, with `all`, every page) of the tasks in `state`.
 async fn list(
     cli: &Cli,
@@ -354,13 +394,7 @@ async fn list(
     after: Option<&str>,
     all: bool,
 ) -> Result<Ended, Failure> {
-    let mut cursor = match after {
-        Some(text) => Some(
-            text.parse::<ListCursor>()
-                .map_err(|e| Failure::Setting(format!("--after {text:?}: not a cursor that `list` printed ({e})")))?,
-        ),
-        None => None,
-    };
+    let mut cursor = after.map(cursor).transpose()?;
     let now = SystemTime::now();
     let mut tasks = Vec::new();
     loop {
@@ -373,23 +407,8 @@ async fn list(
         }
     }
     if cli.json {
-        let listed: Vec<Value> = tasks
-            .iter()
-            .map(|t| {
-                let mut v = show::task_json(t);
-                v["worker"] = json!(t.worker());
-                v["claimed_unix_ms"] = json!(t.claimed_at().map(show::unix_ms));
-                v["overdue_ms"] = json!(t.overdue_by().map(|d| d.as_millis() as u64));
-                if let Some(run) = t.finished() {
-                    v["outcome"] = json!(run.outcome().as_str());
-                    v["started_unix_ms"] = json!(run.started_at().map(show::unix_ms));
-                    v["handler_us"] = json!(run.handler_duration().map(|d| d.as_micros() as u64));
-                    v["finished_unix_ms"] = json!(show::unix_ms(run.finished_at()));
-                }
-                v
-            })
-            .collect();
-        println!("{}", json!({ "tasks": listed, "next": cursor.as_ref().map(ToString::to_string) }));
+        // A page as `ListPage` serialises, the pages of `--all` together.
+        println!("{}", json!({ "tasks": tasks, "next": cursor }));
     } else if state == TaskState::Finished {
         let rows: Vec<Vec<String>> = tasks
             .iter()
@@ -413,21 +432,31 @@ async fn list(
             println!("(more: --after {next})");
         }
     } else {
+        // The series' columns only when the page holds a series.
+        let series = tasks.iter().any(|t| t.is_recurring());
         let rows: Vec<Vec<String>> = tasks
             .iter()
             .map(|t| {
-                vec![
-                    t.key().to_string(),
-                    show::due(t.due(), now),
+                let mut row = vec![t.key().to_string(), show::due(t.due(), now)];
+                if series {
+                    row.extend(show::series_cells(t));
+                }
+                row.extend([
                     t.attempt().to_string(),
                     t.worker().unwrap_or("").to_string(),
                     t.claimed_at().map(|c| show::relative(c, now)).unwrap_or_default(),
                     show::clip(t.last_error().unwrap_or(""), 40),
                     show::payload_short(t.payload(), 40),
-                ]
+                ]);
+                row
             })
             .collect();
-        print!("{}", show::table(&["KEY", "DUE", "ATTEMPTS", "WORKER", "CLAIMED", "LAST ERROR", "PAYLOAD"], &rows));
+        let mut heads = vec!["KEY", "DUE"];
+        if series {
+            heads.extend(["RECURRENCE", "NEXT RUN"]);
+        }
+        heads.extend(["ATTEMPTS", "WORKER", "CLAIMED", "LAST ERROR", "PAYLOAD"]);
+        print!("{}", show::table(&heads, &rows));
         if let Some(next) = &cursor {
             println!("(more: --after {next})");
         }
@@ -475,8 +504,7 @@ async fn dead(
     }
     let letters = timers.dead_letters(limit).await?;
     if json {
-        let letters: Vec<Value> = letters.iter().map(show::dead_json).collect();
-        println!("{}", Value::Array(letters));
+        println!("{}", json!(letters));
     } else {
         let now = SystemTime::now();
         let rows: Vec<Vec<String>> = letters
@@ -530,15 +558,17 @@ async fn watch(cli: &Cli, timers: &DurableScheduler, interval: f64, count: Optio
         };
         let due_soon = timers.due_counts(SystemTime::now(), Duration::from_secs(10), 6).await?;
         let figures = timers.figures(WATCH_MINUTES).await?;
-        let quantile = |q: f64| figures.lateness_quantile(q).map(|d| d.as_secs_f64() * 1e3);
         if cli.json {
-            let mut line = show::stats_json(&cli.wheel, &stats);
-            line["handed_out_per_s"] = json!(handed);
-            line["acked_per_s"] = json!(acked);
-            line["due_per_10s_next_minute"] = json!(due_soon);
-            line["minutes"] = show::minutes_json(figures.minutes());
-            line["lateness_p50_ms_at_most"] = json!(quantile(0.5));
-            line["lateness_p99_ms_at_most"] = json!(quantile(0.99));
+            let line = show::object_with(
+                &stats,
+                [
+                    ("wheel", json!(cli.wheel)),
+                    ("handed_out_per_s", json!(handed)),
+                    ("acked_per_s", json!(acked)),
+                    ("due_per_10s_next_minute", json!(due_soon)),
+                    ("figures", json!(figures)),
+                ],
+            );
             println!("{line}");
         } else {
             // Clear the screen and go home, as `watch(1)` does.

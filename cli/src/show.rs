@@ -1,11 +1,25 @@
-//! How the command line shows what it read: tables and lines for people, JSON values for
-//! scripts. Nothing here talks to Redis.
+//! How the command line shows what it read: tables and lines for people; for scripts, the
+//! library's own JSON of what it read (its `serde` form), with the fields the command adds
+//! around it. Nothing here talks to Redis.
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
-use tokio_timewheel::durable::{DeadTask, DurableStats, MinuteCounts, TaskInfo, TaskState};
+use serde::Serialize;
+use serde_json::Value;
+use tokio_timewheel::durable::{DurableStats, MinuteCounts, TaskInfo, TaskState};
+use tokio_timewheel::{MissedRuns, Recurrence};
+
+/// `value`'s JSON object (the library's serde form of a stats, a task, ...) with `fields` added
+/// beside its own: `{"wheel": .., "pending": .., ...}`.
+pub fn object_with<'a>(value: &impl Serialize, fields: impl IntoIterator<Item = (&'a str, Value)>) -> Value {
+    let mut object = match serde_json::to_value(value) {
+        Ok(Value::Object(object)) => object,
+        other => panic!("the library serialises its types as JSON objects, not {other:?}"),
+    };
+    object.extend(fields.into_iter().map(|(name, v)| (name.to_string(), v)));
+    Value::Object(object)
+}
 
 /// A payload as a person reads it: pretty JSON when it parses as JSON, else text when it is
 /// UTF-8, else hex. The second value names which.
@@ -16,18 +30,6 @@ pub fn payload(bytes: &[u8]) -> (String, &'static str) {
     match std::str::from_utf8(bytes) {
         Ok(text) => (text.to_string(), "text"),
         Err(_) => (hex(bytes), "hex"),
-    }
-}
-
-/// A payload as a JSON value: the value itself when it is JSON, else a string (the text, or
-/// its hex), with its encoding beside it.
-pub fn payload_json(bytes: &[u8]) -> (Value, &'static str) {
-    if let Ok(value) = serde_json::from_slice::<Value>(bytes) {
-        return (value, "json");
-    }
-    match std::str::from_utf8(bytes) {
-        Ok(text) => (Value::String(text.to_string()), "text"),
-        Err(_) => (Value::String(hex(bytes)), "hex"),
     }
 }
 
@@ -63,24 +65,12 @@ pub fn clip(text: &str, width: usize) -> String {
     cut
 }
 
-/// A state's name as the command line takes and prints it.
-pub fn state_name(state: TaskState) -> &'static str {
-    match state {
-        TaskState::Waiting => "waiting",
-        TaskState::Ready => "ready",
-        TaskState::Running => "running",
-        TaskState::Dead => "dead",
-        TaskState::Finished => "finished",
-        _ => "other",
-    }
-}
-
 /// Milliseconds since the Unix epoch.
 pub fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// `t` in UTC, as `2026-11-27 23:59:01.250Z`.
+/// `t` in UTC as RFC 3339, to the millisecond: `2026-11-27T23:59:01.250Z`.
 pub fn utc(t: SystemTime) -> String {
     let ms = unix_ms(t);
     let (days, in_day) = (ms / 86_400_000, ms % 86_400_000);
@@ -95,7 +85,73 @@ pub fn utc(t: SystemTime) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     let (h, m, s, milli) = (in_day / 3_600_000, in_day / 60_000 % 60, in_day / 1000 % 60, in_day % 1000);
-    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}.{milli:03}Z")
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+}
+
+/// `t` on the wall clock of the IANA zone `zone`, as RFC 3339 with the zone's offset and its
+/// abbreviation: `2026-11-28T00:59:01.250+01:00 CET`. `None` for UTC itself (the time in UTC
+/// says it all) and for a name that is no zone.
+pub fn local(t: SystemTime, zone: &str) -> Option<String> {
+    let tz: chrono_tz::Tz = zone.parse().ok()?;
+    if tz == chrono_tz::Tz::UTC {
+        return None;
+    }
+    let at = chrono::DateTime::<chrono::Utc>::from(t).with_timezone(&tz);
+    Some(at.format("%Y-%m-%dT%H:%M:%S%.3f%:z %Z").to_string())
+}
+
+/// A series' cadence: `every 20s`, `cron "0 3 * * *" in Europe/Berlin`.
+pub fn cadence(r: &Recurrence) -> String {
+    match (r.period(), r.expression()) {
+        (Some(period), _) => format!("every {period:?}"),
+        (None, expression) => format!("cron {:?} in {}", expression.unwrap_or(""), r.zone().unwrap_or("UTC")),
+    }
+}
+
+/// A missed-run policy's name: burst, delay or skip.
+pub fn missed_name(missed: MissedRuns) -> &'static str {
+    match missed {
+        MissedRuns::Burst => "burst",
+        MissedRuns::Delay => "delay",
+        MissedRuns::Skip => "skip",
+    }
+}
+
+/// A series' recurrence on one line: its cadence, missed-run policy, end and runs left.
+pub fn recurrence_line(t: &TaskInfo) -> Option<String> {
+    let Some(r) = t.recurrence() else {
+        return t.unreadable_recurrence().map(|raw| format!("a series this build cannot read: {raw}"));
+    };
+    let mut line = format!("{}, missed runs: {}", cadence(r), missed_name(r.missed_runs()));
+    if let Some(end) = r.end() {
+        let _ = write!(line, ", until {}", utc(end));
+    }
+    if let Some(left) = t.runs_left() {
+        let _ = write!(line, ", {left} run{} left", if left == 1 { "" } else { "s" });
+    }
+    Some(line)
+}
+
+/// A series' next run in UTC, and beside it on the wall clock of its zone (when that is not
+/// UTC): `2026-12-08T02:00:00.000Z · Europe/Berlin 2026-12-08T03:00:00.000+01:00 CET`.
+pub fn next_run(t: &TaskInfo) -> Option<String> {
+    let next = t.next_run()?;
+    let zone = t.recurrence().and_then(Recurrence::zone);
+    Some(match zone.and_then(|z| Some((z, local(next, z)?))) {
+        Some((zone, local)) => format!("{} · {zone} {local}", utc(next)),
+        None => utc(next),
+    })
+}
+
+/// A series' cells of a table: its cadence and its next run (empty for a task that runs once).
+pub fn series_cells(t: &TaskInfo) -> [String; 2] {
+    let cadence = match (t.recurrence(), t.unreadable_recurrence()) {
+        (Some(r), _) => cadence(r),
+        (None, Some(_)) => "(unreadable)".to_string(),
+        (None, None) => String::new(),
+    };
+    let next = if t.is_recurring() { next_run(t).unwrap_or_else(|| "none".to_string()) } else { String::new() };
+    [cadence, next]
 }
 
 /// How far `t` is from `now`: "in 3.2s" or "3.2s ago".
@@ -131,26 +187,6 @@ pub fn span(d: Duration) -> String {
     }
 }
 
-/// The stats as a JSON object.
-pub fn stats_json(wheel: &str, s: &DurableStats) -> Value {
-    json!({
-        "wheel": wheel,
-        "pending": s.pending,
-        "waiting": s.waiting,
-        "ready": s.ready,
-        "running": s.in_flight,
-        "dead": s.dead,
-        "cursor_lag_ticks": s.cursor_lag_ticks,
-        "paused": s.paused,
-        "scheduled": s.scheduled,
-        "handed_out": s.handed_out,
-        "acked": s.acked,
-        "retried": s.retried,
-        "dead_lettered": s.dead_lettered,
-        "cancelled": s.cancelled,
-    })
-}
-
 /// The stats for a person.
 pub fn stats_text(wheel: &str, s: &DurableStats) -> String {
     let mut out = String::new();
@@ -173,24 +209,6 @@ pub fn stats_text(wheel: &str, s: &DurableStats) -> String {
     out
 }
 
-/// Minutes of wheel-wide figures as a JSON array.
-pub fn minutes_json(minutes: &[MinuteCounts]) -> Value {
-    Value::Array(
-        minutes
-            .iter()
-            .map(|m| {
-                json!({
-                    "start_unix_ms": unix_ms(m.start),
-                    "handed_out": m.handed_out,
-                    "acked": m.acked,
-                    "failed": m.failed,
-                    "dead": m.dead,
-                })
-            })
-            .collect(),
-    )
-}
-
 /// Minutes of wheel-wide figures as a table, a minute a row.
 pub fn minutes_table(minutes: &[MinuteCounts]) -> String {
     let rows: Vec<Vec<String>> = minutes
@@ -209,27 +227,28 @@ pub fn minutes_table(minutes: &[MinuteCounts]) -> String {
     table(&["MINUTE", "HANDED OUT", "ACKED", "FAILED", "DEAD"], &rows)
 }
 
-/// A task as a JSON object.
-pub fn task_json(t: &TaskInfo) -> Value {
-    let (payload, encoding) = payload_json(t.payload());
-    json!({
-        "key": t.key(),
-        "state": state_name(t.state()),
-        "due_unix_ms": unix_ms(t.due()),
-        "attempt": t.attempt(),
-        "last_error": t.last_error(),
-        "payload": payload,
-        "payload_encoding": encoding,
-    })
-}
-
-/// A task for a person, one field a line, its payload last.
+/// A task for a person, one field a line, its payload last. A run of a series shows its
+/// recurrence and its next run (in place of the due time while it waits: the same instant).
 pub fn task_text(t: &TaskInfo, now: SystemTime) -> String {
     let (payload, encoding) = payload(t.payload());
     let mut out = String::new();
     let _ = writeln!(out, "key         {}", t.key());
-    let _ = writeln!(out, "state       {}", state_name(t.state()));
-    let _ = writeln!(out, "due         {} ({})", utc(t.due()), due(t.due(), now));
+    let _ = writeln!(out, "state       {}", t.state().as_str());
+    let waiting = matches!(t.state(), TaskState::Waiting | TaskState::Ready);
+    if !(t.is_recurring() && waiting) {
+        let _ = writeln!(out, "due         {} ({})", utc(t.due()), due(t.due(), now));
+    }
+    if let Some(line) = recurrence_line(t) {
+        let _ = writeln!(out, "recurrence  {line}");
+        match (next_run(t), t.next_run()) {
+            (Some(line), Some(next)) => {
+                let _ = writeln!(out, "next run    {line} ({})", due(next, now));
+            }
+            _ => {
+                let _ = writeln!(out, "next run    none after this run");
+            }
+        }
+    }
     let _ = writeln!(out, "attempts    {}", t.attempt());
     if let Some(error) = t.last_error() {
         let _ = writeln!(out, "last error  {error}");
@@ -239,20 +258,6 @@ pub fn task_text(t: &TaskInfo, now: SystemTime) -> String {
         let _ = writeln!(out, "  {line}");
     }
     out
-}
-
-/// A dead letter as a JSON object.
-pub fn dead_json(d: &DeadTask) -> Value {
-    let (payload, encoding) = payload_json(d.payload());
-    json!({
-        "key": d.key(),
-        "attempts": d.attempts(),
-        "last_error": d.last_error(),
-        "died_unix_ms": unix_ms(d.died()),
-        "due_unix_ms": unix_ms(d.due()),
-        "payload": payload,
-        "payload_encoding": encoding,
-    })
 }
 
 /// Rows under a header, each column as wide as its widest cell; the last column is not padded.
@@ -298,11 +303,18 @@ mod tests {
 
     #[test]
     fn times_read_as_utc_and_spans() {
-        assert_eq!(utc(UNIX_EPOCH), "1970-01-01 00:00:00.000Z");
+        assert_eq!(utc(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         // 2026-11-27 23:59:01.250 UTC.
-        assert_eq!(utc(UNIX_EPOCH + Duration::from_millis(1_795_823_941_250)), "2026-11-27 23:59:01.250Z");
+        assert_eq!(utc(UNIX_EPOCH + Duration::from_millis(1_795_823_941_250)), "2026-11-27T23:59:01.250Z");
         // A leap day.
-        assert_eq!(utc(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29 00:00:00.000Z");
+        assert_eq!(utc(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000Z");
+        // On a zone's wall clock, summer and winter; none for UTC or a name that is no zone.
+        let winter = UNIX_EPOCH + Duration::from_millis(1_795_823_941_250);
+        assert_eq!(local(winter, "Europe/Berlin").as_deref(), Some("2026-11-28T00:59:01.250+01:00 CET"));
+        let summer = UNIX_EPOCH + Duration::from_secs(1_782_871_200); // 2026-07-01 02:00 UTC
+        assert_eq!(local(summer, "Europe/Berlin").as_deref(), Some("2026-07-01T04:00:00.000+02:00 CEST"));
+        assert_eq!(local(summer, "America/New_York").as_deref(), Some("2026-06-30T22:00:00.000-04:00 EDT"));
+        assert_eq!((local(summer, "UTC"), local(summer, "Mars/Olympus")), (None, None));
         assert_eq!(span(Duration::from_millis(850)), "850ms");
         assert_eq!(span(Duration::from_millis(3_250)), "3.2s");
         assert_eq!(span(Duration::from_secs(245)), "4m05s");

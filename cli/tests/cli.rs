@@ -80,6 +80,12 @@ async fn every_subcommand_reads_and_acts_as_the_library_does() {
     assert_eq!(stats["pending"], 3);
     assert_eq!(stats["waiting"], 3);
     assert_eq!(stats["scheduled"], 3);
+    assert_eq!((&stats["running"], &stats["cancelled"]), (&serde_json::json!(0), &serde_json::json!(0)), "{stats}");
+    // The library's own JSON of the stats, the wheel's name beside it.
+    let mut want = serde_json::to_value(timers.stats().await.unwrap()).unwrap();
+    want["wheel"] = WHEEL.into();
+    want["cursor_lag_ticks"] = stats["cursor_lag_ticks"].clone();
+    assert_eq!(stats, want);
     let (out, _) = text(&url, WHEEL, &["stats"], 0);
     assert!(out.contains("pending") && out.contains("(waiting 3, ready 0, running 0)"), "{out}");
 
@@ -87,7 +93,10 @@ async fn every_subcommand_reads_and_acts_as_the_library_does() {
     let one = json(&url, &["get", "order:1"], 0);
     assert_eq!(one["state"], "waiting");
     assert_eq!(one["payload_encoding"], "json");
-    assert_eq!(one["payload"]["total"], 9.5);
+    // The JSON payload as it was scheduled, as text.
+    assert_eq!(one["payload"], r#"{"id":1,"total":9.5}"#);
+    let payload: Value = serde_json::from_str(one["payload"].as_str().unwrap()).unwrap();
+    assert_eq!(payload["total"], 9.5);
     assert_eq!(json(&url, &["get", "order:2"], 0)["payload"], "plain text");
     let binary = json(&url, &["get", "order:3"], 0);
     assert_eq!((binary["payload_encoding"].as_str(), binary["payload"].as_str()), (Some("hex"), Some("ff007f")));
@@ -102,7 +111,10 @@ async fn every_subcommand_reads_and_acts_as_the_library_does() {
     let due = json(&url, &["due-next", "--limit", "2"], 0);
     let keys: Vec<&str> = due["tasks"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
     assert_eq!(keys, ["order:1", "order:2"]);
-    assert_eq!(due["more"], true);
+    let next = due["next"].as_str().expect("a cursor: there is more");
+    let rest = json(&url, &["due-next", "--limit", "2", "--after", next], 0);
+    let keys: Vec<&str> = rest["tasks"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
+    assert_eq!((keys, &rest["next"]), (vec!["order:3"], &Value::Null));
     let (out, _) = text(&url, WHEEL, &["due-next"], 0);
     assert!(out.starts_with("KEY") && out.contains("order:3") && out.contains("0xff007f"), "{out}");
 
@@ -122,6 +134,13 @@ async fn every_subcommand_reads_and_acts_as_the_library_does() {
     let letters = dead.as_array().unwrap();
     assert_eq!(letters.len(), 3);
     assert!(letters.iter().all(|d| d["last_error"] == "the payment service said no" && d["attempts"] == 1));
+    let oldest = &timers.dead_letters(1).await.unwrap()[0];
+    assert_eq!(letters[0], serde_json::to_value(oldest).unwrap(), "a dead letter's own JSON");
+    for letter in letters {
+        let key = letter["key"].as_str().unwrap();
+        assert_eq!(letter["payload"], format!("bad {}", &key[4..]), "{letter}");
+        assert_eq!((&letter["payload_encoding"], &letter["payload_bytes"]), (&Value::from("text"), &Value::from(5)));
+    }
     let (out, _) = text(&url, WHEEL, &["dead"], 0);
     assert!(out.contains("the payment service said no") && out.contains("bad:2"), "{out}");
 
@@ -143,12 +162,15 @@ async fn every_subcommand_reads_and_acts_as_the_library_does() {
     let pending = timers.stats().await.unwrap().pending;
     assert!(lines.iter().all(|l| l["pending"] == pending), "{lines:?}");
     assert_eq!(lines[0]["due_per_10s_next_minute"].as_array().map(Vec::len), Some(6));
+    assert!(lines.iter().all(|l| l["wheel"] == WHEEL && l["cancelled"].is_u64()), "{lines:?}");
     // The wheel-wide figures: the three deliveries that failed and died, whichever process ran them.
-    let minutes = lines[1]["minutes"].as_array().expect("minutes");
+    let figures = &lines[1]["figures"];
+    let minutes = figures["minutes"].as_array().expect("minutes");
     assert_eq!(minutes.len(), 10);
     let total = |what: &str| minutes.iter().map(|m| m[what].as_u64().unwrap()).sum::<u64>();
     assert_eq!((total("handed_out"), total("failed"), total("dead")), (3, 3, 3));
-    assert!(lines[1]["lateness_p99_ms_at_most"].as_f64().is_some());
+    assert_eq!(figures["lateness"]["claimed"], 3, "{figures}");
+    assert!(figures["lateness"]["p99_below_ms"].as_f64().is_some(), "{figures}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,7 +280,7 @@ async fn list_pause_resume_and_cancel_running() {
             (
                 r["key"].as_str().unwrap(),
                 r["state"].as_str().unwrap(),
-                r["outcome"].as_str().unwrap(),
+                r["finished"]["outcome"].as_str().unwrap(),
                 r["attempt"].as_u64().unwrap(),
             )
         })
@@ -267,11 +289,13 @@ async fn list_pause_resume_and_cancel_running() {
     let listed = timers.list(tokio_timewheel::durable::TaskState::Finished, None, 10).await.unwrap();
     for (row, run) in runs.iter().zip(listed.tasks()) {
         let end = run.finished().unwrap().finished_at();
+        let shown = &row["finished"];
         assert_eq!(
-            row["finished_unix_ms"].as_u64(),
+            shown["finished_unix_ms"].as_u64(),
             Some(end.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64)
         );
-        assert!(row["handler_us"].as_u64().is_some() && row["started_unix_ms"].as_u64().is_some(), "{row}");
+        assert!(shown["handler_ms"].as_f64().is_some() && shown["started_unix_ms"].as_u64().is_some(), "{row}");
+        assert_eq!(*row, serde_json::to_value(run).unwrap(), "a finished run's own JSON");
     }
     let first = json(&url, &["list", "finished", "--limit", "1"], 0);
     let next = first["next"].as_str().expect("a cursor").to_owned();
@@ -279,4 +303,105 @@ async fn list_pause_resume_and_cancel_running() {
     assert_eq!(second["tasks"][0]["key"], "now");
     let (out, _) = text(&url, WHEEL, &["list", "finished"], 0);
     assert!(out.starts_with("KEY") && out.contains("OUTCOME") && out.contains("cancelled"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_and_list_show_a_series_and_run_now_runs_a_waiting_task() {
+    use tokio_timewheel::Recurrence;
+
+    let Some(server) = RedisServer::start() else { return };
+    let url = server.url();
+    let timers = wheel(&url).await;
+
+    // A cron series in Berlin: its expression and zone, its next run in UTC and on Berlin's clock.
+    let nightly = Recurrence::cron("0 3 * * *").unwrap().in_tz("Europe/Berlin").unwrap();
+    timers.schedule_recurring("report:nightly", nightly, b"all".to_vec()).await.unwrap();
+    let due = timers.get("report:nightly").await.unwrap().unwrap().due();
+    let due_ms = due.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let got = json(&url, &["get", "report:nightly"], 0);
+    assert_eq!(got["recurring"], true, "{got}");
+    let r = &got["recurrence"];
+    assert_eq!((r["expression"].as_str(), r["zone"].as_str()), (Some("0 3 * * *"), Some("Europe/Berlin")), "{got}");
+    assert_eq!(
+        (r["cadence"].as_str(), r["missed"].as_str()),
+        (Some("cron \"0 3 * * *\" in Europe/Berlin"), Some("skip"))
+    );
+    assert_eq!((r["period_ms"].is_null(), r["runs_left"].is_null(), r["end_unix_ms"].is_null()), (true, true, true));
+    assert_eq!(r["next_run_unix_ms"].as_u64(), Some(due_ms), "a waiting series runs next at its due time");
+    let utc = r["next_run_utc"].as_str().unwrap();
+    assert!(utc.ends_with(":00:00.000Z") && (utc.contains("T01:") || utc.contains("T02:")), "03:00 in Berlin: {utc}");
+    let local = r["next_run_local"].as_str().unwrap();
+    assert!(local.contains("T03:00:00.000+01:00 CET") || local.contains("T03:00:00.000+02:00 CEST"), "{local}");
+    let (out, _) = text(&url, WHEEL, &["get", "report:nightly"], 0);
+
+    assert!(out.contains("recurrence  cron \"0 3 * * *\" in Europe/Berlin, missed runs: skip"), "{out}");
+    assert!(out.contains(&format!("next run    {utc} · Europe/Berlin {local} (in ")), "{out}");
+    assert!(!out.contains("\ndue "), "a waiting series shows its next run, not the same time twice: {out}");
+
+    // A fixed rate: `every 20s`, no local time; a one-shot task has no series.
+    timers.schedule_recurring("sync", Recurrence::every(Duration::from_secs(20)).limit(4), Vec::new()).await.unwrap();
+    let (out, _) = text(&url, WHEEL, &["get", "sync"], 0);
+    assert!(out.contains("recurrence  every 20s, missed runs: skip, 4 runs left"), "{out}");
+    let got = json(&url, &["get", "sync"], 0);
+    assert_eq!(
+        (got["recurrence"]["period_ms"].as_u64(), got["recurrence"]["next_run_local"].is_null()),
+        (Some(20_000), true)
+    );
+    timers.schedule("once", Duration::from_secs(3600), Vec::new()).await.unwrap();
+    let once = json(&url, &["get", "once"], 0);
+    assert_eq!((&once["recurring"], &once["recurrence"]), (&Value::Bool(false), &Value::Null), "{once}");
+    let (out, _) = text(&url, WHEEL, &["get", "once"], 0);
+    assert!(out.contains("due ") && !out.contains("recurrence"), "{out}");
+
+    // list: a page with a series shows its recurrence and next run.
+    let past = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let overdue = Recurrence::every(Duration::from_secs(60)).starting(past);
+    timers.schedule_recurring("overdue", overdue, Vec::new()).await.unwrap();
+    let ready = json(&url, &["list", "ready"], 0);
+    assert_eq!(ready["tasks"][0]["recurrence"]["period_ms"], 60_000, "{ready}");
+    let (out, _) = text(&url, WHEEL, &["list", "ready"], 0);
+    assert!(out.starts_with("KEY") && out.contains("RECURRENCE") && out.contains("every 60s"), "{out}");
+    timers.cancel("overdue").await.unwrap();
+
+    // run-now: a missing key, then a waiting task made due now and run.
+    assert_eq!(json(&url, &["run-now", "nobody"], 1), serde_json::json!({ "done": false, "reason": "missing" }));
+    let (_, err) = text(&url, WHEEL, &["run-now", "nobody"], 1);
+    assert!(err.contains("no task \"nobody\""), "{err}");
+    let (out, _) = text(&url, WHEEL, &["run-now", "once"], 0);
+    assert!(out.contains("\"once\" is due now"), "{out}");
+    let moved = timers.get("once").await.unwrap().unwrap();
+    assert!(moved.due() <= std::time::SystemTime::now() + Duration::from_secs(1), "due now: {:?}", moved.due());
+    let ran = json(&url, &["run-now", "report:nightly"], 0);
+    assert_eq!(ran["done"], true, "{ran}");
+    let started = Arc::new(tokio::sync::Notify::new());
+    let worker = {
+        let started = started.clone();
+        timers.run(move |task: Task| {
+            let started = started.clone();
+            async move {
+                if task.key() == "long" {
+                    started.notify_one();
+                    task.cancel_token().cancelled().await;
+                }
+                Ok::<(), String>(())
+            }
+        })
+    };
+    wait_for("the task made due now run", async || !timers.contains("once").await.unwrap()).await;
+    // The series ran now and waits for its next 03:00 again.
+    wait_for("the series' run now ran", async || {
+        timers.get("report:nightly").await.unwrap().is_some_and(|t| t.due() == due && t.attempt() == 0)
+    })
+    .await;
+
+    // A running task is left alone; a dead letter is pointed at `dead --requeue`.
+    timers.schedule("long", Duration::ZERO, Vec::new()).await.unwrap();
+    started.notified().await;
+    assert_eq!(json(&url, &["run-now", "long"], 1)["reason"], "running");
+    let (_, err) = text(&url, WHEEL, &["run-now", "long"], 1);
+    assert!(err.contains("is running"), "{err}");
+    assert!(timers.cancel_running("long").await.unwrap());
+    worker.shutdown().await;
+    let (out, _) = text(&url, WHEEL, &["--help"], 0);
+    assert!(out.contains("run-now"), "{out}");
 }

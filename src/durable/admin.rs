@@ -8,11 +8,12 @@ use std::time::{Duration, SystemTime};
 use super::scripts::{self, Requeued};
 use super::time::{unix_ms, MAX_DUE_MS};
 use super::{
-    DeadTask, DueCursor, DuePage, DurableScheduler, DurableStats, Figures, MinuteCounts, TaskInfo, TaskState, WheelKeys,
+    DeadTask, DurableScheduler, DurableStats, Figures, ListCursor, ListPage, MinuteCounts, TaskInfo, TaskState,
+    WheelKeys,
 };
 use crate::{Error, Lateness};
 
-/// The most tasks or dead letters one page of `due_next` or `dead_letters_page` holds.
+/// The most tasks one page of `list` or `due_next` holds.
 pub const MAX_PAGE: usize = 1000;
 /// How many minutes of figures Redis keeps (`lua/includes/figures.lua`'s `FIGURES_MINUTES`).
 pub const FIGURES_MINUTES: usize = 120;
@@ -284,8 +285,13 @@ impl DurableScheduler {
     }
 
     /// The waiting and ready tasks due next, by due time then key, `limit` at a time (at most
-    /// [`MAX_PAGE`]): pass the page's [`next`](DuePage::next) to read on. Running tasks are not
+    /// [`MAX_PAGE`]): pass the page's [`next`](ListPage::next) to read on. Running tasks are not
     /// listed (see [`get`](Self::get)); a task overdue and ready comes first.
+    ///
+    /// The one pager of the crate, as [`list`](Self::list) takes it (`after`, then `limit`), in
+    /// the same order: a page's cursor is a [`Waiting`](TaskState::Waiting) one, which
+    /// `list(TaskState::Waiting, ..)` reads on from too, and a cursor of the waiting or the ready
+    /// tasks reads on here (both are by due time, then key).
     ///
     /// Each page takes a few bounded script calls per partition (one per 64 ticks of the ring
     /// that it reads, and one for the far tier), never a scan of the whole wheel.
@@ -294,28 +300,36 @@ impl DurableScheduler {
     /// ```no_run
     /// # use tokio_timewheel::{durable::DurableScheduler, Error};
     /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
-    /// let mut page = timers.due_next(100, None).await?;
+    /// let mut page = timers.due_next(None, 100).await?;
     /// loop {
     ///     for task in page.tasks() {
     ///         println!("{} due at {:?}", task.key(), task.due());
     ///     }
     ///     let Some(next) = page.next().cloned() else { break };
-    ///     page = timers.due_next(100, Some(&next)).await?;
+    ///     page = timers.due_next(Some(&next), 100).await?;
     /// }
     /// # Ok(()) }
     /// ```
     ///
     /// # Errors
-    /// - [`Error::Invalid`] for a `limit` of 0 or over [`MAX_PAGE`];
+    /// - [`Error::Invalid`] for a `limit` of 0 or over [`MAX_PAGE`], or a cursor of a state
+    ///   other than waiting or ready;
     /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
-    pub async fn due_next(&self, limit: usize, after: Option<&DueCursor>) -> Result<DuePage, Error> {
+    pub async fn due_next(&self, after: Option<&ListCursor>, limit: usize) -> Result<ListPage, Error> {
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(format!("a page holds 1 to {MAX_PAGE} tasks (got {limit})")));
         }
-        let (from_ms, after_key) = after.map_or((0, ""), |c| (c.due_ms, c.key.as_str()));
+        if let Some(cursor) = after.filter(|c| !matches!(c.state, TaskState::Waiting | TaskState::Ready)) {
+            return Err(Error::invalid(format!(
+                "a cursor of {} tasks cannot page the tasks due next: give one of due_next's or of the waiting or \
+                 ready tasks' pages",
+                cursor.state
+            )));
+        }
+        let (from_ms, after_key) = after.map_or((0, ""), |c| (c.score, c.key.as_str()));
         let mut tasks = Vec::new();
         for part in &self.wheel.partitions {
             tasks.extend(self.due_next_in(&part.keys, (from_ms, after_key), limit, false).await?);
@@ -323,8 +337,12 @@ impl DurableScheduler {
         tasks.sort_by(|a, b| a.due.cmp(&b.due).then_with(|| a.key.cmp(&b.key)));
         let full = tasks.len() >= limit;
         tasks.truncate(limit);
-        let next = tasks.last().filter(|_| full).map(|t| DueCursor { due_ms: unix_ms(t.due), key: t.key.clone() });
-        Ok(DuePage { tasks, next })
+        let next = tasks.last().filter(|_| full).map(|t| ListCursor {
+            state: TaskState::Waiting,
+            score: unix_ms(t.due),
+            key: t.key.clone(),
+        });
+        Ok(ListPage { tasks, next })
     }
 
     /// One partition's first `limit` tasks after the cursor (only the waiting ones with
@@ -392,28 +410,6 @@ impl DurableScheduler {
             }
         }
         Ok(counts)
-    }
-
-    /// The dead letters from rank `offset` on, oldest first, at most `limit` (at most
-    /// [`MAX_PAGE`]): pages through the whole list where [`dead_letters`](Self::dead_letters)
-    /// reads its start. A letter requeued or deleted meanwhile shifts the ranks after it.
-    ///
-    /// # Errors
-    /// - [`Error::Invalid`] for a `limit` of 0 or over [`MAX_PAGE`];
-    /// - [`Error::Redis`] if Redis failed.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
-    pub async fn dead_letters_page(&self, offset: usize, limit: usize) -> Result<Vec<DeadTask>, Error> {
-        if limit == 0 || limit > MAX_PAGE {
-            return Err(Error::invalid(format!("a page holds 1 to {MAX_PAGE} dead letters (got {limit})")));
-        }
-        if self.wheel.partitions.len() == 1 {
-            return scripts::dead_letters(&self.wheel, &self.wheel.base, limit, offset).await;
-        }
-        // Each partition's first offset + limit, merged: the page's place in the whole list.
-        let mut all = self.dead_letters(offset + limit).await?;
-        Ok(all.drain(offset.min(all.len())..).collect())
     }
 
     /// The node that leads each partition (its id, as its worker logs it), `None` for a

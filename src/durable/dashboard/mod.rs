@@ -12,7 +12,8 @@
 //! - **Tasks**: the waiting, ready, running or dead tasks, a page at a time in their state's
 //!   order ([`DurableScheduler::list`]): key, due time or how long overdue, deliveries, the
 //!   worker that runs it and since when, the last error. A click on a key shows the task and its
-//!   payload, as pretty JSON, text or hex. The finished runs the wheel's history keeps
+//!   payload, as pretty JSON, text or hex, and for a run of a series its recurrence and next
+//!   run, in UTC and in the series' zone. The finished runs the wheel's history keeps
 //!   ([`DurableBuilder::history_limit`](super::DurableBuilder::history_limit)) page the same
 //!   way, newest first: key, due time, outcome, attempts, when the handler started and how long
 //!   it took, when the run ended, the error a dead one died of.
@@ -56,19 +57,24 @@
 //! Paths are relative to where it is mounted; every answer is JSON but the page's own files.
 //! `{wheel}` is a wheel's name as [`Dashboard::wheel`] took it, percent-encoded; the paths
 //! under `api/` without `w/{wheel}/` (`api/stats`, `api/dead/requeue`, ...) name the first wheel.
+//! What the wheel reads is sent as its own JSON, the `Serialize` form of
+//! [`DurableStats`](super::DurableStats), [`TaskInfo`](super::TaskInfo),
+//! [`DeadTask`](super::DeadTask), [`ListPage`](super::ListPage) and [`Figures`](super::Figures)
+//! (times as `*_unix_ms`, durations as `*_ms`), the tasks' and dead letters' payloads left out
+//! but in `api/payload`.
 //!
 //! | method and path | answer |
 //! |---|---|
 //! | `GET /` | the page (also `app.js`, `style.css`) |
 //! | `GET api/info` | the wheels' names, whether the actions are on, the page's limits |
-//! | `GET api/overview` | each wheel's counts by state and whether it is paused |
-//! | `GET api/w/{wheel}/stats` | the counts by state and the counters |
+//! | `GET api/overview` | `{"wheels": [..]}`: each wheel's `DurableStats`, its name as `wheel` (or `{"wheel", "error"}` for one that could not be read) |
+//! | `GET api/w/{wheel}/stats` | the wheel's `DurableStats`: the counts by state, the counters (`cancelled` too) and whether it is paused |
 //! | `GET api/w/{wheel}/lateness` | how many deliveries this process's workers claimed lately, and p50, p99 and max of how late ([`DurableScheduler::lateness`]) |
-//! | `GET api/w/{wheel}/figures` | every node's figures of the last hour ([`DurableScheduler::figures`]): handed out, acknowledged, failed and dead-lettered a minute, and how late deliveries were claimed, in bars of doubling width |
-//! | `GET api/w/{wheel}/tasks?state=s&after=c&limit=n` | a page of the tasks in state `s` (`waiting`, `ready`, `running`, `dead`, or `finished`: the runs the history keeps, newest first), `n` of them (default 50, at most 200), after the cursor `c` (the `next` of the page before, an opaque text): key, due time, how long overdue, deliveries, worker and claim time, last error; for a finished run its outcome, handler start and duration (ms) and end |
-//! | `GET api/w/{wheel}/dead?limit=n` | the oldest `n` dead letters (default 50, at most 500): key, attempts, last error, when it died |
-//! | `GET api/w/{wheel}/task?key=k` | the task under `k`, pending or dead: its state, due time, deliveries, payload size and last error |
-//! | `GET api/w/{wheel}/payload?key=k` | the payload of the task under `k` as pretty JSON, text or hex (its first 64 KiB) |
+//! | `GET api/w/{wheel}/figures` | every node's `Figures` of the last hour ([`DurableScheduler::figures`]): handed out, acknowledged, failed and dead-lettered a minute, and how late deliveries were claimed, in buckets of doubling width |
+//! | `GET api/w/{wheel}/tasks?state=s&after=c&limit=n` | a `ListPage` of the tasks in state `s` (`waiting`, `ready`, `running`, `dead`, or `finished`: the runs the history keeps, newest first), `n` of them (default 50, at most 200), after the cursor `c` (the `next` of the page before, here an opaque text), with `state` and `limit`: each task's key, due time, how long overdue, deliveries, worker and claim time, last error, the series a ready or running task is a run of (`recurrence`), and for a finished run how it went (`finished`: outcome, handler start and duration, end) |
+//! | `GET api/w/{wheel}/dead?limit=n` | `{"limit", "letters"}`: the oldest `n` dead letters (default 50, at most 500), each a `DeadTask`: key, attempts, last error, when it was due and when it died |
+//! | `GET api/w/{wheel}/task?key=k` | `{"key", "pending", "detail"}`: the `TaskInfo` under `k`, pending or dead (`null` if none): its state, due time, deliveries, payload size and encoding, last error, and for a run of a series its `recurrence`: cadence, period (ms) or cron expression and zone, end, missed-run policy, runs left and next run ([`TaskInfo::recurrence`](super::TaskInfo::recurrence)) |
+//! | `GET api/w/{wheel}/payload?key=k` | the `TaskInfo` under `k` with `found`, and its payload as `shown`: pretty JSON, text or a hex dump, as its `payload_encoding` says, of its first 64 KiB (`truncated` if it is longer) |
 //! | `GET api/w/{wheel}/due` | what falls due over the next hour, a count a minute |
 //! | `GET api/w/{wheel}/nodes` | the node that leads each partition, and the workers heard from |
 //! | `POST api/w/{wheel}/run-now` | `{"key": k}`: makes the waiting task due now ([`DurableScheduler::reschedule`]); 404 if none is waiting or ready |
@@ -404,7 +410,7 @@ async fn overview(State(d): Mounted) -> Response {
 }
 
 async fn stats(w: Wheel) -> Response {
-    answer(sections::counts(&w.timers).await)
+    answer(w.timers.stats().await.map(|stats| json!(stats)))
 }
 
 async fn lateness(w: Wheel) -> Response {
@@ -433,13 +439,8 @@ fn limit(
 }
 
 async fn tasks(w: Wheel, Query(query): Params) -> Response {
-    let state = match query.get("state").map(String::as_str) {
-        Some("waiting") => TaskState::Waiting,
-        Some("ready") => TaskState::Ready,
-        Some("running") => TaskState::Running,
-        Some("dead") => TaskState::Dead,
-        Some("finished") => TaskState::Finished,
-        _ => return bad_request("state must be waiting, ready, running, dead or finished"),
+    let Some(state) = query.get("state").and_then(|s| s.parse::<TaskState>().ok()) else {
+        return bad_request("state must be waiting, ready, running, dead or finished");
     };
     let limit = match limit(&query, PAGE_SIZE, PAGE_MAX, 1) {
         Ok(limit) => limit,

@@ -1,30 +1,25 @@
 //! What each section of the page shows, read through the wheel's public calls: one small
-//! function a section, each answering the JSON its endpoint sends.
+//! function a section, each answering the JSON its endpoint sends. What the wheel reads goes out
+//! as its own JSON (the `Serialize` of [`TaskInfo`](crate::durable::TaskInfo),
+//! [`DurableStats`](crate::durable::DurableStats), [`Figures`](crate::durable::Figures), ...),
+//! with what the page needs beside it.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::durable::{DurableScheduler, ListCursor, TaskState};
 use crate::Error;
 
-/// The counts by state and the counters, as [`DurableScheduler::stats`] reads them.
-pub(super) async fn counts(timers: &DurableScheduler) -> Result<Value, Error> {
-    let s = timers.stats().await?;
-    Ok(json!({
-        "waiting": s.waiting,
-        "ready": s.ready,
-        "running": s.in_flight,
-        "dead": s.dead,
-        "pending": s.pending,
-        "cursor_lag_ticks": s.cursor_lag_ticks,
-        "scheduled": s.scheduled,
-        "handed_out": s.handed_out,
-        "acked": s.acked,
-        "retried": s.retried,
-        "dead_lettered": s.dead_lettered,
-        "paused": s.paused,
-    }))
+/// `item`'s JSON (a task's or a dead letter's) with its payload left out, its size and encoding
+/// kept: a page of them stays small whatever they carry, and `api/payload` shows one at a time.
+fn without_payload(item: &impl Serialize) -> Value {
+    let mut shown = json!(item);
+    if let Some(fields) = shown.as_object_mut() {
+        fields.remove("payload");
+    }
+    shown
 }
 
 /// How late this process's workers claimed their deliveries over the recent window, as
@@ -42,46 +37,25 @@ pub(super) fn lateness(timers: &DurableScheduler) -> Value {
     })
 }
 
-/// The dead letters, oldest first, up to `limit` (payloads left out: they may be anything).
+/// The dead letters, oldest first, up to `limit`, each a [`DeadTask`](crate::durable::DeadTask)'s
+/// JSON without its payload.
 pub(super) async fn dead_letters(timers: &DurableScheduler, limit: usize) -> Result<Value, Error> {
     let dead = timers.dead_letters(limit).await?;
     Ok(json!({
         "limit": limit,
-        "letters": dead.iter().map(|d| json!({
-            "key": d.key(),
-            "attempts": d.attempts(),
-            "last_error": d.last_error(),
-            "died_ms": unix_ms(d.died()),
-        })).collect::<Vec<_>>(),
+        "letters": dead.iter().map(without_payload).collect::<Vec<_>>(),
     }))
 }
 
-/// One task by its key: whether one is pending.
-/// Answers "detail": {"state": "waiting" | "ready" | "running" | "dead", "due_ms", "overdue_ms"
-/// (null unless [`TaskInfo::overdue_by`](crate::durable::TaskInfo::overdue_by) says so), "attempt",
-/// "payload_bytes", "last_error"} (null when there is no such task), and "pending" from its
-/// state, which app.js's `search` shows.
+/// One task by its key: `{"key", "pending", "detail"}`, the detail the task's
+/// [`TaskInfo`](crate::durable::TaskInfo) JSON without its payload (`null` when there is no such
+/// task), and `pending` from its state, which app.js's `search` shows.
 pub(super) async fn find_task(timers: &DurableScheduler, key: &str) -> Result<Value, Error> {
-    let Some(task) = timers.get(key).await? else {
-        return Ok(json!({ "key": key, "pending": false, "detail": null }));
-    };
-    let state = match task.state() {
-        TaskState::Waiting => "waiting",
-        TaskState::Ready => "ready",
-        TaskState::Running => "running",
-        _ => "dead",
-    };
+    let task = timers.get(key).await?;
     Ok(json!({
         "key": key,
-        "pending": state != "dead",
-        "detail": {
-            "state": state,
-            "due_ms": unix_ms(task.due()),
-            "overdue_ms": task.overdue_by().map(|late| late.as_millis() as u64),
-            "attempt": task.attempt(),
-            "payload_bytes": task.payload().len(),
-            "last_error": task.last_error(),
-        },
+        "pending": task.as_ref().is_some_and(|t| t.state() != TaskState::Dead),
+        "detail": task.as_ref().map(without_payload),
     }))
 }
 
@@ -91,7 +65,7 @@ pub(super) async fn due_plot(timers: &DurableScheduler) -> Result<Value, Error> 
     let now = SystemTime::now();
     let counts = timers.due_counts(now, DUE_BUCKET, DUE_BUCKETS).await?;
     Ok(json!({
-        "from_ms": unix_ms(now),
+        "from_unix_ms": unix_ms(now),
         "bucket_s": DUE_BUCKET.as_secs(),
         "counts": counts,
     }))
@@ -116,54 +90,39 @@ pub(super) async fn leader_and_workers(timers: &DurableScheduler) -> Result<Valu
     Ok(json!({ "leaders": leaders, "workers": workers }))
 }
 
-/// Each wheel's counts by state and whether it is paused, one `stats` call a wheel; a wheel
-/// that could not be read says why.
+/// Each wheel's [`DurableStats`](crate::durable::DurableStats), with its name as `wheel`, one
+/// `stats` call a wheel; a wheel that could not be read says why.
 pub(super) async fn overview(wheels: &[(String, DurableScheduler)]) -> Value {
     let mut shown = Vec::with_capacity(wheels.len());
     for (name, timers) in wheels {
         shown.push(match timers.stats().await {
-            Ok(s) => json!({
-                "wheel": name,
-                "waiting": s.waiting,
-                "ready": s.ready,
-                "running": s.in_flight,
-                "dead": s.dead,
-                "pending": s.pending,
-                "paused": s.paused,
-            }),
+            Ok(stats) => {
+                let mut wheel = json!(stats);
+                wheel["wheel"] = json!(name);
+                wheel
+            }
             Err(e) => json!({ "wheel": name, "error": e.to_string() }),
         });
     }
     json!({ "wheels": shown })
 }
 
-/// A page of the tasks in `state` after `after` ([`DurableScheduler::list`]), payloads left out
-/// (the detail view reads one at a time), and the cursor of the next page as opaque text.
+/// A page of the tasks in `state` after `after` ([`DurableScheduler::list`]), as the
+/// [`ListPage`](crate::durable::ListPage) JSON with the tasks' payloads left out (the detail view
+/// reads one at a time) and the cursor of the next page as opaque text ([`encode_cursor`]), and
+/// the state and limit asked for.
 pub(super) async fn tasks(
     timers: &DurableScheduler,
     state: TaskState,
     after: Option<&ListCursor>,
     limit: usize,
 ) -> Result<Value, Error> {
-    let (tasks, next) = timers.list(state, after, limit).await?.into_parts();
+    let page = timers.list(state, after, limit).await?;
     Ok(json!({
-        "state": state_name(state),
+        "state": state,
         "limit": limit,
-        "tasks": tasks.iter().map(|t| json!({
-            "key": t.key(),
-            "due_ms": unix_ms(t.due()),
-            "overdue_ms": t.overdue_by().map(|late| u64::try_from(late.as_millis()).unwrap_or(u64::MAX)),
-            "attempt": t.attempt(),
-            "worker": t.worker(),
-            "claimed_ms": t.claimed_at().map(unix_ms),
-            "last_error": t.last_error(),
-            "payload_bytes": t.payload().len(),
-            "outcome": t.finished().map(|run| run.outcome().as_str()),
-            "started_ms": t.finished().and_then(|run| run.started_at()).map(unix_ms),
-            "handler_ms": t.finished().and_then(|run| run.handler_duration()).map(|d| d.as_secs_f64() * 1000.0),
-            "finished_ms": t.finished().map(|run| unix_ms(run.finished_at())),
-        })).collect::<Vec<_>>(),
-        "next": next.as_ref().map(encode_cursor),
+        "tasks": page.tasks().iter().map(without_payload).collect::<Vec<_>>(),
+        "next": page.next().map(encode_cursor),
     }))
 }
 
@@ -184,54 +143,39 @@ pub(super) fn decode_cursor(text: &str) -> Option<ListCursor> {
     String::from_utf8(bytes?).ok()?.parse().ok()
 }
 
-fn state_name(state: TaskState) -> &'static str {
-    match state {
-        TaskState::Waiting => "waiting",
-        TaskState::Ready => "ready",
-        TaskState::Running => "running",
-        TaskState::Finished => "finished",
-        _ => "dead",
-    }
-}
-
-/// The payload of the task `key` ([`DurableScheduler::get`]), its first
-/// [`PAYLOAD_SHOWN`](super::PAYLOAD_SHOWN) bytes shown as pretty JSON when the whole of it is
-/// JSON, else as text when it is UTF-8, else as hex.
+/// The task `key` ([`DurableScheduler::get`]) as its [`TaskInfo`](crate::durable::TaskInfo)
+/// JSON, with `found`, and for its payload, instead of the whole of it, `shown`: its first
+/// [`PAYLOAD_SHOWN`](super::PAYLOAD_SHOWN) bytes as its `payload_encoding` says, pretty when it is
+/// JSON and all of it is shown, as a hex dump when it is bytes; `truncated` when that is not all.
 pub(super) async fn payload(timers: &DurableScheduler, key: &str) -> Result<Value, Error> {
     let Some(task) = timers.get(key).await? else {
         return Ok(json!({ "key": key, "found": false }));
     };
-    let (format, shown) = show_payload(task.payload());
-    Ok(json!({
-        "key": key,
-        "found": true,
-        "state": state_name(task.state()),
-        "bytes": task.payload().len(),
-        "format": format,
-        "shown": shown,
-        "truncated": task.payload().len() > super::PAYLOAD_SHOWN,
-    }))
+    let mut shown = without_payload(&task);
+    let encoding = shown["payload_encoding"].as_str().unwrap_or("hex").to_owned();
+    shown["found"] = json!(true);
+    shown["shown"] = json!(show_payload(task.payload(), &encoding));
+    shown["truncated"] = json!(task.payload().len() > super::PAYLOAD_SHOWN);
+    Ok(shown)
 }
 
-/// How to show `payload`: `("json" | "text" | "hex" | "empty", the text)`, of its first
-/// [`PAYLOAD_SHOWN`](super::PAYLOAD_SHOWN) bytes.
-fn show_payload(payload: &[u8]) -> (&'static str, String) {
-    if payload.is_empty() {
-        return ("empty", String::new());
-    }
+/// The first [`PAYLOAD_SHOWN`](super::PAYLOAD_SHOWN) bytes of `payload`, shown as its
+/// `encoding` says (`"json"`, `"text"` or `"hex"`, the payload's JSON's): pretty JSON when all
+/// of it fits, text up to the last whole character, or a hex dump of 16 bytes a line.
+fn show_payload(payload: &[u8], encoding: &str) -> String {
     let head = &payload[..payload.len().min(super::PAYLOAD_SHOWN)];
-    if head.len() == payload.len() {
+    if encoding == "json" && head.len() == payload.len() {
         if let Ok(value) = serde_json::from_slice::<Value>(payload) {
-            return ("json", serde_json::to_string_pretty(&value).unwrap_or_default());
+            return serde_json::to_string_pretty(&value).unwrap_or_default();
         }
     }
-    match std::str::from_utf8(head) {
-        Ok(text) => return ("text", text.to_owned()),
+    if encoding != "hex" {
         // Cut in the middle of a character: the text up to it.
-        Err(e) if e.error_len().is_none() && e.valid_up_to() > 0 => {
-            return ("text", String::from_utf8_lossy(&head[..e.valid_up_to()]).into_owned())
-        }
-        Err(_) => {}
+        let whole = match std::str::from_utf8(head) {
+            Ok(text) => text,
+            Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),
+        };
+        return whole.to_owned();
     }
     let lines: Vec<String> = head
         .chunks(16)
@@ -243,61 +187,23 @@ fn show_payload(payload: &[u8]) -> (&'static str, String) {
             format!("{:08x}  {:<47}  {text}", i * 16, hex.join(" "))
         })
         .collect();
-    ("hex", lines.join("\n"))
+    lines.join("\n")
 }
 
 /// How many minutes the chart of the wheel-wide figures shows: an hour.
 const FIGURES_SHOWN: usize = 60;
-/// The lateness bars of the wheel-wide figures reach at least this bound (128 ms), so that
-/// their scale stays put while the figures are small.
-const FIGURES_LATENESS_AT_LEAST: Duration = Duration::from_millis(128);
 
-/// The wheel-wide figures of the last hour ([`DurableScheduler::figures`], every node's): a
-/// minute at a time what was handed out, acknowledged, failed and buried, and how late
-/// deliveries were claimed, in bars of doubling width from the first bound to the last that
-/// holds a count (`below_us` null for the open-ended last one).
+/// The wheel-wide figures of the last hour ([`DurableScheduler::figures`], every node's), as
+/// their [`Figures`](crate::durable::Figures) JSON: a minute at a time what was handed out,
+/// acknowledged, failed and buried, and how late deliveries were claimed (app.js draws the
+/// lateness buckets as bars of doubling width).
 pub(super) async fn figures(timers: &DurableScheduler) -> Result<Value, Error> {
-    let figures = timers.figures(FIGURES_SHOWN).await?;
-    let lateness = figures.lateness();
-    // The octaves from 1 ms to the last finite bound that holds a count (at least
-    // FIGURES_LATENESS_AT_LEAST), then the open-ended bucket if it holds any.
-    let count_at = |bound: Duration| lateness.iter().filter(|&&(b, _)| b == bound).map(|&(_, n)| n).sum::<u64>();
-    let last =
-        lateness.iter().map(|&(b, _)| b).filter(|&b| b != Duration::MAX).fold(FIGURES_LATENESS_AT_LEAST, Duration::max);
-    let mut bars: Vec<(Option<u64>, u64)> = Vec::new();
-    let mut bound = Duration::from_millis(1);
-    while bound <= last {
-        bars.push((Some(u64::try_from(bound.as_micros()).unwrap_or(u64::MAX)), count_at(bound)));
-        bound *= 2;
-    }
-    let beyond = count_at(Duration::MAX);
-    if beyond > 0 {
-        bars.push((None, beyond));
-    }
-    debug_assert_eq!(
-        bars.iter().map(|&(_, n)| n).sum::<u64>(),
-        lateness.iter().map(|&(_, n)| n).sum::<u64>(),
-        "every bucket of {lateness:?} lands in a bar: {bars:?}"
-    );
-    let ms = |d: Option<Duration>| d.filter(|d| *d != Duration::MAX).map(|d| d.as_secs_f64() * 1e3);
-    Ok(json!({
-        "minutes": figures.minutes().iter().map(|m| json!({
-            "start_ms": unix_ms(m.start),
-            "handed_out": m.handed_out,
-            "acked": m.acked,
-            "failed": m.failed,
-            "dead": m.dead,
-        })).collect::<Vec<_>>(),
-        "lateness": bars.into_iter().map(|(below_us, count)| json!({ "below_us": below_us, "count": count })).collect::<Vec<_>>(),
-        "claimed": lateness.iter().map(|&(_, n)| n).sum::<u64>(),
-        "p50_ms": ms(figures.lateness_quantile(0.5)),
-        "p99_ms": ms(figures.lateness_quantile(0.99)),
-    }))
+    Ok(json!(timers.figures(FIGURES_SHOWN).await?))
 }
 
 /// Milliseconds since the Unix epoch (0 before it).
 fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -316,19 +222,20 @@ mod tests {
     }
 
     #[test]
-    fn a_payload_shows_as_json_text_or_hex() {
-        let (format, shown) = show_payload(br#"{"order":42,"lines":[1,2]}"#);
-        assert_eq!(format, "json");
+    fn a_payload_shows_as_its_encoding_says() {
+        let shown = show_payload(br#"{"order":42,"lines":[1,2]}"#, "json");
         assert!(shown.contains("\n  \"order\": 42"), "{shown}");
-        assert_eq!(show_payload(b"plain words"), ("text", "plain words".to_owned()));
-        assert_eq!(show_payload(b""), ("empty", String::new()));
-        let (format, shown) = show_payload(&[0, 1, 0xff, b'A']);
-        assert_eq!(format, "hex");
+        assert_eq!(show_payload(b"plain words", "text"), "plain words");
+        assert_eq!(show_payload(b"", "text"), "");
+        let shown = show_payload(&[0, 1, 0xff, b'A'], "hex");
         assert!(shown.starts_with("00000000  00 01 ff 41"), "{shown}");
         assert!(shown.ends_with("..A"), "{shown}");
         // A large text payload is cut at its bound, between characters.
         let long = "é".repeat(super::super::PAYLOAD_SHOWN);
-        let (format, shown) = show_payload(long.as_bytes());
-        assert_eq!((format, shown.len()), ("text", super::super::PAYLOAD_SHOWN));
+        assert_eq!(show_payload(long.as_bytes(), "text").len(), super::super::PAYLOAD_SHOWN);
+        // A large JSON payload, cut: its text as it is, up to the bound.
+        let big = format!("[{}0]", "1,".repeat(super::super::PAYLOAD_SHOWN));
+        let shown = show_payload(big.as_bytes(), "json");
+        assert_eq!((shown.len(), &shown[..4]), (super::super::PAYLOAD_SHOWN, "[1,1"));
     }
 }

@@ -13,8 +13,9 @@
     ARGV[1]  from ms   ARGV[2] the key after which to start at `from` ('' for all of it)
     ARGV[3]  until ms   ARGV[4] limit   ARGV[5] 'waiting' to leave the ready tasks out, else ''
   Output:
-    Redis's clock in ms, then five entries per task (key, state 'waiting' or 'ready', due ms,
-    deliveries, payload), oldest due first.
+    Redis's clock in ms, then nine entries per task (key, state 'waiting' or 'ready', due ms,
+    deliveries, payload, then its series as record.lua keeps it: period ms, runs left,
+    missed-run digit, spec), oldest due first.
   Keys: READY, FAR, TASKS and the declared slots.
 ]]
 -- @include keys
@@ -53,7 +54,7 @@ end
 table.sort(found, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
 local out = {string.format('%d', clock())}
 for _, f in ipairs(found) do
-  if #out > limit * 5 then break end
+  if #out > limit * 9 then break end
   local rec = redis.call('HGET', TASKS, f[1])
   if rec then
     local t = decode(rec)
@@ -62,6 +63,10 @@ for _, f in ipairs(found) do
     out[#out + 1] = tostring(t.due)
     out[#out + 1] = tostring(t.a)
     out[#out + 1] = t.p
+    out[#out + 1] = string.format('%d', t.every)
+    out[#out + 1] = string.format('%d', t.runs)
+    out[#out + 1] = t.missed
+    out[#out + 1] = t.spec
   end
 end
 return out

@@ -10,10 +10,11 @@
     ARGV[3]  the cursor's key ('' for the first page)   ARGV[4] limit
   Output:
     {Redis's clock in ms, the last key read, its score, '1' if `limit` keys were read (more may
-    follow) else '0', then eight entries per task: key, score, due ms, deliveries, last error,
-    payload, and for a running task the id of the node whose worker claimed it and when (ms)
-    ('' and '' otherwise, or when not known)}. A key read whose record is gone meanwhile, or
-    holds another claim token, is left out.
+    follow) else '0', then twelve entries per task: key, score, due ms, deliveries, last error,
+    payload, for a running task the id of the node whose worker claimed it and when (ms) ('' and
+    '' otherwise, or when not known), then its series as record.lua keeps it: period ms, runs
+    left, missed-run digit, spec (a dead letter keeps none: '0', '0', '0', '')}. A key read
+    whose record is gone meanwhile, or holds another claim token, is left out.
   Keys: READY, CLAIMED, CLAIMS, DEAD, TASKS, DEAD_TASKS.
 ]]
 -- @include keys
@@ -33,12 +34,14 @@ local out = {string.format('%d', clock()), page[#page - 1] or '', page[#page] or
 for j, k in ipairs(names) do
   local rec, score = recs[j], page[2 * j]
   local due, a, err, p, node, at
+  local every, runs, missed, spec = '0', '0', '0', ''
   if rec and state == 'dead' then
     local d = decode_dead(rec)
     due, a, err, p = d.due, d.a, d.err, d.p
   elseif rec then
     local t = decode(rec)
     due, a, err, p = tostring(t.due), tostring(t.a), t.err, t.p
+    every, runs, missed, spec = string.format('%d', t.every), string.format('%d', t.runs), t.missed, t.spec
     if state == 'running' then
       if t.tok == score then at, node = claim_of(t.tok) else rec = nil end
     end
@@ -52,6 +55,10 @@ for j, k in ipairs(names) do
     out[#out + 1] = p
     out[#out + 1] = node or ''
     out[#out + 1] = at or ''
+    out[#out + 1] = every
+    out[#out + 1] = runs
+    out[#out + 1] = missed
+    out[#out + 1] = spec
   end
 end
 return out

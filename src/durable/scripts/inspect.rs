@@ -4,6 +4,9 @@
 
 use super::{invoke, number, text, SCRIPTS};
 use crate::durable::client::WheelClient;
+use crate::durable::formats::{Ended, HistoryRun};
+use crate::durable::series::read_series;
+use crate::durable::series::Series;
 use crate::durable::shared_conn::Window;
 use crate::durable::time::from_unix_ms;
 use crate::durable::WheelKeys;
@@ -62,13 +65,12 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
     let mut inv = invoke(keys, &SCRIPTS.get);
     inv.arg(key);
     let r: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
-    let Ok([state, due, attempt, err, payload, now, retry]) = <[Vec<u8>; 7]>::try_from(r) else { return Ok(None) };
-    let state = match state.as_slice() {
-        b"waiting" => TaskState::Waiting,
-        b"ready" => TaskState::Ready,
-        b"running" => TaskState::Running,
-        b"dead" => TaskState::Dead,
-        _ => return Ok(None),
+    let Ok([state, due, attempt, err, payload, now, retry, every, runs, missed, spec]) = <[Vec<u8>; 11]>::try_from(r)
+    else {
+        return Ok(None);
+    };
+    let Some(state) = std::str::from_utf8(&state).ok().and_then(|s| s.parse::<TaskState>().ok()) else {
+        return Ok(None);
     };
     Ok(Some(TaskInfo {
         key: key.to_string(),
@@ -81,7 +83,15 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
         claim: None,
         finished: None,
         options: TaskOptions::from_record_text(&retry),
+        series: series_of(&every, &runs, &missed, &spec),
     }))
+}
+
+/// The series of a task from the four fields the reading scripts answer for it (record.lua's
+/// period ms, runs left, missed-run digit and spec): `None` for a task that runs once.
+fn series_of(every: &[u8], runs: &[u8], missed: &[u8], spec: &[u8]) -> Option<Series> {
+    let runs = std::str::from_utf8(runs).ok().and_then(|r| r.parse().ok()).unwrap_or(-1);
+    read_series(number(every), runs, missed.first().copied().unwrap_or(b'2'), &text(spec))
 }
 
 /// Deletes the dead letter `key`; false if there was none.
@@ -110,7 +120,7 @@ pub(crate) async fn due_next(
     let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
     let read_at = from_unix_ms(flat.first().map_or(0, |now| number(now)));
     Ok(flat[1.min(flat.len())..]
-        .chunks_exact(5)
+        .chunks_exact(9)
         .map(|t| TaskInfo {
             key: text(&t[0]),
             state: if t[1] == b"ready" { TaskState::Ready } else { TaskState::Waiting },
@@ -122,6 +132,7 @@ pub(crate) async fn due_next(
             claim: None,
             finished: None,
             options: TaskOptions::new(),
+            series: series_of(&t[5], &t[6], &t[7], &t[8]),
         })
         .collect())
 }
@@ -220,7 +231,7 @@ pub(crate) async fn list(
     let [now, last_key, last_score, full] = head;
     let read_at = from_unix_ms(number(now));
     let tasks = rest
-        .chunks_exact(8)
+        .chunks_exact(12)
         .map(|t| {
             let score = number(&t[1]);
             let info = TaskInfo {
@@ -235,6 +246,7 @@ pub(crate) async fn list(
                     .then(|| (from_unix_ms(number(&t[7])), Some(text(&t[6])).filter(|n| !n.is_empty()))),
                 finished: None,
                 options: TaskOptions::new(),
+                series: series_of(&t[8], &t[9], &t[10], &t[11]),
             };
             (score, info)
         })
@@ -272,47 +284,34 @@ pub(crate) async fn history(
     Ok((number(numbered), runs))
 }
 
-/// The run numbered `seq` as the history holds it (see `lua/includes/history.lua`):
-/// `<ended ms>:<outcome>:<due ms>:<attempts>:<started ms>:<handler us>:<key length>:<key><error>`,
-/// read into a [`Finished`](TaskState::Finished) task.
-fn history_entry(seq: u64, run: &[u8]) -> Option<HistoryEntry> {
-    let mut rest = run;
-    let mut field = || -> Option<&[u8]> {
-        let at = rest.iter().position(|&b| b == b':')?;
-        let f = &rest[..at];
-        rest = &rest[at + 1..];
-        Some(f)
+/// The run numbered `seq` as the history holds it ([`HistoryRun`]), read into a
+/// [`Finished`](TaskState::Finished) task.
+fn history_entry(seq: u64, text: &[u8]) -> Option<HistoryEntry> {
+    let run = HistoryRun::read(text)?;
+    let finished_at = from_unix_ms(run.ended_ms);
+    let outcome = match run.outcome {
+        Ended::Acknowledged => Outcome::Acknowledged,
+        Ended::Dead => Outcome::Dead,
+        Ended::Cancelled => Outcome::Cancelled,
     };
-    let (ended, outcome, due, attempts) = (field()?, field()?, field()?, field()?);
-    let (started, took, key_len) = (field()?, field()?, field()?);
-    let outcome = match outcome {
-        b"a" => Outcome::Acknowledged,
-        b"d" => Outcome::Dead,
-        b"c" => Outcome::Cancelled,
-        _ => return None,
-    };
-    let known = |v: &[u8]| (!v.is_empty()).then(|| number(v));
-    let (started, took) = (known(started), known(took));
-    let key_len = usize::try_from(number(key_len)).ok()?;
-    let (key, error) = (rest.get(..key_len)?, rest.get(key_len..)?);
-    let finished_at = from_unix_ms(number(ended));
-    let run = FinishedRun {
+    let finished = FinishedRun {
         outcome,
-        started_at: started.map(from_unix_ms),
+        started_at: run.handler.map(|(started, _)| from_unix_ms(started)),
         finished_at,
-        handler_duration: took.map(std::time::Duration::from_micros),
+        handler_duration: run.handler.map(|(_, took)| std::time::Duration::from_micros(took)),
     };
     let task = TaskInfo {
-        key: text(key),
+        key: super::text(run.key),
         payload: Vec::new(),
-        due: from_unix_ms(number(due)),
-        attempt: u32::try_from(number(attempts)).unwrap_or(u32::MAX),
+        due: from_unix_ms(run.due_ms),
+        attempt: run.attempts,
         state: TaskState::Finished,
-        last_error: Some(text(error)).filter(|e| !e.is_empty()),
+        last_error: Some(super::text(run.error)).filter(|e| !e.is_empty()),
         read_at: finished_at,
         claim: None,
-        finished: Some(run),
+        finished: Some(finished),
         options: TaskOptions::new(),
+        series: None,
     };
     Some(HistoryEntry { seq, task })
 }

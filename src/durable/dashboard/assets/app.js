@@ -72,11 +72,23 @@ function span(msValue) {
   return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
 }
 
-/// A bound in microseconds, to three figures.
-function bound(us) {
-  if (us < 1000) return us + " µs";
-  if (us < 1e6) return Number((us / 1000).toPrecision(3)) + " ms";
-  return Number((us / 1e6).toPrecision(3)) + " s";
+/// A bound in milliseconds, to three figures.
+function bound(msValue) {
+  if (msValue < 1000) return msValue + " ms";
+  return Number((msValue / 1000).toPrecision(3)) + " s";
+}
+
+/// The lateness bars of the wheel's figures (its buckets, `below_ms` null for the open-ended
+/// last one): every octave from 1 ms to the last bound that holds a count, and at least to
+/// 128 ms so that the scale stays put while the figures are small, then the open-ended bucket if
+/// it holds any.
+function lateBars(buckets) {
+  const count = new Map(buckets.map((b) => [b.below_ms, b.count]));
+  const last = Math.max(128, ...buckets.filter((b) => b.below_ms != null).map((b) => b.below_ms));
+  const bars = [];
+  for (let below = 1; below <= last; below *= 2) bars.push({ below_ms: below, count: count.get(below) || 0 });
+  if (count.get(null)) bars.push({ below_ms: null, count: count.get(null) });
+  return bars;
 }
 
 function time(unixMs) {
@@ -193,19 +205,22 @@ function showLateness(late, figures) {
     ? "This process's workers claimed nothing in the last " + late.window_s + " to " + 2 * late.window_s + " s."
     : "This process's workers, the last " + late.window_s + " to " + 2 * late.window_s + " s: " + number(late.count) +
       " deliveries claimed, p50 " + ms(late.p50_ms) + ", p99 " + ms(late.p99_ms) + ", max " + ms(late.max_ms) + " late.";
-  const labels = figures.lateness.map((b) => b.below_us == null ? "later" : "≤ " + bound(b.below_us));
-  drawBars($("late-plot"), figures.lateness.map((b) => b.count), labels, 2, "deliveries");
-  const wide = figures.claimed === 0
+  const lateness = figures.lateness;
+  const bars = lateBars(lateness.buckets);
+  const labels = bars.map((b) => b.below_ms == null ? "later" : "< " + bound(b.below_ms));
+  drawBars($("late-plot"), bars.map((b) => b.count), labels, 2, "deliveries");
+  const within = (below) => below == null ? "more than the largest bucket" : ms(below);
+  const wide = lateness.claimed === 0
     ? "No delivery claimed in the last hour, by any node."
-    : number(figures.claimed) + " deliveries claimed in the last hour, every node's: p50 within " + ms(figures.p50_ms) +
-      ", p99 within " + (figures.p99_ms == null ? "more than the largest bucket" : ms(figures.p99_ms)) + " of their due time (Redis's clock).";
+    : number(lateness.claimed) + " deliveries claimed in the last hour, every node's: p50 within " + within(lateness.p50_below_ms) +
+      ", p99 within " + within(lateness.p99_below_ms) + " of their due time (Redis's clock).";
   $("late-note").textContent = wide + " " + here;
 }
 
 /// The chart of every node's deliveries a minute over the last hour.
 function showFigures(figures) {
   const minutes = figures.minutes;
-  drawLines($("rates-plot"), minutes.map((m) => m.start_ms), [
+  drawLines($("rates-plot"), minutes.map((m) => m.start_unix_ms), [
     { name: "handed out", class: "handed", values: minutes.map((m) => m.handed_out) },
     { name: "acknowledged", class: "acked", values: minutes.map((m) => m.acked) },
     { name: "failed", class: "failed", values: minutes.map((m) => m.failed) },
@@ -220,7 +235,7 @@ function showDue(due) {
   const labels = due.counts.map((_, i) => "+" + Math.round((i * due.bucket_s) / 60) + " min");
   drawBars($("due-plot"), due.counts, labels, 10, "tasks due");
   const total = due.counts.reduce((a, b) => a + b, 0);
-  $("due-note").textContent = number(total) + (total === 1 ? " task falls" : " tasks fall") + " due in the next hour, a bar a minute from " + time(due.from_ms) + ".";
+  $("due-note").textContent = number(total) + (total === 1 ? " task falls" : " tasks fall") + " due in the next hour, a bar a minute from " + time(due.from_unix_ms) + ".";
 }
 
 function showNodes(nodes) {
@@ -257,7 +272,7 @@ function showDead(dead, total) {
     row.appendChild(keyCell(letter.key));
     row.appendChild(el("td", { class: "num" }, number(letter.attempts)));
     row.appendChild(el("td", { class: "error" }, letter.last_error));
-    row.appendChild(el("td", { class: "when" }, time(letter.died_ms)));
+    row.appendChild(el("td", { class: "when" }, time(letter.died_unix_ms)));
     const buttons = el("td", { class: "actions" });
     if (info.actions) {
       buttons.appendChild(actionButton("Requeue", "dead/requeue", letter.key, "requeued", { "data-requeue": letter.key }));
@@ -297,14 +312,31 @@ function flash(text, bad) {
 
 // ---- the tasks view ----
 
-/// A finished run's outcome, when its handler started and how long it took, and when it ended.
-function finishedRun(task) {
-  let text = task.outcome;
-  if (task.started_ms != null) text += " · started " + clock(task.started_ms);
-  if (task.handler_ms != null) {
-    text += ", ran " + (task.handler_ms < 10 ? task.handler_ms.toFixed(2) + " ms" : span(task.handler_ms));
+/// The series a task is a run of (the `recurrence` of the JSON), in words: its cadence, end,
+/// missed-run policy and runs left, and its next run in UTC and in the series' zone.
+function series(r) {
+  if (r.unreadable != null) return "a series this build cannot read (" + r.unreadable + ")";
+  let text = r.cadence + ", missed runs: " + r.missed;
+  if (r.end_unix_ms != null) text += ", until " + new Date(r.end_unix_ms).toISOString();
+  if (r.runs_left != null) text += ", " + number(r.runs_left) + (r.runs_left === 1 ? " run" : " runs") + " left";
+  if (r.next_run_unix_ms != null) {
+    text += " · next run " + r.next_run_utc;
+    if (r.next_run_local != null) text += " (" + r.zone + " " + r.next_run_local + ")";
+  } else {
+    text += " · no run after this one";
   }
-  return text + " · ended " + clock(task.finished_ms);
+  return text;
+}
+
+/// A finished run's outcome, when its handler started and how long it took, and when it ended
+/// (the `finished` of the task's JSON).
+function finishedRun(run) {
+  let text = run.outcome;
+  if (run.started_unix_ms != null) text += " · started " + clock(run.started_unix_ms);
+  if (run.handler_ms != null) {
+    text += ", ran " + (run.handler_ms < 10 ? run.handler_ms.toFixed(2) + " ms" : span(run.handler_ms));
+  }
+  return text + " · ended " + clock(run.finished_unix_ms);
 }
 
 function showTasks(page) {
@@ -337,14 +369,18 @@ function showTasks(page) {
     row.appendChild(keyCell(task.key));
     const due = task.overdue_ms != null
       ? el("td", { class: "when late" }, "overdue by " + span(task.overdue_ms))
-      : el("td", { class: "when" }, time(task.due_ms));
+      : el("td", { class: "when" }, time(task.due_unix_ms));
+    if (task.recurrence) {
+      const cadence = task.recurrence.cadence || "a series";
+      due.appendChild(el("span", { class: "series", title: series(task.recurrence) }, " ↻ " + cadence));
+    }
     row.appendChild(due);
     row.appendChild(el("td", { class: "num" }, number(task.attempt)));
     if (finished) {
-      row.appendChild(el("td", { class: "run", "data-outcome": task.outcome }, finishedRun(task)));
+      row.appendChild(el("td", { class: "run", "data-outcome": task.finished.outcome }, finishedRun(task.finished)));
     } else {
-      const worker = task.claimed_ms != null
-        ? (task.worker || "a worker") + " · since " + clock(task.claimed_ms) + " (" + span(Math.max(0, Date.now() - task.claimed_ms)) + ")"
+      const worker = task.claimed_unix_ms != null
+        ? (task.worker || "a worker") + " · since " + clock(task.claimed_unix_ms) + " (" + span(Math.max(0, Date.now() - task.claimed_unix_ms)) + ")"
         : "";
       row.appendChild(el("td", { class: "worker", "data-worker": task.worker || "" }, worker));
     }
@@ -443,11 +479,13 @@ async function detail(key) {
       $("payload").dataset.format = "none";
       return;
     }
-    const format = { json: "JSON", text: "text", hex: "bytes, in hex", empty: "empty" }[p.format];
-    $("detail-line").textContent = p.state + " · payload of " + number(p.bytes) + " bytes, shown as " + format +
+    const encoding = p.payload_bytes === 0 ? "empty" : p.payload_encoding;
+    const format = { json: "JSON", text: "text", hex: "bytes, in hex", empty: "empty" }[encoding];
+    $("detail-line").textContent = p.state + (p.recurrence ? " · a run of the series " + series(p.recurrence) : "") +
+      " · payload of " + number(p.payload_bytes) + " bytes, shown as " + format +
       (p.truncated ? " (its first " + number(p.shown.length) + " characters)" : "");
-    $("payload").textContent = p.format === "empty" ? "(no payload)" : p.shown;
-    $("payload").dataset.format = p.format;
+    $("payload").textContent = encoding === "empty" ? "(no payload)" : p.shown;
+    $("payload").dataset.format = encoding;
     box.scrollIntoView({ block: "nearest" });
   } catch (e) {
     $("detail-line").textContent = "Could not read it: " + e.message;
@@ -467,10 +505,11 @@ async function search(event) {
     const d = found.detail;
     if (d) {
       line.setAttribute("data-state", d.state);
-      let text = " is " + d.state + ", due " + new Date(d.due_ms).toISOString()
+      let text = " is " + d.state + ", due " + new Date(d.due_unix_ms).toISOString()
         + (d.overdue_ms != null ? " (overdue by " + span(d.overdue_ms) + ")" : "") + ", "
         + d.attempt + " deliveries so far, " + d.payload_bytes + " bytes of payload";
       if (d.last_error) text += "; last error: " + d.last_error;
+      if (d.recurrence) text += "; a run of the series " + series(d.recurrence);
       line.appendChild(document.createTextNode(text + ". "));
       const open = el("button", { type: "button", class: "link" }, "Show the payload");
       open.addEventListener("click", () => detail(found.key));
