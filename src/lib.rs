@@ -7,6 +7,7 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod durable;
 mod error;
+pub mod guide;
 mod lateness;
 #[cfg(test)]
 mod layering;

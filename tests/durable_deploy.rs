@@ -1,4 +1,5 @@
-//! The README's deploy pattern: every start of a node upserts the schedules kept in code
+//! The deploy pattern of the guide (`guide::durable_mode`): every start of a node upserts the
+//! schedules kept in code
 //! (`upsert_recurring`). A node is killed with SIGKILL in the middle of a run of a series and
 //! started again, upserting the same schedules at once, while the killed run's lease still lives:
 //! the run is delivered again (attempt 2) within about a lease, once, and its outcome is in the

@@ -263,7 +263,8 @@ fn three_nodes_survive_the_leaders_sigkill() {
 /// A recurring task runs once per period on Redis's clock, for 20 periods, while the node that
 /// leads (node 1, alone at first) is killed with SIGKILL after a few of them and node 2 takes
 /// over: every period's run is handled, none early, none twice on its first delivery, and the
-/// due times keep the fixed rate (missed runs made up at once, the default policy).
+/// due times keep the fixed rate (missed runs made up at once: `MissedRuns::Burst`, asked for,
+/// since the durable default is `Skip`).
 #[test]
 fn a_recurring_task_fires_once_per_period_across_the_leaders_sigkill() {
     const PERIOD: Duration = Duration::from_millis(300);
@@ -276,7 +277,8 @@ fn a_recurring_task_fires_once_per_period_across_the_leaders_sigkill() {
     rt.block_on(async {
         let timers = builder(&url, NAME).concurrency(8).connect().await.expect("connect");
         let repeat = tokio_timewheel::Repeat::Times(RUNS as u64);
-        timers.schedule_repeating("every", PERIOD, repeat, "tick").await.expect("schedule_repeating");
+        let burst = tokio_timewheel::MissedRuns::Burst;
+        timers.schedule_repeating_with("every", PERIOD, repeat, burst, "tick").await.expect("schedule_repeating");
     });
     nodes.push(Node::spawn(&url, 2));
     // Node 1 leads and runs the first few periods; then it dies.

@@ -7,6 +7,9 @@
 //! its name); one at a time, elected through a lease in Redis, moves the cursor; all of them run
 //! handlers.
 //!
+//! The guide walks through it: [a node from start to stop](crate::guide::durable_mode), and
+//! [operating a running wheel](crate::guide::operating). This page holds the rules.
+//!
 //! # Examples
 //! ```no_run
 //! use std::time::Duration;
@@ -268,12 +271,10 @@
 //!   an `HLEN` of `cancelling` (more only for a task whose cancel was requested); a renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the
 //!   lot, and the `HLEN`. While paused, a claim reads the `paused` field and takes nothing.
 //!
-//! A wheel written by an earlier version of this crate in another layout (1: one hash per task,
-//! keys the scripts named themselves; 2: ring slots as sorted sets, scored by due ms) is taken
-//! over by `connect` when it holds no task and no ring entry, and refused while it does: drain
-//! it with the version that wrote it. Nodes of two layouts must not serve one wheel at once (a
-//! node checks the layout when it connects, not on every call): stop the old nodes before the
-//! new ones connect.
+//! A wheel recorded in another layout than this version's (the keys and formats of
+//! docs/DESIGN.md's table; layout 1 is the first release's) is refused by `connect`. Nodes of two
+//! layouts must not serve one wheel at once (a node checks the layout when it connects, not on
+//! every call): stop the old nodes before the new ones connect.
 
 // Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
 // time, config, keys, ids, task, metrics, deployment, shared_conn, client, scripts, leader, worker,
@@ -288,6 +289,7 @@ mod control;
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
 mod deployment;
+mod formats;
 mod ids;
 mod keys;
 mod leader;
@@ -323,15 +325,15 @@ pub use config::{
 };
 pub use keys::WheelKeys;
 pub use options::TaskOptions;
+pub use payload::IntoPayload;
 #[cfg(feature = "serde")]
 pub use payload::Json;
-pub use payload::IntoPayload;
 pub use routes::Routes;
 pub use scheduler::DurableScheduler;
 pub use series::MAX_BURST;
 pub use task::{
-    DeadTask, DueCursor, DuePage, DurableStats, Figures, FinishedRun, ListCursor, ListPage, MinuteCounts, Outcome,
-    Task, TaskInfo, TaskState,
+    DeadTask, DurableStats, Figures, FinishedRun, ListCursor, ListPage, MinuteCounts, Outcome, Task, TaskInfo,
+    TaskState,
 };
 /// The type of a handler's [`Task::cancel_token`], tokio-util's, here so that durable code needs
 /// one import.

@@ -59,7 +59,7 @@ mod tests {
     /// calendar says (leap years by the 4/100/400 rule).
     #[test]
     fn days_follow_the_gregorian_calendar() {
-        let leap = |y: u64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        let leap = |y: u64| (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
         let month_len = |y: u64, m: u64| match m {
             2 if leap(y) => 29,
             2 => 28,

@@ -1,15 +1,18 @@
 //! Tests inside the crate, against a real `redis-server` (the integration tests' harness, included
 //! by path): one script at a time on seeded keys (`scripts`; `series` and `options` for what
-//! recurring series and a task's own retry settings add), and the retry and fencing tests that
-//! need to choose a request id or a fencing token (`hooks`), which no public method lets a
-//! caller do.
+//! recurring series and a task's own retry settings add), one table of cases for the fixed rate
+//! that `advance.lua` moves on and the crate's rule for the next run (`advance`), and the retry
+//! and fencing tests that need to choose a request id or a fencing token (`hooks`), which no
+//! public method lets a caller do.
 
 // The integration tests' support code, shared by path; it names the crate `tokio_timewheel`,
 // which `lib.rs` makes resolve here too under `cfg(test)`.
 #[path = "../../../tests/support/mod.rs"]
 mod support;
 
+mod advance;
 mod costs;
+mod formats;
 mod hooks;
 mod options;
 mod scripts;
