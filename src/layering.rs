@@ -12,44 +12,132 @@
 /// One file of a mode: the layer it belongs to (its own name, or its folder's), the prefixes by
 /// which it names the mode's layers, and its source.
 struct File {
-    layer: &'static str,
-    prefixes: [&'static str; 2],
-    source: &'static str,
+    layer: String,
+    prefixes: [String; 2],
+    source: String,
 }
 
-/// A mode's top-level file `name.rs` (or `name/mod.rs`).
-macro_rules! top {
-    ($mode:literal, $layer:literal, $path:literal) => {
-        File { layer: $layer, prefixes: ["super::", concat!("crate::", $mode, "::")], source: include_str!($path) }
-    };
+impl File {
+    /// The file at `path` (under `src/`) of `mode`: a top-level one (`<mode>/<name>.rs`, or a
+    /// folder's `mod.rs`) names the mode's layers as `super::`, a folder's other files as
+    /// `super::super::`; both as `crate::<mode>::`.
+    fn read(mode: &str, path: &str) -> File {
+        let inside = path.strip_prefix(&format!("{mode}/")).expect("a file of the mode");
+        let (layer, top) = match inside.split_once('/') {
+            Some((folder, "mod.rs")) => (folder, true),
+            Some((folder, _)) => (folder, false),
+            None => (inside.trim_end_matches(".rs"), true),
+        };
+        let full = format!("{}/src/{path}", env!("CARGO_MANIFEST_DIR"));
+        let source = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
+        let parent = if top { "super::" } else { "super::super::" };
+        File { layer: layer.to_string(), prefixes: [parent.to_string(), format!("crate::{mode}::")], source }
+    }
 }
 
-/// A file inside a mode's folder `layer/`, other than its `mod.rs`.
-macro_rules! inner {
-    ($mode:literal, $layer:literal, $path:literal) => {
-        File {
-            layer: $layer,
-            prefixes: ["super::super::", concat!("crate::", $mode, "::")],
-            source: include_str!($path),
+/// The files of `mode` in the order of its table in docs/DESIGN.md ("Where things are"), from
+/// the bottom up: the one map of the mode's files, which these tests hold the code to. A row's
+/// first cell names files (`src/<mode>/a.rs`, then others of its folder as `b.rs`) or starts
+/// with a folder (`src/<mode>/f/`: its `mod.rs`, then its other files); test files (`tests.rs`,
+/// `loom.rs`, `tests/`) and what is not Rust are left out.
+fn table(mode: &str) -> Vec<String> {
+    let design = include_str!("../docs/DESIGN.md");
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for line in design.lines() {
+        let Some(cell) = line.strip_prefix(&format!("| `src/{mode}/")).and_then(|l| l.split(" | ").next()) else {
+            continue;
+        };
+        let cell = format!("`src/{mode}/{cell}");
+        let mut names = cell.split('`').skip(1).step_by(2);
+        let first = names.next().expect("a path").trim_start_matches("src/").to_string();
+        let folder = first.rsplit_once('/').map_or("", |(folder, _)| folder).to_string();
+        let mut paths = Vec::new();
+        if first.ends_with('/') {
+            paths.extend(folder_files(&first));
         }
-    };
+        for name in std::iter::once(first.clone()).chain(names.map(|n| format!("{folder}/{n}"))) {
+            if name.ends_with(".rs") && !is_test_file(&name) {
+                paths.push(name);
+            }
+        }
+        if !paths.is_empty() {
+            rows.push(paths);
+        }
+    }
+    // The service's table runs from the top down, the durable mode's from the bottom up.
+    if mode == "service" {
+        rows.reverse();
+    }
+    rows.concat()
+}
+
+/// The Rust files of the folder `path` (under `src/`): its `mod.rs` first, then the others by
+/// name, test files left out.
+fn folder_files(path: &str) -> Vec<String> {
+    if path.ends_with("/tests/") {
+        return Vec::new();
+    }
+    let dir = format!("{}/src/{path}", env!("CARGO_MANIFEST_DIR"));
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".rs") && n != "mod.rs")
+        .map(|n| format!("{path}{n}"))
+        .filter(|n| !is_test_file(n))
+        .collect();
+    names.sort();
+    std::iter::once(format!("{path}mod.rs")).chain(names).collect()
+}
+
+fn is_test_file(path: &str) -> bool {
+    path.ends_with("/tests.rs") || path.ends_with("/loom.rs") || path.contains("/tests/")
+}
+
+/// Every Rust file of `mode` but its own `mod.rs` and its tests, under `src/`.
+fn files_on_disk(mode: &str) -> Vec<String> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).expect("a source folder").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path.to_string_lossy().into_owned());
+            }
+        }
+    }
+    let src = format!("{}/src/", env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    walk(std::path::Path::new(&format!("{src}{mode}")), &mut out);
+    let own = format!("{mode}/mod.rs");
+    let mut files: Vec<String> = out
+        .into_iter()
+        .map(|p| p.trim_start_matches(&src).to_string())
+        .filter(|p| *p != own && !is_test_file(p))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The files of `mode`, read, in the order of its table.
+fn files(mode: &str) -> Vec<File> {
+    table(mode).iter().map(|path| File::read(mode, path)).collect()
 }
 
 /// Every import of a file that names a layer above its own.
 fn upward(files: &[File]) -> Vec<String> {
     let mut layers: Vec<&str> = Vec::new();
     for file in files {
-        if layers.last() != Some(&file.layer) {
-            assert!(!layers.contains(&file.layer), "{} is listed in two places", file.layer);
-            layers.push(file.layer);
+        if layers.last() != Some(&file.layer.as_str()) {
+            assert!(!layers.contains(&file.layer.as_str()), "{} is listed in two places", file.layer);
+            layers.push(&file.layer);
         }
     }
     let level = |name: &str| layers.iter().position(|l| *l == name);
     let mut found = Vec::new();
     for file in files {
-        let own = level(file.layer).unwrap();
-        for line in code(file.source) {
-            for prefix in file.prefixes {
+        let own = level(&file.layer).unwrap();
+        for line in code(&file.source) {
+            for prefix in &file.prefixes {
                 for (i, _) in line.match_indices(prefix) {
                     // `super::super::x` holds `super::x` too: only a prefix that starts a path counts.
                     if line[..i].ends_with("super::") {
@@ -73,97 +161,15 @@ fn code(source: &str) -> impl Iterator<Item = &str> {
     code.lines().map(str::trim).filter(|l| !l.starts_with("//"))
 }
 
-/// `src/service/`, from the bottom up (the table of docs/DESIGN.md).
-const SERVICE: &[File] = &[
-    top!("service", "sync", "service/sync.rs"),
-    top!("service", "config", "service/config.rs"),
-    top!("service", "clock", "service/clock.rs"),
-    top!("service", "key", "service/key.rs"),
-    top!("service", "index", "service/index.rs"),
-    top!("service", "stats", "service/stats.rs"),
-    top!("service", "job", "service/job.rs"),
-    top!("service", "timer", "service/timer.rs"),
-    top!("service", "metrics", "service/metrics/mod.rs"),
-    inner!("service", "metrics", "service/metrics/on.rs"),
-    inner!("service", "metrics", "service/metrics/off.rs"),
-    top!("service", "shards", "service/shards/mod.rs"),
-    inner!("service", "shards", "service/shards/shard.rs"),
-    inner!("service", "shards", "service/shards/wheel.rs"),
-    inner!("service", "shards", "service/shards/fired.rs"),
-    inner!("service", "shards", "service/shards/wake.rs"),
-    inner!("service", "shards", "service/shards/watch.rs"),
-    inner!("service", "shards", "service/shards/replace.rs"),
-    inner!("service", "shards", "service/shards/pause.rs"),
-    top!("service", "handle", "service/handle.rs"),
-    top!("service", "scheduled", "service/scheduled.rs"),
-    top!("service", "actor", "service/actor.rs"),
-    top!("service", "scheduler", "service/scheduler.rs"),
-    top!("service", "queue", "service/queue.rs"),
-    top!("service", "publish", "service/publish.rs"),
-    top!("service", "builder", "service/builder.rs"),
-];
-
-/// `src/durable/`, from the bottom up (the table of docs/DESIGN.md).
-const DURABLE: &[File] = &[
-    top!("durable", "formats", "durable/formats.rs"),
-    top!("durable", "payload", "durable/payload.rs"),
-    top!("durable", "time", "durable/time.rs"),
-    top!("durable", "series", "durable/series.rs"),
-    top!("durable", "config", "durable/config.rs"),
-    top!("durable", "options", "durable/options.rs"),
-    top!("durable", "keys", "durable/keys.rs"),
-    top!("durable", "ids", "durable/ids.rs"),
-    top!("durable", "task", "durable/task.rs"),
-    top!("durable", "routes", "durable/routes.rs"),
-    top!("durable", "metrics", "durable/metrics/mod.rs"),
-    inner!("durable", "metrics", "durable/metrics/on.rs"),
-    inner!("durable", "metrics", "durable/metrics/off.rs"),
-    top!("durable", "deployment", "durable/deployment.rs"),
-    top!("durable", "shared_conn", "durable/shared_conn.rs"),
-    top!("durable", "client", "durable/client.rs"),
-    top!("durable", "scripts", "durable/scripts/mod.rs"),
-    inner!("durable", "scripts", "durable/scripts/tasks.rs"),
-    inner!("durable", "scripts", "durable/scripts/leader.rs"),
-    inner!("durable", "scripts", "durable/scripts/worker.rs"),
-    inner!("durable", "scripts", "durable/scripts/inspect.rs"),
-    inner!("durable", "scripts", "durable/scripts/registry.rs"),
-    inner!("durable", "scripts", "durable/scripts/server.rs"),
-    inner!("durable", "scripts", "durable/scripts/wake.rs"),
-    inner!("durable", "scripts", "durable/scripts/control.rs"),
-    top!("durable", "leader", "durable/leader.rs"),
-    top!("durable", "worker", "durable/worker/mod.rs"),
-    inner!("durable", "worker", "durable/worker/claim.rs"),
-    inner!("durable", "worker", "durable/worker/wake.rs"),
-    inner!("durable", "worker", "durable/worker/outcome.rs"),
-    inner!("durable", "worker", "durable/worker/handler.rs"),
-    inner!("durable", "worker", "durable/worker/lease.rs"),
-    inner!("durable", "worker", "durable/worker/stop.rs"),
-    inner!("durable", "worker", "durable/worker/cancel.rs"),
-    inner!("durable", "worker", "durable/worker/gauges.rs"),
-    top!("durable", "coalesce", "durable/coalesce/mod.rs"),
-    inner!("durable", "coalesce", "durable/coalesce/queue.rs"),
-    inner!("durable", "coalesce", "durable/coalesce/many.rs"),
-    top!("durable", "scheduler", "durable/scheduler.rs"),
-    top!("durable", "admin", "durable/admin.rs"),
-    top!("durable", "recurring", "durable/recurring.rs"),
-    top!("durable", "list", "durable/list.rs"),
-    top!("durable", "control", "durable/control.rs"),
-    top!("durable", "open", "durable/open.rs"),
-    top!("durable", "builder", "durable/builder.rs"),
-    top!("durable", "dashboard", "durable/dashboard/mod.rs"),
-    inner!("durable", "dashboard", "durable/dashboard/sections.rs"),
-    inner!("durable", "dashboard", "durable/dashboard/guard.rs"),
-];
-
 #[test]
 fn service_imports_run_downwards() {
-    let upward = upward(SERVICE);
+    let upward = upward(&files("service"));
     assert!(upward.is_empty(), "{upward:#?}");
 }
 
 #[test]
 fn durable_imports_run_downwards() {
-    let upward = upward(DURABLE);
+    let upward = upward(&files("durable"));
     assert!(upward.is_empty(), "{upward:#?}");
 }
 
@@ -205,8 +211,8 @@ fn modes_share_only_what_lies_below_both() {
             }
         }
     }
-    for file in SERVICE {
-        for line in code(file.source) {
+    for file in files("service") {
+        for line in code(&file.source) {
             assert!(!line.contains("durable"), "the service uses the durable mode: {line}");
         }
     }
@@ -215,17 +221,35 @@ fn modes_share_only_what_lies_below_both() {
 /// The checker finds an import that runs upwards, in a top-level file and in a folder's.
 #[test]
 fn the_check_finds_an_upward_import() {
-    const BAD: &[File] = &[
-        File { layer: "low", prefixes: ["super::", "crate::m::"], source: "use super::high::Thing;\n" },
-        File { layer: "high", prefixes: ["super::", "crate::m::"], source: "use super::low::Thing;\n" },
-        File { layer: "high", prefixes: ["super::super::", "crate::m::"], source: "use super::low::X;\n" },
-        File { layer: "top", prefixes: ["super::super::", "crate::m::"], source: "use crate::m::high::Y;\n" },
+    let file = |layer: &str, parent: &str, source: &str| File {
+        layer: layer.into(),
+        prefixes: [parent.into(), "crate::m::".into()],
+        source: source.into(),
+    };
+    let bad = [
+        file("low", "super::", "use super::high::Thing;\n"),
+        file("high", "super::", "use super::low::Thing;\n"),
+        file("high", "super::super::", "use super::low::X;\n"),
+        file("top", "super::super::", "use crate::m::high::Y;\n"),
     ];
-    let found = upward(BAD);
-    assert_eq!(found, ["low uses high: use super::high::Thing;"]);
-    const IN_FOLDER: &[File] = &[
-        File { layer: "low", prefixes: ["super::super::", "crate::m::"], source: "use super::super::high::T;\n" },
-        File { layer: "high", prefixes: ["super::", "crate::m::"], source: "" },
-    ];
-    assert_eq!(upward(IN_FOLDER), ["low uses high: use super::super::high::T;"]);
+    assert_eq!(upward(&bad), ["low uses high: use super::high::Thing;"]);
+    let in_folder = [file("low", "super::super::", "use super::super::high::T;\n"), file("high", "super::", "")];
+    assert_eq!(upward(&in_folder), ["low uses high: use super::super::high::T;"]);
+}
+
+/// DESIGN.md's tables are the one map of each mode's files: every file of the mode is in its
+/// table, once, and every file the table names exists (reading it would fail otherwise).
+#[test]
+fn every_file_of_a_mode_is_in_its_table_once() {
+    for mode in ["service", "durable"] {
+        let mut listed = table(mode);
+        let on_disk = files_on_disk(mode);
+        let count = listed.len();
+        listed.sort();
+        listed.dedup();
+        assert_eq!(listed.len(), count, "docs/DESIGN.md lists a file of {mode} twice");
+        let missing: Vec<&String> = on_disk.iter().filter(|f| !listed.contains(f)).collect();
+        assert!(missing.is_empty(), "docs/DESIGN.md's table of {mode} leaves out {missing:?}");
+        assert!(files(mode).len() == count, "every listed file of {mode} reads");
+    }
 }

@@ -260,8 +260,8 @@ fn hash_slot(tag: &[u8]) -> u16 {
 /// `declared_slots(from, indices)`, the slot keys declared from `KEYS[from]` on, as a map from
 /// slot index to key name. `indices` is the argument that [`declare_slots`] packed beside them:
 /// those keys' slot indices, in their order, as a MessagePack array, which Redis's `cmsgpack`
-/// reads into numbers at once, where parsing every key name cost about 4,000 instructions a
-/// key. A script touches only the slot keys its caller declared.
+/// reads into numbers at once, far cheaper than parsing every key name. A script touches only
+/// the slot keys its caller declared.
 ///
 /// [`declare_slots`]: super::scripts::declare_slots
 pub(crate) fn lua_bindings() -> String {

@@ -203,35 +203,37 @@
 //! For the wheel `orders` every key starts with `tw:{orders}:`; [`WheelKeys`] names them. Every
 //! key a script touches is declared in its `KEYS` (the fixed keys below, in this order, then the
 //! call's own: its retry record or claim records, and the ring slots it may write), so the
-//! scripts are correct on Redis Cluster and on servers that refuse undeclared keys.
+//! scripts are correct on Redis Cluster and on servers that refuse undeclared keys. The text of
+//! each entry (the record, the dead letter, the history's runs, ...) is one table in the
+//! repository's docs/DESIGN.md ("The stored formats"), with the code that writes and reads each.
 //!
 //! | key            | type   | holds |
 //! |----------------|--------|-------|
 //! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout`, the counters of [`DurableStats`], `history_seq` and `history_dropped` (the runs the history took and dropped), and `paused` while [`DurableScheduler::pause`] holds |
 //! | `cursor`       | string | the last tick processed: every task due at or before it has left the ring |
-//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record `<due ms>:<deliveries>:<claim token>:<period>:<runs left>:<missed runs>:[c<spec length>:<spec>]<error length>:<error><payload>` (the spec, of a series whose next run the node works out, only there) |
+//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record: due time, deliveries, claim token, series, optional fields (spec, trace, retry settings), last error, payload |
 //! | `ring`         | string | how many entries the ring's slots hold together |
 //! | `far`          | zset   | keys of the tasks due beyond the ring's revolution, scored by due ms; promoted into the ring as the cursor nears |
 //! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first) |
 //! | `leased`       | zset   | claimed keys, scored by lease expiry in ms on Redis's clock; a key is here exactly while its record's claim token is not 0 |
 //! | `dead`         | zset   | dead keys, scored by when they died |
-//! | `dead_tasks`   | hash   | the dead letters by key, each `<due ms>:<deliveries>:<error length>:<error><payload>` |
-//! | `leader`       | string | `<node>:<epoch>` of the node ticking the wheel, expiring after the lease |
+//! | `dead_tasks`   | hash   | the dead letters by key: due time, deliveries, retry settings, last error, payload |
+//! | `leader`       | string | the fencing token (node and epoch) of the node ticking the wheel, expiring after the lease |
 //! | `epoch`        | string | leaderships so far; the fencing token's counter |
 //! | `seq`          | string | claim tokens handed out so far |
 //! | `wake`         | list   | wake-up tokens for idle workers, pushed when tasks become ready |
 //! | `lead`         | list   | a token pushed when a leader gives up the lead, so that an idle worker's node bids at once |
-//! | `figures`      | hash   | the wheel-wide figures a minute, `<minute>:<what>` (handed out, acknowledged, failed, dead, and claims by lateness bucket), counted by the scripts that do the work and kept two hours; read by [`DurableScheduler::figures`] |
+//! | `figures`      | hash   | the wheel-wide figures a minute (handed out, acknowledged, failed, dead, and claims by lateness bucket), counted by the scripts that do the work and kept two hours; read by [`DurableScheduler::figures`] |
 //! | `upserts`      | hash   | a series upserted while a run of its key was in flight, by key: the record that takes the series' place when the run ends ([`DurableScheduler::upsert_recurring`]) |
 //! | `cancelling`   | hash   | the running tasks whose cancel [`DurableScheduler::cancel_running`] requested, by key: the claim token of the delivery to cancel; gone when its outcome lands |
 //! | `cancels`      | stream | the cancel requests (`key`, `token`), about the last 1,000, which every worker follows to cancel its handlers' tokens at once |
 //! | `claimed`      | zset   | the running tasks' keys by claim token: the order they were claimed in, which [`DurableScheduler::list`] lists them in, and what a retried claim finds its tasks by (its record holds its tokens' range) |
-//! | `claims`       | zset   | the claim calls running tasks came from, `<first token>:<tasks>:<claimed ms>:<node id>` scored by first token (a call's tokens are consecutive); those before the oldest running task's go at the next claim |
-//! | `history`      | list   | the runs that ended (acknowledged, dead, or cancelled while running), oldest first, each `<ended ms>:<a, d or c>:<due ms>:<attempts>:<handler started ms>:<handler µs>:<key length>:<key><error>` (`meta`'s `history_seq` counts them, `history_dropped` those the bounds dropped); the last [`DurableBuilder::history_limit`] runs, none older than [`DurableBuilder::history_age`]; read by [`DurableScheduler::list`] as [`TaskState::Finished`] |
+//! | `claims`       | zset   | the claim calls running tasks came from (first token, tasks, when, node) scored by first token (a call's tokens are consecutive); those before the oldest running task's go at the next claim |
+//! | `history`      | list   | the runs that ended (acknowledged, dead, or cancelled while running), oldest first: when each ended, its outcome, due time, attempts, handler's start and time, key and error (`meta`'s `history_seq` counts them, `history_dropped` those the bounds dropped); the last [`DurableBuilder::history_limit`] runs, none older than [`DurableBuilder::history_age`]; read by [`DurableScheduler::list`] as [`TaskState::Finished`] |
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
-//! | `claim:<id>`   | string | when one claim ran and the range of claim tokens it gave (`<ms>:<first>:<last>`), for a lease, so that a retry of the claim gets back the tasks `claimed` still holds under them |
+//! | `claim:<id>`   | string | when one claim ran and the range of claim tokens it gave, for a lease, so that a retry of the claim gets back the tasks `claimed` still holds under them |
 //!
 //! A task is due at `due_ms` and placed at tick `ceil(due_ms / tick_ms)`; the cursor reaches
 //! that tick when Redis's clock has passed it, so nothing is ever early.
@@ -276,9 +278,8 @@
 //! layouts must not serve one wheel at once (a node checks the layout when it connects, not on
 //! every call): stop the old nodes before the new ones connect.
 
-// Each file imports only from those below it in the layering of docs/DESIGN.md (from the bottom:
-// time, config, keys, ids, task, metrics, deployment, shared_conn, client, scripts, leader, worker,
-// coalesce, scheduler, admin, list, control, open, builder, dashboard), which the crate's `layering` tests check.
+// The files and their order: docs/DESIGN.md's table, the one map of them; each file imports only
+// from those below it there, which the crate's `layering` tests check.
 mod admin;
 mod builder;
 mod client;

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use super::client::WheelClient;
 use super::coalesce::{self, Calls};
-use super::scripts::{self, NewTask, Scheduled};
+use super::scripts::{self, NewTask, ScheduleAnswer};
 use super::series::Stored;
 use super::time::When;
 use super::{IntoPayload, Task, TaskOptions, Worker};
@@ -413,11 +413,11 @@ impl DurableScheduler {
         let keys = &self.wheel.partition_of(key).keys;
         let answer = scripts::schedule(&self.wheel, keys, &self.wheel.ids.next(), &[task], true, None).await?;
         match answer.first() {
-            Some(Scheduled::Running) => Err(Error::DuplicateKey(key.to_string())),
-            Some(Scheduled::Duplicate) | None => Err(Error::DuplicateKey(key.to_string())),
+            Some(ScheduleAnswer::Running) => Err(Error::DuplicateKey(key.to_string())),
+            Some(ScheduleAnswer::Duplicate) | None => Err(Error::DuplicateKey(key.to_string())),
             Some(answer) => {
                 self.wheel.conn.replicate(&keys.meta()).await?;
-                Ok(matches!(answer, Scheduled::Created | Scheduled::AlreadyByThisRequest))
+                Ok(matches!(answer, ScheduleAnswer::Created | ScheduleAnswer::AlreadyByThisRequest))
             }
         }
     }
@@ -520,7 +520,9 @@ impl DurableScheduler {
         )
         .await?;
         match answer.first() {
-            Some(Scheduled::Created | Scheduled::AlreadyByThisRequest) => self.wheel.conn.replicate(&keys.meta()).await,
+            Some(ScheduleAnswer::Created | ScheduleAnswer::AlreadyByThisRequest) => {
+                self.wheel.conn.replicate(&keys.meta()).await
+            }
             _ => Err(Error::DuplicateKey(task.key)),
         }
     }

@@ -10,18 +10,8 @@
 //! All time comes from `tokio::time`, so `tokio::time::pause()` and `advance()` drive the
 //! service deterministically in tests.
 //!
-//! Where things are (dependencies point down this list only):
-//! - `builder.rs`: [`Builder`], which spawns the actor and hands out the first [`Scheduler`];
-//! - `scheduler.rs`: the handle, [`Scheduler`]; `scheduled.rs`: the [`Scheduled`] future and
-//!   its [`CancelOnDrop`] guard; `queue.rs`: [`TimerQueue`] and its [`Expirations`] stream;
-//! - `actor.rs`: the actor's loop and the commands it takes over its channel;
-//! - `shards/`: the timers shared by both: routing and `max_pending` (`mod.rs`), one shard's key
-//!   map and wheel (`shard.rs`, `wheel.rs`), the fire path (`fired.rs`), the wake-up protocol
-//!   between handles and actor (`wake.rs`), the watchers behind `Scheduled` (`watch.rs`);
-//! - `timer.rs` (what a wheel entry holds), `job.rs` (how jobs start), `key.rs` and `index.rs`
-//!   (keys and the key map), `clock.rs` (instants to ticks), `stats.rs`, `config.rs`,
-//!   `publish.rs` (the metrics, every second, with the `metrics` feature), and
-//!   `sync.rs` (std's or loom's locks and atomics).
+//! Where things are: the table of docs/DESIGN.md, the one map of these files (dependencies
+//! point down it only; the crate's `layering` tests hold the code to it).
 
 mod actor;
 mod builder;

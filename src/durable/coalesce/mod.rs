@@ -17,7 +17,7 @@ pub(crate) use many::{cancel_many, schedule_many};
 use queue::{Answers, Bounds, Coalescer, SendBatch};
 
 use super::client::WheelClient;
-use super::scripts::{self, Cancelled, Moved, NewTask, Scheduled};
+use super::scripts::{self, Cancelled, Moved, NewTask, ScheduleAnswer};
 use super::time::When;
 use crate::Error;
 
@@ -118,8 +118,10 @@ pub(crate) async fn schedule_batch(
         Err(e) => return vec![Err(e); tasks.len()],
     };
     // Something was written (or was, by this call's first attempt): replicate it.
-    let written =
-        outcomes.iter().filter(|&&o| matches!(o, Scheduled::Created | Scheduled::AlreadyByThisRequest)).count();
+    let written = outcomes
+        .iter()
+        .filter(|&&o| matches!(o, ScheduleAnswer::Created | ScheduleAnswer::AlreadyByThisRequest))
+        .count();
     if written > 0 {
         wheel.metrics.partition(part).scheduled(written as u64);
     }
@@ -128,9 +130,11 @@ pub(crate) async fn schedule_batch(
         .iter()
         .zip(outcomes)
         .map(|(task, outcome)| match outcome {
-            Scheduled::Created | Scheduled::AlreadyByThisRequest => replicated.clone(),
+            ScheduleAnswer::Created | ScheduleAnswer::AlreadyByThisRequest => replicated.clone(),
             // (`Moved` and `Running` answer only a call with `reset`, which this is not.)
-            Scheduled::Duplicate | Scheduled::Moved | Scheduled::Running => Err(Error::DuplicateKey(task.key.clone())),
+            ScheduleAnswer::Duplicate | ScheduleAnswer::Moved | ScheduleAnswer::Running => {
+                Err(Error::DuplicateKey(task.key.clone()))
+            }
         })
         .collect()
 }

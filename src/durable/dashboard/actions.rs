@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::{failed, guard, Wheel, BULK_MAX};
+use super::{failed, guard, ShownWheel, BULK_MAX};
 use crate::durable::DurableScheduler;
 use crate::Error;
 
@@ -27,7 +27,7 @@ fn refuse(status: StatusCode, why: &str) -> Refused {
 
 /// Checks an action (enabled, from the dashboard's own page, with a JSON body) and reads its
 /// body: the answer to send back otherwise.
-fn checked(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<Value, Refused> {
+fn checked(w: &ShownWheel, headers: &HeaderMap, body: &[u8]) -> Result<Value, Refused> {
     if !w.actions {
         let why = "the dashboard is read-only: the mounting code enables actions with Dashboard::actions";
         return Err(refuse(StatusCode::FORBIDDEN, why));
@@ -49,7 +49,7 @@ fn checked(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<Value, Refused
 }
 
 /// The key an action names: `{"key": k}`.
-fn one_key(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<String, Refused> {
+fn one_key(w: &ShownWheel, headers: &HeaderMap, body: &[u8]) -> Result<String, Refused> {
     match checked(w, headers, body)?.get("key").and_then(Value::as_str) {
         Some(key) if !key.is_empty() => Ok(key.to_owned()),
         _ => Err(refuse(StatusCode::BAD_REQUEST, "send the key as JSON: {\"key\": \"...\"}")),
@@ -63,7 +63,7 @@ enum Keys {
     Many(Vec<String>),
 }
 
-fn keys(w: &Wheel, headers: &HeaderMap, body: &[u8]) -> Result<Keys, Refused> {
+fn keys(w: &ShownWheel, headers: &HeaderMap, body: &[u8]) -> Result<Keys, Refused> {
     let body = checked(w, headers, body)?;
     if let Some(key) = body.get("key").and_then(Value::as_str).filter(|k| !k.is_empty()) {
         return Ok(Keys::One(key.to_owned()));
@@ -94,7 +94,7 @@ fn found_or_not(key: &str, found: bool, done: &str, missing: &str) -> Done {
 }
 
 /// Makes the waiting or ready task due now: `reschedule(key, 0)`.
-pub(super) async fn run_now(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn run_now(w: ShownWheel, headers: HeaderMap, body: Bytes) -> Response {
     let key = match one_key(&w, &headers, &body) {
         Ok(key) => key,
         Err(refused) => return refused.into_response(),
@@ -112,7 +112,7 @@ pub(super) async fn run_now(w: Wheel, headers: HeaderMap, body: Bytes) -> Respon
 }
 
 /// Cancels the waiting or ready task.
-pub(super) async fn cancel(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn cancel(w: ShownWheel, headers: HeaderMap, body: Bytes) -> Response {
     let key = match one_key(&w, &headers, &body) {
         Ok(key) => key,
         Err(refused) => return refused.into_response(),
@@ -122,7 +122,7 @@ pub(super) async fn cancel(w: Wheel, headers: HeaderMap, body: Bytes) -> Respons
 }
 
 /// Tells the handler of the running task to stop.
-pub(super) async fn cancel_running(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn cancel_running(w: ShownWheel, headers: HeaderMap, body: Bytes) -> Response {
     let key = match one_key(&w, &headers, &body) {
         Ok(key) => key,
         Err(refused) => return refused.into_response(),
@@ -131,14 +131,14 @@ pub(super) async fn cancel_running(w: Wheel, headers: HeaderMap, body: Bytes) ->
     acted(w.timers.cancel_running(&key).await.map(|found| found_or_not(&key, found, "cancel_requested", missing)))
 }
 
-pub(super) async fn pause(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn pause(w: ShownWheel, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = checked(&w, &headers, &body) {
         return refused.into_response();
     }
     acted(w.timers.pause().await.map(|()| (StatusCode::OK, json!({ "paused": true }))))
 }
 
-pub(super) async fn resume(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn resume(w: ShownWheel, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = checked(&w, &headers, &body) {
         return refused.into_response();
     }
@@ -162,7 +162,7 @@ async fn requeue_one(timers: &DurableScheduler, key: &str) -> Result<Requeued, E
 }
 
 /// Puts back the dead letter under `key` (due at once, attempts reset), or each of `keys`.
-pub(super) async fn requeue(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn requeue(w: ShownWheel, headers: HeaderMap, body: Bytes) -> Response {
     let keys = match keys(&w, &headers, &body) {
         Ok(keys) => keys,
         Err(refused) => return refused.into_response(),
@@ -196,7 +196,7 @@ async fn requeue_each(timers: &DurableScheduler, keys: &[String]) -> Result<Valu
 }
 
 /// Deletes the dead letter under `key`, or each of `keys`.
-pub(super) async fn delete(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn delete(w: ShownWheel, headers: HeaderMap, body: Bytes) -> Response {
     let keys = match keys(&w, &headers, &body) {
         Ok(keys) => keys,
         Err(refused) => return refused.into_response(),
@@ -223,7 +223,7 @@ pub(super) async fn delete(w: Wheel, headers: HeaderMap, body: Bytes) -> Respons
 
 /// Requeues the oldest [`BULK_MAX`] dead letters, and says how many are left; the page calls it
 /// again until none is (or none of those left could be requeued: their keys are pending).
-pub(super) async fn requeue_all(w: Wheel, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn requeue_all(w: ShownWheel, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = checked(&w, &headers, &body) {
         return refused.into_response();
     }

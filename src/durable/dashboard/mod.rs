@@ -303,12 +303,12 @@ type Mounted = State<Arc<Dashboard>>;
 
 /// The wheel a request names (`api/w/{wheel}/..`), or the first (`api/..`); a `404` for a name
 /// the dashboard was not given.
-struct Wheel {
+struct ShownWheel {
     timers: DurableScheduler,
     actions: bool,
 }
 
-impl FromRequestParts<Arc<Dashboard>> for Wheel {
+impl FromRequestParts<Arc<Dashboard>> for ShownWheel {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, d: &Arc<Dashboard>) -> Result<Self, Response> {
@@ -319,7 +319,7 @@ impl FromRequestParts<Arc<Dashboard>> for Wheel {
             None => d.wheels.first(),
         };
         match found {
-            Some((_, timers)) => Ok(Wheel { timers: timers.clone(), actions: d.actions }),
+            Some((_, timers)) => Ok(ShownWheel { timers: timers.clone(), actions: d.actions }),
             None => {
                 let why = format!("no wheel named {:?} on this dashboard", named.unwrap_or_default());
                 Err((StatusCode::NOT_FOUND, Json(json!({ "error": why }))).into_response())
@@ -409,15 +409,15 @@ async fn overview(State(d): Mounted) -> Response {
     Json(sections::overview(&d.wheels).await).into_response()
 }
 
-async fn stats(w: Wheel) -> Response {
+async fn stats(w: ShownWheel) -> Response {
     answer(w.timers.stats().await.map(|stats| json!(stats)))
 }
 
-async fn lateness(w: Wheel) -> Response {
+async fn lateness(w: ShownWheel) -> Response {
     Json(sections::lateness(&w.timers)).into_response()
 }
 
-async fn figures(w: Wheel) -> Response {
+async fn figures(w: ShownWheel) -> Response {
     answer(sections::figures(&w.timers).await)
 }
 
@@ -438,7 +438,7 @@ fn limit(
     }
 }
 
-async fn tasks(w: Wheel, Query(query): Params) -> Response {
+async fn tasks(w: ShownWheel, Query(query): Params) -> Response {
     let Some(state) = query.get("state").and_then(|s| s.parse::<TaskState>().ok()) else {
         return bad_request("state must be waiting, ready, running, dead or finished");
     };
@@ -454,31 +454,31 @@ async fn tasks(w: Wheel, Query(query): Params) -> Response {
     answer(sections::tasks(&w.timers, state, after.as_ref(), limit).await)
 }
 
-async fn dead_letters(w: Wheel, Query(query): Params) -> Response {
+async fn dead_letters(w: ShownWheel, Query(query): Params) -> Response {
     match limit(&query, DEAD_LETTERS_SHOWN, DEAD_LETTERS_MAX, 0) {
         Ok(limit) => answer(sections::dead_letters(&w.timers, limit).await),
         Err(refused) => refused.into_response(),
     }
 }
 
-async fn find_task(w: Wheel, Query(query): Params) -> Response {
+async fn find_task(w: ShownWheel, Query(query): Params) -> Response {
     match query.get("key").filter(|k| !k.is_empty()) {
         Some(key) => answer(sections::find_task(&w.timers, key).await),
         None => bad_request("give the key to look for: api/task?key=..."),
     }
 }
 
-async fn payload(w: Wheel, Query(query): Params) -> Response {
+async fn payload(w: ShownWheel, Query(query): Params) -> Response {
     match query.get("key").filter(|k| !k.is_empty()) {
         Some(key) => answer(sections::payload(&w.timers, key).await),
         None => bad_request("give the task's key: api/payload?key=..."),
     }
 }
 
-async fn due_plot(w: Wheel) -> Response {
+async fn due_plot(w: ShownWheel) -> Response {
     answer(sections::due_plot(&w.timers).await)
 }
 
-async fn nodes(w: Wheel) -> Response {
+async fn nodes(w: ShownWheel) -> Response {
     answer(sections::leader_and_workers(&w.timers).await)
 }

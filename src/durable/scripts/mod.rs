@@ -36,7 +36,7 @@ pub(crate) use server::{config_value, server_version};
 #[cfg(test)]
 pub(crate) use tasks::schedule_in;
 pub(crate) use tasks::{
-    cancel, requeue_dead, reschedule, schedule, upsert, Cancelled, Moved, NewTask, Requeued, Scheduled, Upserted,
+    cancel, requeue_dead, reschedule, schedule, upsert, Cancelled, Moved, NewTask, Requeued, ScheduleAnswer, Upserted,
 };
 #[cfg(test)]
 pub(crate) use worker::claim;
@@ -237,10 +237,9 @@ pub(crate) fn declare_slots(inv: &mut ScriptInvocation<'_>, keys: &WheelKeys, in
 }
 
 /// Whole numbers as one MessagePack array, which a script reads with `cmsgpack.unpack` into Lua
-/// numbers in one call: each number costs Redis about 350 instructions that way, against about
-/// 2,000 for `tonumber` of an argument of its own (glibc's `strtod`) and 900 for passing the
-/// argument. Every number the scripts take this way is below [`MAX_DUE_MS`], exact in Lua's
-/// doubles.
+/// numbers in one call: far cheaper for Redis than an argument each read with `tonumber`
+/// (BENCHMARKS.md has the counts). Every number the scripts take this way is below
+/// [`MAX_DUE_MS`], exact in Lua's doubles.
 ///
 /// [`MAX_DUE_MS`]: super::time::MAX_DUE_MS
 pub(crate) fn packed(values: impl ExactSizeIterator<Item = u64>) -> Vec<u8> {

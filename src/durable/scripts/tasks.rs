@@ -66,7 +66,7 @@ fn pack_times(whens: impl ExactSizeIterator<Item = When> + Clone) -> (Vec<u8>, S
 
 /// What `schedule.lua` did with one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Scheduled {
+pub(crate) enum ScheduleAnswer {
     /// Scheduled now.
     Created,
     /// Scheduled by an earlier attempt of this call (a retry whose first attempt landed).
@@ -90,7 +90,7 @@ pub(crate) async fn schedule(
     tasks: &[NewTask],
     reset: bool,
     repeat: Option<&Stored>,
-) -> Result<Vec<Scheduled>, Error> {
+) -> Result<Vec<ScheduleAnswer>, Error> {
     let guess = wheel.slot_guess(tasks.iter().map(|t| t.when));
     schedule_in(wheel, keys, request_id, tasks, reset, repeat, &guess).await
 }
@@ -104,7 +104,7 @@ pub(crate) async fn schedule_in(
     reset: bool,
     repeat: Option<&Stored>,
     guess: &SlotGuess,
-) -> Result<Vec<Scheduled>, Error> {
+) -> Result<Vec<ScheduleAnswer>, Error> {
     let mut inv = invoke(keys, &SCRIPTS.schedule);
     inv.key(keys.request(request_id));
     let slots = declare_slots(&mut inv, keys, &guess.indices);
@@ -125,11 +125,11 @@ pub(crate) async fn schedule_in(
     Ok(reply
         .into_iter()
         .map(|r| match r {
-            b'1' => Scheduled::Created,
-            b'2' => Scheduled::AlreadyByThisRequest,
-            b'3' => Scheduled::Running,
-            b'4' => Scheduled::Moved,
-            _ => Scheduled::Duplicate,
+            b'1' => ScheduleAnswer::Created,
+            b'2' => ScheduleAnswer::AlreadyByThisRequest,
+            b'3' => ScheduleAnswer::Running,
+            b'4' => ScheduleAnswer::Moved,
+            _ => ScheduleAnswer::Duplicate,
         })
         .collect())
 }

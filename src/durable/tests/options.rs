@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::{dump, meta, redis_now_ms, wheel, TICK_MS};
-use crate::durable::scripts::{self, Ack, Failed, Moved, NewTask, Scheduled};
+use crate::durable::scripts::{self, Ack, Failed, Moved, NewTask, ScheduleAnswer};
 use crate::durable::series::Stored;
 use crate::durable::shared_conn::Window;
 use crate::durable::time::When;
@@ -160,7 +160,7 @@ async fn the_record_carries_the_settings_only_when_set_and_moves_keep_them() {
     let task = |k: &str| NewTask::new(k.to_string(), When::At(far), b"p".to_vec());
     let tasks = [task("a"), task("b").with_options(own), task("c").with_options(TaskOptions::new().max_attempts(4))];
     let answer = scripts::schedule(w, keys, "r1", &tasks, false, None).await.unwrap();
-    assert_eq!(answer, [Scheduled::Created; 3]);
+    assert_eq!(answer, [ScheduleAnswer::Created; 3]);
     let d = dump(&server, keys);
     let expected = [("a", rec(far, 0, 0, "", "p")), ("b", rec_with(far, 0, 0, "2/500", "", "p"))];
     let expected = format!("a={} b={} c={}", expected[0].1, expected[1].1, rec_with(far, 0, 0, "4/", "", "p"));
@@ -171,7 +171,7 @@ async fn the_record_carries_the_settings_only_when_set_and_moves_keep_them() {
     assert_eq!(moved, [Moved::Yes]);
     // Moved by a schedule_or_reset that has settings of its own: the task keeps its own.
     let reset = [NewTask::new("c".into(), When::At(far + 2), b"q".to_vec()).with_options(own)];
-    assert_eq!(scripts::schedule(w, keys, "r2", &reset, true, None).await.unwrap(), [Scheduled::Moved]);
+    assert_eq!(scripts::schedule(w, keys, "r2", &reset, true, None).await.unwrap(), [ScheduleAnswer::Moved]);
     let d = dump(&server, keys);
     let expected = format!(
         "a={} b={} c={}",

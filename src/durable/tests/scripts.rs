@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::{acks, dump, expect, meta, redis_now_ms, wheel, SLOTS, TICK_MS};
-use crate::durable::scripts::{self, Ack, Bid, Cancelled, Failed, Moved, NewTask, Requeued, Scheduled, TickReply};
+use crate::durable::scripts::{self, Ack, Bid, Cancelled, Failed, Moved, NewTask, Requeued, ScheduleAnswer, TickReply};
 use crate::durable::shared_conn::Window;
 use crate::durable::time::When;
 use crate::durable::{TaskState, WheelKeys};
@@ -76,7 +76,10 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     let (soon, far, past) = ((c + 3) * TICK_MS, (c + SLOTS + 5) * TICK_MS, redis_now_ms(&server) - 5_000);
     let tasks = [new_task("a", soon), new_task("b", far), new_task("p", past), new_task("a", soon + 1)];
     let got = scripts::schedule(w, keys, "r1", &tasks, false, None).await.unwrap();
-    assert_eq!(got, [Scheduled::Created, Scheduled::Created, Scheduled::Created, Scheduled::Duplicate]);
+    assert_eq!(
+        got,
+        [ScheduleAnswer::Created, ScheduleAnswer::Created, ScheduleAnswer::Created, ScheduleAnswer::Duplicate]
+    );
     let d = dump(&server, keys);
     let records = [("a", rec(soon, 0, 0, "", "x")), ("b", rec(far, 0, 0, "", "x")), ("p", rec(past, 0, 0, "", "x"))];
     let want = expect(&[
@@ -97,7 +100,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     let before = redis_now_ms(&server);
     let delayed = |key: &str, ms: u64| NewTask::new(key.into(), When::Delay(ms), b"y".to_vec());
     let got = scripts::schedule(w, keys, "r2", &[delayed("c", 30_000), delayed("d", 350)], false, None).await.unwrap();
-    assert_eq!(got, [Scheduled::Created, Scheduled::Created]);
+    assert_eq!(got, [ScheduleAnswer::Created, ScheduleAnswer::Created]);
     let after = redis_now_ms(&server);
     let due: u64 = server.command(&["ZSCORE", &keys.far(), "c"]).as_str().unwrap().parse().unwrap();
     assert!(due > before + 30_000 - 1 && due <= after + 30_001, "due {due}, now {before}..{after}");
@@ -108,7 +111,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     let same = (c + 7) * TICK_MS;
     let tasks2 = [new_task("c", soon), new_task("e", same - 10), new_task("f", same)];
     let got = scripts::schedule(w, keys, "r3", &tasks2, false, None).await.unwrap();
-    assert_eq!(got, [Scheduled::Duplicate, Scheduled::Created, Scheduled::Created]);
+    assert_eq!(got, [ScheduleAnswer::Duplicate, ScheduleAnswer::Created, ScheduleAnswer::Created]);
     let d = dump(&server, keys);
     assert_eq!(d[&format!("slot:{}", (c + 7) % SLOTS)], "e f", "{d:?}");
     assert_eq!(d["ring"], "4", "{d:?}");
@@ -123,7 +126,7 @@ async fn schedule_writes_the_record_and_its_place_and_a_retry_gets_the_same_answ
     server.command(&["DEL", &keys.far(), &keys.ready()]);
     let d = dump(&server, keys);
     let got = scripts::schedule(w, keys, "r1", &tasks, false, None).await.unwrap();
-    use Scheduled::{AlreadyByThisRequest as Again, Duplicate};
+    use ScheduleAnswer::{AlreadyByThisRequest as Again, Duplicate};
     assert_eq!(got, [Again, Again, Again, Duplicate]);
     assert_eq!(dump(&server, keys), d, "the retry wrote something");
     // The answer is kept for the request window only.
@@ -149,7 +152,7 @@ async fn a_call_mixes_delays_and_times_on_redis_clock() {
             new_task(&format!("{tag}3"), far),
         ];
         let got = scripts::schedule(w, keys, &format!("mixed-{tag}"), &tasks, reset, None).await.unwrap();
-        assert_eq!(got, [Scheduled::Created; 3]);
+        assert_eq!(got, [ScheduleAnswer::Created; 3]);
         let after = redis_now_ms(&server);
         let due = |k: &str| -> u64 {
             let rec = server.command(&["HGET", &keys.tasks(), k]);
@@ -197,7 +200,13 @@ async fn own_slots_is_a_hint_that_changes_how_entries_are_written_not_what() {
         pushes.push(server.command_calls().get("rpush").copied().unwrap_or(0));
         assert_eq!(
             got,
-            [Scheduled::Created, Scheduled::Created, Scheduled::Created, Scheduled::Created, Scheduled::Duplicate]
+            [
+                ScheduleAnswer::Created,
+                ScheduleAnswer::Created,
+                ScheduleAnswer::Created,
+                ScheduleAnswer::Created,
+                ScheduleAnswer::Duplicate
+            ]
         );
         let mut d = dump(&server, keys);
         d.remove(&format!("req:{request}"));
@@ -228,7 +237,7 @@ async fn schedule_or_reset_wakes_for_a_ready_task_placed_before_a_move() {
     let past = redis_now_ms(&server) - 1_000;
     let tasks = [new_task("now", past), new_task("pending", (c + 4) * TICK_MS)];
     let got = scripts::schedule(w, keys, "r-reset", &tasks, true, None).await.unwrap();
-    assert_eq!(got, [Scheduled::Created, Scheduled::Moved]);
+    assert_eq!(got, [ScheduleAnswer::Created, ScheduleAnswer::Moved]);
     let d = dump(&server, keys);
     assert_eq!(d["ready"], format!("now@{past}"), "{d:?}");
     assert_eq!(d.get("wake").map(String::as_str), Some("1"), "no wake-up for the ready task: {d:?}");

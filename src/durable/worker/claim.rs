@@ -26,9 +26,9 @@ use crate::durable::shared_conn::Window;
 use crate::durable::WheelKeys;
 use crate::Error;
 
-/// The most tasks one claim takes, and the most acknowledgements it carries: a claim of 64 with
-/// 64 acknowledgements costs Redis about 4 million instructions (`src/durable/tests/costs.rs`), a few
-/// milliseconds in which it serves no one else, as a claim of 64 did before it carried any.
+/// The most tasks one claim takes, and the most acknowledgements it carries: a claim with its
+/// acknowledgements holds Redis for a few milliseconds in which it serves no one else, as a claim
+/// of 64 did before it carried any (measured by `src/durable/tests/costs.rs`; BENCHMARKS.md).
 const MAX_CLAIM: usize = 64;
 /// How long the claim loop waits to gather free handlers while tasks are waiting and it claims
 /// nothing ahead of them.

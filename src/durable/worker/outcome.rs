@@ -19,7 +19,8 @@ use crate::durable::scripts::{self, Ack, Failed};
 use crate::durable::shared_conn::Window;
 use crate::Error;
 
-/// The most acknowledgements one `ack.lua` call carries (about 3 million instructions of Redis's).
+/// The most acknowledgements one `ack.lua` call carries: bounded, so that one call holds Redis
+/// for a few milliseconds at most (BENCHMARKS.md, "The fire path's Redis work, cut").
 pub(super) const ACK_BATCH: usize = 128;
 /// How long an acknowledgement waits for a claim to carry it before it goes on its own.
 pub(super) const ACK_LINGER: Duration = Duration::from_millis(10);

@@ -1,4 +1,5 @@
--- A pending task's record, the value under its key in TASKS, one string:
+-- A pending task's record, the value under its key in TASKS, one string (docs/DESIGN.md's table
+-- of the stored formats lists every text the wheel keeps, and the code that writes and reads each):
 --   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:<optional fields><error length>:<error><payload>
 -- where each optional field is `<tag letter><length>:<value>` (c the spec, t the trace, r the
 -- retry settings; read by `optional_fields`, which skips and keeps a tag it does not know).

@@ -10,9 +10,8 @@ end
 -- Moves the sorted set `key` to Redis's skip-list encoding if it is in the compact one and holds
 -- at least SKIPLIST_FROM members. Redis keeps a set of up to `zset-max-listpack-entries` members
 -- (128 by default) as one listpack, in which every insert and every lookup scans the whole set:
--- for the sets the fire path writes a task at a time (`leased`, `claimed`, `ready`), about 130
--- members cost a claim and acknowledgement some 55K instructions a task more than a skip list
--- does (BENCHMARKS.md, "The fire path's Redis work, cut"). A member longer than
+-- the sets the fire path writes a task at a time (`leased`, `claimed`, `ready`) cost far more
+-- there than in a skip list (the figures: BENCHMARKS.md, "The fire path's Redis work, cut"). A member longer than
 -- `zset-max-listpack-value` (64 bytes by default), added and removed at once, moves the set; Redis
 -- does not move it back while it has members (a set that empties is deleted, and one loaded from
 -- an RDB file is encoded by its size again: the next call moves it again). A smaller set is left
