@@ -174,6 +174,7 @@ fn a_run_killed_with_its_node_is_delivered_again_after_the_restarts_upsert() {
     // claim; the lease had been renewed at most a renewal round before the kill).
     assert_eq!((killed.attempt, again.attempt), (1, 2), "{log:#?}");
     assert!(back_after <= LEASE + Duration::from_millis(1500), "delivered again {back_after:?} after the kill");
+    eprintln!("the killed run was delivered again {back_after:?} after the kill (lease {LEASE:?})");
     let of_killed: Vec<&Handled> = log.iter().filter(|h| h.key == REPORT && h.due_ms == killed.due_ms).collect();
     assert_eq!(of_killed.len(), 2, "the killed run: once on node 1, once again on node 2: {of_killed:#?}");
     // No run of either series twice at one attempt, and none early.
