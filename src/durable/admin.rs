@@ -1,15 +1,14 @@
-//! The reading and administering calls of [`DurableScheduler`]: what is pending and when it is
-//! due, one task, the wheel's figures, the dead letters and their upkeep, the leaders and the
-//! workers. The handle's scheduling calls are in `scheduler.rs`; every Redis call these make goes
+//! The reading calls of [`DurableScheduler`]: what is pending and when it is due, one task, the
+//! wheel's figures, the leaders and the workers. The handle's scheduling calls are in
+//! `scheduler.rs`, the dead letters' in `dead_letters.rs`; every Redis call these make goes
 //! through `scripts`.
 
 use std::time::{Duration, SystemTime};
 
-use super::scripts::{self, Requeued};
+use super::scripts;
 use super::time::{unix_ms, MAX_DUE_MS};
 use super::{
-    DeadTask, DurableScheduler, DurableStats, Figures, ListCursor, ListPage, MinuteCounts, TaskInfo, TaskState,
-    WheelKeys,
+    DurableScheduler, DurableStats, Figures, ListCursor, ListPage, MinuteCounts, TaskInfo, TaskState, WheelKeys,
 };
 use crate::{Error, Lateness};
 
@@ -17,8 +16,6 @@ use crate::{Error, Lateness};
 pub const MAX_PAGE: usize = 1000;
 /// How many minutes of figures Redis keeps (`lua/includes/figures.lua`'s `FIGURES_MINUTES`).
 pub const FIGURES_MINUTES: usize = 120;
-/// How many dead letters one `dead_letters` script call reads at most (payloads included).
-const DEAD_LETTERS_PAGE: usize = 128;
 
 impl DurableScheduler {
     /// The wheel's name, as given to [`builder`](Self::builder) (or `sentinel`, `cluster`).
@@ -154,79 +151,6 @@ impl DurableScheduler {
         self.wheel.lateness()
     }
 
-    /// Up to `limit` dead letters, oldest first (read a page of 128 per call, so a large
-    /// `limit` does not hold Redis up; a list that changes meanwhile can skip or repeat one).
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # use std::time::{Duration, SystemTime};
-    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
-    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
-    /// for dead in timers.dead_letters(100).await? {
-    ///     println!("{} died after {} attempts: {}", dead.key(), dead.attempts(), dead.last_error());
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::Redis`] if Redis failed.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
-    pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadTask>, Error> {
-        let mut out = Vec::new();
-        // Each partition's oldest `limit`, a page per call (so a large `limit` never holds Redis
-        // up for long), then the oldest `limit` of them all.
-        for part in &self.wheel.partitions {
-            let mut read = 0;
-            while read < limit {
-                let page = (limit - read).min(DEAD_LETTERS_PAGE);
-                let got = scripts::dead_letters(&self.wheel, &part.keys, page, read).await?;
-                let full = got.len() == page;
-                read += got.len();
-                out.extend(got);
-                if !full {
-                    break;
-                }
-            }
-        }
-        out.sort_by(|a, b| a.died.cmp(&b.died).then_with(|| a.key.cmp(&b.key)));
-        out.truncate(limit);
-        Ok(out)
-    }
-
-    /// Puts the dead task under `key` back, due at once with its attempts reset to 0. Returns
-    /// whether there was such a dead letter (true also when a retry after an ambiguous failure
-    /// finds that its first attempt did put it back).
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # use std::time::{Duration, SystemTime};
-    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
-    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
-    /// for dead in timers.dead_letters(100).await? {
-    ///     timers.requeue_dead(dead.key()).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// - [`Error::DuplicateKey`] if a new task with this key is pending (the dead letter stays);
-    /// - [`Error::Redis`] if Redis failed.
-    ///
-    /// # Cancel safety
-    /// Dropping the future after the request was sent may still requeue the task.
-    pub async fn requeue_dead(&self, key: impl AsRef<str>) -> Result<bool, Error> {
-        let key = key.as_ref();
-        crate::error::check_key(key)?;
-        let keys = &self.wheel.partition_of(key).keys;
-        match scripts::requeue_dead(&self.wheel, keys, key, &self.wheel.ids.next()).await? {
-            Requeued::Yes => self.wheel.conn.replicate(&keys.meta()).await.map(|()| true),
-            Requeued::KeyPending => Err(Error::DuplicateKey(key.to_string())),
-            Requeued::NotDead => Ok(false),
-        }
-    }
-
     /// Reads the task under `key`: its payload, due time, deliveries so far, state and last
     /// error, whether it is pending or a dead letter; `None` if there is neither.
     ///
@@ -264,24 +188,6 @@ impl DurableScheduler {
     /// Cancel safe: it only reads.
     pub async fn deadline(&self, key: impl AsRef<str>) -> Result<Option<SystemTime>, Error> {
         Ok(self.get(key).await?.filter(|t| t.state() != TaskState::Dead).map(|t| t.due()))
-    }
-
-    /// Deletes the dead letter under `key` for good; false if there was none.
-    ///
-    /// # Errors
-    /// [`Error::Redis`] if Redis failed.
-    ///
-    /// # Cancel safety
-    /// Dropping the future after the request was sent may still delete it.
-    pub async fn delete_dead(&self, key: impl AsRef<str>) -> Result<bool, Error> {
-        let key = key.as_ref();
-        crate::error::check_key(key)?;
-        let keys = &self.wheel.partition_of(key).keys;
-        let deleted = scripts::delete_dead(&self.wheel, keys, key).await?;
-        if deleted {
-            self.wheel.conn.replicate(&keys.meta()).await?;
-        }
-        Ok(deleted)
     }
 
     /// The waiting and ready tasks due next, by due time then key, `limit` at a time (at most

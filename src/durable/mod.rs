@@ -289,6 +289,7 @@ mod control;
 #[cfg(feature = "dashboard")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
+mod dead_letters;
 mod deployment;
 mod formats;
 mod ids;
