@@ -19,7 +19,7 @@ mod support;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::durable::builder;
-use support::node::{self, NodeProcess};
+use support::node::{self, Delivery, NodeProcess};
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::{Outcome, Recurrence, Task, TaskState};
 
@@ -29,7 +29,7 @@ const REPORT: &str = "report:every2s";
 /// A fixed-rate series, whose phase must survive the restart.
 const SYNC: &str = "sync:every3s";
 const SYNC_PERIOD_MS: u128 = 3000;
-/// The list every node appends `key node attempt due_ms started_ms` to.
+/// The list every node records its deliveries in (`node::record_delivery`).
 const HANDLED: &str = "test:handled";
 const STOP: &str = "test:stop";
 const ENV_URL: &str = "TIMEWHEEL_NODE_URL";
@@ -65,19 +65,7 @@ fn node_process() {
             let mut conn = conn.clone();
             let id = id.clone();
             async move {
-                let line = format!(
-                    "{} {id} {} {} {}",
-                    task.key(),
-                    task.attempt(),
-                    millis(task.due()),
-                    millis(SystemTime::now())
-                );
-                redis::cmd("RPUSH")
-                    .arg(HANDLED)
-                    .arg(line)
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                node::record_delivery(&mut conn, HANDLED, &id, &task).await.map_err(|e| e.to_string())?;
                 if task.key() == REPORT {
                     tokio::time::sleep(Duration::from_millis(report_ms)).await;
                 }
@@ -90,37 +78,12 @@ fn node_process() {
     });
 }
 
-/// One line of the `handled` list.
-#[derive(Debug, Clone, PartialEq)]
-struct Handled {
-    key: String,
-    node: usize,
-    attempt: u32,
-    due_ms: u128,
-    at_ms: u128,
-}
-
-fn handled(server: &RedisServer) -> Vec<Handled> {
-    let lines = server.command(&["LRANGE", HANDLED, "0", "-1"]);
-    lines
-        .as_array()
-        .iter()
-        .filter_map(|r| r.as_str())
-        .map(|line| {
-            let f: Vec<&str> = line.split(' ').collect();
-            Handled {
-                key: f[0].to_owned(),
-                node: f[1].parse().unwrap(),
-                attempt: f[2].parse().unwrap(),
-                due_ms: f[3].parse().unwrap(),
-                at_ms: f[4].parse().unwrap(),
-            }
-        })
-        .collect()
+fn handled(server: &RedisServer) -> Vec<Delivery> {
+    node::deliveries(server, HANDLED)
 }
 
 /// Polls the delivery log until `found` finds something in it, for up to `timeout`.
-fn wait_for<T>(server: &RedisServer, timeout: Duration, found: impl Fn(&[Handled]) -> Option<T>) -> Option<T> {
+fn wait_for<T>(server: &RedisServer, timeout: Duration, found: impl Fn(&[Delivery]) -> Option<T>) -> Option<T> {
     let started = Instant::now();
     while started.elapsed() < timeout {
         if let Some(t) = found(&handled(server)) {
@@ -175,7 +138,7 @@ fn a_run_killed_with_its_node_is_delivered_again_after_the_restarts_upsert() {
     assert_eq!((killed.attempt, again.attempt), (1, 2), "{log:#?}");
     assert!(back_after <= LEASE + Duration::from_millis(1500), "delivered again {back_after:?} after the kill");
     eprintln!("the killed run was delivered again {back_after:?} after the kill (lease {LEASE:?})");
-    let of_killed: Vec<&Handled> = log.iter().filter(|h| h.key == REPORT && h.due_ms == killed.due_ms).collect();
+    let of_killed: Vec<&Delivery> = log.iter().filter(|h| h.key == REPORT && h.due_ms == killed.due_ms).collect();
     assert_eq!(of_killed.len(), 2, "the killed run: once on node 1, once again on node 2: {of_killed:#?}");
     // No run of either series twice at one attempt, and none early.
     let mut seen = std::collections::HashSet::new();

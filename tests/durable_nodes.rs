@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::durable::{builder, LEASE, TICK};
-use support::node::{self, NodeProcess};
+use support::node::{self, Delivery, NodeProcess};
 use support::redis_server::{command_at, RedisServer};
 use tokio_timewheel::durable::Task;
 
 const NAME: &str = "nodes";
-/// The list every node appends `key node attempt handled_ms due_ms` to.
+/// The list every node records its deliveries in (`node::record_delivery`).
 const HANDLED: &str = "test:handled";
 /// Set by the parent when the nodes should shut down.
 const STOP: &str = "test:stop";
@@ -52,19 +52,7 @@ fn node_process() {
             let mut conn = conn.clone();
             let id = id.clone();
             async move {
-                let line = format!(
-                    "{} {id} {} {} {}",
-                    task.key(),
-                    task.attempt(),
-                    millis(SystemTime::now()),
-                    millis(task.due())
-                );
-                redis::cmd("RPUSH")
-                    .arg(HANDLED)
-                    .arg(line)
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                node::record_delivery(&mut conn, HANDLED, &id, &task).await.map_err(|e| e.to_string())?;
                 tokio::time::sleep(run).await;
                 Ok::<(), String>(())
             }
@@ -119,29 +107,9 @@ fn leader_value(server: &RedisServer) -> Option<String> {
     support::durable::leader_value(server, NAME)
 }
 
-/// One line of the `handled` list.
-#[derive(Debug)]
-struct Handled {
-    key: String,
-    node: usize,
-    attempt: u32,
-    at_ms: u128,
-    due_ms: u128,
-}
-
-fn parse(line: &str) -> Handled {
-    let f: Vec<&str> = line.split(' ').collect();
-    Handled {
-        key: f[0].to_owned(),
-        node: f[1].parse().unwrap(),
-        attempt: f[2].parse().unwrap(),
-        at_ms: f[3].parse().unwrap(),
-        due_ms: f[4].parse().unwrap(),
-    }
-}
-
-fn handled(server: &RedisServer) -> Vec<Handled> {
-    server.command(&["LRANGE", HANDLED, "0", "-1"]).as_array().iter().filter_map(|r| r.as_str()).map(parse).collect()
+/// Every delivery the nodes recorded.
+fn handled(server: &RedisServer) -> Vec<Delivery> {
+    node::deliveries(server, HANDLED)
 }
 
 /// Three node processes share one wheel; the leader's process gets SIGKILL halfway through
@@ -230,7 +198,7 @@ fn three_nodes_survive_the_leaders_sigkill() {
     assert_ne!(second_leader, first_leader);
 
     let all = handled(&server);
-    let mut by_key: HashMap<&str, Vec<&Handled>> = HashMap::new();
+    let mut by_key: HashMap<&str, Vec<&Delivery>> = HashMap::new();
     for h in &all {
         by_key.entry(&h.key).or_default().push(h);
         let not_before = expected.get(&h.key).unwrap_or_else(|| panic!("{} handled, never scheduled", h.key));

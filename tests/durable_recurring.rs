@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::durable::{builder, keys, leader_value, wait_until, Log, LEASE};
-use support::node::{self, NodeProcess};
+use support::node::{self, Delivery, NodeProcess};
 use support::redis_server::RedisServer;
 use tokio_timewheel::durable::{Recurrence, Task, TaskState};
 use tokio_timewheel::Error;
@@ -44,8 +44,8 @@ const KEY: &str = "beat";
 /// A node stops by itself after this long, should the parent be gone.
 const NODE_LIFETIME: Duration = Duration::from_secs(60);
 
-fn millis(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+fn millis(t: SystemTime) -> u128 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis()
 }
 
 /// The recurrence and payload of upsert `i` of process `id`: a fixed rate for even `i`, a
@@ -101,17 +101,8 @@ fn node_process() {
         let log = conn.clone();
         let worker = timers.run(move |task: Task| {
             let mut conn = log.clone();
-            async move {
-                let line = format!(
-                    "{} {id} {} {} {} {}",
-                    task.key(),
-                    task.attempt(),
-                    millis(SystemTime::now()),
-                    millis(task.due()),
-                    millis(task.claimed_at())
-                );
-                redis::cmd("RPUSH").arg(HANDLED).arg(line).query_async::<()>(&mut conn).await.map_err(|e| e.to_string())
-            }
+            let id = id.to_string();
+            async move { node::record_delivery(&mut conn, HANDLED, &id, &task).await.map_err(|e| e.to_string()) }
         });
         node::until_told_to_stop(&mut conn, STOP, Duration::from_millis(50), NODE_LIFETIME).await;
         worker.shutdown().await;
@@ -139,33 +130,9 @@ impl Node {
     }
 }
 
-/// One line of the `handled` list.
-#[derive(Debug, Clone)]
-struct Handled {
-    node: usize,
-    attempt: u32,
-    at_ms: u64,
-    due_ms: u64,
-    claimed_ms: u64,
-}
-
-fn handled(server: &RedisServer) -> Vec<Handled> {
-    let lines = server.command(&["LRANGE", HANDLED, "0", "-1"]);
-    lines
-        .as_array()
-        .iter()
-        .filter_map(|r| r.as_str())
-        .map(|line| {
-            let f: Vec<&str> = line.split(' ').collect();
-            Handled {
-                node: f[1].parse().unwrap(),
-                attempt: f[2].parse().unwrap(),
-                at_ms: f[3].parse().unwrap(),
-                due_ms: f[4].parse().unwrap(),
-                claimed_ms: f[5].parse().unwrap(),
-            }
-        })
-        .collect()
+/// Every delivery the nodes recorded.
+fn handled(server: &RedisServer) -> Vec<Delivery> {
+    node::deliveries(server, HANDLED)
 }
 
 /// A 6-field cron every second, on two node processes: the leading one gets SIGKILL after a few
@@ -209,8 +176,8 @@ fn a_cron_every_second_survives_the_leaders_sigkill() {
     server.command(&["SET", STOP, "1"]);
     assert!(node2.join(Duration::from_secs(10)), "node 2 did not stop cleanly");
 
-    let all: Vec<Handled> = handled(&server).into_iter().filter(|h| h.due_ms <= end).collect();
-    let mut by_due: BTreeMap<u64, Vec<&Handled>> = BTreeMap::new();
+    let all: Vec<Delivery> = handled(&server).into_iter().filter(|h| h.due_ms <= end).collect();
+    let mut by_due: BTreeMap<u128, Vec<&Delivery>> = BTreeMap::new();
     for h in &all {
         assert_eq!(h.due_ms % 1000, 0, "a run off the whole seconds: {h:?}");
         assert!(h.at_ms + 1 >= h.due_ms && h.claimed_ms >= h.due_ms, "a run before its second: {h:?}");
@@ -225,9 +192,9 @@ fn a_cron_every_second_survives_the_leaders_sigkill() {
             );
         }
     }
-    let dues: Vec<u64> = by_due.keys().copied().collect();
-    let gaps: Vec<u64> = dues.windows(2).map(|w| w[1] - w[0]).collect();
-    let long: Vec<u64> = gaps.iter().copied().filter(|&g| g > 1000).collect();
+    let dues: Vec<u128> = by_due.keys().copied().collect();
+    let gaps: Vec<u128> = dues.windows(2).map(|w| w[1] - w[0]).collect();
+    let long: Vec<u128> = gaps.iter().copied().filter(|&g| g > 1000).collect();
     assert!(dues.len() >= 7, "{} runs in 10 s: {dues:?}", dues.len());
     // The takeover (a lease and a tick or so) skips a few seconds at most, once; a loaded
     // machine may add a second, shorter gap.

@@ -93,3 +93,58 @@ impl Drop for NodeProcess {
         self.kill();
     }
 }
+
+/// One delivery a node process wrote to a Redis list with [`record_delivery`], as
+/// [`deliveries`] reads it back: times in ms since the Unix epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub key: String,
+    /// Which node handled it, as the test numbered them.
+    pub node: usize,
+    pub attempt: u32,
+    /// When the task was due, and when the worker claimed it (Redis's clock).
+    pub due_ms: u128,
+    pub claimed_ms: u128,
+    /// When the handler started, on the node's clock (the same host's).
+    pub at_ms: u128,
+}
+
+fn unix_ms(t: std::time::SystemTime) -> u128 {
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis())
+}
+
+/// Appends the delivery of `task` to `node` to the list `list`, one line
+/// `key node attempt due_ms claimed_ms at_ms` (the key has no space in these tests).
+pub async fn record_delivery(
+    conn: &mut redis::aio::MultiplexedConnection,
+    list: &str,
+    node: &str,
+    task: &tokio_timewheel::durable::Task,
+) -> redis::RedisResult<()> {
+    let line = format!(
+        "{} {node} {} {} {} {}",
+        task.key(),
+        task.attempt(),
+        unix_ms(task.due()),
+        unix_ms(task.claimed_at()),
+        unix_ms(std::time::SystemTime::now())
+    );
+    redis::cmd("RPUSH").arg(list).arg(line).query_async(conn).await
+}
+
+/// Every delivery [`record_delivery`] wrote to `list`, in order.
+pub fn deliveries(server: &super::RedisServer, list: &str) -> Vec<Delivery> {
+    let lines = server.command(&["LRANGE", list, "0", "-1"]);
+    let read = |line: &str| {
+        let f: Vec<&str> = line.split(' ').collect();
+        Delivery {
+            key: f[0].to_owned(),
+            node: f[1].parse().expect("a node number"),
+            attempt: f[2].parse().expect("an attempt"),
+            due_ms: f[3].parse().expect("a due time"),
+            claimed_ms: f[4].parse().expect("a claim time"),
+            at_ms: f[5].parse().expect("a start time"),
+        }
+    };
+    lines.as_array().iter().filter_map(|r| r.as_str()).map(read).collect()
+}
