@@ -72,20 +72,7 @@ pub fn unix_ms(t: SystemTime) -> u64 {
 
 /// `t` in UTC as RFC 3339, to the millisecond: `2026-11-27T23:59:01.250Z`.
 pub fn utc(t: SystemTime) -> String {
-    let ms = unix_ms(t);
-    let (days, in_day) = (ms / 86_400_000, ms % 86_400_000);
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m, s, milli) = (in_day / 3_600_000, in_day / 60_000 % 60, in_day / 1000 % 60, in_day % 1000);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+    chrono::DateTime::<chrono::Utc>::from(t).format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 /// `t` on the wall clock of the IANA zone `zone`, as RFC 3339 with the zone's offset and its
