@@ -36,6 +36,8 @@ const ENV_URL: &str = "TIMEWHEEL_NODE_URL";
 const ENV_ID: &str = "TIMEWHEEL_NODE_ID";
 /// How long the report's handler runs, in ms.
 const ENV_REPORT_MS: &str = "TIMEWHEEL_NODE_REPORT_MS";
+/// The report's payload in the schedules this node's deploy applies.
+const ENV_REPORT_PAYLOAD: &str = "TIMEWHEEL_NODE_REPORT_PAYLOAD";
 /// The nodes' lease: the killed run comes back within about this long.
 const LEASE: Duration = Duration::from_secs(2);
 const NODE_LIFETIME: Duration = Duration::from_secs(60);
@@ -44,10 +46,10 @@ fn millis(t: SystemTime) -> u128 {
     t.duration_since(UNIX_EPOCH).unwrap().as_millis()
 }
 
-/// The schedules kept in code, applied at every start.
-async fn apply_schedules(timers: &tokio_timewheel::durable::DurableScheduler) {
+/// The schedules kept in code, applied at every start; the report's payload is the deploy's.
+async fn apply_schedules(timers: &tokio_timewheel::durable::DurableScheduler, report_payload: &str) {
     let report = Recurrence::cron("*/2 * * * * *").unwrap().in_tz("Europe/Berlin").unwrap();
-    timers.upsert_recurring(REPORT, report, "fast").await.expect("node: upsert the report");
+    timers.upsert_recurring(REPORT, report, report_payload).await.expect("node: upsert the report");
     timers.upsert_recurring(SYNC, Recurrence::every(Duration::from_millis(3000)), "sync").await.expect("node: upsert");
 }
 
@@ -56,9 +58,10 @@ async fn apply_schedules(timers: &tokio_timewheel::durable::DurableScheduler) {
 fn node_process() {
     let (Some(url), Some(id)) = (node::setting(ENV_URL), node::setting(ENV_ID)) else { return };
     let report_ms = node::setting(ENV_REPORT_MS).and_then(|ms| ms.parse().ok()).unwrap_or(0);
+    let report_payload = node::setting(ENV_REPORT_PAYLOAD).unwrap_or_default();
     node::runtime().block_on(async move {
         let timers = builder(&url, NAME).lease(LEASE).connect().await.expect("node: connect");
-        apply_schedules(&timers).await;
+        apply_schedules(&timers, &report_payload).await;
         let client = redis::Client::open(url.as_str()).expect("node: redis url");
         let conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
         let worker = timers.run(move |task: Task| {
@@ -94,18 +97,48 @@ fn wait_for<T>(server: &RedisServer, timeout: Duration, found: impl Fn(&[Deliver
     None
 }
 
-fn spawn(url: &str, id: usize, report_ms: u64) -> NodeProcess {
-    NodeProcess::spawn([(ENV_URL, url.to_owned()), (ENV_ID, id.to_string()), (ENV_REPORT_MS, report_ms.to_string())])
+fn spawn(url: &str, id: usize, report_ms: u64, report_payload: &str) -> NodeProcess {
+    NodeProcess::spawn([
+        (ENV_URL, url.to_owned()),
+        (ENV_ID, id.to_string()),
+        (ENV_REPORT_MS, report_ms.to_string()),
+        (ENV_REPORT_PAYLOAD, report_payload.to_owned()),
+    ])
 }
 
-/// The deploy pattern after a SIGKILL: the run in flight is delivered again, once, as attempt 2.
+/// The deploy pattern after a SIGKILL, the same schedules applied again: the run in flight is
+/// delivered again, once, as attempt 2, and the series goes on (the upsert kept it).
 #[test]
 fn a_run_killed_with_its_node_is_delivered_again_after_the_restarts_upsert() {
-    let Some(server) = RedisServer::start() else { return };
+    kill_mid_run_then_deploy("fast", "fast");
+}
+
+/// The same, with a deploy that changed the report (its payload): the killed run is still
+/// delivered again first, as attempt 2 with what it carried, and only then does the new series
+/// (queued behind it by the upsert) take over.
+#[test]
+fn a_changed_series_takes_over_only_after_the_killed_run() {
+    let log = kill_mid_run_then_deploy("v1", "v2");
+    let again = log.iter().position(|h| h.key == REPORT && h.attempt == 2).expect("delivered again");
+    assert_eq!(log[again].payload, "v1", "the killed run carries its own payload: {log:#?}");
+    let reports: Vec<&Delivery> = log.iter().filter(|h| h.key == REPORT).collect();
+    let first_new = log.iter().position(|h| h.key == REPORT && h.payload == "v2").expect("the new series ran");
+    assert!(first_new > again, "the new series ran before the killed run came back: {log:#?}");
+    assert!(
+        log[first_new..].iter().filter(|h| h.key == REPORT).all(|h| h.payload == "v2"),
+        "the old series ran after the new one took over: {reports:#?}"
+    );
+}
+
+/// Node 1 (its deploy's report payload `before`) is killed 0.5 s into a run of the report; node
+/// 2 (payload `after`) starts at once and upserts while the killed run's lease lives. Checks what
+/// both deploys share and returns the delivery log.
+fn kill_mid_run_then_deploy(before: &str, after: &str) -> Vec<Delivery> {
+    let Some(server) = RedisServer::start() else { return Vec::new() };
     let url = server.url();
 
     // Node 1's report handler runs for 10 s: it is killed in the middle of a run.
-    let mut first = spawn(&url, 1, 10_000);
+    let mut first = spawn(&url, 1, 10_000, before);
     let killed =
         wait_for(&server, Duration::from_secs(20), |log| log.iter().find(|h| h.key == REPORT && h.node == 1).cloned())
             .expect("node 1 never started a run of the report");
@@ -115,7 +148,7 @@ fn a_run_killed_with_its_node_is_delivered_again_after_the_restarts_upsert() {
     let killed_at = Instant::now();
 
     // Started again at once: its upsert lands while the killed run's lease still lives.
-    let mut second = spawn(&url, 2, 50);
+    let mut second = spawn(&url, 2, 50, after);
     let again = wait_for(&server, LEASE * 5, |log| {
         log.iter().find(|h| h.key == REPORT && h.due_ms == killed.due_ms && h.node == 2).cloned()
     })
@@ -164,6 +197,7 @@ fn a_run_killed_with_its_node_is_delivered_again_after_the_restarts_upsert() {
         assert_eq!(runs[0].attempt(), 2);
         assert_eq!(timers.stats().await.unwrap().dead, 0, "nothing went to the dead letters");
     });
+    log
 }
 
 /// The same `every(20 s)` series upserted again 12 s later keeps its first due time (a restart

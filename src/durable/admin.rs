@@ -47,7 +47,8 @@ impl DurableScheduler {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Redis`] if Redis failed.
+    /// - [`Error::Invalid`] for an empty key, or one over [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes;
+    /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -168,7 +169,8 @@ impl DurableScheduler {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Redis`] if Redis failed.
+    /// - [`Error::Invalid`] for an empty key, or one over [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes;
+    /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -182,7 +184,8 @@ impl DurableScheduler {
     /// under it (a dead letter is not pending). A running task answers its delivery's due time.
     ///
     /// # Errors
-    /// [`Error::Redis`] if Redis failed.
+    /// - [`Error::Invalid`] for an empty key, or one over [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes;
+    /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.

@@ -119,7 +119,8 @@ impl DurableScheduler {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Redis`] if Redis failed.
+    /// - [`Error::Invalid`] for an empty key, or one over [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes;
+    /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
     /// Dropping the future after the request was sent may still cancel the handler.

@@ -66,6 +66,7 @@ impl DurableScheduler {
     /// ```
     ///
     /// # Errors
+    /// - [`Error::Invalid`] for an empty key, or one over [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes;
     /// - [`Error::DuplicateKey`] if a new task with this key is pending (the dead letter stays);
     /// - [`Error::Redis`] if Redis failed.
     ///
@@ -85,7 +86,8 @@ impl DurableScheduler {
     /// Deletes the dead letter under `key` for good; false if there was none.
     ///
     /// # Errors
-    /// [`Error::Redis`] if Redis failed.
+    /// - [`Error::Invalid`] for an empty key, or one over [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes;
+    /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
     /// Dropping the future after the request was sent may still delete it.

@@ -44,8 +44,14 @@ impl<'a> Record<'a> {
         let deliveries = u32::try_from(number(field(&mut rest)?)?).unwrap_or(u32::MAX);
         let token = field(&mut rest)?;
         let every_ms = number(field(&mut rest)?)?;
-        let runs = std::str::from_utf8(field(&mut rest)?).ok()?.parse().ok()?;
-        let missed = *field(&mut rest)?.first()?;
+        let runs = match field(&mut rest)? {
+            [b'-', digits @ ..] => -i64::try_from(number(digits)?).ok()?,
+            digits => i64::try_from(number(digits)?).ok()?,
+        };
+        let missed = match field(&mut rest)? {
+            [digit] if digit.is_ascii_digit() => *digit,
+            _ => return None,
+        };
         let (mut spec, mut trace, mut retry, mut unknown) = (None, None, None, Vec::new());
         // The optional fields, up to the error's length (a digit).
         while let Some(&tag) = rest.first().filter(|b| b.is_ascii_alphabetic()) {
@@ -53,10 +59,12 @@ impl<'a> Record<'a> {
             let len = usize::try_from(number(field(&mut rest)?)?).ok()?;
             let value = rest.get(..len)?;
             rest = &rest[len..];
+            // A known field left empty is absent, as record.lua reads it.
+            let known = (!value.is_empty()).then_some(value);
             match tag {
-                b'c' => spec = Some(value),
-                b't' => trace = Some(value),
-                b'r' => retry = Some(value),
+                b'c' => spec = known,
+                b't' => trace = known,
+                b'r' => retry = known,
                 _ => unknown.push((tag, value)),
             }
         }
@@ -190,8 +198,12 @@ fn field<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
     Some(f)
 }
 
-/// A whole number written in decimal; `None` for anything else (an empty field included).
+/// A whole number written in decimal digits, as Lua's `%d+` reads one; `None` for anything
+/// else (an empty field, a sign included).
 fn number(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
@@ -226,7 +238,16 @@ mod tests {
         let plain = Record::read(b"5:0:0:0:0:0:0:x").expect("reads");
         assert_eq!((plain.spec, plain.trace, plain.retry, plain.payload), (None, None, None, &b"x"[..]));
         assert_eq!(plain.write(), b"5:0:0:0:0:0:0:x");
-        for bad in [&b""[..], b"5:0:0:0:0:0:", b"5:0:0:0:0:0:9:short", b"5:0:0:0:0:0:c9:x0:"] {
+        let empty = Record::read(b"5:0:0:0:0:0:c0:r0:0:x").expect("reads");
+        assert_eq!((empty.spec, empty.retry), (None, None), "an empty known field is absent, as in Lua");
+        for bad in [
+            &b""[..],
+            b"5:0:0:0:0:0:",
+            b"5:0:0:0:0:0:9:short",
+            b"5:0:0:0:0:0:c9:x0:",
+            b"+5:0:0:0:0:0:0:",
+            b"5:0:0:0:0:22:0:",
+        ] {
             assert_eq!(Record::read(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }

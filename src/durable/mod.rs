@@ -68,8 +68,9 @@
 //!   node that ran it (a fixed rate without an end, by Redis), so no run is handed out twice
 //!   whatever nodes race. After an outage a series runs once for its missed runs, then on its
 //!   schedule again ([`MissedRuns::Skip`], the default here).
-//!   [`DurableScheduler::upsert_recurring`] replaces a series whole, atomically; one that is
-//!   running finishes its run first.
+//!   [`DurableScheduler::upsert_recurring`] keeps the same series as it is (its next run too)
+//!   and replaces another whole, atomically; a run in flight (running, its lease run out, or
+//!   waiting for its retry) is finished first, and the new series takes over after it.
 //! - **Failures** (an `Err`, a panic, or a run past the handler timeout) are retried after `backoff * 2^(n-1)`
 //!   (at most [`MAX_BACKOFF`]) until `max_attempts` deliveries; then the task goes to the dead
 //!   letters, which [`DurableScheduler::dead_letters`] lists and

@@ -87,7 +87,9 @@ impl DurableScheduler {
     ///   The same means the same cadence (period, or cron expression and zone), end, missed-run
     ///   policy, [`TaskOptions`](super::TaskOptions) and payload, and no more runs left than
     ///   `recurrence`'s [limit](Recurrence::limit) (a counted series that ran some of its runs
-    ///   is still the same series). The first run's time, which this call works out anew at
+    ///   is still the same series; the record keeps the runs left, not the limit, so an upsert
+    ///   that only raises a limit keeps the series too: cancel it and schedule it again to raise
+    ///   one). The first run's time, which this call works out anew at
     ///   each start (and a [start](Recurrence::starting) that moved), is not compared: to move a
     ///   series' phase, [`reschedule`](Self::reschedule) its next run, or cancel it and schedule
     ///   it again.

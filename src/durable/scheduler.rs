@@ -285,7 +285,8 @@ impl DurableScheduler {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Redis`] if Redis failed.
+    /// - [`Error::Invalid`] for an empty key, or one over [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes;
+    /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
     /// Dropping the future while the call waits for its batch takes it out (it is not sent);
@@ -312,7 +313,8 @@ impl DurableScheduler {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Redis`] if Redis failed.
+    /// - [`Error::Invalid`] for an empty key, or one over [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes;
+    /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety
     /// Dropping the future after a request was sent may still cancel its tasks.
@@ -347,6 +349,7 @@ impl DurableScheduler {
     /// # Errors
     /// - [`Error::NotFound`] if no task with this key is waiting or ready (none is pending, or
     ///   its handler is running);
+    /// - [`Error::Invalid`] for an empty key, or one over [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes;
     /// - [`Error::Redis`] if Redis failed.
     ///
     /// # Cancel safety

@@ -16,9 +16,11 @@ pub(crate) use rfc3339::Rfc3339;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
-    /// A timer with this key is already pending; the existing timer was left untouched.
+    /// A timer (or durable task) with this key is already pending; it was left untouched.
     DuplicateKey(String),
-    /// No timer with this key is pending (it fired, was cancelled, or never existed).
+    /// Nothing is pending under the key: it fired (or, durable, a worker runs it), was
+    /// cancelled, or never existed. It carries no key, so that it compares by value
+    /// (`Err(Error::NotFound)`); the caller has the key it asked for.
     NotFound,
     /// The timer was cancelled by key before it fired.
     Cancelled,

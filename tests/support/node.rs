@@ -107,6 +107,8 @@ pub struct Delivery {
     pub claimed_ms: u128,
     /// When the handler started, on the node's clock (the same host's).
     pub at_ms: u128,
+    /// The task's payload, as text.
+    pub payload: String,
 }
 
 fn unix_ms(t: std::time::SystemTime) -> u128 {
@@ -114,7 +116,7 @@ fn unix_ms(t: std::time::SystemTime) -> u128 {
 }
 
 /// Appends the delivery of `task` to `node` to the list `list`, one line
-/// `key node attempt due_ms claimed_ms at_ms` (the key has no space in these tests).
+/// `key node attempt due_ms claimed_ms at_ms payload` (the key has no space in these tests).
 pub async fn record_delivery(
     conn: &mut redis::aio::MultiplexedConnection,
     list: &str,
@@ -122,12 +124,13 @@ pub async fn record_delivery(
     task: &tokio_timewheel::durable::Task,
 ) -> redis::RedisResult<()> {
     let line = format!(
-        "{} {node} {} {} {} {}",
+        "{} {node} {} {} {} {} {}",
         task.key(),
         task.attempt(),
         unix_ms(task.due()),
         unix_ms(task.claimed_at()),
-        unix_ms(std::time::SystemTime::now())
+        unix_ms(std::time::SystemTime::now()),
+        String::from_utf8_lossy(task.payload())
     );
     redis::cmd("RPUSH").arg(list).arg(line).query_async(conn).await
 }
@@ -136,7 +139,7 @@ pub async fn record_delivery(
 pub fn deliveries(server: &super::RedisServer, list: &str) -> Vec<Delivery> {
     let lines = server.command(&["LRANGE", list, "0", "-1"]);
     let read = |line: &str| {
-        let f: Vec<&str> = line.split(' ').collect();
+        let f: Vec<&str> = line.splitn(7, ' ').collect();
         Delivery {
             key: f[0].to_owned(),
             node: f[1].parse().expect("a node number"),
@@ -144,6 +147,7 @@ pub fn deliveries(server: &super::RedisServer, list: &str) -> Vec<Delivery> {
             due_ms: f[3].parse().expect("a due time"),
             claimed_ms: f[4].parse().expect("a claim time"),
             at_ms: f[5].parse().expect("a start time"),
+            payload: f.get(6).unwrap_or(&"").to_string(),
         }
     };
     lines.as_array().iter().filter_map(|r| r.as_str()).map(read).collect()

@@ -120,9 +120,10 @@ else
         -- What this call placed already is written first, so that nothing of it is left behind.
         woke = flush(batch) or woke
         batch = new_batch()
+        -- A run whose lease ran out (or that waits for its retry) is still the run in flight: an
+        -- upsert queued behind it (queued.lua) still waits for its end, as for reschedule.lua.
         t.due, t.tok = due, '0'
         redis.call('HSET', TASKS, k, encode(t))
-        drop_queued({k})
         zrem_all(FAR, {k})
         zrem_all(READY, {k})
         zrem_all(LEASED, {k})

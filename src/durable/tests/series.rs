@@ -305,3 +305,68 @@ async fn a_spec_series_goes_on_after_its_last_attempt() {
         .count();
     assert_eq!(placed, 2, "its dead letter and one place: {d:?}");
 }
+
+/// A run in flight that dies hands its key to the series queued behind it: after its last
+/// attempt failed (`fail.lua`) or its last lease ran out (the tick), the run is a dead letter and
+/// in the history, and the queued series is placed. A `schedule_or_reset` that moves a run whose
+/// lease ran out keeps the series queued behind it (the run is still in flight); a run ended as
+/// cancelled (`cancel_running`, then its outcome) takes it away, as `cancel` does.
+#[tokio::test]
+async fn a_run_that_dies_hands_its_key_to_the_queued_series() {
+    let Some((server, timers)) = wheel("s-upsert-dies").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    server.command(&["SET", &keys.cursor(), &(now / 100).to_string()]);
+    let far = now + 60_000;
+    // The wheel's max attempts are 3: each of these runs its last.
+    let last = spec_rec(now - 100, 3, 7, -1, "old");
+    for (k, until) in [("failed", now + 60_000), ("expired", now - 10), ("reset", now - 10), ("stopped", now + 60_000)]
+    {
+        let rec = if k == "reset" { spec_rec(now - 100, 1, 7, -1, "old") } else { last.clone() };
+        server.command(&["HSET", &keys.tasks(), k, &rec]);
+        server.command(&["ZADD", &keys.leased(), &until.to_string(), k]);
+        assert_eq!(upsert(w, keys, &format!("u-{k}"), k, &series(far, 0, SPEC), b"new").await, Upserted::Queued);
+    }
+    let new = format!("{far}:0:0:0:-1:2:c{}:{SPEC}0:new", SPEC.len());
+
+    let failed = ack("failed", "7", &(now + 5000).to_string());
+    assert_eq!(scripts::fail(w, keys, &failed, "boom", Window::Default).await.unwrap(), Failed::Dead);
+    server.command(&["SET", &keys.leader(), "me:1"]);
+    let tick = redis_now_ms(&server) / 100;
+    scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2).await.unwrap();
+    let d = dump(&server, keys);
+    for k in ["failed", "expired"] {
+        assert!(d["tasks"].contains(&format!("{k}={new}")), "{k}: the queued series placed: {d:?}");
+        assert!(d["far"].contains(&format!("{k}@{far}")), "{d:?}");
+        assert!(d["dead_tasks"].contains(&format!("{k}=")), "{k}: its run is a dead letter: {d:?}");
+        assert!(
+            d["history"].contains(&format!("{k}boom")) || d["history"].contains(&format!("{k}lease expired")),
+            "{d:?}"
+        );
+    }
+    // The reset run came back by the tick as its next attempt; its queued series still waits.
+    let moved = scripts::schedule(
+        w,
+        keys,
+        "r-reset",
+        &[NewTask::new("reset".into(), When::At(now + 30_000), b"ignored".to_vec())],
+        true,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(moved, [scripts::ScheduleAnswer::Moved]);
+    let d = dump(&server, keys);
+    assert_eq!(d["upserts"], format!("reset={new} stopped={new}"), "{d:?}");
+
+    // Cancelled while it ran: the run ends as cancelled when its outcome comes, and the queued
+    // series goes with it.
+    assert!(scripts::control::cancel_running(w, keys, "stopped").await.unwrap());
+    assert_eq!(
+        scripts::fail(w, keys, &ack("stopped", "7", ""), "late", Window::Default).await.unwrap(),
+        Failed::Cancelled
+    );
+    let d = dump(&server, keys);
+    assert_eq!(d["upserts"], format!("reset={new}"), "{d:?}");
+    assert!(!d["tasks"].contains("stopped="), "{d:?}");
+}

@@ -4,13 +4,15 @@
 -- `cancel_running.lua` requested under that token: the record and lease go, the request too,
 -- the task counts as cancelled, whatever the handler's outcome (the script that calls this then
 -- finds no record and refuses the outcome), and its run goes in the history `h` (history.lua).
+-- An upsert queued behind a run it ends (queued.lua) goes with it, as a `cancel` drops one.
 -- Returns how many it ended. While no cancel is requested it costs one HLEN.
--- Keys: CANCELLING, TASKS, LEASED, META, CLAIMED, HISTORY.
+-- Keys: CANCELLING, TASKS, LEASED, META, CLAIMED, HISTORY, UPSERTS.
 -- @include keys
 -- @include record
 -- @include claims
 -- @include constants
 -- @include history
+-- @include queued
 local function end_cancelled(list, from, h)
   if redis.call('HLEN', CANCELLING) == 0 then return 0 end
   local n = 0
@@ -23,6 +25,7 @@ local function end_cancelled(list, from, h)
         redis.call('HDEL', TASKS, k)
         redis.call('ZREM', LEASED, k)
         forget_claims({k})
+        drop_queued({k})
         add_history(h, k, rec, 'c', list[i + 3])
         n = n + 1
       end
