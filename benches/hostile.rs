@@ -232,12 +232,23 @@ fn main() {
             KeyFamily::Prefix1K,
             KeyFamily::Random4K,
             KeyFamily::Late4K,
-            KeyFamily::Random1M,
-            KeyFamily::Late1M,
         ] {
             let (s, c) = runtime.block_on(service(n, family));
             let (bs, bc) = *baselines.entry(family.baseline()).or_insert((s, c));
             println!("| {n} | {} | {s:.0} | {c:.0} | {:.2} | {:.2} |", family.name(), s / bs, c / bc);
         }
     }
+    // Keys over MAX_KEY_LEN (the 1 MiB families) are refused before they are hashed or stored.
+    runtime.block_on(async {
+        let timer = Scheduler::builder().start().expect("the service starts");
+        for family in [KeyFamily::Random1M, KeyFamily::Late1M] {
+            let refused = timer.schedule(family.key(0), Duration::from_secs(3600), job).await;
+            assert!(matches!(refused, Err(tokio_timewheel::Error::Invalid(_))), "{}: {refused:?}", family.name());
+        }
+        timer.stop().await;
+    });
+    println!(
+        "\nKeys over {} bytes (the 1 MiB families) are refused with Error::Invalid.",
+        tokio_timewheel::MAX_KEY_LEN
+    );
 }

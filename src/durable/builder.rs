@@ -23,7 +23,7 @@ impl DurableScheduler {
     /// a Redis Cluster [`cluster`](Self::cluster): a node whose address can change under the
     /// wheel (a failover) needs them.
     pub fn builder(url: impl AsRef<str>, name: impl AsRef<str>) -> DurableBuilder {
-        DurableBuilder { settings: Settings::new(name.as_ref(), Topology::Node(url.as_ref().to_string())) }
+        DurableBuilder { settings: Settings::new(name.as_ref(), Topology::of_url(url.as_ref())) }
     }
 
     /// A [`DurableBuilder`] for the wheel `name` on the primary that the given sentinels call
@@ -202,6 +202,16 @@ impl DurableBuilder {
     /// [`DEFAULT_PREFETCH`].
     pub fn prefetch(mut self, tasks: usize) -> Self {
         self.settings.prefetch = tasks;
+        self
+    }
+
+    /// How far a commit of the embedded SQLite store reaches before the call that made it
+    /// returns (see [`Durability`](super::Durability)): the process's death
+    /// ([`Durability::Process`](super::Durability::Process), the default) or the machine's
+    /// power loss too ([`Durability::PowerLoss`](super::Durability::PowerLoss)). A Redis
+    /// deployment ignores it: its server's `appendfsync` says that.
+    pub fn durability(mut self, durability: super::Durability) -> Self {
+        self.settings.durability = durability;
         self
     }
 
@@ -435,12 +445,14 @@ impl DurableBuilder {
     /// Dropping the future drops the connection; nothing is left behind but the wheel's
     /// settings in Redis, which the next `connect` reuses.
     pub async fn connect(self) -> Result<DurableScheduler, Error> {
-        if super::time::tokio_clock_paused() {
+        let in_memory = matches!(&self.settings.topology, Topology::Embedded(url) if url == "sqlite::memory:");
+        if !in_memory && super::time::tokio_clock_paused() {
             return Err(Error::invalid(
                 "Tokio's clock is paused in this runtime (tokio::time::pause, or #[tokio::test(start_paused = \
-                 true)]), and a durable wheel in Redis runs on Redis's clock, which does not pause: its timeouts \
-                 would all fire at once. Test durable code on a runtime whose clock runs (#[tokio::test]), or test \
-                 the timing logic on the in-process Scheduler, which follows paused time",
+                 true)]), and this durable wheel runs on its store's clock (Redis's, or the wall clock for a \
+                 SQLite file), which does not pause: its timeouts would all fire at once. Connect to \
+                 \"sqlite::memory:\" (feature `sqlite`), whose clock is Tokio's, to test durable code on paused \
+                 time; or test on a runtime whose clock runs (#[tokio::test])",
             ));
         }
         super::open::connect(&self.settings).await

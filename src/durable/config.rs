@@ -70,6 +70,23 @@ const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// first attempt landed and its task finished would create the task again.
 const MIN_REQUEST_TTL: Duration = Duration::from_secs(60);
 
+/// How far a commit of the embedded SQLite store (feature `sqlite`) reaches before the call that
+/// made it returns; [`DurableBuilder::durability`](super::DurableBuilder::durability) sets it.
+/// The Redis deployments follow their server's own settings (`appendonly`, `appendfsync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Survives the process's death, any moment of it: SQLite's write-ahead log, written at
+    /// each commit and flushed to the disk at checkpoints (`synchronous = NORMAL`). A power loss
+    /// or an operating system crash may lose the last commits. The default.
+    #[default]
+    Process,
+    /// Survives the machine's power loss too: each commit is flushed to the disk before the call
+    /// returns (`synchronous = FULL`), a disk flush a commit (calls that arrive together share
+    /// one).
+    PowerLoss,
+}
+
 /// Where the wheel's Redis is, as the builder was told.
 #[derive(Debug, Clone)]
 pub(crate) enum Topology {
@@ -79,13 +96,24 @@ pub(crate) enum Topology {
     Sentinel { sentinels: Vec<String>, master: String },
     /// A Redis Cluster reached through any of these seed nodes.
     Cluster(Vec<String>),
+    /// The embedded store, by its `sqlite:` URL (feature `sqlite`).
+    Embedded(String),
 }
 
 impl Topology {
+    /// The deployment a builder's URL names: the embedded store for `sqlite:`, else one node.
+    pub(crate) fn of_url(url: &str) -> Topology {
+        if url.starts_with("sqlite:") {
+            Topology::Embedded(url.to_string())
+        } else {
+            Topology::Node(url.to_string())
+        }
+    }
+
     /// The URLs given, for the TLS check.
     pub(crate) fn urls(&self) -> Vec<&str> {
         match self {
-            Topology::Node(url) => vec![url.as_str()],
+            Topology::Node(url) | Topology::Embedded(url) => vec![url.as_str()],
             Topology::Sentinel { sentinels, .. } => sentinels.iter().map(String::as_str).collect(),
             Topology::Cluster(seeds) => seeds.iter().map(String::as_str).collect(),
         }
@@ -135,6 +163,7 @@ pub(crate) struct Settings {
     pub(crate) prefetch: usize,
     pub(crate) handler_timeout: Duration,
     pub(crate) replicas: Option<(usize, Duration)>,
+    pub(crate) durability: Durability,
     pub(crate) dead_letter_limit: usize,
     pub(crate) dead_letter_max_age: Option<Duration>,
     pub(crate) history_limit: usize,
@@ -166,6 +195,7 @@ impl Settings {
             prefetch: DEFAULT_PREFETCH,
             handler_timeout: DEFAULT_HANDLER_TIMEOUT,
             replicas: None,
+            durability: Durability::Process,
             dead_letter_limit: 0,
             dead_letter_max_age: None,
             history_limit: DEFAULT_HISTORY_LIMIT,
@@ -196,6 +226,9 @@ pub(crate) struct Config {
     pub(crate) handler_timeout: Duration,
     /// How many replicas must confirm a change, and for how long to wait for them.
     pub(crate) replicas: Option<(usize, Duration)>,
+    /// How far a commit of the embedded store is flushed.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) durability: Durability,
     /// How long a call's answer is kept for its retries (`req:<id>`), in ms.
     pub(crate) request_ttl_ms: u64,
     /// The most dead letters kept (0: no limit).
@@ -286,6 +319,7 @@ impl Config {
             prefetch: b.prefetch,
             handler_timeout: b.handler_timeout,
             replicas: b.replicas,
+            durability: b.durability,
             request_ttl_ms: ceil_ms((retry_window * 4).max(MIN_REQUEST_TTL)),
             dead_letter_limit: b.dead_letter_limit,
             dead_letter_max_age_ms: b.dead_letter_max_age.map_or(0, ceil_ms),

@@ -29,6 +29,9 @@ pub(crate) enum Connection {
     Primary(u64, MultiplexedConnection),
     /// A cluster: follows `MOVED`/`ASK`, resharding and failover by itself.
     Cluster(ClusterConnection),
+    /// The embedded store, in this process.
+    #[cfg(feature = "sqlite")]
+    Embedded(super::embedded::EmbeddedConn),
 }
 
 impl ConnectionLike for Connection {
@@ -37,6 +40,8 @@ impl ConnectionLike for Connection {
             Connection::Node(c) => c.req_packed_command(cmd),
             Connection::Primary(_, c) => c.req_packed_command(cmd),
             Connection::Cluster(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "sqlite")]
+            Connection::Embedded(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -50,6 +55,8 @@ impl ConnectionLike for Connection {
             Connection::Node(c) => c.req_packed_commands(pipeline, offset, count),
             Connection::Primary(_, c) => c.req_packed_commands(pipeline, offset, count),
             Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "sqlite")]
+            Connection::Embedded(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -58,6 +65,8 @@ impl ConnectionLike for Connection {
             Connection::Node(c) => c.get_db(),
             Connection::Primary(_, c) => c.get_db(),
             Connection::Cluster(c) => c.get_db(),
+            #[cfg(feature = "sqlite")]
+            Connection::Embedded(c) => c.get_db(),
         }
     }
 }
@@ -100,6 +109,9 @@ pub(crate) enum Deployment {
         client: ClusterClient,
         long_client: ClusterClient,
     },
+    /// The embedded store, opened once a `connect`.
+    #[cfg(feature = "sqlite")]
+    Embedded(std::sync::Arc<super::embedded::Store>),
 }
 
 impl Deployment {
@@ -110,6 +122,9 @@ impl Deployment {
         cfg: &Config,
         long_response: Duration,
     ) -> Result<Self, Error> {
+        if let Topology::Embedded(url) = topology {
+            return embedded(url, cfg);
+        }
         let urls = topology.urls();
         if urls.is_empty() {
             return Err(Error::invalid("no Redis URL was given: name at least one node (or sentinel)"));
@@ -184,6 +199,7 @@ impl Deployment {
                 };
                 Deployment::Cluster { client: build(cfg.response_timeout)?, long_client: build(long_response)? }
             }
+            Topology::Embedded(_) => unreachable!("the embedded store was opened above"),
         })
     }
 
@@ -214,6 +230,8 @@ impl Deployment {
                 Ok(Connection::Primary(n, conn))
             }
             Deployment::Cluster { client, .. } => Ok(Connection::Cluster(client.get_async_connection().await?)),
+            #[cfg(feature = "sqlite")]
+            Deployment::Embedded(store) => Ok(Connection::Embedded(store.connect())),
         }
     }
 
@@ -231,6 +249,8 @@ impl Deployment {
             Deployment::Cluster { long_client, .. } => {
                 Ok(Connection::Cluster(long_client.get_async_connection().await?))
             }
+            #[cfg(feature = "sqlite")]
+            Deployment::Embedded(store) => Ok(Connection::Embedded(store.connect())),
         }
     }
 
@@ -284,8 +304,25 @@ impl Deployment {
     }
 }
 
+/// The embedded store a `sqlite:` URL names, opened.
+#[cfg(feature = "sqlite")]
+fn embedded(url: &str, cfg: &Config) -> Result<Deployment, Error> {
+    let place = super::embedded::Place::parse(url)?;
+    Ok(Deployment::Embedded(super::embedded::Store::open(&place, cfg.durability)?))
+}
+
+/// A `sqlite:` URL without the feature that serves it.
+#[cfg(not(feature = "sqlite"))]
+fn embedded(url: &str, _cfg: &Config) -> Result<Deployment, Error> {
+    Err(Error::invalid(format!(
+        "the URL {url:?} names the embedded SQLite store, which this build does not have: enable the \
+         crate's `sqlite` feature"
+    )))
+}
+
 /// The form of the URLs the durable mode takes, for the errors about a malformed one.
-const URL_FORM: &str = "redis://[user:pass@]host:port/[db], or rediss://[user:pass@]host:port/[db] for TLS";
+const URL_FORM: &str = "redis://[user:pass@]host:port/[db], or rediss://[user:pass@]host:port/[db] for TLS, or \
+                        sqlite:<path> or sqlite::memory: for the embedded store (feature `sqlite`)";
 
 /// The error of a URL the redis crate refused (with `err`): what is wrong with it, where the
 /// URL's shape says, and the form expected. The URL is shown without its password.
@@ -301,7 +338,7 @@ fn what_is_wrong(url: &str) -> Option<String> {
         return Some("it does not start with redis:// (or rediss://)".to_owned());
     };
     if !matches!(scheme, "redis" | "rediss" | "valkey" | "valkeys" | "redis+unix" | "unix") {
-        return Some(format!("its scheme is {scheme:?}, not redis or rediss"));
+        return Some(format!("its scheme is {scheme:?}, not redis, rediss or sqlite"));
     }
     if scheme.ends_with("unix") {
         return None;

@@ -1,0 +1,462 @@
+//! The embedded store: the wheel's keyspace in SQLite (a file, or this process's memory) and the
+//! wheel's own Lua scripts run against it in-process, behind the same connection the Redis
+//! deployments give ([`EmbeddedConn`], a `redis::aio::ConnectionLike`). So every guarantee the
+//! scripts give on Redis holds here too, written once: a script runs whole inside one SQLite
+//! transaction, and the transaction holds SQLite's write lock, so no other script, of this
+//! process or another on the same file, sees it half done.
+//!
+//! One thread owns the SQLite connection and the Lua state. Calls queue on a channel; the thread
+//! takes every call waiting, runs them in order in one transaction and commits once: a thousand
+//! callers share one disk flush where each would pay one alone (group commit).
+//!
+//! Time: a file store's clock is the wall clock (several processes read it); an in-memory one
+//! follows Tokio's clock of the runtime that calls it, so it runs on paused time in tests.
+//! Blocking reads (`BLPOP`, `XREAD BLOCK`) wait for the next commit of this process, and poll
+//! for other processes' writes to a shared file.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use tokio::sync::{oneshot, Notify};
+
+use super::keyspace::{self, CommandError, Keyspace};
+use super::lua::LuaRunner;
+use crate::durable::config::Durability;
+use crate::Error;
+
+/// How often a blocking read looks again for another process's write to a shared file.
+const POLL: Duration = Duration::from_millis(25);
+/// The most calls one transaction takes.
+const MAX_BATCH: usize = 1024;
+/// The Redis version the store answers `INFO` with: what the scripts were written for.
+const SPEAKS: &str = "7.2.0";
+
+/// Where a store keeps its keyspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// A SQLite file, shared by every process that opens it.
+    File(PathBuf),
+    /// This process's memory, for one `connect` (and its clones) alone.
+    Memory,
+}
+
+impl Place {
+    /// The place a `sqlite:` URL names: `sqlite::memory:`, or `sqlite:<path>` (also
+    /// `sqlite://<path>`), the path relative to the working directory unless absolute.
+    pub(crate) fn parse(url: &str) -> Result<Place, Error> {
+        let Some(rest) = url.strip_prefix("sqlite:") else {
+            return Err(Error::invalid(format!("{url:?} is not a sqlite: URL")));
+        };
+        if rest == ":memory:" {
+            return Ok(Place::Memory);
+        }
+        let path = rest.strip_prefix("//").unwrap_or(rest);
+        if path.is_empty() {
+            return Err(Error::invalid(format!(
+                "the URL {url:?} names no file: write sqlite:<path> (sqlite:data/orders.db) or sqlite::memory:"
+            )));
+        }
+        Ok(Place::File(PathBuf::from(path)))
+    }
+}
+
+/// The store's clock, in ms since the Unix epoch.
+#[derive(Debug, Clone, Copy)]
+enum Clock {
+    Wall,
+    /// Tokio's clock, from the wall-clock time at `at` (read when the store opened).
+    Tokio {
+        base_ms: u64,
+        at: tokio::time::Instant,
+    },
+}
+
+impl Clock {
+    fn now_ms(&self) -> u64 {
+        match self {
+            Clock::Wall => wall_ms(),
+            Clock::Tokio { base_ms, at } => {
+                base_ms
+                    + u64::try_from(tokio::time::Instant::now().saturating_duration_since(*at).as_millis()).unwrap_or(0)
+            }
+        }
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// One call for the store's thread: a command's arguments and when it was made.
+struct Call {
+    args: Vec<Vec<u8>>,
+    now_ms: u64,
+
+    answer: oneshot::Sender<Result<Value, CommandError>>,
+}
+
+/// Where a store's calls run.
+enum Runner {
+    /// A file's: on the store's thread, calls that arrive together in one transaction (one disk
+    /// flush for all of them).
+    Thread(mpsc::Sender<Call>),
+    /// Memory's: in the caller's task, one call a transaction, at once (no disk to wait for; and
+    /// on paused time a call handed to another thread would let Tokio's clock jump ahead while
+    /// it runs).
+    Inline(Box<Mutex<Engine>>),
+}
+
+/// The keyspace and the Lua that runs the scripts against it.
+struct Engine {
+    keyspace: Keyspace,
+    lua: LuaRunner,
+}
+
+impl Engine {
+    /// Runs `calls` (arguments, and when each was made) in one transaction: their answers, or
+    /// each an error if the transaction could not begin or commit (then none of them is kept),
+    /// and whether it pushed to a list or a stream (what a blocking read waits for).
+    fn transaction<'a>(
+        &mut self,
+        calls: impl Iterator<Item = (&'a [Vec<u8>], u64)>,
+    ) -> (Vec<Result<Value, CommandError>>, bool) {
+        if let Err(e) = self.keyspace.begin() {
+            let why = CommandError(format!("ERR the embedded store could not begin a transaction: {e}"));
+            return (calls.map(|_| Err(why.clone())).collect(), false);
+        }
+        let answers: Vec<_> =
+            calls.map(|(args, now_ms)| execute(&mut self.keyspace, &mut self.lua, args, now_ms)).collect();
+        let pushed = self.keyspace.take_pushed();
+        match self.keyspace.commit() {
+            Ok(()) => (answers, pushed),
+            Err(e) => {
+                let _ = self.keyspace.rollback();
+                let why = CommandError(format!(
+                    "ERR the embedded store could not commit (nothing of these calls was kept): {e}"
+                ));
+                (answers.iter().map(|_| Err(why.clone())).collect(), false)
+            }
+        }
+    }
+}
+
+/// A store: where its calls run, and what its callers share.
+pub(crate) struct Store {
+    runner: Runner,
+    clock: Clock,
+    /// Woken after a commit that pushed to a list or a stream: the blocking reads of this
+    /// process look again.
+    committed: Arc<Notify>,
+    /// Whether other processes may write (a file): blocking reads poll too.
+    shared: bool,
+    /// The clients whose blocking read `CLIENT UNBLOCK` ended.
+    unblocked: Mutex<HashSet<u64>>,
+    next_client: AtomicU64,
+}
+
+impl Store {
+    /// Opens the keyspace at `place` and starts its thread.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming what to do, for a file that cannot be created or opened, is
+    /// not a wheel's, or is of another version.
+    pub(crate) fn open(place: &Place, durability: Durability) -> Result<Arc<Store>, Error> {
+        let path = match place {
+            Place::File(path) => Some(path.as_path()),
+            Place::Memory => None,
+        };
+        let durability = match durability {
+            Durability::Process => keyspace::Durability::Process,
+            Durability::PowerLoss => keyspace::Durability::Power,
+        };
+        if let Some((file, dir)) = path.and_then(|p| Some((p, p.parent()?))).filter(|(_, d)| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::invalid(format!(
+                    "cannot create the folder {} for the wheel's file {}: {e}; give a path whose folder can be made",
+                    dir.display(),
+                    file.display()
+                ))
+            })?;
+        }
+        let keyspace = Keyspace::open(path, durability).map_err(Error::invalid)?;
+        let committed = Arc::new(Notify::new());
+        let lua_failed = |e: String| Error::invalid(format!("the embedded Lua did not start: {e}"));
+        let runner = match place {
+            Place::Memory => {
+                Runner::Inline(Box::new(Mutex::new(Engine { keyspace, lua: LuaRunner::new().map_err(lua_failed)? })))
+            }
+            Place::File(_) => {
+                let (calls, queue) = mpsc::channel();
+                let woken = committed.clone();
+                let lua = LuaRunner::new().map_err(lua_failed)?;
+                std::thread::Builder::new()
+                    .name("timewheel-sqlite".into())
+                    .spawn(move || serve(Engine { keyspace, lua }, &queue, &woken))
+                    .map_err(|e| Error::invalid(format!("the embedded store's thread did not start: {e}")))?;
+                Runner::Thread(calls)
+            }
+        };
+        let clock = match place {
+            Place::File(_) => Clock::Wall,
+            Place::Memory => Clock::Tokio { base_ms: wall_ms(), at: tokio::time::Instant::now() },
+        };
+        Ok(Arc::new(Store {
+            runner,
+            clock,
+            committed,
+            shared: matches!(place, Place::File(_)),
+            unblocked: Mutex::new(HashSet::new()),
+            next_client: AtomicU64::new(1),
+        }))
+    }
+
+    /// A connection on the store.
+    pub(crate) fn connect(self: &Arc<Self>) -> EmbeddedConn {
+        EmbeddedConn { store: self.clone(), id: self.next_client.fetch_add(1, Ordering::Relaxed) }
+    }
+
+    /// Runs one command, as its own transaction or in one with the calls waiting beside it.
+    async fn run(&self, args: Vec<Vec<u8>>) -> Result<Value, CommandError> {
+        let now_ms = self.clock.now_ms();
+        match &self.runner {
+            Runner::Inline(engine) => {
+                let mut engine = engine.lock().unwrap_or_else(|p| p.into_inner());
+                let (mut answers, pushed) = engine.transaction(std::iter::once((args.as_slice(), now_ms)));
+                drop(engine);
+                if pushed {
+                    self.committed.notify_waiters();
+                }
+                answers.remove(0)
+            }
+            Runner::Thread(calls) => {
+                let (answer, answered) = oneshot::channel();
+                if calls.send(Call { args, now_ms, answer }).is_err() {
+                    return Err(CommandError("ERR the embedded store has stopped".into()));
+                }
+                answered.await.unwrap_or_else(|_| Err(CommandError("ERR the embedded store has stopped".into())))
+            }
+        }
+    }
+
+    /// Waits until something may have changed: a commit of this process, or (for a file that
+    /// other processes share) a poll's interval, but no longer than `left`.
+    async fn wait_for_change(&self, notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>, left: Duration) {
+        let wait = if self.shared { left.min(POLL) } else { left };
+        let _ = tokio::time::timeout(wait, notified).await;
+    }
+
+    fn take_unblocked(&self, client: u64) -> bool {
+        self.unblocked.lock().unwrap_or_else(|p| p.into_inner()).remove(&client)
+    }
+}
+
+/// The store's thread: takes the calls waiting, runs them in one transaction, commits, answers.
+fn serve(mut engine: Engine, queue: &mpsc::Receiver<Call>, committed: &Notify) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(call) => batch.push(call),
+                Err(_) => break,
+            }
+        }
+        let (answers, pushed) = engine.transaction(batch.iter().map(|c| (c.args.as_slice(), c.now_ms)));
+        for (call, answer) in batch.into_iter().zip(answers) {
+            let _ = call.answer.send(answer);
+        }
+        if pushed {
+            committed.notify_waiters();
+        }
+    }
+}
+
+/// One command, inside the open transaction: a script, a server command answered here, or a
+/// command of the keyspace.
+fn execute(keyspace: &mut Keyspace, lua: &mut LuaRunner, args: &[Vec<u8>], now_ms: u64) -> Result<Value, CommandError> {
+    let name = args.first().map(|n| n.to_ascii_uppercase()).unwrap_or_default();
+    let text = |v: &str| Value::BulkString(v.as_bytes().to_vec());
+    match name.as_slice() {
+        b"EVALSHA" => {
+            let sha = std::str::from_utf8(args.get(1).map_or(&[][..], Vec::as_slice)).unwrap_or("");
+            let numkeys: usize = std::str::from_utf8(args.get(2).map_or(&[][..], Vec::as_slice))
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| CommandError("ERR value is not an integer or out of range".into()))?;
+            let rest = args.get(3..).unwrap_or_default();
+            if numkeys > rest.len() {
+                return Err(CommandError("ERR Number of keys can't be greater than number of args".into()));
+            }
+            let (keys, argv) = rest.split_at(numkeys);
+            lua.eval_sha(sha, keys, argv, &mut |call| keyspace.command(call, now_ms))
+        }
+        b"SCRIPT" if args.get(1).is_some_and(|s| s.eq_ignore_ascii_case(b"LOAD")) => {
+            let source = args.get(2).ok_or_else(|| CommandError("ERR wrong number of arguments".into()))?;
+            lua.load(source).map(|sha| text(&sha))
+        }
+        b"PING" => Ok(Value::SimpleString("PONG".into())),
+        b"INFO" => Ok(text(&format!("# Server\r\nredis_version:{SPEAKS}\r\nredis_mode:standalone\r\n"))),
+        b"CONFIG" => {
+            let setting = args.get(2).map(|s| String::from_utf8_lossy(s).to_ascii_lowercase()).unwrap_or_default();
+            let value = match setting.as_str() {
+                "appendonly" => "yes",
+                "maxmemory-policy" => "noeviction",
+                _ => return Ok(Value::Array(Vec::new())),
+            };
+            Ok(Value::Array(vec![text(&setting), text(value)]))
+        }
+        b"ROLE" => Ok(Value::Array(vec![text("master"), Value::Int(0), Value::Array(Vec::new())])),
+        // No replica to wait for: every write is in the file once its call returns.
+        b"WAIT" => Ok(Value::Int(0)),
+        _ => keyspace.command(args, now_ms),
+    }
+}
+
+/// A connection on an embedded store: what `Connection::Embedded` holds. Each has a client id of
+/// its own, for `CLIENT ID` and `CLIENT UNBLOCK`.
+#[derive(Clone)]
+pub(crate) struct EmbeddedConn {
+    store: Arc<Store>,
+    id: u64,
+}
+
+impl EmbeddedConn {
+    async fn command(&self, args: Vec<Vec<u8>>) -> RedisResult<Value> {
+        let name = args.first().map(|n| n.to_ascii_uppercase()).unwrap_or_default();
+        let answer = match name.as_slice() {
+            b"BLPOP" => self.blpop(&args).await,
+            b"XREAD" => self.xread(args).await,
+            b"CLIENT" => Ok(self.client(&args)),
+            _ => self.store.run(args).await,
+        };
+        answer.map_err(server_error)
+    }
+
+    fn client(&self, args: &[Vec<u8>]) -> Value {
+        let sub = args.get(1).map(|s| s.to_ascii_uppercase()).unwrap_or_default();
+        match sub.as_slice() {
+            b"ID" => Value::Int(i64::try_from(self.id).unwrap_or(i64::MAX)),
+            b"UNBLOCK" => {
+                let id = args.get(2).and_then(|i| std::str::from_utf8(i).ok()?.parse().ok()).unwrap_or(0);
+                self.store.unblocked.lock().unwrap_or_else(|p| p.into_inner()).insert(id);
+                self.store.committed.notify_waiters();
+                Value::Int(1)
+            }
+            _ => Value::SimpleString("OK".into()),
+        }
+    }
+
+    /// `BLPOP key... timeout`: the first list with an element, or `Nil` when `timeout` seconds
+    /// (0: no limit) pass, or `CLIENT UNBLOCK` ends the wait.
+    async fn blpop(&self, args: &[Vec<u8>]) -> Result<Value, CommandError> {
+        let (timeout, keys) = match args.get(1..).and_then(<[Vec<u8>]>::split_last) {
+            Some((timeout, keys)) if !keys.is_empty() => (timeout, keys),
+            _ => return Err(CommandError("ERR wrong number of arguments for 'blpop' command".into())),
+        };
+        let secs: f64 = std::str::from_utf8(timeout)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .filter(|t: &f64| *t >= 0.0)
+            .ok_or_else(|| CommandError("ERR timeout is not a float or out of range".into()))?;
+        let limit = (secs > 0.0).then(|| tokio::time::Instant::now() + Duration::from_secs_f64(secs));
+        loop {
+            let notified = self.store.committed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            for key in keys {
+                if let Value::BulkString(v) = self.store.run(vec![b"LPOP".to_vec(), key.clone()]).await? {
+                    return Ok(Value::Array(vec![Value::BulkString(key.clone()), Value::BulkString(v)]));
+                }
+            }
+            if self.store.take_unblocked(self.id) {
+                return Ok(Value::Nil);
+            }
+            let left = match limit {
+                Some(at) if tokio::time::Instant::now() >= at => return Ok(Value::Nil),
+                Some(at) => at - tokio::time::Instant::now(),
+                None => Duration::from_secs(3600),
+            };
+            self.store.wait_for_change(notified, left).await;
+        }
+    }
+
+    /// `XREAD [COUNT n] [BLOCK ms] STREAMS key id`: the non-blocking read, again after each
+    /// change until it finds an entry or `ms` (0: no limit) pass.
+    async fn xread(&self, mut args: Vec<Vec<u8>>) -> Result<Value, CommandError> {
+        let block = args.iter().position(|a| a.eq_ignore_ascii_case(b"BLOCK"));
+        let Some(at) = block else { return self.store.run(args).await };
+        let ms: u64 = args
+            .get(at + 1)
+            .and_then(|m| std::str::from_utf8(m).ok()?.parse().ok())
+            .ok_or_else(|| CommandError("ERR timeout is not an integer or out of range".into()))?;
+        args.drain(at..at + 2);
+        let limit = (ms > 0).then(|| tokio::time::Instant::now() + Duration::from_millis(ms));
+        loop {
+            let notified = self.store.committed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let read = self.store.run(args.clone()).await?;
+            if read != Value::Nil || self.store.take_unblocked(self.id) {
+                return Ok(read);
+            }
+            let left = match limit {
+                Some(at) if tokio::time::Instant::now() >= at => return Ok(Value::Nil),
+                Some(at) => at - tokio::time::Instant::now(),
+                None => Duration::from_secs(3600),
+            };
+            self.store.wait_for_change(notified, left).await;
+        }
+    }
+}
+
+/// An error reply as the redis crate reads one from a server, so that its callers (a script's
+/// `NOSCRIPT`, say) see what a Redis server would give.
+fn server_error(e: CommandError) -> redis::RedisError {
+    let text = e.0.replace(['\r', '\n'], " ");
+    match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()) {
+        Ok(Value::ServerError(err)) => err.into(),
+        _ => redis::RedisError::from((redis::ErrorKind::Io, "the embedded store failed", text)),
+    }
+}
+
+/// The arguments of `cmd`, as bytes.
+fn args_of(cmd: &Cmd) -> Vec<Vec<u8>> {
+    cmd.args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(bytes) => bytes.to_vec(),
+            // A cursor (`SCAN`'s) is never sent to the embedded store; anything else is empty.
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+impl redis::aio::ConnectionLike for EmbeddedConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let args = args_of(cmd);
+        Box::pin(self.command(args))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let cmds: Vec<Vec<Vec<u8>>> = pipeline.cmd_iter().map(args_of).collect();
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(cmds.len());
+            for args in cmds {
+                out.push(self.command(args).await?);
+            }
+            Ok(out.into_iter().skip(offset).take(count).collect())
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
