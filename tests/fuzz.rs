@@ -983,3 +983,47 @@ fn the_wheels_at_max_slots_and_by_default() {
     drive(&mut RoundsWheel::<u32>::new(MAX_SLOTS).unwrap(), &ops, |w, n| w.try_reserve(n));
     drive(&mut HierarchicalWheel::<u32>::default(), &ops, |w, n| w.try_reserve(n));
 }
+
+/// A case CI's fuzzing found to hang (shrunk): kept as it is, so that it runs every time.
+#[test]
+fn a_case_that_hung() {
+    let settings = Settings {
+        tick: Duration::new(0, 1000000),
+        slots: 2,
+        wheel: WheelKind::Hierarchical,
+        advance: Advance::NextDeadline,
+        max_pending: 1,
+        capacity: 0,
+        lag_warning: 0,
+    };
+    let pool = vec!["v".to_string(), "0-7-67-hl-15-2".to_string(), "\0\0\0".to_string()];
+    let ops = vec![
+        Op::SleepKeyed(7, Duration::new(1, 713000000)),
+        Op::Schedule(7, Duration::new(1, 540000000)),
+        Op::ScheduleAt(6, When::Past(Duration::new(18446744073709551615, 999999999))),
+        Op::ScheduleMany(vec![
+            (1, Duration::new(0, 8378)),
+            (4, Duration::new(18446744073709551615, 999999999)),
+            (6, Duration::new(0, 19243)),
+            (7, Duration::new(18446744073709551615, 0)),
+            (5, Duration::new(0, 414000000)),
+            (0, Duration::new(18446744073, 709551615)),
+            (2, Duration::new(6635728669727918869, 434710381)),
+            (5, Duration::new(2, 775000000)),
+            (6, Duration::new(18446744073709551615, 999999999)),
+            (6, Duration::new(18446744073, 709551615)),
+        ]),
+        Op::SleepKeyed(1, Duration::new(2, 545000000)),
+        Op::CancelMany(vec![1, 2, 7, 0, 3, 5, 1, 4, 4, 2]),
+        Op::Repeating(4, Duration::new(2, 118000000), Some(18446744073709551615)),
+        Op::Reschedule(4, Duration::new(18446744073709551615, 999999999)),
+        Op::CancelMany(vec![6]),
+        Op::Sleep(Duration::new(0, 260000000)),
+        Op::ShrinkToFit,
+        Op::RescheduleAt(1, When::Past(Duration::new(1099511627776, 0))),
+        Op::Cancel(2),
+        Op::Sleep(Duration::new(0, 137000000)),
+    ];
+
+    run(move || service_case(settings, pool, ops, false));
+}

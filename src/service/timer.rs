@@ -10,6 +10,12 @@ use super::job::{Job, JobRef, OnceJob};
 use super::key::Key;
 use crate::recurrence::{MissedRuns, Recurrence};
 
+/// The most missed runs a repeating timer with [`MissedRuns::Burst`] makes up at once, in
+/// process: after a longer stall (or a jump of paused time past many of its periods), the earlier
+/// missed runs are skipped and the last this many fire one after the other. Without a bound, a
+/// 1 ms timer would fire a million times for a runtime stalled 17 minutes.
+pub(crate) const MAX_BURST: usize = 1000;
+
 /// A timer: the value a shard's wheel holds for it. 40 bytes, so that a wheel entry holding one
 /// is 64 bytes, one cache line.
 pub(crate) struct Timer {
@@ -152,7 +158,7 @@ impl Timer {
                 (&fixed_rate, Anchor::new(repeat.due, SystemTime::UNIX_EPOCH))
             }
         };
-        let next = recurrence.next_run(anchor.wall(repeat.due)?, anchor.wall(now)?, None)?;
+        let next = recurrence.next_run(anchor.wall(repeat.due)?, anchor.wall(now)?, Some(MAX_BURST))?;
         let due = anchor.instant(next)?;
         debug_assert!(due > repeat.due, "the run after {:?} is {due:?}", repeat.due);
         Some((due, clock.deadline_within(due)?))
