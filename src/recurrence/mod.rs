@@ -30,8 +30,8 @@ pub enum Repeat {
 /// **The default is one per mode, whatever the call and the cadence** (a fixed rate or a cron
 /// expression):
 /// - **in process, [`Burst`](MissedRuns::Burst)**, as tokio's `Interval`: a missed run is a
-///   stall of the runtime, and a game tick or a cooldown makes its runs up, at most 1,000 of
-///   them (the earlier ones are skipped), so a long stall, or paused time jumping far ahead,
+///   stall of the runtime, and a game tick or a cooldown makes its runs up, at most 100,000
+///   of them (the earlier ones are skipped), so a long stall, or paused time jumping far ahead,
 ///   does not fire one timer millions of times;
 /// - **durable, [`Skip`](MissedRuns::Skip)** (`DurableScheduler::schedule_repeating`,
 ///   `schedule_recurring`, `upsert_recurring`): missed runs there come from an outage (every node

@@ -13,8 +13,8 @@ use crate::recurrence::{MissedRuns, Recurrence};
 /// The most missed runs a repeating timer with [`MissedRuns::Burst`] makes up at once, in
 /// process: after a longer stall (or a jump of paused time past many of its periods), the earlier
 /// missed runs are skipped and the last this many fire one after the other. Without a bound, a
-/// 1 ms timer would fire a million times for a runtime stalled 17 minutes.
-pub(crate) const MAX_BURST: usize = 1000;
+/// 1 ms timer would fire a billion times for a runtime stalled 12 days.
+pub(crate) const MAX_BURST: usize = 100_000;
 
 /// A timer: the value a shard's wheel holds for it. 40 bytes, so that a wheel entry holding one
 /// is 64 bytes, one cache line.
