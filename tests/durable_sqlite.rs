@@ -14,10 +14,9 @@ use support::durable::Log;
 use tokio_timewheel::durable::{DurableScheduler, Task};
 use tokio_timewheel::Error;
 
-/// A task due in 2 hours, on Tokio's paused clock: it runs once as soon as the runtime is idle,
-/// with its due time read on that clock and no lateness to speak of, in seconds of real time.
-/// (The wheel's idle work, a tick a second and the workers' heartbeats, still runs on paused
-/// time: 48 hours take about 90 s in a debug build; BENCHMARKS.md has the figures.)
+/// A task due in 48 hours, on Tokio's paused clock: it runs once as soon as the runtime is idle,
+/// with its due time read on that clock and no lateness to speak of, in well under a second of
+/// real time: the leader of a store in this process sleeps until the next due time.
 #[tokio::test(start_paused = true)]
 async fn a_task_hours_away_runs_once_on_paused_time() {
     let real = Instant::now();
@@ -25,7 +24,7 @@ async fn a_task_hours_away_runs_once_on_paused_time() {
     let log = Log::default();
     let worker = log.worker(&timers);
     let scheduled_at = SystemTime::now();
-    let later = Duration::from_secs(2 * 3600);
+    let later = Duration::from_secs(48 * 3600);
     timers.schedule("order-42:review", later, "42").await.unwrap();
     tokio::time::sleep(later + Duration::from_secs(5)).await;
     worker.shutdown().await;
@@ -40,8 +39,8 @@ async fn a_task_hours_away_runs_once_on_paused_time() {
     assert!(late <= Duration::from_secs(2), "claimed {late:?} after its due time (a tick is 1 s)");
     assert_eq!(timers.stats().await.unwrap().acked, 1);
     let took = real.elapsed();
-    eprintln!("2 hours of paused time took {took:?} of real time");
-    assert!(took < Duration::from_secs(30), "{took:?}");
+    eprintln!("48 hours of paused time took {took:?} of real time");
+    assert!(took < Duration::from_secs(1), "{took:?}");
 }
 
 /// A file keeps the wheel: scheduled tasks and counters are there after the handle is dropped

@@ -445,7 +445,7 @@ impl DurableBuilder {
     /// Dropping the future drops the connection; nothing is left behind but the wheel's
     /// settings in Redis, which the next `connect` reuses.
     pub async fn connect(self) -> Result<DurableScheduler, Error> {
-        let in_memory = matches!(&self.settings.topology, Topology::Embedded(url) if url == "sqlite::memory:");
+        let in_memory = self.settings.topology.is_local();
         if !in_memory && super::time::tokio_clock_paused() {
             return Err(Error::invalid(
                 "Tokio's clock is paused in this runtime (tokio::time::pause, or #[tokio::test(start_paused = \

@@ -64,6 +64,10 @@ const REDIS_MAX_VALUE: usize = 512 << 20;
 /// The longest leadership lease: a leader that dies is replaced within this even when tasks have
 /// a long lease (for slow handlers), which would otherwise leave the wheel unticked that long.
 pub(crate) const MAX_LEADER_LEASE: Duration = Duration::from_secs(10);
+/// The leadership's lease on a store in this process alone (see [`Config::leader_lease`]).
+pub(crate) const LOCAL_LEADER_LEASE: Duration = Duration::from_secs(6 * 3600);
+/// How often a worker says it runs, on a shared store (see [`Config::heartbeat`]).
+const HEARTBEAT: Duration = Duration::from_secs(2);
 /// The longest lease: whole milliseconds Redis accepts as an expiry (`PX`) added to its clock.
 const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How long a call's answer is kept, at least: a `schedule` retried later than this after its
@@ -87,6 +91,9 @@ pub enum Durability {
     PowerLoss,
 }
 
+/// The URL of the embedded store in this process's memory.
+pub(crate) const LOCAL_URL: &str = "sqlite::memory:";
+
 /// Where the wheel's Redis is, as the builder was told.
 #[derive(Debug, Clone)]
 pub(crate) enum Topology {
@@ -108,6 +115,11 @@ impl Topology {
         } else {
             Topology::Node(url.to_string())
         }
+    }
+
+    /// Whether the store lives in this process alone: `sqlite::memory:`.
+    pub(crate) fn is_local(&self) -> bool {
+        matches!(self, Topology::Embedded(url) if url == LOCAL_URL)
     }
 
     /// The URLs given, for the TLS check.
@@ -244,6 +256,10 @@ pub(crate) struct Config {
     /// A handler's span is a child of the span that scheduled its task (a run of a series
     /// aside), not only linked to it; never true without the `opentelemetry` feature.
     pub(crate) trace_parent: bool,
+    /// The store lives in this process alone (`sqlite::memory:`): every node of the wheel runs
+    /// here and the store tells the leader of every change, so an idle wheel sleeps until its
+    /// next due time (see [`Config::leader_lease`]).
+    pub(crate) local: bool,
 }
 
 impl Config {
@@ -326,6 +342,7 @@ impl Config {
             history_limit: if b.history_age.is_zero() { 0 } else { b.history_limit.div_ceil(b.partitions) },
             history_age_ms: ceil_ms(b.history_age),
             trace_parent: b.trace_parent,
+            local: b.topology.is_local(),
         })
     }
 
@@ -344,9 +361,29 @@ impl Config {
         (self.lease() / 3).max(Duration::from_millis(1))
     }
 
-    /// The leadership's lease: the task lease, at most [`MAX_LEADER_LEASE`].
+    /// The leadership's lease: the task lease, at most [`MAX_LEADER_LEASE`]; on a store in this
+    /// process alone, [`LOCAL_LEADER_LEASE`].
+    ///
+    /// A store in this process alone has no other process whose node could take over: a leader
+    /// dies only with the process (and the store with it), and one that stops gives the lead up
+    /// at once. Its renewals, and the bids, the idle waits and the heartbeats paced by it, then
+    /// come every two hours: an idle wheel sleeps until its next due time, which is what lets a
+    /// test on paused time run 48 hours of it in a moment (about 25 store calls an idle 2 hours).
     pub(crate) fn leader_lease(&self) -> Duration {
+        if self.local {
+            return LOCAL_LEADER_LEASE;
+        }
         self.lease().min(MAX_LEADER_LEASE)
+    }
+
+    /// How often a worker says it runs, in the registry of workers: every 2 s; on a store in
+    /// this process alone (where a worker leaves the registry when it stops, and a process that
+    /// dies takes the store with it), every [`LOCAL_LEADER_LEASE`] / 3.
+    pub(crate) fn heartbeat(&self) -> Duration {
+        if self.local {
+            return LOCAL_LEADER_LEASE / 3;
+        }
+        HEARTBEAT
     }
 
     pub(crate) fn leader_lease_ms(&self) -> u64 {

@@ -30,8 +30,10 @@ const BID_EVERY: u32 = 4;
 
 /// What one round of ticking found.
 enum Round {
-    /// The cursor is at Redis's tick; the next boundary is this far away.
-    CaughtUp(Duration),
+    /// The cursor is at Redis's tick; the next boundary is `boundary` away. On a store in this
+    /// process alone, `work` is how long until a tick may have work again (`None`: nothing
+    /// waits).
+    CaughtUp { boundary: Duration, work: Option<Duration> },
     /// The token is no longer the leader's.
     Refused,
 }
@@ -78,9 +80,16 @@ pub(crate) async fn run(
     let mut refused: Option<String> = None;
     let mut failures = 0u32;
     let mut answered = false;
+    // On a store in this process alone: the count of its changes, which a leader that sleeps
+    // until its next due time watches (a change may bring that time forward).
+    let mut changes = wheel.conn.changes();
     loop {
         if *stop.borrow() {
             break;
+        }
+        // Read before the tick: a change made during or after it wakes the leader.
+        if let Some(c) = changes.as_mut() {
+            c.borrow_and_update();
         }
         let asked = Instant::now();
         let wait = match &token {
@@ -125,10 +134,14 @@ pub(crate) async fn run(
                 Err(e) => backoff(wheel, &mut failures, &e),
             },
             Some(t) => match tick(wheel, part, t).await {
-                Ok(Round::CaughtUp(next)) => {
+                Ok(Round::CaughtUp { boundary, work }) => {
                     lead.set(Some(asked + wheel.cfg.leader_lease()));
                     failures = 0;
-                    next.min(renew)
+                    if changes.is_some() {
+                        work.unwrap_or(renew).min(renew)
+                    } else {
+                        boundary.min(renew)
+                    }
                 }
                 // The lead is no longer this token's: its lease ran out, and another node may
                 // have taken it or nobody. The bid that follows at once tells which, and says so.
@@ -142,10 +155,22 @@ pub(crate) async fn run(
         };
         if !wait.is_zero() {
             let follower = token.is_none();
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                _ = stop.changed() => {}
-                () = bid_now.notified(), if follower => {}
+            let mut until = Instant::now() + wait;
+            // A change wakes a leader that sleeps past the next tick boundary: it ticks on that
+            // boundary, as a leader that ticks every tick would (never early, at most a tick late).
+            let mut watching = changes.as_mut().filter(|_| !follower);
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(until) => break,
+                    _ = stop.changed() => break,
+                    () = bid_now.notified(), if follower => break,
+                    r = async { watching.as_mut().expect("guarded").changed().await }, if watching.is_some() => {
+                        watching = None;
+                        if r.is_ok() {
+                            until = until.min(Instant::now() + to_boundary(wheel));
+                        }
+                    }
+                }
             }
         }
     }
@@ -182,6 +207,12 @@ fn report_refusal(wheel: &WheelClient, part: &Partition, old: &str, bid: &Bid) {
     }
 }
 
+/// How long until just past the next tick boundary on the wheel's clock.
+fn to_boundary(wheel: &WheelClient) -> Duration {
+    let tick = wheel.cfg.tick_ms;
+    Duration::from_millis(tick - wheel.clock.now_ms() % tick) + PAST_BOUNDARY
+}
+
 fn backoff(wheel: &WheelClient, failures: &mut u32, e: &Error) -> Duration {
     *failures += 1;
     if *failures == 1 {
@@ -203,10 +234,15 @@ async fn tick(wheel: &WheelClient, part: &Partition, token: &str) -> Result<Roun
         let ticks = cursor + 1..=last.min(cursor + MAX_STEP_SLOTS);
         match scripts::tick(wheel, &part.keys, token, TICK_BUDGET, ticks).await? {
             TickReply::More { cursor: c, now_ms: n } => (cursor, now_ms) = (c, n),
-            TickReply::Done { now_ms, .. } => {
+            TickReply::Done { now_ms, next_ms, .. } => {
                 let tick = wheel.cfg.tick_ms;
-                let next = tick - now_ms % tick;
-                return Ok(Round::CaughtUp(Duration::from_millis(next) + PAST_BOUNDARY));
+                let boundary = Duration::from_millis(tick - now_ms % tick) + PAST_BOUNDARY;
+                // The boundary of the tick that holds `at`, where the cursor reaches it.
+                let work = next_ms.map(|at| {
+                    let on = at.div_ceil(tick).saturating_mul(tick);
+                    Duration::from_millis(on.saturating_sub(now_ms)) + PAST_BOUNDARY
+                });
+                return Ok(Round::CaughtUp { boundary, work });
             }
             TickReply::Refused => return Ok(Round::Refused),
         }
@@ -217,5 +253,5 @@ async fn tick(wheel: &WheelClient, part: &Partition, token: &str) -> Result<Roun
 /// of fencing and concurrent tickers.
 #[cfg(test)]
 pub(crate) async fn tick_once(wheel: &WheelClient, part: &Partition, token: &str) -> Result<bool, Error> {
-    Ok(matches!(tick(wheel, part, token).await?, Round::CaughtUp(_)))
+    Ok(matches!(tick(wheel, part, token).await?, Round::CaughtUp { .. }))
 }

@@ -55,9 +55,9 @@ fn client(cfg: Config, conn: SharedConn) -> WheelClient {
         lateness: Mutex::default(),
         metrics: WheelMetrics::new(&cfg.name, cfg.partitions),
         cfg,
+        clock: RedisClock::new(conn.tokio_clock()),
         conn,
         ids: Ids::new(),
-        clock: RedisClock::default(),
     }
 }
 

@@ -97,6 +97,25 @@ impl SharedConn {
         tokio::time::timeout(self.cfg.connect_timeout, connect).await.ok()?.ok()
     }
 
+    /// The count of the store's changes, when the store lives in this process alone (see
+    /// `embedded::Store::changes`); `None` for every other deployment.
+    pub(crate) fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match &self.source {
+            #[cfg(feature = "sqlite")]
+            Deployment::Embedded(store) => store.changes(),
+            _ => None,
+        }
+    }
+
+    /// The store's clock when it is Tokio's (see `embedded::Store::tokio_clock`).
+    pub(crate) fn tokio_clock(&self) -> Option<(u64, tokio::time::Instant)> {
+        match &self.source {
+            #[cfg(feature = "sqlite")]
+            Deployment::Embedded(store) => store.tokio_clock(),
+            _ => None,
+        }
+    }
+
     /// The shared connection itself, for a call sent once with no retry (`None` while Sentinel
     /// is being asked for the primary).
     pub(crate) async fn shared(&self) -> Option<Connection> {

@@ -74,13 +74,25 @@ impl When {
 /// reply that carried Redis's time. Only a guess, used to name the ring slots a task may go to
 /// (a wrong guess sends the task to the far tier, never early or late); every decision that
 /// matters is made by the scripts on Redis's own clock.
+///
+/// A store in this process alone (`sqlite::memory:`) keeps its time on Tokio's clock, from a
+/// wall-clock time read when it opened: that clock is read here as it is, no guess (on paused
+/// time, a guess from the wall clock would fall behind by every jump).
 #[derive(Debug, Default)]
 pub(crate) struct RedisClock {
     /// Redis's ms minus the local ms, when Redis's were read.
     offset_ms: AtomicI64,
+    /// The store's clock, when it is Tokio's: ms at the instant.
+    tokio: Option<(u64, tokio::time::Instant)>,
 }
 
 impl RedisClock {
+    /// The clock of a store whose time is Tokio's from `base` (ms at an instant), or an estimate
+    /// of a server's clock (`None`).
+    pub(crate) fn new(tokio: Option<(u64, tokio::time::Instant)>) -> Self {
+        RedisClock { offset_ms: AtomicI64::new(0), tokio }
+    }
+
     /// Learns from Redis's time `redis_ms`, read just now.
     pub(crate) fn learn(&self, redis_ms: u64) {
         let local = unix_ms(SystemTime::now()) as i64;
@@ -89,6 +101,10 @@ impl RedisClock {
 
     /// Redis's clock now, as far as this process can tell, in ms.
     pub(crate) fn now_ms(&self) -> u64 {
+        if let Some((base_ms, at)) = self.tokio {
+            let since = tokio::time::Instant::now().saturating_duration_since(at);
+            return base_ms.saturating_add(u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
+        }
         let local = unix_ms(SystemTime::now()) as i64;
         (local + self.offset_ms.load(Ordering::Relaxed)).max(0) as u64
     }

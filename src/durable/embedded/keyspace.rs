@@ -134,6 +134,11 @@ impl std::fmt::Debug for Keyspace {
 }
 
 impl Keyspace {
+    /// How many rows the keyspace's statements have written so far: a call that moves it wrote.
+    pub(crate) fn writes(&self) -> u64 {
+        self.conn.total_changes()
+    }
+
     /// Whether a list or a stream was pushed to since the last call (a blocking read's wait is
     /// over only then); clears it.
     pub(crate) fn take_pushed(&mut self) -> bool {

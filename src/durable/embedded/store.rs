@@ -21,7 +21,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 
 use super::keyspace::{self, CommandError, Keyspace};
 use super::lua::LuaRunner;
@@ -114,34 +114,59 @@ enum Runner {
 struct Engine {
     keyspace: Keyspace,
     lua: LuaRunner,
+    /// The scripts (by SHA1, in lowercase hex) whose writes are not changes a leader waits for:
+    /// the tick's own.
+    quiet: Vec<Vec<u8>>,
 }
 
 impl Engine {
     /// Runs `calls` (arguments, and when each was made) in one transaction: their answers, or
     /// each an error if the transaction could not begin or commit (then none of them is kept),
-    /// and whether it pushed to a list or a stream (what a blocking read waits for).
-    fn transaction<'a>(
-        &mut self,
-        calls: impl Iterator<Item = (&'a [Vec<u8>], u64)>,
-    ) -> (Vec<Result<Value, CommandError>>, bool) {
+    /// and what the transaction changed.
+    fn transaction<'a>(&mut self, calls: impl Iterator<Item = (&'a [Vec<u8>], u64)>) -> Transaction {
         if let Err(e) = self.keyspace.begin() {
             let why = CommandError(format!("ERR the embedded store could not begin a transaction: {e}"));
-            return (calls.map(|_| Err(why.clone())).collect(), false);
+            return Transaction { answers: calls.map(|_| Err(why.clone())).collect(), ..Transaction::default() };
         }
-        let answers: Vec<_> =
-            calls.map(|(args, now_ms)| execute(&mut self.keyspace, &mut self.lua, args, now_ms)).collect();
+        let mut changed = false;
+        let answers: Vec<_> = calls
+            .map(|(args, now_ms)| {
+                let before = self.keyspace.writes();
+                let answer = execute(&mut self.keyspace, &mut self.lua, args, now_ms);
+                changed |= self.keyspace.writes() != before && !self.is_quiet(args);
+                answer
+            })
+            .collect();
         let pushed = self.keyspace.take_pushed();
         match self.keyspace.commit() {
-            Ok(()) => (answers, pushed),
+            Ok(()) => Transaction { answers, pushed, changed },
             Err(e) => {
                 let _ = self.keyspace.rollback();
                 let why = CommandError(format!(
                     "ERR the embedded store could not commit (nothing of these calls was kept): {e}"
                 ));
-                (answers.iter().map(|_| Err(why.clone())).collect(), false)
+                Transaction { answers: answers.iter().map(|_| Err(why.clone())).collect(), ..Transaction::default() }
             }
         }
     }
+
+    /// Whether `args` runs one of the quiet scripts.
+    fn is_quiet(&self, args: &[Vec<u8>]) -> bool {
+        args.len() > 1
+            && args[0].eq_ignore_ascii_case(b"EVALSHA")
+            && self.quiet.iter().any(|sha| sha.eq_ignore_ascii_case(&args[1]))
+    }
+}
+
+/// What one transaction did.
+#[derive(Default)]
+struct Transaction {
+    answers: Vec<Result<Value, CommandError>>,
+    /// It pushed to a list or a stream: what a blocking read waits for.
+    pushed: bool,
+    /// One of its calls, not a quiet one, wrote to the keyspace: what a leader that sleeps until
+    /// its next due time waits for.
+    changed: bool,
 }
 
 /// A store: where its calls run, and what its callers share.
@@ -153,18 +178,26 @@ pub(crate) struct Store {
     committed: Arc<Notify>,
     /// Whether other processes may write (a file): blocking reads poll too.
     shared: bool,
+    /// Counted up after each transaction that changed the keyspace (but for the quiet scripts'
+    /// calls), for the memory store's leader: nothing else writes to that store.
+    changes: watch::Sender<u64>,
     /// The clients whose blocking read `CLIENT UNBLOCK` ended.
     unblocked: Mutex<HashSet<u64>>,
     next_client: AtomicU64,
+    /// The `BLPOP`s of this process that wait, in the order they began (a ticket, their keys):
+    /// as in Redis, an element pushed goes to the one that has waited longest on its key.
+    blocked: Mutex<Vec<(u64, Vec<Vec<u8>>)>>,
 }
 
 impl Store {
-    /// Opens the keyspace at `place` and starts its thread.
+    /// Opens the keyspace at `place` and starts its thread. The writes of the scripts `quiet`
+    /// names (SHA1s) are not counted as changes ([`Store::changes`]).
     ///
     /// # Errors
     /// [`Error::Invalid`] naming what to do, for a file that cannot be created or opened, is
     /// not a wheel's, or is of another version.
-    pub(crate) fn open(place: &Place, durability: Durability) -> Result<Arc<Store>, Error> {
+    pub(crate) fn open(place: &Place, durability: Durability, quiet: &[&str]) -> Result<Arc<Store>, Error> {
+        let quiet: Vec<Vec<u8>> = quiet.iter().map(|sha| sha.as_bytes().to_vec()).collect();
         let path = match place {
             Place::File(path) => Some(path.as_path()),
             Place::Memory => None,
@@ -188,7 +221,7 @@ impl Store {
         let lua_failed = |e: String| Error::invalid(format!("the embedded Lua did not start: {e}"));
         let runner = match place {
             Place::Memory => {
-                Runner::Inline(Box::new(Mutex::new(Engine { keyspace, lua: LuaRunner::new().map_err(lua_failed)? })))
+                Runner::Inline(Box::new(Mutex::new(Engine { keyspace, lua: LuaRunner::new().map_err(lua_failed)?, quiet })))
             }
             Place::File(_) => {
                 let (calls, queue) = mpsc::channel();
@@ -196,7 +229,7 @@ impl Store {
                 let lua = LuaRunner::new().map_err(lua_failed)?;
                 std::thread::Builder::new()
                     .name("timewheel-sqlite".into())
-                    .spawn(move || serve(Engine { keyspace, lua }, &queue, &woken))
+                    .spawn(move || serve(Engine { keyspace, lua, quiet }, &queue, &woken))
                     .map_err(|e| Error::invalid(format!("the embedded store's thread did not start: {e}")))?;
                 Runner::Thread(calls)
             }
@@ -210,8 +243,10 @@ impl Store {
             clock,
             committed,
             shared: matches!(place, Place::File(_)),
+            changes: watch::Sender::new(0),
             unblocked: Mutex::new(HashSet::new()),
             next_client: AtomicU64::new(1),
+            blocked: Mutex::new(Vec::new()),
         }))
     }
 
@@ -226,12 +261,17 @@ impl Store {
         match &self.runner {
             Runner::Inline(engine) => {
                 let mut engine = engine.lock().unwrap_or_else(|p| p.into_inner());
-                let (mut answers, pushed) = engine.transaction(std::iter::once((args.as_slice(), now_ms)));
+                let mut done = engine.transaction(std::iter::once((args.as_slice(), now_ms)));
+                // Counted before the lock is let go: a leader that read the count before its
+                // tick sees every change its tick did not.
+                if done.changed {
+                    self.changes.send_modify(|n| *n += 1);
+                }
                 drop(engine);
-                if pushed {
+                if done.pushed {
                     self.committed.notify_waiters();
                 }
-                answers.remove(0)
+                done.answers.remove(0)
             }
             Runner::Thread(calls) => {
                 let (answer, answered) = oneshot::channel();
@@ -250,8 +290,53 @@ impl Store {
         let _ = tokio::time::timeout(wait, notified).await;
     }
 
+    /// The store's clock when it is Tokio's (memory): ms at an instant, from which it counts.
+    pub(crate) fn tokio_clock(&self) -> Option<(u64, tokio::time::Instant)> {
+        match self.clock {
+            Clock::Tokio { base_ms, at } => Some((base_ms, at)),
+            Clock::Wall => None,
+        }
+    }
+
+    /// The count of changes, for a store in this process alone (memory): whoever sleeps until
+    /// the next due time wakes when it moves. `None` for a file, which other processes write.
+    pub(crate) fn changes(&self) -> Option<watch::Receiver<u64>> {
+        matches!(self.runner, Runner::Inline(_)).then(|| self.changes.subscribe())
+    }
+
     fn take_unblocked(&self, client: u64) -> bool {
         self.unblocked.lock().unwrap_or_else(|p| p.into_inner()).remove(&client)
+    }
+}
+
+/// A `BLPOP`'s place in the line of [`Store::blocked`], from its start until it returns (or is
+/// dropped): only the first in line of a key pops from it.
+struct InLine<'a> {
+    store: &'a Store,
+    ticket: u64,
+}
+
+impl<'a> InLine<'a> {
+    fn join(store: &'a Store, keys: &[Vec<u8>]) -> InLine<'a> {
+        let ticket = store.next_client.fetch_add(1, Ordering::Relaxed);
+        store.blocked.lock().unwrap_or_else(|p| p.into_inner()).push((ticket, keys.to_vec()));
+        InLine { store, ticket }
+    }
+
+    /// Whether no `BLPOP` that began earlier waits on one of these keys.
+    fn is_first(&self) -> bool {
+        let line = self.store.blocked.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(at) = line.iter().position(|(t, _)| *t == self.ticket) else { return true };
+        let keys = &line[at].1;
+        !line[..at].iter().any(|(_, earlier)| earlier.iter().any(|k| keys.contains(k)))
+    }
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        self.store.blocked.lock().unwrap_or_else(|p| p.into_inner()).retain(|(t, _)| *t != self.ticket);
+        // The next in line looks: what was pushed may be for it now.
+        self.store.committed.notify_waiters();
     }
 }
 
@@ -265,11 +350,11 @@ fn serve(mut engine: Engine, queue: &mpsc::Receiver<Call>, committed: &Notify) {
                 Err(_) => break,
             }
         }
-        let (answers, pushed) = engine.transaction(batch.iter().map(|c| (c.args.as_slice(), c.now_ms)));
-        for (call, answer) in batch.into_iter().zip(answers) {
+        let done = engine.transaction(batch.iter().map(|c| (c.args.as_slice(), c.now_ms)));
+        for (call, answer) in batch.into_iter().zip(done.answers) {
             let _ = call.answer.send(answer);
         }
-        if pushed {
+        if done.pushed {
             committed.notify_waiters();
         }
     }
@@ -351,7 +436,9 @@ impl EmbeddedConn {
     }
 
     /// `BLPOP key... timeout`: the first list with an element, or `Nil` when `timeout` seconds
-    /// (0: no limit) pass, or `CLIENT UNBLOCK` ends the wait.
+    /// (0: no limit) pass, or `CLIENT UNBLOCK` ends the wait. The `BLPOP`s of this process that
+    /// wait on a key pop from it in the order they began, as Redis serves its blocked clients
+    /// (idle workers take the wake-ups in turn).
     async fn blpop(&self, args: &[Vec<u8>]) -> Result<Value, CommandError> {
         let (timeout, keys) = match args.get(1..).and_then(<[Vec<u8>]>::split_last) {
             Some((timeout, keys)) if !keys.is_empty() => (timeout, keys),
@@ -363,13 +450,16 @@ impl EmbeddedConn {
             .filter(|t: &f64| *t >= 0.0)
             .ok_or_else(|| CommandError("ERR timeout is not a float or out of range".into()))?;
         let limit = (secs > 0.0).then(|| tokio::time::Instant::now() + Duration::from_secs_f64(secs));
+        let in_line = InLine::join(&self.store, keys);
         loop {
             let notified = self.store.committed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            for key in keys {
-                if let Value::BulkString(v) = self.store.run(vec![b"LPOP".to_vec(), key.clone()]).await? {
-                    return Ok(Value::Array(vec![Value::BulkString(key.clone()), Value::BulkString(v)]));
+            if in_line.is_first() {
+                for key in keys {
+                    if let Value::BulkString(v) = self.store.run(vec![b"LPOP".to_vec(), key.clone()]).await? {
+                        return Ok(Value::Array(vec![Value::BulkString(key.clone()), Value::BulkString(v)]));
+                    }
                 }
             }
             if self.store.take_unblocked(self.id) {

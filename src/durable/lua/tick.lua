@@ -28,9 +28,14 @@
     ARGV[10] the history's limit   ARGV[11] its age limit in ms (as for ack.lua: a task whose
              last lease ran out, or that was cancelled while it ran, goes in the history with
              no start or handler time, includes/history.lua)
+    ARGV[12] '1': say when the next tick has work, for a leader that sleeps until then (a store
+             in its own process, which tells that leader of every change); '0': do not look
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
-    ms, tasks made ready}.
+    ms, tasks made ready, next}: with ARGV[12] '1' and 'done', `next` is the earliest time (ms)
+    at which a tick may have work: the next tick's while the ring holds entries, else the
+    earliest of the far tier's first due time, the first lease to run out and the oldest dead
+    letter's end of retention; '' when nothing waits, or when not asked.
   Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, UPSERTS, META, FIGURES, WAKE, DEAD, DEAD_TASKS,
   CANCELLING, CLAIMED, HISTORY, and the
   declared slots.
@@ -56,6 +61,7 @@ local budget, max_attempts = tonumber(ARGV[5]), tonumber(ARGV[6])
 local dead_max, dead_max_age = tonumber(ARGV[7]), tonumber(ARGV[8])
 local declared = declared_slots(FIXED_KEYS + 1, ARGV[9])
 local history = history_of(ARGV[10], ARGV[11])
+local say_next = ARGV[12] == '1'
 
 -- Leases that ran out: each task goes back to `ready`, or to the dead letters after its last
 -- try. Returns how many leases it looked at and how many tasks it made ready.
@@ -231,6 +237,26 @@ if ready > 0 then
   keep_skiplist(READY)
   wake()
 end
+-- When a tick next may have work: the next tick while the ring holds entries; else the earliest
+-- score among the far tier, the leases and (with an age limit) the dead letters' ends.
+local function next_work()
+  if tonumber(redis.call('GET', RING) or '0') > 0 then return tostring((cursor + 1) * tick_ms) end
+  local first, at = nil, ''
+  local function consider(key, plus)
+    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if head[2] then
+      local score = tonumber(head[2]) + plus
+      if not first or score < first then first, at = score, string.format('%d', math.ceil(score)) end
+    end
+  end
+  consider(FAR, 0)
+  consider(LEASED, 0)
+  if dead_max_age > 0 then consider(DEAD, dead_max_age) end
+  return at
+end
+
 local more = 'done'
 if work >= budget or cursor < now_tick then more = 'more' end
-return {more, tostring(cursor), tostring(now), tostring(ready)}
+local next_at = ''
+if say_next and more == 'done' then next_at = next_work() end
+return {more, tostring(cursor), tostring(now), tostring(ready), next_at}

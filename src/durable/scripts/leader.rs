@@ -72,8 +72,9 @@ pub(crate) enum TickReply {
     /// Did its budget, or reached the end of the slots it was given: call again at once, with
     /// the slots after this cursor (Redis's clock read at `now_ms`).
     More { cursor: u64, now_ms: u64 },
-    /// The cursor is at Redis's tick, read at `now_ms`.
-    Done { cursor: u64, now_ms: u64, made_ready: u64 },
+    /// The cursor is at Redis's tick, read at `now_ms`. `next_ms`, asked for on a store in this
+    /// process alone only: when a tick next may have work (`None`: nothing waits).
+    Done { cursor: u64, now_ms: u64, made_ready: u64, next_ms: Option<u64> },
 }
 
 /// One bounded call of the tick script under `token`: at most `budget` tasks, through the slots of
@@ -98,7 +99,8 @@ pub(crate) async fn tick(
         .arg(wheel.cfg.dead_letter_max_age_ms)
         .arg(slots)
         .arg(wheel.cfg.history_limit)
-        .arg(wheel.cfg.history_age_ms);
+        .arg(wheel.cfg.history_age_ms)
+        .arg(if wheel.cfg.local { "1" } else { "0" });
     let reply: Vec<String> = wheel.conn.call(&inv, Window::Response).await?;
     let number = |i: usize| reply.get(i).and_then(|n| n.parse().ok()).unwrap_or(0);
     if let Some(now_ms) = reply.get(2).and_then(|n| n.parse().ok()) {
@@ -106,7 +108,12 @@ pub(crate) async fn tick(
     }
     Ok(match reply.first().map(String::as_str) {
         Some("more") => TickReply::More { cursor: number(1), now_ms: number(2) },
-        Some("done") => TickReply::Done { cursor: number(1), now_ms: number(2), made_ready: number(3) },
+        Some("done") => TickReply::Done {
+            cursor: number(1),
+            now_ms: number(2),
+            made_ready: number(3),
+            next_ms: reply.get(4).and_then(|n| n.parse().ok()),
+        },
         _ => TickReply::Refused,
     })
 }

@@ -215,6 +215,12 @@ scripts!(
     finished,
 );
 
+/// The SHA1 of the tick script, as `EVALSHA` names it.
+#[cfg(feature = "sqlite")]
+pub(crate) fn tick_sha() -> &'static str {
+    SCRIPTS.tick.get_hash()
+}
+
 /// A call of `script` on the (partition of the) wheel whose keys are `keys`, with every fixed
 /// key declared as its first `KEYS` (so the call is routed by the wheel's hash tag and is correct
 /// on servers that refuse undeclared keys). A call's own keys follow, added by the caller.

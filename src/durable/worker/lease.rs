@@ -78,6 +78,8 @@ pub(super) struct Deliveries {
     /// Told whenever a handler takes a task from the buffer or a runner of handlers ends: the
     /// claim loop then sees whether to claim again.
     pub(super) changed: Notify,
+    /// Told when tasks are buffered: the renewals, which wait while nothing is held, start.
+    holding: Notify,
 }
 
 impl Deliveries {
@@ -104,7 +106,20 @@ impl Deliveries {
             inner.held.insert(c.token.clone(), held);
             inner.buffer.push_back(c);
         }
+        drop(inner);
+        self.holding.notify_one();
         Vec::new()
+    }
+
+    /// Waits until a lease is held (at once if one is).
+    async fn until_holding(&self) {
+        loop {
+            let buffered = self.holding.notified();
+            if !self.inner().held.is_empty() {
+                return;
+            }
+            buffered.await;
+        }
     }
 
     /// The next buffered task, now running; `None` when the buffer is empty or the worker was
@@ -283,6 +298,12 @@ pub(super) async fn renew_leases(wheel: Arc<WheelClient>, part: usize, deliverie
     rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failures = 0u32;
     loop {
+        // While nothing is held, no rounds: an idle worker's would wake the runtime every third
+        // of a lease for nothing. The first round comes a third of a lease after a claim.
+        if deliveries.inner().held.is_empty() {
+            deliveries.until_holding().await;
+            rounds.reset();
+        }
         rounds.tick().await;
         let _round = deliveries.round.lock().await;
         let held = deliveries.renewable();

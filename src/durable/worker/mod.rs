@@ -284,7 +284,7 @@ async fn heartbeat(wheel: &WheelClient, node: &str, mut stop: watch::Receiver<bo
         // A failed beat is only a gap in the list: the next one mends it.
         registry::beat(wheel, node, wheel.clock.now_ms(), beat).await;
         tokio::select! {
-            () = tokio::time::sleep(registry::HEARTBEAT) => {}
+            () = tokio::time::sleep(wheel.cfg.heartbeat()) => {}
             _ = stop.wait_for(|s| *s) => break,
         }
     }
