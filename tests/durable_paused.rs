@@ -68,7 +68,8 @@ impl Runs {
 
 /// Claimed on its tick: never before its due time, at most a tick after.
 fn assert_on_tick(run: &Run) {
-    let late = run.claimed.duration_since(run.due).unwrap_or_else(|e| panic!("{run:?} claimed {:?} early", e.duration()));
+    let late =
+        run.claimed.duration_since(run.due).unwrap_or_else(|e| panic!("{run:?} claimed {:?} early", e.duration()));
     assert!(late <= TICK, "{run:?} claimed {late:?} late");
 }
 

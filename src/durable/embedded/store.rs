@@ -220,9 +220,11 @@ impl Store {
         let committed = Arc::new(Notify::new());
         let lua_failed = |e: String| Error::invalid(format!("the embedded Lua did not start: {e}"));
         let runner = match place {
-            Place::Memory => {
-                Runner::Inline(Box::new(Mutex::new(Engine { keyspace, lua: LuaRunner::new().map_err(lua_failed)?, quiet })))
-            }
+            Place::Memory => Runner::Inline(Box::new(Mutex::new(Engine {
+                keyspace,
+                lua: LuaRunner::new().map_err(lua_failed)?,
+                quiet,
+            }))),
             Place::File(_) => {
                 let (calls, queue) = mpsc::channel();
                 let woken = committed.clone();
