@@ -1,10 +1,15 @@
-//! The durable wheel's everyday behaviour against a real `redis-server` started for each test
-//! (see `support/redis_server.rs`): scheduling, firing on time, keys, idempotent retries, cancel
-//! and reschedule, the far tier, bad input, an unreachable server, concurrent tickers, retries and
-//! dead letters, and a cursor that was down for more than a revolution.
+//! The durable wheel's everyday behaviour, on the store the run selects (`support/store.rs`: a
+//! real `redis-server` started for each test, or with `TIMEWHEEL_TEST_STORE=sqlite` a SQLite
+//! file of the embedded store): scheduling, firing on time, keys, idempotent retries, cancel and
+//! reschedule, the far tier, bad input, retries and dead letters, and a cursor that was down for
+//! more than a revolution. On Redis only: an unreachable or wrong server, Redis settings that lose
+//! tasks, and the checks that read or write Redis's keys themselves (the cursor, claim records,
+//! the leadership's expiry).
 //!
-//! Run with `cargo test --features redis --test durable_basic`. Without a `redis-server` the
-//! tests print a skip note and pass, except under `CI=true`, where they fail.
+//! Run with `cargo test --features redis --test durable_basic` (on Redis), or
+//! `TIMEWHEEL_TEST_STORE=sqlite cargo test --features sqlite --test durable_basic`. Without a
+//! `redis-server` the tests on Redis print a skip note and pass, except under `CI=true`, where
+//! they fail.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -17,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use support::durable::{keys, wait_until, Handled, Log};
 use support::logs::Captured;
 use support::redis_server::RedisServer;
+use support::TestStore;
 use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, Worker};
 use tokio_timewheel::Error;
 
@@ -29,8 +35,8 @@ const SLACK: Duration = Duration::from_millis(1);
 
 /// The tests' settings (`support::durable::builder`) with a tick of 100 ms, which `LATE` is
 /// measured against, 64 slots, a lease of 5 s and a response timeout of a second.
-fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
-    support::durable::builder(&server.url(), name)
+fn builder(url: &str, name: &str) -> DurableBuilder {
+    support::durable::builder(url, name)
         .tick(TICK)
         .slots(64)
         .lease(Duration::from_secs(5))
@@ -51,8 +57,8 @@ fn assert_on_time(seen: &Handled, due: SystemTime, after_call: SystemTime, delay
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedule_fires_once_on_time_and_frees_the_key() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "basic").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "basic").connect().await.expect("connect");
     let log = Log::default();
     let worker = log.worker(&timers);
 
@@ -104,8 +110,8 @@ async fn schedule_fires_once_on_time_and_frees_the_key() {
 /// handlers share it with the test.
 #[tokio::test]
 async fn works_on_a_current_thread_runtime() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "single").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "single").connect().await.expect("connect");
     let log = Log::default();
     let worker = log.worker(&timers);
     for i in 0..3u64 {
@@ -121,8 +127,8 @@ async fn works_on_a_current_thread_runtime() {
 /// caller's iterator across an await.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_calls_with_borrowing_iterators_run_in_spawned_tasks() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "spawned").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "spawned").connect().await.expect("connect");
     let handle = tokio::spawn(async move {
         let keys: Vec<String> = (0..100).map(|i| format!("s{i}")).collect();
         let items =
@@ -140,8 +146,8 @@ async fn batch_calls_with_borrowing_iterators_run_in_spawned_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_freed_by_cancel_ack_and_death() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "keys").max_attempts(1).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "keys").max_attempts(1).connect().await.expect("connect");
     timers.schedule("k", Duration::from_secs(60), Vec::new()).await.unwrap();
     assert_eq!(timers.schedule("k", Duration::from_secs(1), Vec::new()).await, Err(Error::DuplicateKey("k".into())));
     assert!(timers.cancel("k").await.unwrap());
@@ -197,8 +203,8 @@ async fn keys_are_freed_by_cancel_ack_and_death() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_reschedule_contains_len_and_stats() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "moves").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "moves").connect().await.expect("connect");
     assert_eq!(timers.reschedule("missing", Duration::from_secs(1)).await, Err(Error::NotFound));
     assert_eq!(timers.reschedule_at("missing", SystemTime::now()).await, Err(Error::NotFound));
 
@@ -244,9 +250,9 @@ async fn cancel_reschedule_contains_len_and_stats() {
 /// and a new worker never hands it out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_task_is_left_to_its_lease_and_an_expired_one_is_cancelled() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let lease = Duration::from_secs(1);
-    let timers = builder(&server, "running").lease(lease).connect().await.expect("connect");
+    let timers = builder(&store.url(), "running").lease(lease).connect().await.expect("connect");
     let log = Log::default();
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let worker = timers.run({
@@ -303,9 +309,10 @@ async fn a_running_task_is_left_to_its_lease_and_an_expired_one_is_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn far_tier_tasks_are_promoted_and_fire_on_time() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     // 8 slots of 50 ms: one revolution is 400 ms, so most of these start in the far tier.
-    let timers = builder(&server, "far").tick(Duration::from_millis(50)).slots(8).connect().await.expect("connect");
+    let timers =
+        builder(&store.url(), "far").tick(Duration::from_millis(50)).slots(8).connect().await.expect("connect");
     let log = Log::default();
     let probe = support::durable::StallProbe::start();
     let worker = log.worker(&timers);
@@ -350,14 +357,14 @@ async fn connect_warns_about_settings_that_lose_tasks() {
         move || captured.clone()
     });
     let _guard = tracing::subscriber::set_default(subscriber.finish());
-    builder(&server, "unsafe").connect().await.expect("connect");
+    builder(&server.url(), "unsafe").connect().await.expect("connect");
     let text = captured.text();
     assert!(text.contains("maxmemory-policy allkeys-lru"), "{text}");
     assert!(text.contains("appendonly no"), "{text}");
 
     let Some(safe) = RedisServer::start() else { return };
     captured.clear();
-    builder(&safe, "safe").connect().await.expect("connect");
+    builder(&safe.url(), "safe").connect().await.expect("connect");
     let text = captured.text();
     assert!(!text.contains("WARN"), "{text}");
 }
@@ -402,7 +409,7 @@ async fn bad_settings_are_invalid_without_touching_redis() {
 async fn a_cursor_ahead_of_the_clock_fires_nothing_early() {
     let Some(server) = RedisServer::start() else { return };
     let name = "clock-back";
-    let timers = builder(&server, name).connect().await.expect("connect");
+    let timers = builder(&server.url(), name).connect().await.expect("connect");
     let now_tick = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis() / TICK.as_millis();
     server.command(&["SET", &keys(name).cursor(), &(now_tick + 50).to_string()]);
     let log = Log::default();
@@ -423,7 +430,7 @@ async fn claim_records_do_not_pile_up() {
     let Some(server) = RedisServer::start() else { return };
     let name = "claim-records";
     let timers =
-        builder(&server, name).lease(Duration::from_secs(3600)).concurrency(4).connect().await.expect("connect");
+        builder(&server.url(), name).lease(Duration::from_secs(3600)).concurrency(4).connect().await.expect("connect");
     let items: Vec<_> = (0..60).map(|i| (format!("r{i}"), Duration::ZERO, Vec::<u8>::new())).collect();
     assert!(timers.schedule_many(items).await.unwrap().iter().all(Result::is_ok));
     let log = Log::default();
@@ -446,7 +453,7 @@ async fn claim_records_do_not_pile_up() {
 async fn a_long_task_lease_keeps_the_leadership_lease_short() {
     let Some(server) = RedisServer::start() else { return };
     let name = "long-lease";
-    let timers = builder(&server, name).lease(Duration::from_secs(3600)).connect().await.expect("connect");
+    let timers = builder(&server.url(), name).lease(Duration::from_secs(3600)).connect().await.expect("connect");
     let worker = timers.run(|_task: Task| async { Ok::<(), std::io::Error>(()) });
     worker.ready().await;
     assert!(worker.is_leader());
@@ -457,8 +464,8 @@ async fn a_long_task_lease_keeps_the_leadership_lease_short() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_keys_and_payloads_are_invalid() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "input").max_payload(1024).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "input").max_payload(1024).connect().await.expect("connect");
     let err = timers.schedule("", Duration::from_secs(1), Vec::new()).await.unwrap_err();
     assert!(matches!(err, Error::Invalid(_)), "{err:?}");
     let err = timers.schedule("big", Duration::from_secs(1), vec![0u8; 1025]).await.unwrap_err();
@@ -470,22 +477,26 @@ async fn bad_keys_and_payloads_are_invalid() {
     assert_eq!(timers.len().await.unwrap(), 1);
 
     // Another node with other wheel settings is refused.
-    let err = builder(&server, "input").slots(65).connect().await.unwrap_err();
+    let err = builder(&store.url(), "input").slots(65).connect().await.unwrap_err();
     assert!(matches!(err, Error::Invalid(_)), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_that_replicas_did_not_confirm_is_a_retryable_error() {
-    let Some(server) = RedisServer::start() else { return };
-    // The test server has no replicas, so WAIT 1 always falls short.
-    let timers =
-        builder(&server, "replicas").wait_for_replicas(1, Duration::from_millis(50)).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    // The test's store has no replicas (the embedded store never has), so WAIT 1 always falls
+    // short.
+    let timers = builder(&store.url(), "replicas")
+        .wait_for_replicas(1, Duration::from_millis(50))
+        .connect()
+        .await
+        .expect("connect");
     let err = timers.schedule("w", Duration::from_secs(60), Vec::new()).await.unwrap_err();
     assert!(matches!(err, Error::Redis(_)) && err.is_retryable(), "{err:?}");
     // The change is on the primary: a repeat finds the key taken.
     assert_eq!(timers.schedule("w", Duration::from_secs(60), Vec::new()).await, Err(Error::DuplicateKey("w".into())));
     assert!(timers.contains("w").await.unwrap());
-    let too_long = builder(&server, "replicas").wait_for_replicas(1, Duration::from_secs(5)).connect().await;
+    let too_long = builder(&store.url(), "replicas").wait_for_replicas(1, Duration::from_secs(5)).connect().await;
     assert!(matches!(too_long, Err(Error::Invalid(_))), "{too_long:?}");
 }
 
@@ -658,9 +669,9 @@ async fn a_slow_server_fails_connect_within_one_connect_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_back_off_then_dead_letter_and_requeue() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let backoff = Duration::from_millis(150);
-    let timers = builder(&server, "dead").max_attempts(3).backoff(backoff).connect().await.expect("connect");
+    let timers = builder(&store.url(), "dead").max_attempts(3).backoff(backoff).connect().await.expect("connect");
     let log = Log::default();
     let healed = Arc::new(AtomicUsize::new(0));
     let worker = timers.run({
@@ -733,9 +744,10 @@ async fn failures_back_off_then_dead_letter_and_requeue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cursor_down_for_more_than_a_revolution_catches_up() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     // 8 slots of 50 ms: a revolution is 400 ms; nobody ticks for about 2.5 s.
-    let timers = builder(&server, "outage").tick(Duration::from_millis(50)).slots(8).connect().await.expect("connect");
+    let timers =
+        builder(&store.url(), "outage").tick(Duration::from_millis(50)).slots(8).connect().await.expect("connect");
     let mut dues = HashMap::new();
     let start = SystemTime::now();
     let mut items = Vec::new();

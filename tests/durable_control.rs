@@ -1,10 +1,14 @@
-//! Controlling a running durable wheel, against a real `redis-server` started for each test (see
-//! `support/redis_server.rs`): what `get` and `due_next` say of a task overdue while no leader
-//! ticks; pausing and resuming the workers' claims; a handler's cancellation token, cancelled by
-//! `cancel_running`, a lost lease, `shutdown_timeout`'s bound and the handler timeout.
+//! Controlling a running durable wheel, on the store the run selects (`support/store.rs`: a
+//! real `redis-server` started for each test, or a SQLite file of the embedded store): what
+//! `get` and `due_next` say of a task overdue while no leader ticks; pausing and resuming the
+//! workers' claims; a handler's cancellation token, cancelled by `cancel_running`,
+//! `shutdown_timeout`'s bound and the handler timeout. On Redis only: a lost lease (made by
+//! writing the lease's key), the controls on a cluster, and the checks that read the wheel's
+//! keys in Redis (claims and cancel requests left behind).
 //!
-//! Run with `cargo test --features redis --test durable_control`. Without a `redis-server` the
-//! tests print a skip note and pass, except under `CI=true`, where they fail.
+//! Run with `cargo test --features redis --test durable_control` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature. Without a `redis-server` the tests on
+//! Redis print a skip note and pass, except under `CI=true`, where they fail.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -15,6 +19,7 @@ use futures::future::BoxFuture;
 use support::durable::{builder, keys, stats_until, wait_until, Log, LEASE, SLOTS, TICK};
 use support::redis_server::RedisServer;
 use support::topology::Cluster;
+use support::TestStore;
 use tokio::sync::mpsc;
 use tokio_timewheel::durable::{DurableScheduler, ListCursor, Task, TaskInfo, TaskState, WheelKeys};
 
@@ -22,8 +27,8 @@ use tokio_timewheel::durable::{DurableScheduler, ListCursor, Task, TaskInfo, Tas
 /// `get` and `due_next` say how long it is overdue; a task not yet due is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_due_while_no_leader_ticks_reads_as_overdue() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "overdue").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "overdue").connect().await.expect("connect");
     timers.schedule("late", Duration::from_millis(50), "x").await.unwrap();
     timers.schedule("later", Duration::from_secs(3600), "y").await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -51,10 +56,10 @@ const LOAD_MARGIN: Duration = Duration::from_millis(200);
 /// claims them within a tick (plus a margin for load).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_holds_across_a_restart_of_every_node_and_resume_hands_out_within_a_tick() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let log = Log::default();
     {
-        let timers = builder(&server.url(), "pause").partitions(2).connect().await.expect("connect");
+        let timers = builder(&store.url(), "pause").partitions(2).connect().await.expect("connect");
         let worker = log.worker(&timers);
         worker.ready().await;
         timers.pause().await.unwrap();
@@ -66,7 +71,7 @@ async fn a_pause_holds_across_a_restart_of_every_node_and_resume_hands_out_withi
         worker.shutdown().await;
     }
     // Every node again: a new connection and a new worker, which leads now.
-    let timers = builder(&server.url(), "pause").partitions(2).connect().await.expect("connect");
+    let timers = builder(&store.url(), "pause").partitions(2).connect().await.expect("connect");
     let worker = log.worker(&timers);
     worker.ready().await;
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -85,10 +90,12 @@ async fn a_pause_holds_across_a_restart_of_every_node_and_resume_hands_out_withi
     eprintln!("resume to the last of 20 handled: {took:?}");
     assert!(took < TICK + LOAD_MARGIN, "{took:?}");
     assert!(!timers.is_paused().await.unwrap() && !timers.stats().await.unwrap().paused);
-    // Acknowledged, their claims are forgotten.
-    let parts = [WheelKeys::for_partition("pause", 0, 2), WheelKeys::for_partition("pause", 1, 2)];
-    let forgotten = || parts.iter().all(|k| server.command(&["ZCARD", &k.claimed()]).as_int() == Some(0));
-    assert!(wait_until(Duration::from_secs(5), forgotten).await, "claims left after the acknowledgements");
+    // Acknowledged, their claims are forgotten (on Redis, whose keys the test reads).
+    if let Some(server) = store.redis() {
+        let parts = [WheelKeys::for_partition("pause", 0, 2), WheelKeys::for_partition("pause", 1, 2)];
+        let forgotten = || parts.iter().all(|k| server.command(&["ZCARD", &k.claimed()]).as_int() == Some(0));
+        assert!(wait_until(Duration::from_secs(5), forgotten).await, "claims left after the acknowledgements");
+    }
     worker.shutdown().await;
 }
 
@@ -152,9 +159,9 @@ async fn gone(timers: &DurableScheduler, key: &str) -> bool {
 /// acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_running_stops_the_handler_at_once_and_the_task_ends_as_cancelled() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "cancel-running").connect().await.expect("connect");
-    let other = builder(&server.url(), "cancel-running").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "cancel-running").connect().await.expect("connect");
+    let other = builder(&store.url(), "cancel-running").connect().await.expect("connect");
     let (tx, mut events) = mpsc::unbounded_channel();
     let worker = timers.run(awaits_its_token(tx));
     worker.ready().await;
@@ -181,11 +188,13 @@ async fn cancel_running_stops_the_handler_at_once_and_the_task_ends_as_cancelled
     assert_eq!((stats.cancelled, stats.acked, stats.retried, stats.dead, stats.pending), (2, 0, 0, 0, 0), "{stats:?}");
     assert!(timers.dead_letters(10).await.unwrap().is_empty());
     assert!(!other.cancel_running("ok-1").await.unwrap(), "no longer running");
-    let no_requests_left = server.command(&["HLEN", &keys("cancel-running").cancelling()]).as_int();
-    assert_eq!(no_requests_left, Some(0));
-    let k = keys("cancel-running");
-    let claims_left = server.command(&["ZCARD", &k.claimed()]).as_int();
-    assert_eq!(claims_left, Some(0), "the ended tasks' claims are forgotten");
+    if let Some(server) = store.redis() {
+        let no_requests_left = server.command(&["HLEN", &keys("cancel-running").cancelling()]).as_int();
+        assert_eq!(no_requests_left, Some(0));
+        let k = keys("cancel-running");
+        let claims_left = server.command(&["ZCARD", &k.claimed()]).as_int();
+        assert_eq!(claims_left, Some(0), "the ended tasks' claims are forgotten");
+    }
     worker.shutdown().await;
 }
 
@@ -193,8 +202,8 @@ async fn cancel_running_stops_the_handler_at_once_and_the_task_ends_as_cancelled
 /// changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_running_of_a_task_not_running_answers_false_and_changes_nothing() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "not-running").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "not-running").connect().await.expect("connect");
     timers.schedule("waiting", Duration::from_secs(3600), "x").await.unwrap();
     // Ready: due, ticked, but paused, so no worker claims it.
     timers.pause().await.unwrap();
@@ -218,7 +227,9 @@ async fn cancel_running_of_a_task_not_running_answers_false_and_changes_nothing(
     assert_eq!(timers.get("waiting").await.unwrap().unwrap().state(), TaskState::Waiting);
     assert_eq!(timers.get("ready").await.unwrap().unwrap().state(), TaskState::Ready);
     assert_eq!(figures().await, before);
-    assert_eq!(server.command(&["EXISTS", &keys("not-running").cancelling()]).as_int(), Some(0));
+    if let Some(server) = store.redis() {
+        assert_eq!(server.command(&["EXISTS", &keys("not-running").cancelling()]).as_int(), Some(0));
+    }
     worker.shutdown().await;
 }
 
@@ -255,8 +266,8 @@ async fn a_lost_lease_cancels_the_handlers_token() {
 /// most a second, before), so a handler that awaits its token ends within the bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_timeout_cancels_the_tokens_before_its_bound() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "wind-down").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "wind-down").connect().await.expect("connect");
     let (tx, mut events) = mpsc::unbounded_channel();
     let worker = timers.run(awaits_its_token(tx));
     worker.ready().await;
@@ -278,9 +289,9 @@ async fn shutdown_timeout_cancels_the_tokens_before_its_bound() {
 /// The handler timeout cancels the token a tenth of it (at most a second) before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_timeout_cancels_the_token_before_it() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let timeout = Duration::from_millis(600);
-    let timers = builder(&server.url(), "timeout-grace").handler_timeout(timeout).connect().await.expect("connect");
+    let timers = builder(&store.url(), "timeout-grace").handler_timeout(timeout).connect().await.expect("connect");
     let (tx, mut events) = mpsc::unbounded_channel();
     let worker = timers.run(awaits_its_token(tx));
     worker.ready().await;
@@ -319,9 +330,9 @@ async fn list_all(timers: &DurableScheduler, state: TaskState, limit: usize) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_pages_every_task_of_each_state_once() {
     const N: usize = 1000;
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let timers =
-        builder(&server.url(), "list").partitions(2).max_attempts(1).concurrency(N).connect().await.expect("connect");
+        builder(&store.url(), "list").partitions(2).max_attempts(1).concurrency(N).connect().await.expect("connect");
     let (tx, _events) = mpsc::unbounded_channel();
     // Keys that start with "dead" fail at once (and, with one attempt, die); the others run until
     // cancelled.
@@ -393,8 +404,8 @@ async fn worker_node(timers: &DurableScheduler) -> String {
 /// runs out the task ends as cancelled, rather than being handed out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_task_whose_worker_goes_away_ends_as_cancelled() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "cancel-gone").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "cancel-gone").connect().await.expect("connect");
     let log = Log::default();
     let handler = {
         let log = log.clone();

@@ -8,10 +8,13 @@
 //! `every(20 s)` upserted again 12 s later keeps its first due time, and a changed payload
 //! replaces it.
 //!
-//! The nodes are this test binary itself, run again with `TIMEWHEEL_NODE_URL` set (see
-//! tests/support/node.rs). Each records every delivery in a Redis list, which the parent reads.
+//! On the store the run selects (`support/store.rs`: a real `redis-server`, or a SQLite file of
+//! the embedded store that the node processes share). The nodes are this test binary itself, run
+//! again with `TIMEWHEEL_NODE_URL` set (see tests/support/node.rs). Each records every delivery in
+//! a log file, which the parent reads.
 //!
-//! Run with `cargo test --features redis,cron --test durable_deploy`.
+//! Run with `cargo test --features redis,cron --test durable_deploy` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature.
 #![cfg(all(feature = "redis", feature = "cron"))]
 
 mod support;
@@ -19,8 +22,8 @@ mod support;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::durable::builder;
-use support::node::{self, Delivery, NodeProcess};
-use support::redis_server::RedisServer;
+use support::node::{self, Delivery, NodeFiles, NodeProcess};
+use support::TestStore;
 use tokio_timewheel::durable::{Outcome, Recurrence, Task, TaskState};
 
 const NAME: &str = "deploy";
@@ -29,10 +32,9 @@ const REPORT: &str = "report:every2s";
 /// A fixed-rate series, whose phase must survive the restart.
 const SYNC: &str = "sync:every3s";
 const SYNC_PERIOD_MS: u128 = 3000;
-/// The list every node records its deliveries in (`node::record_delivery`).
-const HANDLED: &str = "test:handled";
-const STOP: &str = "test:stop";
 const ENV_URL: &str = "TIMEWHEEL_NODE_URL";
+/// The directory of the nodes' log and stop files (`node::NodeFiles`).
+const ENV_DIR: &str = "TIMEWHEEL_NODE_DIR";
 const ENV_ID: &str = "TIMEWHEEL_NODE_ID";
 /// How long the report's handler runs, in ms.
 const ENV_REPORT_MS: &str = "TIMEWHEEL_NODE_REPORT_MS";
@@ -56,40 +58,39 @@ async fn apply_schedules(timers: &tokio_timewheel::durable::DurableScheduler, re
 /// The body of a node process: does nothing unless started by the test below.
 #[test]
 fn node_process() {
-    let (Some(url), Some(id)) = (node::setting(ENV_URL), node::setting(ENV_ID)) else { return };
+    let settings = (node::setting(ENV_URL), node::setting(ENV_ID), node::setting(ENV_DIR));
+    let (Some(url), Some(id), Some(dir)) = settings else { return };
+    let dir = std::path::PathBuf::from(dir);
     let report_ms = node::setting(ENV_REPORT_MS).and_then(|ms| ms.parse().ok()).unwrap_or(0);
     let report_payload = node::setting(ENV_REPORT_PAYLOAD).unwrap_or_default();
     node::runtime().block_on(async move {
         let timers = builder(&url, NAME).lease(LEASE).connect().await.expect("node: connect");
         apply_schedules(&timers, &report_payload).await;
-        let client = redis::Client::open(url.as_str()).expect("node: redis url");
-        let conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
+        let log = dir.clone();
         let worker = timers.run(move |task: Task| {
-            let mut conn = conn.clone();
-            let id = id.clone();
+            let recorded = node::record_delivery_in(&log, &id, &task);
             async move {
-                node::record_delivery(&mut conn, HANDLED, &id, &task).await.map_err(|e| e.to_string())?;
+                recorded.map_err(|e| e.to_string())?;
                 if task.key() == REPORT {
                     tokio::time::sleep(Duration::from_millis(report_ms)).await;
                 }
                 Ok::<(), String>(())
             }
         });
-        let mut conn = client.get_multiplexed_async_connection().await.expect("node: connect");
-        node::until_told_to_stop(&mut conn, STOP, Duration::from_millis(100), NODE_LIFETIME).await;
+        node::until_stop_file(&dir, Duration::from_millis(100), NODE_LIFETIME).await;
         worker.shutdown().await;
     });
 }
 
-fn handled(server: &RedisServer) -> Vec<Delivery> {
-    node::deliveries(server, HANDLED)
+fn handled(files: &NodeFiles) -> Vec<Delivery> {
+    files.deliveries()
 }
 
 /// Polls the delivery log until `found` finds something in it, for up to `timeout`.
-fn wait_for<T>(server: &RedisServer, timeout: Duration, found: impl Fn(&[Delivery]) -> Option<T>) -> Option<T> {
+fn wait_for<T>(files: &NodeFiles, timeout: Duration, found: impl Fn(&[Delivery]) -> Option<T>) -> Option<T> {
     let started = Instant::now();
     while started.elapsed() < timeout {
-        if let Some(t) = found(&handled(server)) {
+        if let Some(t) = found(&handled(files)) {
             return Some(t);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -97,9 +98,10 @@ fn wait_for<T>(server: &RedisServer, timeout: Duration, found: impl Fn(&[Deliver
     None
 }
 
-fn spawn(url: &str, id: usize, report_ms: u64, report_payload: &str) -> NodeProcess {
+fn spawn(url: &str, files: &NodeFiles, id: usize, report_ms: u64, report_payload: &str) -> NodeProcess {
     NodeProcess::spawn([
         (ENV_URL, url.to_owned()),
+        (ENV_DIR, files.dir().display().to_string()),
         (ENV_ID, id.to_string()),
         (ENV_REPORT_MS, report_ms.to_string()),
         (ENV_REPORT_PAYLOAD, report_payload.to_owned()),
@@ -134,35 +136,36 @@ fn a_changed_series_takes_over_only_after_the_killed_run() {
 /// 2 (payload `after`) starts at once and upserts while the killed run's lease lives. Checks what
 /// both deploys share and returns the delivery log.
 fn kill_mid_run_then_deploy(before: &str, after: &str) -> Vec<Delivery> {
-    let Some(server) = RedisServer::start() else { return Vec::new() };
-    let url = server.url();
+    let Some(store) = TestStore::start() else { return Vec::new() };
+    let url = store.url();
+    let files = NodeFiles::new();
 
     // Node 1's report handler runs for 10 s: it is killed in the middle of a run.
-    let mut first = spawn(&url, 1, 10_000, before);
+    let mut first = spawn(&url, &files, 1, 10_000, before);
     let killed =
-        wait_for(&server, Duration::from_secs(20), |log| log.iter().find(|h| h.key == REPORT && h.node == 1).cloned())
+        wait_for(&files, Duration::from_secs(20), |log| log.iter().find(|h| h.key == REPORT && h.node == 1).cloned())
             .expect("node 1 never started a run of the report");
     std::thread::sleep(Duration::from_millis(500));
-    let sync_before: Vec<u128> = handled(&server).iter().filter(|h| h.key == SYNC).map(|h| h.due_ms).collect();
+    let sync_before: Vec<u128> = handled(&files).iter().filter(|h| h.key == SYNC).map(|h| h.due_ms).collect();
     first.kill();
     let killed_at = Instant::now();
 
     // Started again at once: its upsert lands while the killed run's lease still lives.
-    let mut second = spawn(&url, 2, 50, after);
-    let again = wait_for(&server, LEASE * 5, |log| {
+    let mut second = spawn(&url, &files, 2, 50, after);
+    let again = wait_for(&files, LEASE * 5, |log| {
         log.iter().find(|h| h.key == REPORT && h.due_ms == killed.due_ms && h.node == 2).cloned()
     })
     .expect("the killed run was never delivered again");
     let back_after = killed_at.elapsed();
     // Two more runs of the report after it, and two of the sync after the restart.
-    let later = wait_for(&server, Duration::from_secs(20), |log| {
+    let later = wait_for(&files, Duration::from_secs(20), |log| {
         let reports = log.iter().filter(|h| h.key == REPORT && h.due_ms > killed.due_ms).count();
         let syncs = log.iter().filter(|h| h.key == SYNC && h.node == 2).count();
         (reports >= 2 && syncs >= 2).then_some(())
     });
-    server.command(&["SET", STOP, "1"]);
+    files.stop();
     let stopped = second.join(Duration::from_secs(10)).is_some();
-    let log = handled(&server);
+    let log = handled(&files);
     assert!(later.is_some(), "the series did not go on after the restart: {log:#?}");
     assert!(stopped, "node 2 did not stop when told");
 
@@ -204,8 +207,8 @@ fn kill_mid_run_then_deploy(before: &str, after: &str) -> Vec<Delivery> {
 /// does not push it back); another payload replaces it, due 20 s after that call.
 #[tokio::test]
 async fn the_same_series_upserted_again_keeps_its_due_time() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "phase").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "phase").connect().await.expect("connect");
     let every = || Recurrence::every(Duration::from_secs(20));
     assert!(timers.upsert_recurring("sync:crm", every(), "crm").await.unwrap(), "made");
     let first = timers.deadline("sync:crm").await.unwrap().expect("due");

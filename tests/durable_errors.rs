@@ -4,7 +4,9 @@
 //! has no run, with times in RFC 3339; a clear refusal to run on Tokio's paused clock; and a
 //! `Task` built by hand for a handler's unit test.
 //!
-//! Run with `cargo test --features redis,cron --test durable_errors`.
+//! On the store the run selects (`support/store.rs`: a real `redis-server`, or a SQLite file of
+//! the embedded store). Run with `cargo test --features redis,cron --test durable_errors` (on
+//! Redis), or with `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -12,7 +14,7 @@ mod support;
 use std::time::{Duration, SystemTime};
 
 use support::durable::builder;
-use support::redis_server::RedisServer;
+use support::TestStore;
 use tokio_timewheel::durable::{Recurrence, Task};
 use tokio_timewheel::{Error, MAX_KEY_LEN};
 
@@ -27,8 +29,8 @@ fn invalid<T: std::fmt::Debug>(got: Result<T, Error>) -> String {
 /// with `Error::Invalid`, before anything reaches Redis; a key of `MAX_KEY_LEN` bytes is taken.
 #[tokio::test]
 async fn every_call_refuses_an_empty_or_overlong_key_alike() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "keys").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "keys").connect().await.expect("connect");
     let long = "k".repeat(MAX_KEY_LEN + 1);
     let sec = Duration::from_secs(1);
     let later = SystemTime::now() + Duration::from_secs(60);
@@ -68,8 +70,8 @@ async fn every_call_refuses_an_empty_or_overlong_key_alike() {
 /// of its reasons.
 #[tokio::test]
 async fn errors_name_the_key_and_say_task() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "words").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "words").connect().await.expect("connect");
     timers.schedule("order-42:review", Duration::from_secs(60), "p").await.unwrap();
     let duplicate = timers.schedule("order-42:review", Duration::from_secs(60), "p").await.unwrap_err();
     assert_eq!(duplicate, Error::DuplicateKey("order-42:review".into()));
@@ -85,8 +87,8 @@ async fn errors_name_the_key_and_say_task() {
 #[cfg(feature = "cron")]
 #[tokio::test]
 async fn a_cron_that_never_matches_says_so() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "never").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "never").connect().await.expect("connect");
     let never = Recurrence::cron("0 3 30 2 *").unwrap();
     let why = invalid(timers.schedule_recurring("report:feb30", never.clone(), "p").await);
     assert!(why.contains("matches no time that exists") && !why.contains("end"), "{why}");

@@ -1,10 +1,12 @@
-//! The history of finished runs, against a real `redis-server` started for each test (see
-//! `support/redis_server.rs`): `list(TaskState::Finished, ..)` pages every run once, newest
-//! first; the runs' outcomes, attempts and handler times; the bounds by count and by age; no
-//! history when it is turned off.
+//! The history of finished runs, on the store the run selects (`support/store.rs`: a real
+//! `redis-server` started for each test, or a SQLite file of the embedded store):
+//! `list(TaskState::Finished, ..)` pages every run once, newest first; the runs' outcomes,
+//! attempts and handler times; the bounds by count and by age; no history when it is turned off
+//! (on Redis, its key is checked too).
 //!
-//! Run with `cargo test --features redis --test durable_history`. Without a `redis-server` the
-//! tests print a skip note and pass, except under `CI=true`, where they fail.
+//! Run with `cargo test --features redis --test durable_history` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature. Without a `redis-server` the tests on
+//! Redis print a skip note and pass, except under `CI=true`, where they fail.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -13,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use support::durable::{builder, keys, stats_until};
-use support::redis_server::RedisServer;
+use support::TestStore;
 use tokio_timewheel::durable::{
     DurableScheduler, ListCursor, Outcome, Task, TaskInfo, TaskState, MAX_HISTORY_AGE, MAX_HISTORY_LIMIT,
 };
@@ -73,8 +75,8 @@ async fn schedule_now(timers: &DurableScheduler, keys: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_finished_pages_every_run_once_newest_first() {
     const N: usize = 1000;
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "history").partitions(2).concurrency(64).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "history").partitions(2).concurrency(64).connect().await.expect("connect");
     let worker = timers.run(handler());
     worker.ready().await;
     let scheduled = SystemTime::now();
@@ -113,8 +115,8 @@ async fn list_finished_pages_every_run_once_newest_first() {
 /// (`cancel_running`); a retried delivery is not a finished run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_dead_and_cancelled_runs_are_recorded() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "outcomes").max_attempts(2).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "outcomes").max_attempts(2).connect().await.expect("connect");
     let worker = timers.run(handler());
     worker.ready().await;
     schedule_now(&timers, &["slow-1".to_string(), "dead-1".to_string(), "wait-1".to_string()]).await;
@@ -152,8 +154,8 @@ async fn acknowledged_dead_and_cancelled_runs_are_recorded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_is_trimmed_by_count() {
     const N: usize = 1000;
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "by-count").history_limit(150).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "by-count").history_limit(150).connect().await.expect("connect");
     let worker = timers.run(handler());
     worker.ready().await;
     for chunk in keys_of("run", N).chunks(100) {
@@ -165,8 +167,10 @@ async fn the_history_is_trimmed_by_count() {
     stats_until(&timers, "last", |s| s.acked == N as u64 + 1).await;
     worker.shutdown().await;
 
-    let kept = server.command(&["LLEN", &keys("by-count").history()]).as_int().unwrap();
-    assert_eq!(kept, 150);
+    if let Some(server) = store.redis() {
+        let kept = server.command(&["LLEN", &keys("by-count").history()]).as_int().unwrap();
+        assert_eq!(kept, 150);
+    }
     let (runs, _) = list_all(&timers, 100).await;
     assert_eq!(runs.len(), 150);
     assert_eq!(runs[0].key(), "last");
@@ -180,8 +184,8 @@ async fn the_history_is_trimmed_by_count() {
 /// more than the age later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_is_trimmed_by_age() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "by-age").history_age(Duration::from_secs(1)).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "by-age").history_age(Duration::from_secs(1)).connect().await.expect("connect");
     let worker = timers.run(handler());
     worker.ready().await;
     schedule_now(&timers, &keys_of("old", 250)).await;
@@ -200,10 +204,10 @@ async fn the_history_is_trimmed_by_age() {
 /// beyond the largest are refused when connecting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_history_stores_nothing_and_bad_bounds_are_refused() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     for (name, timers) in [
-        ("off", builder(&server.url(), "off").history_limit(0)),
-        ("no-age", builder(&server.url(), "no-age").history_age(Duration::ZERO)),
+        ("off", builder(&store.url(), "off").history_limit(0)),
+        ("no-age", builder(&store.url(), "no-age").history_age(Duration::ZERO)),
     ] {
         let timers = timers.max_attempts(1).connect().await.expect("connect");
         let worker = timers.run(handler());
@@ -211,12 +215,14 @@ async fn no_history_stores_nothing_and_bad_bounds_are_refused() {
         schedule_now(&timers, &["ok".to_string(), "dead".to_string()]).await;
         stats_until(&timers, "both ended", |s| s.acked == 1 && s.dead == 1).await;
         worker.shutdown().await;
-        assert_eq!(server.command(&["EXISTS", &keys(name).history()]).as_int(), Some(0), "{name}");
+        if let Some(server) = store.redis() {
+            assert_eq!(server.command(&["EXISTS", &keys(name).history()]).as_int(), Some(0), "{name}");
+        }
         let page = timers.list(TaskState::Finished, None, 10).await.unwrap();
         assert!(page.tasks().is_empty() && page.next().is_none(), "{name}");
     }
-    let too_many = builder(&server.url(), "bad").history_limit(MAX_HISTORY_LIMIT + 1).connect().await;
+    let too_many = builder(&store.url(), "bad").history_limit(MAX_HISTORY_LIMIT + 1).connect().await;
     assert!(matches!(too_many, Err(Error::Invalid(_))), "{too_many:?}");
-    let too_old = builder(&server.url(), "bad").history_age(MAX_HISTORY_AGE + Duration::from_secs(1)).connect().await;
+    let too_old = builder(&store.url(), "bad").history_age(MAX_HISTORY_AGE + Duration::from_secs(1)).connect().await;
     assert!(matches!(too_old, Err(Error::Invalid(_))), "{too_old:?}");
 }

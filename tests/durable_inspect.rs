@@ -1,9 +1,14 @@
-//! Looking at a durable wheel and keeping it tidy, against a real `redis-server`: `get` and
-//! `deadline` through every state a task goes through, deleting dead letters, and
-//! `schedule_or_reset` raced by two nodes.
+//! Looking at a durable wheel and keeping it tidy, on the store the run selects
+//! (`support/store.rs`: a real `redis-server` started for each test, or a SQLite file of the
+//! embedded store): `get` and `deadline` through every state a task goes through, deleting dead
+//! letters, `schedule_or_reset` raced by two nodes, paging, workers and leaders, the wheel-wide
+//! figures. The checks that write or read the wheel's keys in Redis themselves (a minute of
+//! figures long gone, a record of a later version, nothing written for a wheel never opened) run
+//! on Redis only.
 //!
-//! Run with `cargo test --features redis --test durable_inspect`. Without a `redis-server` the
-//! tests print a skip note and pass, except under `CI=true`, where they fail.
+//! Run with `cargo test --features redis --test durable_inspect` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature. Without a `redis-server` the tests on
+//! Redis print a skip note and pass, except under `CI=true`, where they fail.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -12,15 +17,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use support::durable::wait_until;
-use support::redis_server::RedisServer;
+use support::TestStore;
 use tokio::sync::Notify;
 use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task, TaskState};
 use tokio_timewheel::Error;
 
 /// The tests' settings (`support::durable::builder`) with a lease of 10 s, one attempt (a
 /// failure is a dead letter at once) and a response timeout of a second.
-fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
-    support::durable::builder(&server.url(), name)
+fn builder(url: &str, name: &str) -> DurableBuilder {
+    support::durable::builder(url, name)
         .lease(Duration::from_secs(10))
         .max_attempts(1)
         .response_timeout(Duration::from_secs(1))
@@ -31,8 +36,8 @@ fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
 /// deliveries so far and the last error; `deadline` answers the pending task's due time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_and_deadline_follow_a_task_through_its_states() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "inspect").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "inspect").connect().await.expect("connect");
     assert_eq!(timers.get("nothing").await.unwrap(), None);
     assert_eq!(timers.deadline("nothing").await.unwrap(), None);
 
@@ -112,9 +117,9 @@ fn state_of(timers: &DurableScheduler, key: &str) -> Option<TaskState> {
 /// scheduled it, due at the later call's time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedule_or_reset_raced_by_two_nodes_schedules_once() {
-    let Some(server) = RedisServer::start() else { return };
-    let a = builder(&server, "upsert").connect().await.expect("connect a");
-    let b = builder(&server, "upsert").connect().await.expect("connect b");
+    let Some(store) = TestStore::start() else { return };
+    let a = builder(&store.url(), "upsert").connect().await.expect("connect a");
+    let b = builder(&store.url(), "upsert").connect().await.expect("connect b");
     const KEYS: usize = 200;
     let race = |timers: DurableScheduler, who: &'static str| {
         tokio::spawn(async move {
@@ -150,9 +155,9 @@ async fn schedule_or_reset_raced_by_two_nodes_schedules_once() {
 /// due time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn due_next_pages_through_every_pending_task_in_due_order() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     // A ring of 64 x 50 ms = 3.2 s: the tasks due in minutes wait in the far tier.
-    let timers = builder(&server, "listing").slots(64).partitions(3).connect().await.expect("connect");
+    let timers = builder(&store.url(), "listing").slots(64).partitions(3).connect().await.expect("connect");
     let past = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     let mut want = Vec::new();
     for i in 0..40u64 {
@@ -202,8 +207,8 @@ async fn due_next_pages_through_every_pending_task_in_due_order() {
 /// Dead letters page past the first ones, and are trimmed by count and by age.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_page_and_their_retention_trims_them() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "dead").dead_letter_limit(8).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "dead").dead_letter_limit(8).connect().await.expect("connect");
     let worker = timers.run(|task: Task| async move { Err::<(), _>(std::io::Error::other(task.key().to_string())) });
     for i in 0..12 {
         timers.schedule(format!("d{i:02}"), Duration::from_millis(10 * i), "x").await.unwrap();
@@ -227,7 +232,7 @@ async fn dead_letters_page_and_their_retention_trims_them() {
     worker.shutdown().await;
 
     // By age: a node whose retention is 200 ms clears them once it leads.
-    let short = builder(&server, "dead").dead_letter_max_age(Duration::from_millis(200)).connect().await.unwrap();
+    let short = builder(&store.url(), "dead").dead_letter_max_age(Duration::from_millis(200)).connect().await.unwrap();
     let worker = short.run(|_: Task| async { Ok::<(), std::io::Error>(()) });
     assert!(wait_until(Duration::from_secs(5), || stats(&short).dead == 0).await, "kept {}", stats(&short).dead);
     worker.shutdown().await;
@@ -241,9 +246,9 @@ fn stats(timers: &DurableScheduler) -> tokio_timewheel::durable::DurableStats {
 /// shuts down is taken out of the list at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_and_leaders_are_listed() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "nodes").connect().await.expect("connect");
-    let other = builder(&server, "nodes").connect().await.expect("connect another node");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "nodes").connect().await.expect("connect");
+    let other = builder(&store.url(), "nodes").connect().await.expect("connect another node");
     assert!(timers.workers().await.unwrap().is_empty());
     assert_eq!(timers.leaders().await.unwrap(), [None]);
     let first = timers.run(|_: Task| async { Ok::<(), std::io::Error>(()) });
@@ -269,8 +274,8 @@ fn listed(timers: &DurableScheduler) -> Vec<String> {
 /// the builder says, and refuses (creating nothing) a name that no node has opened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_existing_takes_the_recorded_settings_and_creates_no_wheel() {
-    let Some(server) = RedisServer::start() else { return };
-    let url = server.url();
+    let Some(store) = TestStore::start() else { return };
+    let url = store.url();
     let first = DurableScheduler::builder(&url, "recorded")
         .tick(Duration::from_millis(40))
         .slots(120)
@@ -293,8 +298,10 @@ async fn only_existing_takes_the_recorded_settings_and_creates_no_wheel() {
             other => panic!("a wheel no node opened must be refused, got {other:?}"),
         }
     }
-    let keys = server.command(&["KEYS", "*never-opened*"]);
-    assert!(keys.as_array().is_empty(), "nothing was written for it: {keys:?}");
+    if let Some(server) = store.redis() {
+        let keys = server.command(&["KEYS", "*never-opened*"]);
+        assert!(keys.as_array().is_empty(), "nothing was written for it: {keys:?}");
+    }
 }
 
 /// The figures a minute live in Redis: a handle with no worker (an admin process's) reads what
@@ -302,11 +309,13 @@ async fn only_existing_takes_the_recorded_settings_and_creates_no_wheel() {
 /// dropped by the first count of a minute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_handle_reads_the_wheel_wide_figures_the_workers_wrote() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "figures").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "figures").connect().await.expect("connect");
     let keys = tokio_timewheel::durable::WheelKeys::new("figures");
-    // A minute long gone, which the first count of this minute must drop.
-    server.command(&["HSET", &keys.figures(), "1000:a", "7", "1000:l3", "2"]);
+    // A minute long gone, which the first count of this minute must drop (written in Redis).
+    if let Some(server) = store.redis() {
+        server.command(&["HSET", &keys.figures(), "1000:a", "7", "1000:l3", "2"]);
+    }
 
     let good: Vec<_> = (0..40).map(|i| (format!("good-{i}"), Duration::ZERO, Vec::new())).collect();
     timers.schedule_many(good).await.unwrap().into_iter().for_each(|r| r.expect("scheduled"));
@@ -331,7 +340,7 @@ async fn any_handle_reads_the_wheel_wide_figures_the_workers_wrote() {
     }
     worker.shutdown().await;
 
-    let admin = DurableScheduler::builder(server.url(), "figures").only_existing().connect().await.expect("admin");
+    let admin = DurableScheduler::builder(store.url(), "figures").only_existing().connect().await.expect("admin");
     let figures = admin.figures(5).await.expect("figures");
     assert_eq!(figures.minutes().len(), 5);
     let sum = |f: fn(&tokio_timewheel::durable::MinuteCounts) -> u64| figures.minutes().iter().map(f).sum::<u64>();
@@ -343,8 +352,10 @@ async fn any_handle_reads_the_wheel_wide_figures_the_workers_wrote() {
     assert!(starts.windows(2).all(|w| w[1].duration_since(w[0]).unwrap() == Duration::from_secs(60)));
     assert_eq!(admin.figures(5).await.unwrap(), timers.figures(5).await.unwrap(), "every handle reads the same");
 
-    let old = server.command(&["HEXISTS", &keys.figures(), "1000:a"]);
-    assert_eq!(old.as_int(), Some(0), "the long-gone minute was dropped");
+    if let Some(server) = store.redis() {
+        let old = server.command(&["HEXISTS", &keys.figures(), "1000:a"]);
+        assert_eq!(old.as_int(), Some(0), "the long-gone minute was dropped");
+    }
     assert!(matches!(admin.figures(0).await, Err(Error::Invalid(_))));
     assert!(matches!(admin.figures(121).await, Err(Error::Invalid(_))));
 }
@@ -357,8 +368,8 @@ async fn any_handle_reads_the_wheel_wide_figures_the_workers_wrote() {
 async fn get_tells_a_series_and_its_recurrence() {
     use tokio_timewheel::{MissedRuns, Recurrence};
 
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "series").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "series").connect().await.expect("connect");
     let before = SystemTime::now();
 
     // A one-shot task: no series.
@@ -413,15 +424,18 @@ async fn get_tells_a_series_and_its_recurrence() {
         assert_eq!(nightly.next_after(before), Some(task.due()), "the next 03:00 in Berlin");
     }
 
-    // A series whose spec this build cannot read (a later version's, say) still reads.
-    let keys = tokio_timewheel::durable::WheelKeys::new("series");
-    let spec = "0 moon 7";
-    let record = format!("{}:0:0:0:-1:2:c{}:{spec}0:payload", 4_000_000_000_000u64, spec.len());
-    server.command(&["HSET", &keys.tasks(), "odd", &record]);
-    let odd = timers.get("odd").await.unwrap().expect("it reads");
-    assert!(odd.is_recurring());
-    assert_eq!((odd.recurrence(), odd.unreadable_recurrence(), odd.payload()), (None, Some(spec), &b"payload"[..]));
-    server.command(&["HDEL", &keys.tasks(), "odd"]);
+    // A series whose spec this build cannot read (a later version's, say) still reads (its
+    // record written in Redis).
+    if let Some(server) = store.redis() {
+        let keys = tokio_timewheel::durable::WheelKeys::new("series");
+        let spec = "0 moon 7";
+        let record = format!("{}:0:0:0:-1:2:c{}:{spec}0:payload", 4_000_000_000_000u64, spec.len());
+        server.command(&["HSET", &keys.tasks(), "odd", &record]);
+        let odd = timers.get("odd").await.unwrap().expect("it reads");
+        assert!(odd.is_recurring());
+        assert_eq!((odd.recurrence(), odd.unreadable_recurrence(), odd.payload()), (None, Some(spec), &b"payload"[..]));
+        server.command(&["HDEL", &keys.tasks(), "odd"]);
+    }
 
     // Running: the next run is the one after, a period on; `list` of running tasks says the same.
     timers.cancel("every").await.unwrap();

@@ -1,8 +1,10 @@
-//! Typed payloads of the durable mode (feature `serde`), against a real `redis-server` started
-//! for each test (see `support/redis_server.rs`): a struct through Redis and back, and what a
-//! payload that is not the JSON of the type asked for comes to.
+//! Typed payloads of the durable mode (feature `serde`), on the store the run selects
+//! (`support/store.rs`: a real `redis-server` started for each test, or a SQLite file of the
+//! embedded store): a struct through the store and back, and what a payload that is not the JSON
+//! of the type asked for comes to.
 //!
-//! Run with `cargo test --features redis,serde --test durable_json`.
+//! Run with `cargo test --features redis,serde --test durable_json` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature.
 #![cfg(all(feature = "redis", feature = "serde"))]
 
 mod support;
@@ -11,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use support::redis_server::RedisServer;
+use support::TestStore;
 use tokio_timewheel::durable::{DurableBuilder, Error, Json, Task};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,15 +25,15 @@ struct Review {
 }
 
 /// The tests' settings (`support::durable::builder`) with a lease of 5 s.
-fn builder(server: &RedisServer, name: &str) -> DurableBuilder {
-    support::durable::builder(&server.url(), name).lease(Duration::from_secs(5))
+fn builder(url: &str, name: &str) -> DurableBuilder {
+    support::durable::builder(url, name).lease(Duration::from_secs(5))
 }
 
 /// A struct scheduled as `Json(&value)` reaches the handler as the same struct.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_struct_round_trips_through_redis() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "json").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "json").connect().await.expect("connect");
     let sent = Review {
         order: 42,
         customer: "Zoë \"quotes\" \u{1F600}".into(),
@@ -73,8 +75,8 @@ async fn a_struct_round_trips_through_redis() {
 /// error, and the dead letter reads the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_of_another_shape_is_a_payload_error() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server, "json-bad").max_attempts(1).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "json-bad").max_attempts(1).connect().await.expect("connect");
     timers.schedule("raw", Duration::ZERO, b"not json at all".to_vec()).await.unwrap();
     timers.schedule("other", Duration::ZERO, Json(&[1, 2, 3])).await.unwrap();
     let worker = timers.run(|task: Task| async move { task.json::<Review>().map(drop) });

@@ -5,7 +5,9 @@
 //! so, not that another node ticks; one that did lose the lead to another node is told that.
 //!
 //! Run with `cargo test --features redis --test durable_leader_logs`. Without a `redis-server`
-//! the test prints a skip note and passes, except under `CI=true`, where it fails.
+//! the test prints a skip note and passes, except under `CI=true`, where it fails. It needs Redis
+//! itself (it writes the leader's key, `DEBUG SLEEP`): on Redis only, it skips when
+//! `TIMEWHEEL_TEST_STORE` names another store (`support/store.rs`).
 #![cfg(feature = "redis")]
 
 mod support;

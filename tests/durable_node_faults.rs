@@ -2,12 +2,15 @@
 //! frozen past their leases, every node down for more than a revolution, a panicking handler,
 //! and a clean shutdown's hand-over.
 //!
-//! Each runs against a real `redis-server` that each test starts in a temp directory on a free port of
-//! 127.0.0.1 (see `support/redis_server.rs`); every test starts from `support::durable::builder`
-//! (a 50 ms tick, 32 slots, a lease of 1 s). Each check is written so that it can fail.
+//! Each runs on the store the run selects (`support/store.rs`: a real `redis-server` that each
+//! test starts in a temp directory on a free port of 127.0.0.1, or a SQLite file of the embedded
+//! store); every test starts from `support::durable::builder` (a 50 ms tick, 32 slots, a lease of
+//! 1 s). Who leads is read as `support::durable::leader_of` reads it: the fencing token on Redis,
+//! the leading node's id elsewhere. Each check is written so that it can fail.
 //!
-//! Run with `cargo test --features redis --test durable_node_faults`. Without a `redis-server` the tests
-//! print a skip note and pass, except under `CI=true`, where they fail.
+//! Run with `cargo test --features redis --test durable_node_faults` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature. Without a `redis-server` the tests on
+//! Redis print a skip note and pass, except under `CI=true`, where they fail.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -16,22 +19,22 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use support::durable::{
-    assert_once, builder, leader_value, verify, wait_until, Expectations, Handled, Log, LEASE, SLOTS, TICK,
+    assert_once, builder, leader_of, verify, wait_until, Expectations, Handled, Log, LEASE, SLOTS, TICK,
 };
-use support::redis_server::RedisServer;
+use support::TestStore;
 use tokio_timewheel::durable::Task;
 
 /// A worker that does its side effect and then dies before the ack (its runtime is shut down
 /// under it): the task comes back after the lease with `attempt == 2`, to another worker, once.
 #[test]
 fn worker_dying_before_ack_gets_the_task_redelivered_after_the_lease() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let log = Log::default();
 
     // The doomed node: its handler records, then never returns.
     let doomed = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let _doomed_worker = doomed.block_on(async {
-        let timers = builder(&server.url(), "dies").connect().await.expect("connect");
+        let timers = builder(&store.url(), "dies").connect().await.expect("connect");
         let log = log.clone();
         timers.run(move |task: Task| {
             log.record(&task, 1);
@@ -44,7 +47,7 @@ fn worker_dying_before_ack_gets_the_task_redelivered_after_the_lease() {
 
     let survivor = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     survivor.block_on(async {
-        let timers = builder(&server.url(), "dies").connect().await.expect("connect");
+        let timers = builder(&store.url(), "dies").connect().await.expect("connect");
         timers.schedule("order-1:review", Duration::from_millis(100), "payload").await.expect("schedule");
         assert!(wait_until(Duration::from_secs(3), || log.of("order-1:review").len() == 1).await, "never delivered");
     });
@@ -52,7 +55,7 @@ fn worker_dying_before_ack_gets_the_task_redelivered_after_the_lease() {
     doomed.shutdown_background();
 
     survivor.block_on(async {
-        let timers = builder(&server.url(), "dies").connect().await.expect("connect");
+        let timers = builder(&store.url(), "dies").connect().await.expect("connect");
         let worker = timers.run(log.handler(2));
         let redelivered = wait_until(LEASE * 3 + Duration::from_secs(1), || log.of("order-1:review").len() >= 2).await;
         let deliveries = log.of("order-1:review");
@@ -84,7 +87,7 @@ fn worker_dying_before_ack_gets_the_task_redelivered_after_the_lease() {
 /// the stale outcome been taken as an ack, attempt 3 would never come.
 #[test]
 fn a_paused_workers_late_outcome_cannot_complete_the_redelivery() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let name = "stale-ack";
     let log = Log::default();
 
@@ -95,7 +98,7 @@ fn a_paused_workers_late_outcome_cannot_complete_the_redelivery() {
     let node1_handle = node1.handle().clone();
     let (stop_node1, stopped) = tokio::sync::oneshot::channel::<()>();
     let worker = node1.block_on(async {
-        let timers = builder(&server.url(), name).connect().await.expect("connect");
+        let timers = builder(&store.url(), name).connect().await.expect("connect");
         let log = log.clone();
         let worker = timers.run(move |task: Task| {
             log.record(&task, 1);
@@ -128,7 +131,7 @@ fn a_paused_workers_late_outcome_cannot_complete_the_redelivery() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         // Node 2: its attempt fails after node 1 woke and sent its late outcome.
-        let timers = builder(&server.url(), name).connect().await.expect("connect");
+        let timers = builder(&store.url(), name).connect().await.expect("connect");
         let worker2 = timers.run({
             let log = log.clone();
             move |task: Task| {
@@ -165,7 +168,7 @@ fn a_paused_workers_late_outcome_cannot_complete_the_redelivery() {
 /// within a lease; every task is handled.
 #[test]
 fn a_paused_leader_is_replaced_and_fenced_off() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let name = "stale-leader";
     let log = Log::default();
 
@@ -175,7 +178,7 @@ fn a_paused_leader_is_replaced_and_fenced_off() {
     let node1_handle = node1.handle().clone();
     let (stop_node1, stopped) = tokio::sync::oneshot::channel::<()>();
     let worker = node1.block_on(async {
-        let worker = builder(&server.url(), name).connect().await.expect("connect").run(log.handler(1));
+        let worker = builder(&store.url(), name).connect().await.expect("connect").run(log.handler(1));
         tokio::time::timeout(LEASE * 3, worker.ready()).await.expect("node 1 never ran");
         worker
     });
@@ -186,11 +189,11 @@ fn a_paused_leader_is_replaced_and_fenced_off() {
             let _ = tokio::time::timeout(Duration::from_secs(3), worker.shutdown()).await;
         });
     });
-    let first_leader = leader_value(&server, name).unwrap();
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        let timers = builder(&server.url(), name).connect().await.expect("connect");
+        let timers = builder(&store.url(), name).connect().await.expect("connect");
+        let first_leader = leader_of(&store, &timers).await.unwrap();
         let worker2 = timers.run(log.handler(2));
         let mut want = Expectations { expected: HashMap::new(), uncertain: HashSet::new() };
         for i in 0..300u64 {
@@ -201,14 +204,14 @@ fn a_paused_leader_is_replaced_and_fenced_off() {
             want.expected.insert(key, before + delay);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(leader_value(&server, name).as_ref(), Some(&first_leader), "node 1 lost the lead unprovoked");
+        assert_eq!(leader_of(&store, &timers).await.as_ref(), Some(&first_leader), "node 1 lost the lead unprovoked");
 
         // Freeze node 1 for 2.5 leases.
         let frozen_at = Instant::now();
         node1_handle.spawn(async { std::thread::sleep(LEASE * 5 / 2) });
         let mut takeover = None;
         while frozen_at.elapsed() < LEASE * 5 / 2 {
-            match leader_value(&server, name) {
+            match leader_of(&store, &timers).await {
                 Some(v) if v != first_leader => {
                     takeover.get_or_insert(frozen_at.elapsed());
                 }
@@ -218,11 +221,11 @@ fn a_paused_leader_is_replaced_and_fenced_off() {
         }
         let takeover = takeover.expect("node 2 never took the lead while node 1 was frozen");
         assert!(takeover <= LEASE * 3 / 2 + Duration::from_millis(300), "took {takeover:?} to replace the leader");
-        let second_leader = leader_value(&server, name).unwrap();
+        let second_leader = leader_of(&store, &timers).await.unwrap();
 
         // Node 1 is awake again and tries its stale token: it must not get the lead back.
         tokio::time::sleep(LEASE * 3 / 2).await;
-        assert_eq!(leader_value(&server, name), Some(second_leader), "the stale leader took the lead back");
+        assert_eq!(leader_of(&store, &timers).await, Some(second_leader), "the stale leader took the lead back");
 
         let keys: HashSet<String> = want.expected.keys().cloned().collect();
         assert!(
@@ -261,8 +264,8 @@ fn a_paused_leader_is_replaced_and_fenced_off() {
 /// early, and the overdue ones fire promptly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_down_for_more_than_a_revolution() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "outage").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "outage").connect().await.expect("connect");
     let log = Log::default();
     let mut want = Expectations { expected: HashMap::new(), uncertain: HashSet::new() };
     let mut schedule = |key: String, delay: Duration| {
@@ -318,14 +321,14 @@ async fn every_node_down_for_more_than_a_revolution() {
 /// call itself, before it returns a future.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_handler_is_retried_after_the_backoff() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     // The default panic hook, with RUST_BACKTRACE set, symbolises a backtrace of this debug
     // binary on the worker's thread before the panic is caught: 150 ms a panic here, 0.5 s and
     // more on a loaded machine, which this test would measure as the retry's delay. It measures
     // the backoff, so the handlers' panics print their message only (the hook is the process's:
     // another test's panic meanwhile prints no backtrace either); the default comes back after.
     std::panic::set_hook(Box::new(|info| eprintln!("{info}")));
-    let timers = builder(&server.url(), "panic").connect().await.expect("connect");
+    let timers = builder(&store.url(), "panic").connect().await.expect("connect");
     let log = Log::default();
     let worker = timers.run({
         let log = log.clone();
@@ -361,9 +364,9 @@ async fn a_panicking_handler_is_retried_after_the_backoff() {
 /// handlers in flight, and their acks land: nothing is handed out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let name = "handover";
-    let timers = builder(&server.url(), name).connect().await.expect("connect");
+    let timers = builder(&store.url(), name).connect().await.expect("connect");
     let log = Log::default();
     let slow = {
         let log = log.clone();
@@ -377,7 +380,7 @@ async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
     };
     slow.ready().await;
     assert!(slow.is_leader());
-    let first = leader_value(&server, name);
+    let first = leader_of(&store, &timers).await;
     let other = timers.run(log.handler(2));
     other.ready().await;
     assert!(!other.is_leader());
@@ -385,7 +388,7 @@ async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
         timers.schedule(format!("h{i}"), Duration::from_millis(100), vec![]).await.unwrap();
     }
     // Wait until the first worker holds some in flight, then stop it.
-    assert!(wait_until(Duration::from_secs(2), || log.all().iter().any(|h| h.node == 1)).await);
+    assert!(wait_until(Duration::from_secs(2), || log.all().iter().any(|h| h.node == 1)).await, "{:?}", log.all());
     let stopping = Instant::now();
     slow.shutdown().await;
     let took = stopping.elapsed();
@@ -393,7 +396,7 @@ async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
     // The release leaves a token that the idle worker's node takes, and it bids at once: not
     // at its next periodic bid (every quarter lease), nor after the lease.
     let released = Instant::now();
-    let handed_over = wait_until(LEASE / 2, || leader_value(&server, name).is_some_and(|v| Some(v) != first)).await;
+    let handed_over = wait_until(LEASE / 2, || leader_now(&store, &timers).is_some_and(|v| Some(v) != first)).await;
     let took = released.elapsed();
     eprintln!("the lead was handed over {took:?} after the shutdown");
     assert!(handed_over, "the lead was not handed over within half a lease of the shutdown");
@@ -402,4 +405,9 @@ async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
     tokio::time::sleep(LEASE + TICK * 4).await;
     other.shutdown().await;
     assert_once(&log);
+}
+
+/// [`leader_of`], from inside a synchronous `wait_until` condition.
+fn leader_now(store: &TestStore, timers: &tokio_timewheel::durable::DurableScheduler) -> Option<String> {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(leader_of(store, timers)))
 }

@@ -4,11 +4,16 @@
 //! higher attempt). And a node killed in the middle of a handler that ran past its lease (its
 //! lease renewed until then) has its task handed out again within about one lease.
 //!
-//! The nodes are this test binary itself, run again with `TIMEWHEEL_NODE_URL` set: in that case
-//! the test `node_process` runs a worker until told to stop; in a normal run it does nothing.
-//! Each node records every delivery in a Redis list (`handled`), which the parent reads.
+//! On the store the run selects (`support/store.rs`: a real `redis-server`, or a SQLite file of
+//! the embedded store that the node processes share). The nodes are this test binary itself, run
+//! again with `TIMEWHEEL_NODE_URL` set: in that case the test `node_process` runs a worker until
+//! told to stop; in a normal run it does nothing. Each node records every delivery in a log file
+//! (`support::node::NodeFiles`), which the parent reads. Who leads is read as
+//! `support::durable::Watcher` reads it: the fencing token on Redis, the leading node's id
+//! elsewhere.
 //!
-//! Run with `cargo test --features redis --test durable_nodes`.
+//! Run with `cargo test --features redis --test durable_nodes` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -18,17 +23,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::durable::{builder, LEASE, TICK};
-use support::node::{self, Delivery, NodeProcess};
-use support::redis_server::{command_at, RedisServer};
+use support::durable::{builder, Watcher, LEASE, TICK};
+use support::node::{self, Delivery, NodeFiles, NodeProcess};
+use support::TestStore;
 use tokio_timewheel::durable::Task;
 
 const NAME: &str = "nodes";
-/// The list every node records its deliveries in (`node::record_delivery`).
-const HANDLED: &str = "test:handled";
-/// Set by the parent when the nodes should shut down.
-const STOP: &str = "test:stop";
 const ENV_URL: &str = "TIMEWHEEL_NODE_URL";
+/// The directory of the nodes' log and stop files (`node::NodeFiles`).
+const ENV_DIR: &str = "TIMEWHEEL_NODE_DIR";
 const ENV_ID: &str = "TIMEWHEEL_NODE_ID";
 /// How long a node's handler runs after it records its delivery, in ms (0 when unset).
 const ENV_HANDLER_MS: &str = "TIMEWHEEL_NODE_HANDLER_MS";
@@ -42,23 +45,22 @@ fn millis(t: SystemTime) -> u128 {
 /// The body of a node process. Does nothing unless started by [`three_nodes_survive_the_leaders_sigkill`].
 #[test]
 fn node_process() {
-    let (Some(url), Some(id)) = (node::setting(ENV_URL), node::setting(ENV_ID)) else { return };
+    let settings = (node::setting(ENV_URL), node::setting(ENV_ID), node::setting(ENV_DIR));
+    let (Some(url), Some(id), Some(dir)) = settings else { return };
+    let dir = std::path::PathBuf::from(dir);
     let run = Duration::from_millis(node::setting(ENV_HANDLER_MS).and_then(|ms| ms.parse().ok()).unwrap_or(0));
     node::runtime().block_on(async move {
         let timers = builder(&url, NAME).concurrency(8).connect().await.expect("node: connect");
-        let client = redis::Client::open(url.as_str()).expect("node: redis url");
-        let conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
+        let log = dir.clone();
         let worker = timers.run(move |task: Task| {
-            let mut conn = conn.clone();
-            let id = id.clone();
+            let recorded = node::record_delivery_in(&log, &id, &task);
             async move {
-                node::record_delivery(&mut conn, HANDLED, &id, &task).await.map_err(|e| e.to_string())?;
+                recorded.map_err(|e| e.to_string())?;
                 tokio::time::sleep(run).await;
                 Ok::<(), String>(())
             }
         });
-        let mut conn = client.get_multiplexed_async_connection().await.expect("node: connect");
-        node::until_told_to_stop(&mut conn, STOP, Duration::from_millis(100), NODE_LIFETIME).await;
+        node::until_stop_file(&dir, Duration::from_millis(100), NODE_LIFETIME).await;
         worker.shutdown().await;
     });
 }
@@ -70,13 +72,18 @@ struct Node {
 }
 
 impl Node {
-    fn spawn(url: &str, id: usize) -> Node {
-        Self::spawn_with_handler(url, id, Duration::ZERO)
+    fn spawn(url: &str, files: &NodeFiles, id: usize) -> Node {
+        Self::spawn_with_handler(url, files, id, Duration::ZERO)
     }
 
     /// A node whose handler runs for `run` after it records its delivery.
-    fn spawn_with_handler(url: &str, id: usize, run: Duration) -> Node {
-        let env = [(ENV_URL, url.to_owned()), (ENV_ID, id.to_string()), (ENV_HANDLER_MS, run.as_millis().to_string())];
+    fn spawn_with_handler(url: &str, files: &NodeFiles, id: usize, run: Duration) -> Node {
+        let env = [
+            (ENV_URL, url.to_owned()),
+            (ENV_DIR, files.dir().display().to_string()),
+            (ENV_ID, id.to_string()),
+            (ENV_HANDLER_MS, run.as_millis().to_string()),
+        ];
         Node { id, process: NodeProcess::spawn(env) }
     }
 
@@ -93,54 +100,45 @@ impl Node {
 }
 
 /// Node 1, alone on the wheel, once it has taken the lead.
-fn first_node_leading(server: &RedisServer) -> Node {
-    let node = Node::spawn(&server.url(), 1);
+fn first_node_leading(store: &TestStore, files: &NodeFiles, watcher: &Watcher) -> Node {
+    let node = Node::spawn(&store.url(), files, 1);
     let started = Instant::now();
-    while leader_value(server).is_none() {
+    while watcher.leader().is_none() {
         assert!(started.elapsed() < Duration::from_secs(20), "node 1 never took the lead");
         std::thread::sleep(Duration::from_millis(20));
     }
     node
 }
 
-fn leader_value(server: &RedisServer) -> Option<String> {
-    support::durable::leader_value(server, NAME)
-}
-
 /// Every delivery the nodes recorded.
-fn handled(server: &RedisServer) -> Vec<Delivery> {
-    node::deliveries(server, HANDLED)
+fn handled(files: &NodeFiles) -> Vec<Delivery> {
+    files.deliveries()
 }
 
 /// Three node processes share one wheel; the leader's process gets SIGKILL halfway through
 /// a stream of schedules.
 #[test]
 fn three_nodes_survive_the_leaders_sigkill() {
-    let Some(server) = RedisServer::start() else { return };
-    let url = server.url();
+    let Some(store) = TestStore::start() else { return };
+    let url = store.url();
+    let files = NodeFiles::new();
+    let watcher = Watcher::new(&store, NAME);
 
     // Node 1 first, so that it is the leader.
-    let mut nodes = vec![first_node_leading(&server)];
-    let first_leader = leader_value(&server).unwrap();
-    nodes.push(Node::spawn(&url, 2));
-    nodes.push(Node::spawn(&url, 3));
+    let mut nodes = vec![first_node_leading(&store, &files, &watcher)];
+    let first_leader = watcher.leader().unwrap();
+    nodes.push(Node::spawn(&url, &files, 2));
+    nodes.push(Node::spawn(&url, &files, 3));
 
-    // Watch the leader key from a thread of its own, to time the takeover.
+    // Watch the leader from a thread of its own, to time the takeover.
     let killed_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
     let done = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (addr, killed_at, done, first_leader) =
-            (server.addr(), killed_at.clone(), done.clone(), first_leader.clone());
-        let pattern = format!("*{{{NAME}}}*leader*");
+    let watching = {
+        let (killed_at, done, first_leader) = (killed_at.clone(), done.clone(), first_leader.clone());
+        let watcher = Watcher::new(&store, NAME);
         std::thread::spawn(move || -> Option<(Duration, String)> {
-            let timeout = Duration::from_secs(2);
-            let leader = || {
-                let keys = command_at(addr, &["KEYS", &pattern], timeout).ok()?;
-                let key = keys.as_array().first()?.as_str()?.to_owned();
-                command_at(addr, &["GET", &key], timeout).ok()?.as_str().map(str::to_owned)
-            };
             while !done.load(Ordering::Relaxed) {
-                let value = leader();
+                let value = watcher.leader();
                 if let (Some(v), Some(at)) = (value, *killed_at.lock().unwrap()) {
                     if v != first_leader {
                         return Some((at.elapsed(), v));
@@ -159,7 +157,8 @@ fn three_nodes_survive_the_leaders_sigkill() {
         let timers = builder(&url, NAME).concurrency(8).connect().await.expect("connect");
         for i in 0..600u64 {
             if i == 300 {
-                assert_eq!(leader_value(&server).as_ref(), Some(&first_leader), "node 1 lost the lead unprovoked");
+                let leader = tokio::task::block_in_place(|| watcher.leader());
+                assert_eq!(leader.as_ref(), Some(&first_leader), "node 1 lost the lead unprovoked");
                 *killed_at.lock().unwrap() = Some(Instant::now());
                 nodes[0].kill();
             }
@@ -175,7 +174,7 @@ fn three_nodes_survive_the_leaders_sigkill() {
     let deadline = Instant::now() + Duration::from_secs(15);
     let keys: HashSet<&String> = expected.keys().collect();
     loop {
-        let seen: HashSet<String> = handled(&server).into_iter().map(|h| h.key).collect();
+        let seen: HashSet<String> = handled(&files).into_iter().map(|h| h.key).collect();
         if keys.iter().all(|k| seen.contains(*k)) {
             break;
         }
@@ -188,16 +187,16 @@ fn three_nodes_survive_the_leaders_sigkill() {
     }
     std::thread::sleep(LEASE + TICK * 4);
     done.store(true, Ordering::Relaxed);
-    server.command(&["SET", STOP, "1"]);
+    files.stop();
     for node in &mut nodes[1..] {
         assert!(node.join(Duration::from_secs(10)), "node {} did not shut down", node.id);
     }
 
-    let (takeover, second_leader) = watcher.join().unwrap().expect("nobody took over from the killed leader");
+    let (takeover, second_leader) = watching.join().unwrap().expect("nobody took over from the killed leader");
     assert!(takeover <= LEASE + Duration::from_millis(500), "took {takeover:?} to replace the killed leader");
     assert_ne!(second_leader, first_leader);
 
-    let all = handled(&server);
+    let all = handled(&files);
     let mut by_key: HashMap<&str, Vec<&Delivery>> = HashMap::new();
     for h in &all {
         by_key.entry(&h.key).or_default().push(h);
@@ -237,9 +236,10 @@ fn three_nodes_survive_the_leaders_sigkill() {
 fn a_recurring_task_fires_once_per_period_across_the_leaders_sigkill() {
     const PERIOD: Duration = Duration::from_millis(300);
     const RUNS: usize = 20;
-    let Some(server) = RedisServer::start() else { return };
-    let url = server.url();
-    let mut nodes = vec![first_node_leading(&server)];
+    let Some(store) = TestStore::start() else { return };
+    let url = store.url();
+    let files = NodeFiles::new();
+    let mut nodes = vec![first_node_leading(&store, &files, &Watcher::new(&store, NAME))];
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let before = SystemTime::now();
     rt.block_on(async {
@@ -248,23 +248,23 @@ fn a_recurring_task_fires_once_per_period_across_the_leaders_sigkill() {
         let burst = tokio_timewheel::MissedRuns::Burst;
         timers.schedule_repeating_with("every", PERIOD, repeat, burst, "tick").await.expect("schedule_repeating");
     });
-    nodes.push(Node::spawn(&url, 2));
+    nodes.push(Node::spawn(&url, &files, 2));
     // Node 1 leads and runs the first few periods; then it dies.
-    while handled(&server).len() < 4 {
+    while handled(&files).len() < 4 {
         assert!(before.elapsed().unwrap() < Duration::from_secs(10), "the first runs never came");
         std::thread::sleep(Duration::from_millis(10));
     }
     nodes[0].kill();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while handled(&server).iter().map(|h| h.due_ms).collect::<HashSet<_>>().len() < RUNS {
-        assert!(Instant::now() < deadline, "only {} runs: {:?}", handled(&server).len(), handled(&server));
+    while handled(&files).iter().map(|h| h.due_ms).collect::<HashSet<_>>().len() < RUNS {
+        assert!(Instant::now() < deadline, "only {} runs: {:?}", handled(&files).len(), handled(&files));
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(PERIOD * 3 + LEASE);
-    server.command(&["SET", STOP, "1"]);
+    files.stop();
     assert!(nodes[1].join(Duration::from_secs(10)), "node 2 did not shut down");
 
-    let all = handled(&server);
+    let all = handled(&files);
     let first_due = all.iter().map(|h| h.due_ms).min().unwrap();
     assert!(first_due + 1 >= millis(before + PERIOD), "the first run was due {first_due}, before a period had passed");
     let mut first_deliveries: HashMap<u128, usize> = HashMap::new();
@@ -291,11 +291,13 @@ fn a_recurring_task_fires_once_per_period_across_the_leaders_sigkill() {
 /// as the next attempt.
 #[test]
 fn a_node_killed_mid_handler_has_its_task_handed_out_again_within_a_lease() {
-    let Some(server) = RedisServer::start() else { return };
-    let url = server.url();
-    let mut slow = Node::spawn_with_handler(&url, 1, Duration::from_secs(60));
+    let Some(store) = TestStore::start() else { return };
+    let url = store.url();
+    let files = NodeFiles::new();
+    let watcher = Watcher::new(&store, NAME);
+    let mut slow = Node::spawn_with_handler(&url, &files, 1, Duration::from_secs(60));
     let started = Instant::now();
-    while leader_value(&server).is_none() {
+    while watcher.leader().is_none() {
         assert!(started.elapsed() < Duration::from_secs(20), "node 1 never ran");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -304,14 +306,14 @@ fn a_node_killed_mid_handler_has_its_task_handed_out_again_within_a_lease() {
         let timers = builder(&url, NAME).concurrency(8).connect().await.expect("connect");
         timers.schedule("long", Duration::from_millis(100), vec![]).await.expect("schedule");
     });
-    let of_long = || handled(&server).into_iter().filter(|h| h.key == "long").collect::<Vec<_>>();
+    let of_long = || handled(&files).into_iter().filter(|h| h.key == "long").collect::<Vec<_>>();
     let started = Instant::now();
     while of_long().is_empty() {
         assert!(started.elapsed() < Duration::from_secs(5), "node 1 never got the task");
         std::thread::sleep(Duration::from_millis(10));
     }
     // Node 2 stands by while node 1's handler runs past its lease.
-    let _fast = Node::spawn(&url, 2);
+    let _fast = Node::spawn(&url, &files, 2);
     std::thread::sleep(LEASE * 5 / 2);
     let before = of_long();
     assert_eq!(before.len(), 1, "handed out again while its handler ran and renewed: {before:?}");

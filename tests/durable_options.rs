@@ -1,10 +1,12 @@
-//! A task's own retry settings (`TaskOptions`, given by `DurableScheduler::with_options`) against
-//! a real `redis-server` started for each test (see `support/redis_server.rs`): a task allowed one
-//! attempt dies at its first failure while the node allows five; a task with its own backoff is
-//! retried after it, one without after the node's; settings no task may have are refused.
+//! A task's own retry settings (`TaskOptions`, given by `DurableScheduler::with_options`) on the
+//! store the run selects (`support/store.rs`: a real `redis-server` started for each test, or a
+//! SQLite file of the embedded store): a task allowed one attempt dies at its first failure while
+//! the node allows five; a task with its own backoff is retried after it, one without after the
+//! node's; settings no task may have are refused.
 //!
-//! Run with `cargo test --features redis --test durable_options`. Without a `redis-server` the
-//! tests print a skip note and pass, except under `CI=true`, where they fail.
+//! Run with `cargo test --features redis --test durable_options` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature. Without a `redis-server` the tests on
+//! Redis print a skip note and pass, except under `CI=true`, where they fail.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -12,7 +14,7 @@ mod support;
 use std::time::{Duration, SystemTime};
 
 use support::durable::{builder, wait_until, Log};
-use support::redis_server::RedisServer;
+use support::TestStore;
 use tokio_timewheel::durable::{Task, TaskOptions, TaskState, MAX_BACKOFF};
 use tokio_timewheel::Error;
 
@@ -30,8 +32,8 @@ fn failing(log: &Log) -> impl Fn(Task) -> std::future::Ready<Result<(), String>>
 /// of its own, failing the same way, is delivered five times before it dies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_allowed_one_attempt_dies_at_its_first_failure_while_the_node_allows_five() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "one-attempt").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "one-attempt").connect().await.expect("connect");
     let once = timers.with_options(TaskOptions::new().max_attempts(1)).expect("valid options");
     once.schedule("once", Duration::ZERO, "x").await.unwrap();
     timers.schedule("plain", Duration::ZERO, "y").await.unwrap();
@@ -64,9 +66,9 @@ async fn a_task_allowed_one_attempt_dies_at_its_first_failure_while_the_node_all
 /// a failure's round trip; the retry itself comes after its due time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_with_its_own_backoff_is_retried_after_it_and_one_without_after_the_nodes() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let timers =
-        builder(&server.url(), "own-backoff").backoff(Duration::from_secs(10)).connect().await.expect("connect");
+        builder(&store.url(), "own-backoff").backoff(Duration::from_secs(10)).connect().await.expect("connect");
     let own = Duration::from_millis(300);
     let quick = timers.with_options(TaskOptions::new().backoff(own)).expect("valid options");
     quick.schedule("quick", Duration::ZERO, "x").await.unwrap();
@@ -109,8 +111,8 @@ async fn a_task_with_its_own_backoff_is_retried_after_it_and_one_without_after_t
 /// attempts, a backoff over the longest a retry waits. The bounds themselves are accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_no_task_may_have_are_refused() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "bad-options").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "bad-options").connect().await.expect("connect");
     let zero = timers.with_options(TaskOptions::new().max_attempts(0)).map(|_| ());
     assert!(matches!(&zero, Err(Error::Invalid(why)) if why.contains("at least 1")), "{zero:?}");
     let long = timers.with_options(TaskOptions::new().backoff(MAX_BACKOFF + Duration::from_millis(1))).map(|_| ());
@@ -128,8 +130,8 @@ async fn settings_no_task_may_have_are_refused() {
 /// that moves a pending task, or a `reschedule`, leaves the task's own as they were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_of_the_handle_gives_its_tasks_the_settings_and_get_reads_them() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "all-calls").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "all-calls").connect().await.expect("connect");
     let backoff = Duration::from_millis(250);
     let own = timers.with_options(TaskOptions::new().max_attempts(2).backoff(backoff)).expect("valid options");
     let hour = Duration::from_secs(3600);

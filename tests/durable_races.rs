@@ -1,12 +1,15 @@
 //! Calls racing the wheel: cancels and reschedules against the tick that makes their tasks due,
 //! and random operations checked against what each call answered.
 //!
-//! Each runs against a real `redis-server` that each test starts in a temp directory on a free port of
-//! 127.0.0.1 (see `support/redis_server.rs`); every test starts from `support::durable::builder`
-//! (a 50 ms tick, 32 slots, a lease of 1 s). Each check is written so that it can fail.
+//! Each runs on the store the run selects (`support/store.rs`: a real `redis-server` that each
+//! test starts in a temp directory on a free port of 127.0.0.1, or a SQLite file of the embedded
+//! store); every test starts from `support::durable::builder` (a 50 ms tick, 32 slots, a lease of
+//! 1 s). Each check is written so that it can fail; the one of the ring's own keys reads them in
+//! Redis, on Redis only.
 //!
-//! Run with `cargo test --features redis --test durable_races`. Without a `redis-server` the tests
-//! print a skip note and pass, except under `CI=true`, where they fail.
+//! Run with `cargo test --features redis --test durable_races` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature. Without a `redis-server` the tests on
+//! Redis print a skip note and pass, except under `CI=true`, where they fail.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -15,7 +18,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use support::durable::{builder, keys, Handled, Log, CLOCK_SLACK, LEASE, SLOTS, TICK};
-use support::redis_server::RedisServer;
+use support::TestStore;
 use tokio_timewheel::durable::Task;
 use tokio_timewheel::Error;
 
@@ -28,8 +31,8 @@ use tokio_timewheel::Error;
 /// - reschedule `NotFound`: it had been handed out already, so it fired exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_and_reschedule_race_the_tick() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "race").concurrency(32).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "race").concurrency(32).connect().await.expect("connect");
     let log = Log::default();
     let worker = timers.run({
         let log = log.clone();
@@ -126,9 +129,9 @@ struct Op {
 /// - and at the end the wheel is empty, with its `ring` counter equal to what its slots hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_operations_against_their_answers() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let name = "random";
-    let timers = builder(&server.url(), name).connect().await.expect("connect");
+    let timers = builder(&store.url(), name).connect().await.expect("connect");
     let log = Log::default();
     let worker = timers.run(log.handler(0));
     let revolution = TICK * SLOTS as u32;
@@ -228,10 +231,12 @@ async fn random_operations_against_their_answers() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 
     assert_eq!(timers.len().await.unwrap(), 0, "{:?}", timers.stats().await);
-    let ring = server.command(&["GET", &keys(name).ring()]).as_int().unwrap_or(0);
-    let held: i64 =
-        (0..SLOTS).map(|i| server.command(&["LLEN", &keys(name).slot(i as u64)]).as_int().unwrap_or(0)).sum();
-    assert_eq!((ring, held), (0, 0), "the ring counter and what the slots hold, at the end");
+    if let Some(server) = store.redis() {
+        let ring = server.command(&["GET", &keys(name).ring()]).as_int().unwrap_or(0);
+        let held: i64 =
+            (0..SLOTS).map(|i| server.command(&["LLEN", &keys(name).slot(i as u64)]).as_int().unwrap_or(0)).sum();
+        assert_eq!((ring, held), (0, 0), "the ring counter and what the slots hold, at the end");
+    }
     let kinds = |kind: &str, took: bool| ops.values().flatten().filter(|op| op.kind == kind && op.took == took).count();
     eprintln!(
         "random operations: {} schedules, {} cancels ({} too late), {} reschedules ({} too late), {} deliveries",

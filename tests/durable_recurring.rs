@@ -1,14 +1,18 @@
-//! Recurring series in the durable mode, against a real `redis-server`: a cron expression every
-//! second across the SIGKILL of the leading node, the runs missed while every node was down,
-//! concurrent upserts from two processes, an upsert while a run is in flight, and cancel then
-//! upsert.
+//! Recurring series in the durable mode, on the store the run selects (`support/store.rs`: a real
+//! `redis-server`, or a SQLite file of the embedded store that the node processes share): a cron
+//! expression every second across the SIGKILL of the leading node, the runs missed while every
+//! node was down, an upsert while a run is in flight, and cancel then upsert. On Redis only:
+//! concurrent upserts from two processes, whose order the test reads with `MONITOR`.
 //!
 //! The node processes are this test binary itself, run again with `TIMEWHEEL_RECURRING_URL` set:
 //! then the test `node_process` runs a worker (or a burst of upserts) until told to stop; in a
-//! normal run it does nothing. Nodes record what they did in Redis lists the parent reads.
+//! normal run it does nothing. A worker records its deliveries in a log file
+//! (`support::node::NodeFiles`); the upserting processes count in Redis. Who leads is read as
+//! `support::durable::Watcher` reads it: the fencing token on Redis, the node's id elsewhere.
 //!
-//! Run with `cargo test --features redis,cron --test durable_recurring`. Without a
-//! `redis-server` the tests print a skip note and pass, except under `CI=true`, where they fail.
+//! Run with `cargo test --features redis,cron --test durable_recurring` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature. Without a `redis-server` the tests on
+//! Redis print a skip note and pass, except under `CI=true`, where they fail.
 #![cfg(all(feature = "redis", feature = "cron"))]
 
 mod support;
@@ -20,9 +24,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::durable::{builder, keys, leader_value, wait_until, Log, LEASE};
-use support::node::{self, Delivery, NodeProcess};
+use support::durable::{builder, keys, wait_until, Log, Watcher, LEASE};
+use support::node::{self, Delivery, NodeFiles, NodeProcess};
 use support::redis_server::RedisServer;
+use support::TestStore;
 use tokio_timewheel::durable::{Recurrence, Task, TaskState};
 use tokio_timewheel::Error;
 
@@ -31,10 +36,9 @@ const ENV_ROLE: &str = "TIMEWHEEL_RECURRING_ROLE";
 const ENV_URL: &str = "TIMEWHEEL_RECURRING_URL";
 const ENV_ID: &str = "TIMEWHEEL_RECURRING_ID";
 const ENV_NAME: &str = "TIMEWHEEL_RECURRING_NAME";
-/// The list a worker node appends `key node attempt handled_ms due_ms claimed_ms` to.
-const HANDLED: &str = "test:handled";
-/// Set by the parent when the nodes should stop, or start their upserts.
-const STOP: &str = "test:stop";
+/// The directory of a worker node's log and stop files (`node::NodeFiles`).
+const ENV_DIR: &str = "TIMEWHEEL_RECURRING_DIR";
+/// Set by the parent when the upserting nodes should start.
 const GO: &str = "test:go";
 /// How many upserts answered `true`, over every process.
 const CREATED: &str = "test:created";
@@ -71,9 +75,9 @@ fn node_process() {
     let id: usize = id.parse().unwrap();
     node::runtime().block_on(async move {
         let timers = builder(&url, &name).connect().await.expect("node: connect");
-        let client = redis::Client::open(url.as_str()).expect("node: redis url");
-        let mut conn = client.get_multiplexed_async_connection().await.expect("node: connect for the log");
         if role == "upsert" {
+            let client = redis::Client::open(url.as_str()).expect("node: redis url");
+            let mut conn = client.get_multiplexed_async_connection().await.expect("node: connect to count");
             // Load the script first, then wait for the start so that both processes race.
             timers
                 .upsert_recurring(format!("warm-{id}"), Recurrence::every(Duration::from_secs(60)), "w")
@@ -98,13 +102,13 @@ fn node_process() {
             redis::cmd("INCRBY").arg(CREATED).arg(created).query_async::<()>(&mut conn).await.unwrap();
             return;
         }
-        let log = conn.clone();
+        let dir = std::path::PathBuf::from(node::setting(ENV_DIR).expect("node: the directory of its log"));
+        let log = dir.clone();
         let worker = timers.run(move |task: Task| {
-            let mut conn = log.clone();
-            let id = id.to_string();
-            async move { node::record_delivery(&mut conn, HANDLED, &id, &task).await.map_err(|e| e.to_string()) }
+            let recorded = node::record_delivery_in(&log, &id.to_string(), &task).map_err(|e| e.to_string());
+            std::future::ready(recorded)
         });
-        node::until_told_to_stop(&mut conn, STOP, Duration::from_millis(50), NODE_LIFETIME).await;
+        node::until_stop_file(&dir, Duration::from_millis(50), NODE_LIFETIME).await;
         worker.shutdown().await;
     });
 }
@@ -113,8 +117,16 @@ fn node_process() {
 struct Node(NodeProcess);
 
 impl Node {
+    /// An upserting node.
     fn spawn(role: &str, url: &str, name: &str, id: usize) -> Node {
         let env = [(ENV_ROLE, role), (ENV_URL, url), (ENV_ID, &id.to_string()), (ENV_NAME, name)];
+        Node(NodeProcess::spawn(env))
+    }
+
+    /// A worker node, which logs to `files`.
+    fn spawn_worker(url: &str, files: &NodeFiles, name: &str, id: usize) -> Node {
+        let dir = files.dir().display().to_string();
+        let env = [(ENV_ROLE, "worker"), (ENV_URL, url), (ENV_ID, &id.to_string()), (ENV_NAME, name), (ENV_DIR, &dir)];
         Node(NodeProcess::spawn(env))
     }
 
@@ -131,8 +143,8 @@ impl Node {
 }
 
 /// Every delivery the nodes recorded.
-fn handled(server: &RedisServer) -> Vec<Delivery> {
-    node::deliveries(server, HANDLED)
+fn handled(files: &NodeFiles) -> Vec<Delivery> {
+    files.deliveries()
 }
 
 /// A 6-field cron every second, on two node processes: the leading one gets SIGKILL after a few
@@ -141,42 +153,44 @@ fn handled(server: &RedisServer) -> Vec<Delivery> {
 /// delivery the killed node had in hand, again after its lease, with a higher attempt).
 #[test]
 fn a_cron_every_second_survives_the_leaders_sigkill() {
-    let Some(server) = RedisServer::start() else { return };
-    let (url, name) = (server.url(), "cron-sigkill");
-    let mut node1 = Node::spawn("worker", &url, name, 1);
+    let Some(store) = TestStore::start() else { return };
+    let (url, name) = (store.url(), "cron-sigkill");
+    let files = NodeFiles::new();
+    let watcher = Watcher::new(&store, name);
+    let mut node1 = Node::spawn_worker(&url, &files, name, 1);
     let started = Instant::now();
-    while leader_value(&server, name).is_none() {
+    while watcher.leader().is_none() {
         assert!(started.elapsed() < Duration::from_secs(20), "node 1 never took the lead");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let first_leader = leader_value(&server, name).unwrap();
-    let mut node2 = Node::spawn("worker", &url, name, 2);
+    let first_leader = watcher.leader().unwrap();
+    let mut node2 = Node::spawn_worker(&url, &files, name, 2);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let timers = builder(&url, name).connect().await.expect("connect");
         timers.schedule_recurring(KEY, Recurrence::cron("* * * * * *").unwrap(), "beat").await.expect("schedule");
         assert!(
-            wait_until(Duration::from_secs(15), || handled(&server).len() >= 4).await,
+            wait_until(Duration::from_secs(15), || handled(&files).len() >= 4).await,
             "four runs never came: {:?}",
-            handled(&server)
+            handled(&files)
         );
     });
-    assert_eq!(leader_value(&server, name), Some(first_leader.clone()), "node 1 no longer leads");
+    assert_eq!(watcher.leader(), Some(first_leader.clone()), "node 1 no longer leads");
     node1.kill();
     let killed_ms = millis(SystemTime::now());
-    let first_due = handled(&server)[0].due_ms;
+    let first_due = handled(&files)[0].due_ms;
     let end = first_due + 10_000;
     let deadline = Instant::now() + Duration::from_secs(25);
-    while handled(&server).iter().all(|h| h.due_ms < end) {
-        assert!(Instant::now() < deadline, "the series did not go on after the kill: {:?}", handled(&server));
+    while handled(&files).iter().all(|h| h.due_ms < end) {
+        assert!(Instant::now() < deadline, "the series did not go on after the kill: {:?}", handled(&files));
         std::thread::sleep(Duration::from_millis(50));
     }
-    let took_over = leader_value(&server, name);
+    let took_over = watcher.leader();
     assert!(took_over.is_some() && took_over != Some(first_leader), "node 2 never took the lead");
-    server.command(&["SET", STOP, "1"]);
+    files.stop();
     assert!(node2.join(Duration::from_secs(10)), "node 2 did not stop cleanly");
 
-    let all: Vec<Delivery> = handled(&server).into_iter().filter(|h| h.due_ms <= end).collect();
+    let all: Vec<Delivery> = handled(&files).into_iter().filter(|h| h.due_ms <= end).collect();
     let mut by_due: BTreeMap<u128, Vec<&Delivery>> = BTreeMap::new();
     for h in &all {
         assert_eq!(h.due_ms % 1000, 0, "a run off the whole seconds: {h:?}");
@@ -206,8 +220,8 @@ fn a_cron_every_second_survives_the_leaders_sigkill() {
 /// series once for the missed runs (the durable default, skip), then on the grid again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_down_for_five_periods_runs_once_for_the_missed_then_on_the_grid() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "cron-down").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "cron-down").connect().await.expect("connect");
     let log = Log::default();
     let worker = log.worker(&timers);
     timers.schedule_recurring(KEY, Recurrence::cron("* * * * * *").unwrap(), "beat").await.expect("schedule");
@@ -350,8 +364,8 @@ fn concurrent_upserts_from_two_processes_leave_the_last_one_whole() {
 /// second upsert meanwhile replaces the first. At most one run of the key at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upsert_while_a_run_is_in_flight_starts_no_second_run() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "upsert-running").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "upsert-running").connect().await.expect("connect");
     let log = Log::default();
     let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
@@ -404,8 +418,8 @@ async fn an_upsert_while_a_run_is_in_flight_starts_no_second_run() {
 /// answers true), and it runs with the new payload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_recurrences_are_refused_and_cancel_then_upsert_schedules_again() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "cancel-upsert").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "cancel-upsert").connect().await.expect("connect");
     let past = SystemTime::now() - Duration::from_secs(60);
     let invalid = |r: Result<(), Error>| match r {
         Err(Error::Invalid(why)) => why,

@@ -6,7 +6,9 @@
 //! (a 50 ms tick, 32 slots, a lease of 1 s). Each check is written so that it can fail.
 //!
 //! Run with `cargo test --features redis --test durable_redis_faults`. Without a `redis-server` the tests
-//! print a skip note and pass, except under `CI=true`, where they fail.
+//! print a skip note and pass, except under `CI=true`, where they fail. They need Redis itself
+//! (killed, restarted, replicated): on Redis only, they skip when `TIMEWHEEL_TEST_STORE` names
+//! another store (`support/store.rs`).
 #![cfg(feature = "redis")]
 
 mod support;

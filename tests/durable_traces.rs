@@ -3,9 +3,11 @@
 //! of its own), or with `trace_parent(true)` its child; every run of a series starts a trace of
 //! its own. Without the feature the record holds no context.
 //!
-//! The spans go through the tracing-opentelemetry layer to an in-memory exporter. Needs a
-//! `redis-server`; without one each test prints a skip note and passes, except under `CI=true`,
-//! where it fails.
+//! The spans go through the tracing-opentelemetry layer to an in-memory exporter. The runs' spans
+//! are checked on the store the run selects (`support/store.rs`: a real `redis-server`, or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` a SQLite file of the embedded store); the record itself is read
+//! in Redis, on Redis only. Without a `redis-server` the tests on Redis print a skip note and
+//! pass, except under `CI=true`, where they fail.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -24,7 +26,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use support::durable::{builder, keys};
 #[cfg(feature = "opentelemetry")]
 use support::durable::{wait_until, Log};
-use support::RedisServer;
+use support::{RedisServer, TestStore};
 
 /// The spans this test binary finished, exported in memory; installs the subscriber (for every
 /// thread: the workers run on the runtime's) on first use.
@@ -77,8 +79,8 @@ fn linked_to(run: &SpanData, origin: &SpanContext) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handlers_span_is_linked_to_the_scheduling_span_in_a_trace_of_its_own() {
     exporter();
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "linked").connect().await.unwrap();
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "linked").connect().await.unwrap();
     let checkout = tracing::info_span!("checkout");
     let origin = context_of(&checkout);
     assert!(origin.is_valid(), "the subscriber gives the test's span a context");
@@ -101,8 +103,8 @@ async fn a_handlers_span_is_linked_to_the_scheduling_span_in_a_trace_of_its_own(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_trace_parent_a_handlers_span_is_a_child_of_the_scheduling_span() {
     exporter();
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "parented").trace_parent(true).connect().await.unwrap();
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "parented").trace_parent(true).connect().await.unwrap();
     let checkout = tracing::info_span!("checkout");
     let origin = context_of(&checkout);
     // The batch calls keep the context too, each task its own.
@@ -126,8 +128,8 @@ async fn every_run_of_a_series_starts_a_trace_of_its_own_linked_to_the_schedule(
     use tokio_timewheel::{Recurrence, Repeat};
 
     exporter();
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "series").trace_parent(true).connect().await.unwrap();
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "series").trace_parent(true).connect().await.unwrap();
     let setup = tracing::info_span!("setup");
     let origin = context_of(&setup);
     async {

@@ -1,10 +1,11 @@
-//! How a durable worker runs its handlers, against a real `redis-server` started for each test
-//! (see `support/redis_server.rs`): leases renewed while a handler runs longer than the lease,
-//! the handler timeout, `shutdown` and `shutdown_timeout`, waiting until a worker runs and
-//! asking whether it leads.
+//! How a durable worker runs its handlers, on the store the run selects (`support/store.rs`: a
+//! real `redis-server` started for each test, or a SQLite file of the embedded store): leases
+//! renewed while a handler runs longer than the lease, the handler timeout, `shutdown` and
+//! `shutdown_timeout`, waiting until a worker runs and asking whether it leads, routes.
 //!
-//! Run with `cargo test --features redis --test durable_workers`. Without a `redis-server` the
-//! tests print a skip note and pass, except under `CI=true`, where they fail.
+//! Run with `cargo test --features redis --test durable_workers` (on Redis), or with
+//! `TIMEWHEEL_TEST_STORE=sqlite` and the `sqlite` feature. Without a `redis-server` the tests on
+//! Redis print a skip note and pass, except under `CI=true`, where they fail.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use support::durable::{builder, wait_until, Log, LEASE, TICK};
-use support::redis_server::RedisServer;
+use support::TestStore;
 use tokio_timewheel::durable::{DurableScheduler, Error, Task};
 
 /// A handler that records its delivery (as `node`), sleeps `run`, and acknowledges.
@@ -49,8 +50,8 @@ async fn gone(timers: &DurableScheduler, key: &str, within: Duration) -> bool {
 /// the lease, so it runs once, is acknowledged, and no dead letter or retry comes of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_three_times_the_lease_runs_once_and_is_acknowledged() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "long").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "long").connect().await.expect("connect");
     let log = Log::default();
     let workers = [timers.run(sleeper(&log, 1, LEASE * 3)), timers.run(sleeper(&log, 2, LEASE * 3))];
     for w in &workers {
@@ -78,8 +79,8 @@ async fn a_handler_three_times_the_lease_runs_once_and_is_acknowledged() {
 /// while, and acknowledged when it finishes, however long past the lease that is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_a_handler_longer_than_the_lease_and_acknowledges_it() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "drain").connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "drain").connect().await.expect("connect");
     let log = Log::default();
     let worker = timers.run(sleeper(&log, 1, LEASE * 2));
     timers.schedule("draining", Duration::ZERO, "x").await.unwrap();
@@ -98,9 +99,9 @@ async fn shutdown_waits_for_a_handler_longer_than_the_lease_and_acknowledges_it(
 /// would have run out), as the next attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_timeout_returns_within_its_bound_and_gives_the_lease_back() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let lease = Duration::from_secs(5);
-    let timers = builder(&server.url(), "bounded").lease(lease).connect().await.expect("connect");
+    let timers = builder(&store.url(), "bounded").lease(lease).connect().await.expect("connect");
     let log = Log::default();
     let dropped = Arc::new(AtomicUsize::new(0));
     let worker = timers.run({
@@ -160,10 +161,10 @@ impl Drop for DropCounter {
 /// the backoff, then dead with the timeout in its last error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_timeout_turns_a_hung_handler_into_a_failure() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(store) = TestStore::start() else { return };
     let timeout = Duration::from_millis(300);
     let timers =
-        builder(&server.url(), "hung").handler_timeout(timeout).max_attempts(2).connect().await.expect("connect");
+        builder(&store.url(), "hung").handler_timeout(timeout).max_attempts(2).connect().await.expect("connect");
     let log = Log::default();
     let worker = timers.run({
         let log = log.clone();
@@ -196,7 +197,7 @@ async fn the_handler_timeout_turns_a_hung_handler_into_a_failure() {
     assert!(gap < LEASE, "retried {gap:?} after the first delivery: by the lease, not the timeout");
     worker.shutdown().await;
 
-    let zero = builder(&server.url(), "hung").handler_timeout(Duration::ZERO).connect().await;
+    let zero = builder(&store.url(), "hung").handler_timeout(Duration::ZERO).connect().await;
     assert!(matches!(zero, Err(Error::Invalid(_))), "{zero:?}");
 }
 
@@ -205,8 +206,8 @@ async fn the_handler_timeout_turns_a_hung_handler_into_a_failure() {
 /// first shuts down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_then_is_leader_tells_who_ticks() {
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "who").partitions(3).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "who").partitions(3).connect().await.expect("connect");
     let log = Log::default();
     let first = log.worker(&timers);
     tokio::time::timeout(Duration::from_secs(5), first.ready()).await.expect("the first worker never ran");
@@ -233,8 +234,8 @@ async fn ready_then_is_leader_tells_who_ticks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_send_each_kind_of_task_to_its_handler() {
     use tokio_timewheel::durable::Routes;
-    let Some(server) = RedisServer::start() else { return };
-    let timers = builder(&server.url(), "routes").max_attempts(1).connect().await.expect("connect");
+    let Some(store) = TestStore::start() else { return };
+    let timers = builder(&store.url(), "routes").max_attempts(1).connect().await.expect("connect");
     let seen = Arc::new(Mutex::new(Vec::<(&'static str, String)>::new()));
     let route = |name: &'static str| {
         let seen = seen.clone();

@@ -1,8 +1,10 @@
 //! Jobs and handlers run inside a `tracing` span that says which timer or delivery they are:
 //! what they log carries the span's fields.
 //!
-//! The durable test needs a `redis-server` (and the `redis` feature); without one it prints a
-//! skip note and passes, except under `CI=true`, where it fails.
+//! The durable test (feature `redis`) runs on the store the run selects (`support/store.rs`: a
+//! `redis-server`, or with `TIMEWHEEL_TEST_STORE=sqlite` a SQLite file of the embedded store);
+//! without a `redis-server` it prints a skip note and passes, except under `CI=true`, where it
+//! fails.
 
 mod support;
 
@@ -104,8 +106,8 @@ async fn a_handler_logs_inside_a_span_with_the_key_and_the_attempt() {
     use tokio_timewheel::durable::{DurableScheduler, Task};
 
     logged();
-    let Some(server) = support::redis_server::RedisServer::start() else { return };
-    let timers = DurableScheduler::builder(server.url(), "spans")
+    let Some(store) = support::TestStore::start() else { return };
+    let timers = DurableScheduler::builder(store.url(), "spans")
         .tick(Duration::from_millis(20))
         .backoff(Duration::from_millis(20))
         .connect()

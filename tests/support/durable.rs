@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, DurableStats, Task, WheelKeys, Worker};
 
 use super::redis_server::RedisServer;
+use super::store::TestStore;
 
 /// One delivery of a task to a handler.
 #[derive(Clone, Debug)]
@@ -115,6 +116,47 @@ pub fn keys(name: &str) -> WheelKeys {
 /// The fencing token of the node that leads the wheel `name`, if one does.
 pub fn leader_value(server: &RedisServer, name: &str) -> Option<String> {
     server.command(&["GET", &keys(name).leader()]).as_str().map(str::to_owned)
+}
+
+/// Who leads the wheel of `timers` (of one partition) now, if a node does, as a value that
+/// another leader changes: on Redis the leader key's fencing token ([`leader_value`]: the node's
+/// id and its bid, so a node that lost the lead and took it back reads as a change too), on
+/// another store the leading node's id, as [`DurableScheduler::leaders`] answers it.
+pub async fn leader_of(store: &TestStore, timers: &DurableScheduler) -> Option<String> {
+    match store.redis() {
+        Some(server) => leader_value(server, timers.name()),
+        None => timers.leaders().await.expect("leaders").into_iter().next().flatten(),
+    }
+}
+
+/// A handle on a wheel for a test's own threads, outside any runtime (they watch node
+/// processes): who leads it, read as [`leader_of`] reads it. It connects with [`builder`]'s
+/// settings, as the nodes do.
+pub struct Watcher {
+    runtime: tokio::runtime::Runtime,
+    timers: DurableScheduler,
+    /// The server, on Redis, and the key it holds the leader's token in.
+    redis: Option<(std::net::SocketAddr, String)>,
+}
+
+impl Watcher {
+    pub fn new(store: &TestStore, name: &str) -> Watcher {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let timers = runtime.block_on(builder(&store.url(), name).connect()).expect("the watcher connects");
+        let redis = store.redis().map(|server| (server.addr(), keys(name).leader()));
+        Watcher { runtime, timers, redis }
+    }
+
+    /// Who leads now (`None` when nobody does, or the store did not answer).
+    pub fn leader(&self) -> Option<String> {
+        match &self.redis {
+            Some((addr, key)) => {
+                let reply = super::redis_server::command_at(*addr, &["GET", key], Duration::from_secs(2)).ok()?;
+                reply.as_str().map(str::to_owned)
+            }
+            None => self.runtime.block_on(self.timers.leaders()).ok()?.into_iter().next().flatten(),
+        }
+    }
 }
 
 /// The tests' tick, ring and lease: short, so that a test runs in seconds.

@@ -19,6 +19,12 @@
 //!     cargo test --features redis,serde,metrics,dashboard --lib --test durable_basic -- --skip tls
 //! ```
 //!
+//! The durable behaviour tests that run on every store start their store through
+//! `store.rs`'s `TestStore`, which starts this server when `TIMEWHEEL_TEST_STORE` is `redis` (or
+//! unset). When it names another store (`sqlite`), every start here returns `None` with a skip
+//! note: the tests that need Redis itself (killing it, `DEBUG SLEEP`, Sentinel, Cluster, TLS)
+//! belong to the run on Redis.
+//!
 //! The helper speaks just enough RESP over a plain `TcpStream` ([`RedisServer::command`]) to wait
 //! for `PING` and to drive the server from a test (`DEBUG SLEEP`, `SLOWLOG`, `CONFIG SET`) without
 //! going through the crate under test.
@@ -83,7 +89,14 @@ impl RedisServer {
 
     /// [`start_with`](Self::start_with), launched as `launch` says: with a config file first, or
     /// TLS only.
+    ///
+    /// `None` too, with a note, when the tests run on another store (`TIMEWHEEL_TEST_STORE`, see
+    /// `store.rs`): a test that starts a server itself needs Redis, and ran in the run on Redis.
     pub fn start_launched(persistence: Persistence, extra: &[&str], launch: Launch) -> Option<Self> {
+        if let Some(store) = other_store() {
+            eprintln!("this test needs Redis itself and the tests run on {store} ({STORE_ENV}): skipping");
+            return None;
+        }
         let binary = match find_binary() {
             Some(binary) => binary,
             None if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
@@ -400,6 +413,15 @@ pub fn command_at(addr: SocketAddr, args: &[&str], timeout: Duration) -> std::io
     stream.set_write_timeout(Some(timeout))?;
     stream.write_all(&encode(args))?;
     read_reply(&mut BufReader::new(stream))
+}
+
+/// The variable that chooses the store the durable tests run on (`store.rs`).
+pub const STORE_ENV: &str = "TIMEWHEEL_TEST_STORE";
+
+/// The store `TIMEWHEEL_TEST_STORE` names when it is not Redis (the default).
+fn other_store() -> Option<String> {
+    let store = std::env::var(STORE_ENV).unwrap_or_default().trim().to_ascii_lowercase();
+    (!store.is_empty() && store != "redis").then_some(store)
 }
 
 fn find_binary() -> Option<PathBuf> {
