@@ -1,8 +1,10 @@
-//! `timewheel`: reads and administers a tokio-timewheel durable wheel in Redis from a terminal,
-//! through the library's public API only (what it shows, a program could read).
+//! `timewheel`: reads and administers a tokio-timewheel durable wheel, in Redis or in a SQLite
+//! file, from a terminal, through the library's public API only (what it shows, a program could
+//! read).
 //!
 //! ```text
 //! timewheel --url redis://127.0.0.1:6379/ --wheel orders stats
+//! timewheel --url sqlite:data/orders.db --wheel orders stats
 //! timewheel --wheel orders list ready --limit 20 --json
 //! timewheel --wheel orders dead --requeue-all
 //! timewheel --wheel orders get report:nightly
@@ -15,9 +17,13 @@
 //! an array of `DeadTask`s, `watch` a `DurableStats` a line with the rates, the counts due soon
 //! and the wheel-wide `Figures`; the actions print `{"done": bool}`.
 //!
+//! A SQLite file is read beside the processes that run its wheel (SQLite lets several processes
+//! of one host share a file); the command line never creates one: a path with no file, or
+//! `sqlite::memory:` (the memory of the process that opened it), is refused.
+//!
 //! Exit codes: 0 done; 1 nothing to act on (no such task, not pending, not running, already
-//! running, no such dead letter); 2 a usage error; 3 Redis could not be reached or failed; 4
-//! refused (no wheel of that name, a bad setting).
+//! running, no such dead letter); 2 a usage error; 3 the store (Redis, or the SQLite file) could
+//! not be reached or failed; 4 refused (no wheel of that name, no such file, a bad setting).
 
 mod show;
 
@@ -30,11 +36,12 @@ use serde_json::json;
 use tokio_timewheel::durable::{DurableScheduler, ListCursor, TaskState};
 use tokio_timewheel::Error;
 
-/// Read and administer a tokio-timewheel durable wheel in Redis.
+/// Read and administer a tokio-timewheel durable wheel, in Redis or in a SQLite file.
 #[derive(Parser, Debug)]
 #[command(name = "timewheel", version, about, after_help = EXIT_CODES)]
 struct Cli {
-    /// Redis to connect to (redis:// or rediss://, credentials in the URL); with --sentinel, the
+    /// The wheel's store: a Redis (redis:// or rediss://, credentials in the URL), or the SQLite
+    /// file its nodes share (sqlite:PATH, as they were given it); with --sentinel, the
     /// sentinels; with --cluster, seed nodes. Repeat it, or separate URLs with commas.
     #[arg(long, env = "TIMEWHEEL_URL", default_value = "redis://127.0.0.1:6379/", value_delimiter = ',')]
     url: Vec<String>,
@@ -59,7 +66,8 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
 
-    /// How long to try to reach Redis, in seconds.
+    /// How long to try to reach the store (Redis, or the SQLite file when another process holds
+    /// its lock), in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     connect_timeout: f64,
 
@@ -68,7 +76,8 @@ struct Cli {
 }
 
 const EXIT_CODES: &str = "Exit codes: 0 done; 1 nothing to act on (no such task, not pending, not running, already \
-                          running, no such dead letter); 2 usage; 3 Redis unreachable or failing; 4 refused (no such wheel, a bad setting).";
+                          running, no such dead letter); 2 usage; 3 the store (Redis, or the SQLite file) unreachable \
+                          or failing; 4 refused (no such wheel, no such file, a bad setting).";
 
 #[derive(Subcommand, Debug)]
 enum Command {
@@ -176,7 +185,16 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             let code = match e {
-                Failure::Wheel(Error::Redis(_)) => 3,
+                Failure::Wheel(Error::Redis(_)) => {
+                    if sqlite_url(&cli).is_some() {
+                        eprintln!("(check --url: the SQLite file the wheel's nodes use)");
+                    } else {
+                        eprintln!(
+                            "(check --url, and --tls-ca for rediss://, --sentinel or --cluster for those deployments)"
+                        );
+                    }
+                    3
+                }
                 _ => 4,
             };
             ExitCode::from(code)
@@ -194,10 +212,6 @@ enum Failure {
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Wheel(Error::Redis(failure)) => write!(
-                f,
-                "{failure}\n(check --url, and --tls-ca for rediss://, --sentinel or --cluster for those deployments)"
-            ),
             Failure::Wheel(e) => write!(f, "{e}"),
             Failure::Setting(s) => f.write_str(s),
         }
@@ -210,9 +224,46 @@ impl From<Error> for Failure {
     }
 }
 
-/// Opens the wheel that `cli` names, as it is recorded in Redis.
+/// The `sqlite:` URL that `--url` gives, whole (a path may hold the commas that `--url` splits
+/// URLs at); `None` for Redis.
+fn sqlite_url(cli: &Cli) -> Option<String> {
+    let first = cli.url.first()?;
+    (first.starts_with("sqlite:") && cli.sentinel.is_none() && !cli.cluster).then(|| cli.url.join(","))
+}
+
+/// Checks a `sqlite:` URL before the library opens it, which would create a missing file: the
+/// command line reads a wheel that nodes run, so a path with no file is a mistake to report, as
+/// is `sqlite::memory:` (the memory of whichever process opens it: always empty here).
+fn check_sqlite(url: &str, wheel: &str) -> Result<(), Failure> {
+    let rest = url.strip_prefix("sqlite:").unwrap_or(url);
+    if rest == ":memory:" {
+        return Err(Failure::Setting(
+            "--url sqlite::memory: names the memory of the process that opens it, which is empty in this one: \
+             give the SQLite file the wheel's nodes use (sqlite:PATH)"
+                .to_string(),
+        ));
+    }
+    let path = std::path::Path::new(rest.strip_prefix("//").unwrap_or(rest));
+    if !path.as_os_str().is_empty() && !path.exists() {
+        return Err(Failure::Setting(format!(
+            "--url {url}: there is no file {} (seen from {}), so no wheel {wheel:?} either: give the path the wheel's \
+             nodes were given (a relative one is from their working directory)",
+            path.display(),
+            std::env::current_dir().map_or_else(|_| "here".to_string(), |d| d.display().to_string()),
+        )));
+    }
+    Ok(())
+}
+
+/// Opens the wheel that `cli` names, as it is recorded in its store.
 async fn open(cli: &Cli) -> Result<DurableScheduler, Failure> {
-    let mut builder = if let Some(master) = &cli.sentinel {
+    let mut builder = if let Some(url) = sqlite_url(cli) {
+        if cli.tls_ca.is_some() {
+            return Err(Failure::Setting(format!("--tls-ca is for rediss:// URLs, not {url}")));
+        }
+        check_sqlite(&url, &cli.wheel)?;
+        DurableScheduler::builder(url, &cli.wheel)
+    } else if let Some(master) = &cli.sentinel {
         DurableScheduler::sentinel(&cli.url, master, &cli.wheel)
     } else if cli.cluster {
         DurableScheduler::cluster(&cli.url, &cli.wheel)

@@ -1,5 +1,7 @@
-//! The `timewheel` binary against a real redis-server: every subcommand, its `--json` parsed
-//! back and checked against what the library reads, and its exit codes.
+//! The `timewheel` binary against a real redis-server and against a SQLite file (the embedded
+//! store, which the binary opens beside the test's own process): every subcommand, its `--json`
+//! parsed back and checked against what the library reads, and its exit codes. The tests on
+//! Redis skip (with a note) where no redis-server is installed; those on SQLite always run.
 
 #[path = "../../tests/support/redis_server.rs"]
 #[allow(dead_code)]
@@ -63,10 +65,45 @@ async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
     }
 }
 
+/// Where a test's wheel lives: a redis-server of its own, or a SQLite file in a temp directory.
+enum Store {
+    Redis(RedisServer),
+    Sqlite(tempfile::TempDir),
+}
+
+impl Store {
+    /// A redis-server; `None` (with a note) where none is installed.
+    fn redis() -> Option<Store> {
+        RedisServer::start().map(Store::Redis)
+    }
+
+    /// A SQLite file, made by the first `connect`, in a temp directory of its own.
+    fn sqlite() -> Store {
+        Store::Sqlite(tempfile::Builder::new().prefix("timewheel-cli-").tempdir().expect("a temp dir"))
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Store::Redis(server) => server.url(),
+            Store::Sqlite(dir) => format!("sqlite:{}", dir.path().join("orders.db").display()),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_subcommand_reads_and_acts_as_the_library_does() {
-    let Some(server) = RedisServer::start() else { return };
-    let url = server.url();
+    let Some(store) = Store::redis() else { return };
+    every_subcommand(&store.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_subcommand_on_a_sqlite_file() {
+    let store = Store::sqlite();
+    every_subcommand(&store.url()).await;
+}
+
+async fn every_subcommand(url: &str) {
+    let url = url.to_string();
     let timers = wheel(&url).await;
 
     // Three waiting tasks: JSON, text and binary payloads.
@@ -175,8 +212,8 @@ async fn every_subcommand_reads_and_acts_as_the_library_does() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_and_errors_say_what_went_wrong() {
-    let Some(server) = RedisServer::start() else { return };
-    let url = server.url();
+    let Some(store) = Store::redis() else { return };
+    let url = store.url();
 
     // A wheel nobody opened is refused (4), and not created.
     let (_, err) = text(&url, "no-such-wheel", &["stats"], 4);
@@ -204,8 +241,18 @@ async fn exit_codes_and_errors_say_what_went_wrong() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_pause_resume_and_cancel_running() {
-    let Some(server) = RedisServer::start() else { return };
-    let url = server.url();
+    let Some(store) = Store::redis() else { return };
+    list_pause_resume(&store.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pause_resume_and_cancel_running_on_a_sqlite_file() {
+    let store = Store::sqlite();
+    list_pause_resume(&store.url()).await;
+}
+
+async fn list_pause_resume(url: &str) {
+    let url = url.to_string();
     let timers = wheel(&url).await;
 
     // list: 120 waiting tasks, paged by the cursor the command prints, each key once.
@@ -307,10 +354,20 @@ async fn list_pause_resume_and_cancel_running() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_and_list_show_a_series_and_run_now_runs_a_waiting_task() {
+    let Some(store) = Store::redis() else { return };
+    series_and_run_now(&store.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_and_list_show_a_series_and_run_now_on_a_sqlite_file() {
+    let store = Store::sqlite();
+    series_and_run_now(&store.url()).await;
+}
+
+async fn series_and_run_now(url: &str) {
     use tokio_timewheel::Recurrence;
 
-    let Some(server) = RedisServer::start() else { return };
-    let url = server.url();
+    let url = url.to_string();
     let timers = wheel(&url).await;
 
     // A cron series in Berlin: its expression and zone, its next run in UTC and on Berlin's clock.
@@ -404,4 +461,140 @@ async fn get_and_list_show_a_series_and_run_now_runs_a_waiting_task() {
     worker.shutdown().await;
     let (out, _) = text(&url, WHEEL, &["--help"], 0);
     assert!(out.contains("run-now"), "{out}");
+}
+
+/// `--url sqlite:PATH` as the nodes were given it: absolute, relative to the working directory,
+/// `sqlite://`, a path with a comma (which `--url` otherwise splits URLs at); and what it refuses
+/// without creating anything: a path with no file, `sqlite::memory:`, a file that is not a
+/// wheel's, a wheel nobody opened, `--tls-ca`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_urls_and_what_they_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a,b").join("orders.db");
+    let url = format!("sqlite:{}", file.display());
+    let timers = wheel(&url).await;
+    timers.schedule("order:1", Duration::from_secs(3600), Vec::new()).await.unwrap();
+
+    assert_eq!(json(&url, &["stats"], 0)["pending"], 1, "a path with a comma");
+    assert_eq!(json(&format!("sqlite://{}", file.display()), &["stats"], 0)["pending"], 1);
+    let relative = Command::new(env!("CARGO_BIN_EXE_timewheel"))
+        .current_dir(file.parent().unwrap())
+        .args(["--url", "sqlite:orders.db", "--wheel", WHEEL, "--json", "stats"])
+        .output()
+        .unwrap();
+    assert_eq!(relative.status.code(), Some(0), "{}", String::from_utf8_lossy(&relative.stderr));
+    let stats: Value = serde_json::from_slice(&relative.stdout).unwrap();
+    assert_eq!(stats["pending"], 1, "a path relative to the working directory");
+
+    // A path with no file: refused (4), and nothing created there.
+    let missing = dir.path().join("typo").join("orders.db");
+    let (_, err) = text(&format!("sqlite:{}", missing.display()), WHEEL, &["stats"], 4);
+    assert!(err.contains("there is no file") && err.contains("typo"), "{err}");
+    assert!(!dir.path().join("typo").exists(), "the command line created a folder");
+    let (_, err) = text("sqlite::memory:", WHEEL, &["stats"], 4);
+    assert!(err.contains("sqlite::memory:") && err.contains("the SQLite file the wheel's nodes use"), "{err}");
+    // A file that is not a wheel's, and a wheel that nobody opened in a file that is.
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "not a database at all, just some text that is long enough").unwrap();
+    let (_, err) = text(&format!("sqlite:{}", notes.display()), WHEEL, &["stats"], 4);
+    assert!(err.contains("notes.txt") && err.contains("not a SQLite database"), "{err}");
+    let (_, err) = text(&url, "no-such-wheel", &["stats"], 4);
+    assert!(err.contains("no wheel named \"no-such-wheel\""), "{err}");
+    let (_, err) = text(&url, WHEEL, &["--tls-ca", "ca.pem", "stats"], 4);
+    assert!(err.contains("--tls-ca"), "{err}");
+    assert_eq!(timers.len().await.unwrap(), 1, "nothing changed");
+}
+
+/// The fourth process: while two nodes run a SQLite wheel under load (tasks scheduled and
+/// firing all along), `timewheel` reads it (`stats`, `list`, `due-next`, `watch`), pauses it (no
+/// task is handed out until it resumes) and resumes it, from a process of its own; every task
+/// still runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_reads_and_pauses_a_sqlite_wheel_while_nodes_run() {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    const TASKS: usize = 1500;
+    let store = Store::sqlite();
+    let url = store.url();
+    let timers = wheel(&url).await;
+    // Two nodes, each on a connection of its own, counting each key's deliveries.
+    let runs: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let node = wheel(&url).await;
+        let runs = runs.clone();
+        workers.push(node.run(move |task: Task| {
+            *runs.lock().unwrap().entry(task.key().to_string()).or_default() += 1;
+            async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok::<(), String>(())
+            }
+        }));
+    }
+    // The load: 20 tasks every 50 ms, each due 100 to 600 ms later.
+    let load = tokio::spawn({
+        let timers = timers.clone();
+        async move {
+            for batch in 0..TASKS / 20 {
+                let tasks: Vec<_> = (0..20)
+                    .map(|i| {
+                        let n = batch * 20 + i;
+                        (format!("load:{n:05}"), Duration::from_millis(100 + (n as u64 * 37) % 500), Vec::new())
+                    })
+                    .collect();
+                for r in timers.schedule_many(tasks).await.unwrap() {
+                    r.expect("scheduled");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+    wait_for("the first tasks acknowledged", async || timers.stats().await.unwrap().acked > 100).await;
+
+    // Reads, from another process, while the nodes run.
+    for _ in 0..3 {
+        let stats = json(&url, &["stats"], 0);
+        let count = |f: &str| stats[f].as_u64().unwrap_or_else(|| panic!("{f} in {stats}"));
+        assert_eq!(count("pending"), count("waiting") + count("ready") + count("running"), "{stats}");
+        assert!(count("scheduled") >= count("acked") + count("pending"), "{stats}");
+        assert_eq!(stats["paused"], false);
+    }
+    let running = json(&url, &["list", "running", "--limit", "100"], 0);
+    assert!(running["tasks"].is_array(), "{running}");
+    let finished = json(&url, &["list", "finished", "--limit", "5"], 0);
+    assert_eq!(finished["tasks"].as_array().map(Vec::len), Some(5), "{finished}");
+    let due = json(&url, &["due-next", "--limit", "5"], 0);
+    assert!(due["tasks"].is_array(), "{due}");
+    let out = timewheel(&url, WHEEL, &["--json", "watch", "--interval", "0.2", "--count", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+
+    // Paused: once `pause` has returned, no worker claims; tasks still fall due and wait.
+    assert_eq!(json(&url, &["pause"], 0)["done"], true);
+    let at_pause = timers.stats().await.unwrap();
+    assert!(at_pause.paused, "{at_pause:?}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let stats = json(&url, &["stats"], 0);
+    assert_eq!(stats["paused"], true);
+    assert_eq!(stats["handed_out"].as_u64(), Some(at_pause.handed_out), "handed out while paused: {stats}");
+    assert_eq!(json(&url, &["resume"], 0)["done"], true);
+    wait_for("tasks handed out after resume", async || timers.stats().await.unwrap().handed_out > at_pause.handed_out)
+        .await;
+
+    load.await.unwrap();
+    wait_for("every task acknowledged", async || {
+        let stats = timers.stats().await.unwrap();
+        stats.pending == 0 && stats.acked == TASKS as u64
+    })
+    .await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    let runs = runs.lock().unwrap();
+    assert_eq!(runs.len(), TASKS);
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(twice.is_empty(), "run more than once: {twice:?}");
+    let stats = json(&url, &["stats"], 0);
+    assert_eq!((stats["acked"].as_u64(), stats["dead"].as_u64()), (Some(TASKS as u64), Some(0)), "{stats}");
 }

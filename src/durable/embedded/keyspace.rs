@@ -167,6 +167,9 @@ impl Keyspace {
         // The first read of the header: where a file that is not SQLite is found out.
         header(&conn).map_err(fail)?;
         if path.is_some() {
+            // Before anything is written: switching to WAL mode is recorded in the file's header,
+            // and another application's database is to be refused as it was found.
+            check_or_create(&conn, &shown, false)?;
             let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(fail)?;
             if !mode.eq_ignore_ascii_case("wal") {
                 return Err(format!(
@@ -181,7 +184,7 @@ impl Keyspace {
         };
         conn.pragma_update(None, "synchronous", synchronous).map_err(fail)?;
         conn.execute_batch("BEGIN IMMEDIATE").map_err(fail)?;
-        let checked = check_or_create(&conn, &shown);
+        let checked = check_or_create(&conn, &shown, true);
         let ended = match checked {
             Ok(()) => conn.execute_batch("COMMIT"),
             Err(_) => conn.execute_batch("ROLLBACK"),
@@ -213,7 +216,7 @@ impl Keyspace {
             let _ = self.conn.execute_batch("ROLLBACK");
             return Err(format!("a command failed in the store ({why}), so the transaction was rolled back"));
         }
-        self.conn.execute_batch("COMMIT").map_err(|e| format!("cannot commit: {e}"))
+        self.conn.execute_batch("COMMIT").map_err(|e| format!("cannot commit: {}", write_failed(&self.conn, &e)))
     }
 
     /// Rolls the open transaction back; nothing when none is open.
@@ -256,7 +259,7 @@ impl Keyspace {
             Ok(value) => Ok(value),
             Err(Fail::Reply(message)) => Err(CommandError(message)),
             Err(Fail::Store(e)) => {
-                self.broken = Some(e.to_string());
+                self.broken = Some(write_failed(&self.conn, &e));
                 Err(CommandError(format!("ERR the embedded store failed: {e}")))
             }
         };
@@ -303,21 +306,67 @@ fn open_file(path: &Path) -> Result<Connection, String> {
 
 /// An error of SQLite's on the file `shown`, as a sentence that says what to do.
 fn describe(shown: &str, e: &rusqlite::Error) -> String {
+    // The file's folder, where SQLite also keeps its write-ahead log (`-wal`, `-shm`).
+    let file = Path::new(shown);
+    let dir = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.display().to_string(),
+        _ => "the working directory".to_string(),
+    };
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase) => format!(
             "{shown} is not a SQLite database ({e}): give the store a path of its own, a new file or a keyspace it \
              created"
         ),
-        Some(ErrorCode::ReadOnly) => {
-            format!("{shown} is read-only to this process ({e}): make it and its directory writable")
-        }
+        // The file's own mode lets it be written: what SQLite could not make is its log, beside it.
+        Some(ErrorCode::ReadOnly) if file.metadata().is_ok_and(|m| !m.permissions().readonly()) => format!(
+            "{shown} cannot be written by this process ({e}): SQLite keeps its write-ahead log beside the file \
+             ({shown}-wal, {shown}-shm), so its folder {dir} must be writable too: make {dir} writable, or give \
+             the store a path in a writable folder"
+        ),
+        Some(ErrorCode::ReadOnly) => format!(
+            "{shown} is read-only to this process ({e}): make it and its folder {dir} writable, or give the store \
+             another path"
+        ),
+        Some(ErrorCode::CannotOpen) if !file.exists() => format!(
+            "cannot create {shown} ({e}): this process may not create files in {dir}: make {dir} writable, or give \
+             the store a path in a writable folder"
+        ),
         Some(ErrorCode::CannotOpen) => {
-            format!("cannot open {shown} ({e}): check that this process may read and write it and its directory")
+            format!("cannot open {shown} ({e}): check that this process may read and write it and its folder {dir}")
         }
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
             format!("{shown} stayed locked by another process for {BUSY_TIMEOUT:?} ({e})")
         }
+        Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) => {
+            format!("cannot open {shown}: {}", io_failed(shown, e))
+        }
         _ => format!("cannot open {shown}: {e}"),
+    }
+}
+
+/// A storage error of a write to the keyspace on `conn` (a statement or a commit), as a sentence
+/// that says what to do.
+fn write_failed(conn: &Connection, e: &rusqlite::Error) -> String {
+    match conn.path().filter(|p| !p.is_empty()) {
+        Some(path) => io_failed(path, e),
+        None => e.to_string(),
+    }
+}
+
+/// A full disk, or a write or read that failed, on the file `shown`: what to do about it. A
+/// write cut short is SQLite's "database or disk is full"; one refused outright (no space, a
+/// file-size limit, a failing disk) its "disk I/O error".
+fn io_failed(shown: &str, e: &rusqlite::Error) -> String {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => format!(
+            "the disk holding {shown} is full ({e}): free space on it (SQLite's write-ahead log, {shown}-wal, grows \
+             with the writes between two checkpoints), then make the call again"
+        ),
+        Some(ErrorCode::SystemIoFailure) => format!(
+            "{shown} could not be written or read ({e}): its disk may be full, the file past the size this process \
+             may write (`ulimit -f`), or the disk failing: free space or fix the disk, then make the call again"
+        ),
+        _ => e.to_string(),
     }
 }
 
@@ -328,9 +377,10 @@ fn header(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
     Ok((app, layout))
 }
 
-/// Inside the transaction of [`Keyspace::open`]: creates the tables in an empty database, or
-/// checks that the file is a keyspace of [`LAYOUT`].
-fn check_or_create(conn: &Connection, shown: &str) -> Result<(), String> {
+/// Checks that the file is a keyspace of [`LAYOUT`], or an empty database, which it fills with
+/// the tables if `create`. [`Keyspace::open`] calls it before it writes anything (not `create`),
+/// and again inside its transaction (`create`).
+fn check_or_create(conn: &Connection, shown: &str, create: bool) -> Result<(), String> {
     let fail = |e: rusqlite::Error| describe(shown, &e);
     let (app, layout) = header(conn).map_err(fail)?;
     let tables: Vec<String> = conn
@@ -338,6 +388,9 @@ fn check_or_create(conn: &Connection, shown: &str) -> Result<(), String> {
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
         .map_err(fail)?;
     if app == 0 && layout == 0 && tables.is_empty() {
+        if !create {
+            return Ok(());
+        }
         conn.execute_batch(SCHEMA).map_err(fail)?;
         conn.pragma_update(None, "application_id", APPLICATION_ID).map_err(fail)?;
         return conn.pragma_update(None, "user_version", LAYOUT).map_err(fail);
@@ -356,10 +409,10 @@ fn check_or_create(conn: &Connection, shown: &str) -> Result<(), String> {
         ));
     }
     if layout < LAYOUT || tables != TABLES {
+        let held = if tables.is_empty() { "no tables".to_string() } else { format!("tables {}", tables.join(", ")) };
         return Err(format!(
-            "{shown} is a damaged keyspace (layout {layout}, tables {}; layout {LAYOUT} has {}): restore it from a \
-             copy, or give the store another path",
-            tables.join(", "),
+            "{shown} is a damaged keyspace (layout {layout}, {held}; layout {LAYOUT} has tables {}): restore it \
+             from a copy, or give the store another path",
             TABLES.join(", ")
         ));
     }
