@@ -178,6 +178,8 @@ pub(crate) struct Store {
     committed: Arc<Notify>,
     /// Whether other processes may write (a file): blocking reads poll too.
     shared: bool,
+    /// How many calls went to the store's thread, and how many transactions it ran for them.
+    batches: Arc<Batches>,
     /// Counted up after each transaction that changed the keyspace (but for the quiet scripts'
     /// calls), for the memory store's leader: nothing else writes to that store.
     changes: watch::Sender<u64>,
@@ -218,6 +220,7 @@ impl Store {
         }
         let keyspace = Keyspace::open(path, durability).map_err(Error::invalid)?;
         let committed = Arc::new(Notify::new());
+        let batches = Arc::new(Batches::default());
         let lua_failed = |e: String| Error::invalid(format!("the embedded Lua did not start: {e}"));
         let runner = match place {
             Place::Memory => Runner::Inline(Box::new(Mutex::new(Engine {
@@ -228,10 +231,11 @@ impl Store {
             Place::File(_) => {
                 let (calls, queue) = mpsc::channel();
                 let woken = committed.clone();
+                let counted = batches.clone();
                 let lua = LuaRunner::new().map_err(lua_failed)?;
                 std::thread::Builder::new()
                     .name("timewheel-sqlite".into())
-                    .spawn(move || serve(Engine { keyspace, lua, quiet }, &queue, &woken))
+                    .spawn(move || serve(Engine { keyspace, lua, quiet }, &queue, &woken, &counted))
                     .map_err(|e| Error::invalid(format!("the embedded store's thread did not start: {e}")))?;
                 Runner::Thread(calls)
             }
@@ -246,6 +250,7 @@ impl Store {
             committed,
             shared: matches!(place, Place::File(_)),
             changes: watch::Sender::new(0),
+            batches,
             unblocked: Mutex::new(HashSet::new()),
             next_client: AtomicU64::new(1),
             blocked: Mutex::new(Vec::new()),
@@ -277,6 +282,7 @@ impl Store {
             }
             Runner::Thread(calls) => {
                 let (answer, answered) = oneshot::channel();
+                self.batches.sent.fetch_add(1, Ordering::Relaxed);
                 if calls.send(Call { args, now_ms, answer }).is_err() {
                     return Err(CommandError("ERR the embedded store has stopped".into()));
                 }
@@ -342,8 +348,17 @@ impl Drop for InLine<'_> {
     }
 }
 
+/// What a file store's thread did: for the test that shows calls sharing a commit.
+#[derive(Default)]
+struct Batches {
+    /// Calls handed to the thread.
+    sent: AtomicU64,
+    /// Transactions it ran for them (one disk flush each, with `Durability::PowerLoss`).
+    transactions: AtomicU64,
+}
+
 /// The store's thread: takes the calls waiting, runs them in one transaction, commits, answers.
-fn serve(mut engine: Engine, queue: &mpsc::Receiver<Call>, committed: &Notify) {
+fn serve(mut engine: Engine, queue: &mpsc::Receiver<Call>, committed: &Notify, batches: &Batches) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -353,6 +368,7 @@ fn serve(mut engine: Engine, queue: &mpsc::Receiver<Call>, committed: &Notify) {
             }
         }
         let done = engine.transaction(batch.iter().map(|c| (c.args.as_slice(), c.now_ms)));
+        batches.transactions.fetch_add(1, Ordering::Relaxed);
         for (call, answer) in batch.into_iter().zip(done.answers) {
             let _ = call.answer.send(answer);
         }
@@ -550,5 +566,44 @@ impl redis::aio::ConnectionLike for EmbeddedConn {
 
     fn get_db(&self) -> i64 {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// Calls that arrive while a transaction is under way wait for the next one, together: a
+    /// thousand callers share one commit (one disk flush, with `PowerLoss`), not one each.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_that_wait_together_share_one_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wheel.db");
+        let store = Store::open(&Place::File(path.clone()), Durability::PowerLoss, &[]).unwrap();
+        // Another connection holds the file's write lock: the store's first transaction waits
+        // for it (up to its busy timeout of 5 s), and every call made meanwhile queues.
+        let other = rusqlite::Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let calls: Vec<_> = (0..1000)
+            .map(|i| {
+                let conn = store.connect();
+                let args = vec![b"SET".to_vec(), format!("k{i}").into_bytes(), b"v".to_vec()];
+                tokio::spawn(async move { conn.command(args).await })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(4);
+        while store.batches.sent.load(Ordering::Relaxed) < 1000 {
+            assert!(Instant::now() < deadline, "the calls were not all made");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        other.execute_batch("COMMIT").unwrap();
+        for call in calls {
+            assert_eq!(call.await.unwrap().unwrap(), Value::SimpleString("OK".into()));
+        }
+        let transactions = store.batches.transactions.load(Ordering::Relaxed);
+        // The first transaction took the calls there when it began; the next took the rest.
+        assert!(transactions <= 2, "1,000 calls made while the file was locked took {transactions} transactions");
     }
 }
