@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::scripts;
+use super::store::scripts;
 use super::time::{unix_ms, MAX_DUE_MS};
 use super::{
     DurableScheduler, DurableStats, Figures, ListCursor, ListPage, MinuteCounts, TaskInfo, TaskState, WheelKeys,
@@ -14,7 +14,7 @@ use crate::{Error, Lateness};
 
 /// The most tasks one page of `list` or `due_next` holds.
 pub const MAX_PAGE: usize = 1000;
-/// How many minutes of figures Redis keeps (`lua/includes/figures.lua`'s `FIGURES_MINUTES`).
+/// How many minutes of figures Redis keeps (`store/lua/includes/figures.lua`'s `FIGURES_MINUTES`).
 pub const FIGURES_MINUTES: usize = 120;
 
 impl DurableScheduler {

@@ -2,7 +2,7 @@
 //! pausing and resuming the workers' claims, and cancelling a running task's handler. Every Redis
 //! call these make goes through `scripts`.
 
-use super::scripts::{self, control, wake};
+use super::store::scripts::{self, control, wake};
 use super::DurableScheduler;
 use crate::Error;
 

@@ -1,7 +1,7 @@
 //! The dead-letter calls, an `impl` block of [`DurableScheduler`] of their own: listing the dead
 //! letters, putting one back and deleting one. Every Redis call these make goes through `scripts`.
 
-use super::scripts::{self, Requeued};
+use super::store::scripts::{self, Requeued};
 use super::{DeadTask, DurableScheduler};
 use crate::Error;
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::client::{Partition, WheelClient};
-use super::scripts::{self, Bid, TickReply};
+use super::store::client::{Partition, WheelClient};
+use super::store::scripts::{self, Bid, TickReply};
 use crate::Error;
 
 /// The most tasks one tick script call moves: a few milliseconds of Redis's time at most (about

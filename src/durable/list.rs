@@ -2,7 +2,7 @@
 //! own. Every Redis call it makes goes through `scripts`.
 
 use super::admin::MAX_PAGE;
-use super::scripts;
+use super::store::scripts;
 use super::task::finished_places;
 use super::time::unix_ms;
 use super::{DurableScheduler, ListCursor, ListPage, TaskInfo, TaskState};

@@ -283,7 +283,6 @@
 // from those below it there, which the crate's `layering` tests check.
 mod admin;
 mod builder;
-mod client;
 mod coalesce;
 mod config;
 mod control;
@@ -291,12 +290,7 @@ mod control;
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
 mod dead_letters;
-mod deployment;
-#[cfg(feature = "sqlite")]
-mod embedded;
-mod formats;
 mod ids;
-mod keys;
 mod leader;
 mod list;
 mod metrics;
@@ -306,9 +300,8 @@ mod payload;
 mod recurring;
 mod routes;
 mod scheduler;
-mod scripts;
 mod series;
-mod shared_conn;
+mod store;
 mod task;
 #[cfg(test)]
 mod tests;
@@ -328,7 +321,6 @@ pub use config::{
     DEFAULT_PREFETCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_HISTORY_AGE,
     MAX_HISTORY_LIMIT, MAX_PARTITIONS, MAX_SLOTS,
 };
-pub use keys::WheelKeys;
 pub use options::TaskOptions;
 pub use payload::IntoPayload;
 #[cfg(feature = "serde")]
@@ -336,6 +328,7 @@ pub use payload::Json;
 pub use routes::Routes;
 pub use scheduler::DurableScheduler;
 pub use series::MAX_BURST;
+pub use store::keys::WheelKeys;
 pub use task::{
     DeadTask, DurableStats, Figures, FinishedRun, ListCursor, ListPage, MinuteCounts, Outcome, Task, TaskInfo,
     TaskState,

@@ -4,13 +4,13 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::client::WheelClient;
 use super::config::{Config, Settings};
 use super::ids::Ids;
-use super::keys::WheelKeys;
 use super::metrics::WheelMetrics;
-use super::scripts::{self, Opened};
-use super::shared_conn::{unreachable, SharedConn};
+use super::store::client::WheelClient;
+use super::store::keys::WheelKeys;
+use super::store::scripts::{self, Opened};
+use super::store::shared_conn::{unreachable, SharedConn};
 use super::time::RedisClock;
 use super::DurableScheduler;
 use crate::Error;

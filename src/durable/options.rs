@@ -1,10 +1,10 @@
-//! `TaskOptions`: a task's own retry settings, in place of the node's; their checks, and their
-//! text in the task's record (the optional retry field of `lua/includes/record.lua`).
+//! `TaskOptions`: a task's own retry settings, in place of the node's, and their checks. Their
+//! text in the task's record (the optional retry field of `store/lua/includes/record.lua`) is
+//! the stores' business: `store/formats.rs`'s `Retry`.
 
 use std::time::Duration;
 
 use super::config::MAX_BACKOFF;
-use super::formats::Retry;
 use super::time::ceil_ms;
 use crate::Error;
 
@@ -106,39 +106,11 @@ impl TaskOptions {
         }
         Ok(())
     }
-
-    /// The text of the record's retry field ([`Retry`]); "" for a task without settings of its
-    /// own (its record has no such field).
-    pub(crate) fn record_text(&self) -> String {
-        Retry { max_attempts: self.max_attempts, backoff_ms: self.own_backoff_ms() }.write()
-    }
-
-    /// The settings of a record's retry field ([`Retry`]).
-    pub(crate) fn from_record_text(text: &[u8]) -> Self {
-        let retry = Retry::read(text);
-        TaskOptions { max_attempts: retry.max_attempts, backoff: retry.backoff_ms.map(Duration::from_millis) }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_record_text_reads_back_and_is_empty_without_settings() {
-        assert_eq!(TaskOptions::new().record_text(), "");
-        let cases = [
-            (TaskOptions::new().max_attempts(3), "3/"),
-            (TaskOptions::new().backoff(Duration::from_millis(250)), "/250"),
-            (TaskOptions::new().max_attempts(1).backoff(Duration::ZERO), "1/0"),
-        ];
-        for (options, text) in cases {
-            assert_eq!(options.record_text(), text);
-            assert_eq!(TaskOptions::from_record_text(text.as_bytes()), options);
-        }
-        // A backoff is rounded up to whole ms.
-        assert_eq!(TaskOptions::new().backoff(Duration::from_micros(1500)).record_text(), "/2");
-    }
 
     #[test]
     fn zero_attempts_and_a_backoff_over_the_cap_are_refused() {

@@ -3,8 +3,8 @@
 //! own; how such a series is stored and moved on is `series.rs`.
 
 use super::scheduler::DurableScheduler;
-use super::scripts::{self, Upserted};
 use super::series::{self, Stored};
+use super::store::scripts::{self, Upserted};
 use super::time::When;
 use super::IntoPayload;
 use crate::{Error, Recurrence};

@@ -5,10 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::client::WheelClient;
 use super::coalesce::{self, Calls};
-use super::scripts::{self, NewTask, ScheduleAnswer};
 use super::series::Stored;
+use super::store::client::WheelClient;
+use super::store::scripts::{self, NewTask, ScheduleAnswer};
 use super::time::When;
 use super::{IntoPayload, Task, TaskOptions, Worker};
 use crate::origin::Origin;

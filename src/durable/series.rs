@@ -1,9 +1,9 @@
 //! A durable series whose next runs are worked out on the node: a cron expression in a time
 //! zone, or a fixed rate with an end. Lua cannot read a calendar, so the record of such a task
-//! carries a spec (see `lua/includes/record.lua`), the text written here; the worker that ends a
+//! carries a spec (see `store/lua/includes/record.lua`), the text written here; the worker that ends a
 //! run reads it back, works out the next due time on Redis's clock, and hands it to the script
 //! that ends the run, which places it in the same step. A fixed rate without an end needs no
-//! spec: `lua/includes/advance.lua` moves it on in Lua.
+//! spec: `store/lua/includes/advance.lua` moves it on in Lua.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use tokio::task::{JoinError, JoinSet};
 
 use super::{cancel_batch, schedule_batch, BATCH_BYTES, CANCEL_BATCH, SCHEDULE_BATCH};
-use crate::durable::client::WheelClient;
-use crate::durable::scripts::NewTask;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::scripts::NewTask;
 use crate::error::RedisFailure;
 use crate::Error;
 

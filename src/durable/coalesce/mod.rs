@@ -16,8 +16,8 @@ use std::sync::Arc;
 pub(crate) use many::{cancel_many, schedule_many};
 use queue::{Answers, Bounds, Coalescer, SendBatch};
 
-use super::client::WheelClient;
-use super::scripts::{self, Cancelled, Moved, NewTask, ScheduleAnswer};
+use super::store::client::WheelClient;
+use super::store::scripts::{self, Cancelled, Moved, NewTask, ScheduleAnswer};
 use super::time::When;
 use crate::Error;
 
@@ -145,7 +145,7 @@ pub(crate) async fn schedule_batch(
 pub(crate) async fn cancel_batch(wheel: &WheelClient, part: usize, task_keys: &[impl AsRef<str>]) -> Answers<bool> {
     let keys = &wheel.partitions[part].keys;
     // One id per call, kept by its retries: a retry whose first attempt landed still answers
-    // true (see `lua/cancel.lua`).
+    // true (see `store/lua/cancel.lua`).
     let answers = match scripts::cancel(wheel, keys, &wheel.ids.next(), task_keys).await {
         Ok(answers) => answers,
         Err(e) => return vec![Err(e); task_keys.len()],

@@ -1,6 +1,6 @@
 //! One table of cases for the two places that move a fixed rate on: [`Recurrence::next_run`], the
 //! crate's one rule for every series' next run (through `series::next_due`, the durable mode's
-//! call of it, which caps a burst at [`MAX_BURST`]), and `lua/includes/advance.lua`, the Lua that
+//! call of it, which caps a burst at [`MAX_BURST`]), and `store/lua/includes/advance.lua`, the Lua that
 //! moves a fixed rate without an end on inside the script that ends its run. Each case runs
 //! through both, the Lua on a real server.
 
@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::durable::scripts::assemble;
 use crate::durable::series::{missed_digit, next_due, MAX_BURST};
+use crate::durable::store::scripts::assemble;
 use crate::MissedRuns::{self, Burst, Delay, Skip};
 use crate::Recurrence;
 

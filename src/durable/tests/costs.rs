@@ -19,8 +19,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::{redis_now_ms, wheel_keeping, TICK_MS};
-use crate::durable::scripts::{self, NewTask, TickReply};
-use crate::durable::shared_conn::Window;
+use crate::durable::store::scripts::{self, NewTask, TickReply};
+use crate::durable::store::shared_conn::Window;
 use crate::durable::time::When;
 
 /// Tasks per measurement.

@@ -1,12 +1,12 @@
 //! The stored formats held to one codec in both languages (`formats.rs` and
-//! `lua/includes/record.lua`, `history.lua`), on a real server: what Lua decodes and writes back
+//! `store/lua/includes/record.lua`, `history.lua`), on a real server: what Lua decodes and writes back
 //! is what Rust reads and writes, a tag Lua does not know included, and what a worker packs for
 //! the history reads back after a script joined it.
 
 use super::{dump, redis_now_ms, wheel};
-use crate::durable::formats::{Ended, HistoryRun, Record};
-use crate::durable::scripts::{self, Ack};
-use crate::durable::shared_conn::Window;
+use crate::durable::store::formats::{Ended, HistoryRun, Record};
+use crate::durable::store::scripts::{self, Ack};
+use crate::durable::store::shared_conn::Window;
 use crate::durable::TaskOptions;
 
 const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";

@@ -105,8 +105,8 @@ fn meta(server: &RedisServer, keys: &WheelKeys, field: &str) -> i64 {
 
 /// The expected dump: `(suffix, value)` pairs.
 /// Acknowledgements of tasks without a spec, from (key, claim token) pairs.
-fn acks(pairs: &[(&str, &str)]) -> Vec<super::scripts::Ack> {
-    pairs.iter().map(|(k, t)| super::scripts::Ack::plain(k, t)).collect()
+fn acks(pairs: &[(&str, &str)]) -> Vec<super::store::scripts::Ack> {
+    pairs.iter().map(|(k, t)| super::store::scripts::Ack::plain(k, t)).collect()
 }
 
 fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -1,5 +1,5 @@
 //! Per-script tests of a task's own retry settings ([`TaskOptions`]), on seeded keys in the style
-//! of `scripts.rs`: the record's optional retry field (`lua/includes/record.lua`) as
+//! of `scripts.rs`: the record's optional retry field (`store/lua/includes/record.lua`) as
 //! `schedule.lua` and `upsert.lua` write it and `reschedule.lua` keeps it, and `fail.lua` and
 //! `tick.lua` (a lease that ran out) reading it in place of the node's settings. The wheel of
 //! these tests allows 3 attempts, 1 s apart at first (see `super::wheel`).
@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use super::{dump, meta, redis_now_ms, wheel, TICK_MS};
-use crate::durable::scripts::{self, Ack, Failed, Moved, NewTask, ScheduleAnswer};
 use crate::durable::series::Stored;
-use crate::durable::shared_conn::Window;
+use crate::durable::store::scripts::{self, Ack, Failed, Moved, NewTask, ScheduleAnswer};
+use crate::durable::store::shared_conn::Window;
 use crate::durable::time::When;
 use crate::durable::TaskOptions;
 use crate::MissedRuns;

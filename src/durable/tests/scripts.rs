@@ -7,12 +7,14 @@
 use std::time::Duration;
 
 use super::{acks, dump, expect, meta, redis_now_ms, wheel, SLOTS, TICK_MS};
-use crate::durable::scripts::{self, Ack, Bid, Cancelled, Failed, Moved, NewTask, Requeued, ScheduleAnswer, TickReply};
-use crate::durable::shared_conn::Window;
+use crate::durable::store::scripts::{
+    self, Ack, Bid, Cancelled, Failed, Moved, NewTask, Requeued, ScheduleAnswer, TickReply,
+};
+use crate::durable::store::shared_conn::Window;
 use crate::durable::time::When;
 use crate::durable::{TaskState, WheelKeys};
 
-/// A task's record as the scripts write it (`lua/includes/record.lua`): due, deliveries, claim
+/// A task's record as the scripts write it (`store/lua/includes/record.lua`): due, deliveries, claim
 /// token, period, runs left, missed-run policy, then the last error's length, the error and the
 /// payload.
 fn rec(due: u64, attempt: u32, token: u64, err: &str, payload: &str) -> String {
@@ -194,7 +196,7 @@ async fn own_slots_is_a_hint_that_changes_how_entries_are_written_not_what() {
     assert!(!right.own_slots);
     let (mut after, mut pushes) = (Vec::new(), Vec::new());
     for (request, own_slots) in [("right", false), ("wrong", true)] {
-        let guess = crate::durable::client::SlotGuess { indices: right.indices.clone(), own_slots };
+        let guess = crate::durable::store::client::SlotGuess { indices: right.indices.clone(), own_slots };
         server.command(&["CONFIG", "RESETSTAT"]);
         let got = scripts::schedule_in(w, keys, request, &tasks, false, None, &guess).await.unwrap();
         pushes.push(server.command_calls().get("rpush").copied().unwrap_or(0));
@@ -916,7 +918,7 @@ fn renewed(answers: Vec<scripts::Renewal>) -> Vec<bool> {
 }
 
 /// The history's runs, oldest first, as `(end ms, the rest as written)`
-/// (`lua/includes/history.lua`).
+/// (`store/lua/includes/history.lua`).
 fn history(server: &super::RedisServer, keys: &WheelKeys) -> Vec<(u64, String)> {
     let runs = server.command(&["LRANGE", &keys.history(), "0", "-1"]);
     runs.as_array()

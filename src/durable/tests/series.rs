@@ -1,14 +1,14 @@
 //! Per-script tests of what recurring series add to the scripts, on seeded keys: a record with a
-//! spec (`lua/includes/record.lua`), moved on by the next due time the node hands to `ack.lua`
+//! spec (`store/lua/includes/record.lua`), moved on by the next due time the node hands to `ack.lua`
 //! (and `claim.lua`, `fail.lua`), the burst cap of a fixed rate in Lua, and `upsert.lua` with the
-//! upserts it queues behind a running run (`lua/includes/queued.lua`), which whatever ends the
+//! upserts it queues behind a running run (`store/lua/includes/queued.lua`), which whatever ends the
 //! run (`ack`, `fail`, the tick) or cancels it takes up.
 
 use super::{acks, dump, meta, redis_now_ms, wheel};
-use crate::durable::client::WheelClient;
-use crate::durable::scripts::{self, Ack, Cancelled, Failed, NewTask, Upserted};
 use crate::durable::series::{Spec, Stored, MAX_BURST};
-use crate::durable::shared_conn::Window;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::scripts::{self, Ack, Cancelled, Failed, NewTask, Upserted};
+use crate::durable::store::shared_conn::Window;
 use crate::durable::time::When;
 use crate::durable::{TaskOptions, WheelKeys};
 use crate::origin::Origin;
@@ -89,7 +89,7 @@ async fn ack_moves_a_spec_series_to_the_nodes_next_due() {
     assert_eq!(claimed[0].spec, Some(Spec { text: SPEC.into(), missed: b'2' }));
     assert_eq!(claimed[0].task.payload(), b"p");
     // A record without a spec carries none.
-    super::super::scripts::schedule(
+    super::super::store::scripts::schedule(
         w,
         keys,
         "r1",

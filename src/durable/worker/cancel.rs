@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use super::lease::Deliveries;
-use crate::durable::client::WheelClient;
 use crate::durable::config::MIN_WAIT;
-use crate::durable::deployment::Connection;
-use crate::durable::scripts::control;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::deployment::Connection;
+use crate::durable::store::scripts::control;
 use crate::durable::time::ceil_ms;
 
 /// Cancels the tokens of partition `part`'s deliveries that `deliveries` holds as their cancel

@@ -19,10 +19,10 @@ use super::lease::{give_back_leases, renew_leases, Deliveries};
 use super::outcome::{lost, record_outcomes, refused, Outcomes};
 use super::stop::{abandoned, pause, stopped, stopping};
 use super::wake::{self, Waker};
-use crate::durable::client::WheelClient;
-use crate::durable::scripts::{self, Claim, Claimed};
 use crate::durable::series::Specs;
-use crate::durable::shared_conn::Window;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::scripts::{self, Claim, Claimed};
+use crate::durable::store::shared_conn::Window;
 use crate::durable::WheelKeys;
 use crate::Error;
 

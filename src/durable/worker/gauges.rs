@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::stop::{pause, stopping};
-use crate::durable::client::WheelClient;
-use crate::durable::scripts;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::scripts;
 
 /// How often a worker reads and publishes the gauges.
 pub(crate) const GAUGES_EVERY: Duration = Duration::from_secs(5);

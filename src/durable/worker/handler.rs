@@ -19,9 +19,9 @@ use tracing::Instrument;
 
 use super::lease::Deliveries;
 use super::outcome::Outcomes;
-use crate::durable::client::WheelClient;
-use crate::durable::scripts::{Ack, Claimed};
 use crate::durable::series::Specs;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::scripts::{Ack, Claimed};
 use crate::durable::time::unix_ms;
 use crate::durable::Task;
 

@@ -16,9 +16,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::durable::client::WheelClient;
-use crate::durable::scripts::{self, Claimed, Renewal};
-use crate::durable::shared_conn::Window;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::scripts::{self, Claimed, Renewal};
+use crate::durable::store::shared_conn::Window;
 
 /// The most deliveries one renewal call carries.
 const RENEW_BATCH: usize = 128;

@@ -25,9 +25,9 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::client::WheelClient;
 use super::leader::Lead;
-use super::scripts::registry;
+use super::store::client::WheelClient;
+use super::store::scripts::registry;
 use super::Task;
 use claim::Signals;
 use handler::Handler;

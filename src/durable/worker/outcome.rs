@@ -14,9 +14,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::lease::Deliveries;
-use crate::durable::client::WheelClient;
-use crate::durable::scripts::{self, Ack, Failed};
-use crate::durable::shared_conn::Window;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::scripts::{self, Ack, Failed};
+use crate::durable::store::shared_conn::Window;
 use crate::Error;
 
 /// The most acknowledgements one `ack.lua` call carries: bounded, so that one call holds Redis

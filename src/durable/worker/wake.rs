@@ -7,10 +7,10 @@
 use tokio::sync::{watch, Notify};
 
 use super::stop::{pause, stopped};
-use crate::durable::client::WheelClient;
 use crate::durable::config::MIN_WAIT;
-use crate::durable::deployment::Connection;
-use crate::durable::scripts::{wake, WAKE_TOKENS};
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::deployment::Connection;
+use crate::durable::store::scripts::{wake, WAKE_TOKENS};
 use crate::durable::WheelKeys;
 
 /// Lets one more idle worker of the partition whose keys are `keys` know that tasks are ready: a

@@ -2,9 +2,10 @@
 //! batch: `schedule.lua`, `cancel.lua`, `reschedule.lua`, `requeue_dead.lua`.
 
 use super::{declare_slots, invoke, packed, SCRIPTS};
-use crate::durable::client::{SlotGuess, WheelClient};
 use crate::durable::series::{missed_digit, Stored};
-use crate::durable::shared_conn::Window;
+use crate::durable::store::client::{SlotGuess, WheelClient};
+use crate::durable::store::formats::Retry;
+use crate::durable::store::shared_conn::Window;
 use crate::durable::time::When;
 use crate::durable::{TaskOptions, WheelKeys};
 use crate::origin::{self, Origin};
@@ -43,7 +44,7 @@ fn joined_options(tasks: &[NewTask]) -> String {
     if tasks.iter().all(|t| t.options.is_empty()) {
         return String::new();
     }
-    tasks.iter().map(|t| t.options.record_text()).collect::<Vec<_>>().join("\n")
+    tasks.iter().map(|t| Retry::text_of(&t.options)).collect::<Vec<_>>().join("\n")
 }
 
 /// The two script arguments that carry the times of a call's tasks (see `due_times.lua`): their
@@ -180,7 +181,7 @@ pub(crate) async fn upsert(
         .arg(series.spec.as_str())
         .arg(task.payload.as_slice())
         .arg(task.origin.to_text())
-        .arg(task.options.record_text());
+        .arg(Retry::text_of(&task.options));
     let reply: Vec<u8> = wheel.conn.call(&inv, Window::Default).await?;
     Ok(match reply.first() {
         Some(b'1') => Upserted::Created,

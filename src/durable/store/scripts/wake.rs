@@ -2,8 +2,8 @@
 //! `wake` and `lead`, and the blocking wait of an idle worker on its connection of its own, which
 //! a stopping worker unblocks by its client id.
 
-use crate::durable::client::WheelClient;
-use crate::durable::deployment::Connection;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::deployment::Connection;
 
 /// Pushes a token on the list `key`, keeping at most `keep + 1`; a failure is only a wake-up
 /// missed, which the idle wait's safety net makes up for.

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{declare_slots, invoke, SCRIPTS};
-use crate::durable::client::WheelClient;
-use crate::durable::shared_conn::Window;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::shared_conn::Window;
 use crate::durable::WheelKeys;
 use crate::Error;
 

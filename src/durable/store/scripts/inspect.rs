@@ -3,11 +3,11 @@
 //! `finished.lua`, which reads the history of finished runs.
 
 use super::{invoke, number, text, SCRIPTS};
-use crate::durable::client::WheelClient;
-use crate::durable::formats::{Ended, HistoryRun};
 use crate::durable::series::read_series;
 use crate::durable::series::Series;
-use crate::durable::shared_conn::Window;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::formats::{Ended, HistoryRun, Retry};
+use crate::durable::store::shared_conn::Window;
 use crate::durable::time::from_unix_ms;
 use crate::durable::WheelKeys;
 use crate::durable::{DeadTask, DurableStats, FinishedRun, Outcome, TaskInfo, TaskOptions, TaskState};
@@ -82,7 +82,7 @@ pub(crate) async fn get(wheel: &WheelClient, keys: &WheelKeys, key: &str) -> Res
         read_at: from_unix_ms(number(&now)),
         claim: None,
         finished: None,
-        options: TaskOptions::from_record_text(&retry),
+        options: Retry::options_of(&retry),
         series: series_of(&every, &runs, &missed, &spec),
     }))
 }

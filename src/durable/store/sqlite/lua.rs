@@ -838,7 +838,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::durable::scripts::{assemble, packed};
+    use crate::durable::store::scripts::{assemble, packed};
 
     /// A keyspace of strings, hashes and lists in memory, for the commands these tests' scripts
     /// use, answered and worded as Redis 7 answers a script.
@@ -1003,7 +1003,7 @@ mod tests {
 
     /// Every script of the crate, assembled as it is loaded (the file name, the Lua).
     fn crate_scripts() -> Vec<(String, String)> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/durable/lua");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/durable/store/lua");
         let mut scripts: Vec<(String, String)> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|entry| entry.unwrap().path())
@@ -1021,7 +1021,7 @@ mod tests {
     fn every_script_of_the_crate_compiles() {
         let mut runner = LuaRunner::new().unwrap();
         let scripts = crate_scripts();
-        assert!(scripts.len() >= 20, "{} scripts in src/durable/lua", scripts.len());
+        assert!(scripts.len() >= 20, "{} scripts in src/durable/store/lua", scripts.len());
         for (name, script) in &scripts {
             for text in [script.clone(), format!("{} {script}", keys_check())] {
                 let loaded = runner.load(text.as_bytes()).unwrap_or_else(|e| panic!("{name}: {}", e.0));

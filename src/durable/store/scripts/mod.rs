@@ -82,7 +82,7 @@ fn include(name: &str) -> String {
         "keys" => keys::lua_bindings(),
         "constants" => format!(
             "local WAKE_TOKENS, MAX_BURST, ACK_FIELDS = {WAKE_TOKENS}, {}, {ACK_FIELDS}",
-            super::series::MAX_BURST
+            crate::durable::series::MAX_BURST
         ),
         _ => match INCLUDES.iter().find(|(n, _)| *n == name) {
             Some((_, lua)) => lua.to_string(),
@@ -247,7 +247,7 @@ pub(crate) fn declare_slots(inv: &mut ScriptInvocation<'_>, keys: &WheelKeys, in
 /// (BENCHMARKS.md has the counts). Every number the scripts take this way is below
 /// [`MAX_DUE_MS`], exact in Lua's doubles.
 ///
-/// [`MAX_DUE_MS`]: super::time::MAX_DUE_MS
+/// [`MAX_DUE_MS`]: crate::durable::time::MAX_DUE_MS
 pub(crate) fn packed(values: impl ExactSizeIterator<Item = u64>) -> Vec<u8> {
     let n = values.len();
     let mut out = Vec::with_capacity(5 + 9 * n);

@@ -8,9 +8,9 @@ use std::time::Duration;
 use redis::{FromRedisValue, ScriptInvocation};
 use tokio::time::Instant;
 
-use super::config::{Config, TlsSettings, Topology};
 use super::deployment::{addresses, speaks_plain_text, Connection, Deployment};
-use super::time::ceil_ms;
+use crate::durable::config::{Config, TlsSettings, Topology};
+use crate::durable::time::ceil_ms;
 use crate::error::RedisFailure;
 use crate::Error;
 

@@ -2,10 +2,10 @@
 //! `renew.lua`.
 
 use super::{declare_slots, invoke, number, text, SCRIPTS};
-use crate::durable::client::WheelClient;
-use crate::durable::formats::{HistoryRun, Record};
 use crate::durable::series::Spec;
-use crate::durable::shared_conn::Window;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::formats::{HistoryRun, Record, Retry};
+use crate::durable::store::shared_conn::Window;
 use crate::durable::time::{from_unix_ms, When};
 use crate::durable::{Task, TaskOptions, WheelKeys};
 use crate::origin::Origin;
@@ -174,7 +174,7 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
         recurring: r.spec.is_some() || r.every_ms != 0,
         spec: r.spec.map(|spec| Spec { text: text(spec), missed: r.missed }),
         origin: r.trace.map_or_else(Origin::none, |trace| Origin::from_text(&text(trace))),
-        options: r.retry.map_or_else(TaskOptions::new, TaskOptions::from_record_text),
+        options: r.retry.map_or_else(TaskOptions::new, Retry::options_of),
     })
 }
 

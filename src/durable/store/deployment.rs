@@ -14,7 +14,7 @@ use redis::{
     AsyncConnectionConfig, Client, Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value,
 };
 
-use super::config::{Config, TlsSettings, Topology};
+use crate::durable::config::{Config, TlsSettings, Topology};
 use crate::Error;
 
 /// A handle on a connection of any deployment: cheap to clone, every clone on the same
@@ -31,7 +31,7 @@ pub(crate) enum Connection {
     Cluster(ClusterConnection),
     /// The embedded store, in this process.
     #[cfg(feature = "sqlite")]
-    Embedded(super::embedded::EmbeddedConn),
+    Embedded(super::sqlite::EmbeddedConn),
 }
 
 impl ConnectionLike for Connection {
@@ -111,7 +111,7 @@ pub(crate) enum Deployment {
     },
     /// The embedded store, opened once a `connect`.
     #[cfg(feature = "sqlite")]
-    Embedded(std::sync::Arc<super::embedded::Store>),
+    Embedded(std::sync::Arc<super::sqlite::Store>),
 }
 
 impl Deployment {
@@ -307,10 +307,10 @@ impl Deployment {
 /// The embedded store a `sqlite:` URL names, opened.
 #[cfg(feature = "sqlite")]
 fn embedded(url: &str, cfg: &Config) -> Result<Deployment, Error> {
-    let place = super::embedded::Place::parse(url)?;
+    let place = super::sqlite::Place::parse(url)?;
     // The tick's writes are the leader's own, which it does not wait for.
     let quiet = [super::scripts::tick_sha()];
-    Ok(Deployment::Embedded(super::embedded::Store::open(&place, cfg.durability, &quiet)?))
+    Ok(Deployment::Embedded(super::sqlite::Store::open(&place, cfg.durability, &quiet)?))
 }
 
 /// A `sqlite:` URL without the feature that serves it.

@@ -3,9 +3,9 @@
 //! the stream of cancel requests that every worker follows.
 
 use super::{invoke, text, SCRIPTS};
-use crate::durable::client::WheelClient;
-use crate::durable::deployment::Connection;
-use crate::durable::shared_conn::Window;
+use crate::durable::store::client::WheelClient;
+use crate::durable::store::deployment::Connection;
+use crate::durable::store::shared_conn::Window;
 use crate::durable::WheelKeys;
 use crate::Error;
 

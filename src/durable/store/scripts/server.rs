@@ -1,7 +1,7 @@
 //! The server's own figures that `connect` checks: its version (`INFO server`) and settings
 //! (`CONFIG GET`), read on the node that holds the key `beside` (in a cluster).
 
-use crate::durable::client::WheelClient;
+use crate::durable::store::client::WheelClient;
 use crate::Error;
 
 /// The server's version as it reports it (`redis_version` of `INFO server`; Valkey reports its

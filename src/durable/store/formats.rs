@@ -10,6 +10,8 @@
 //! - [`HistoryRun`]: one entry of the `history` list (`lua/includes/history.lua`), and the run a
 //!   worker packs for it with each outcome.
 
+use crate::durable::options::TaskOptions;
+
 /// A pending task's record, read (record.lua's format):
 /// `<due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:<optional fields><error length>:<error><payload>`,
 /// each optional field `<tag letter><length>:<value>`: `c` the series' spec, `t` the trace
@@ -113,6 +115,25 @@ pub(crate) struct Retry {
 }
 
 impl Retry {
+    /// The text of the record's retry field for a task's own `options`; "" for a task without
+    /// settings of its own (its record has no such field).
+    pub(crate) fn text_of(options: &TaskOptions) -> String {
+        Retry { max_attempts: options.own_max_attempts(), backoff_ms: options.own_backoff_ms() }.write()
+    }
+
+    /// The task's own settings that a record's retry field holds.
+    pub(crate) fn options_of(text: &[u8]) -> TaskOptions {
+        let retry = Retry::read(text);
+        let mut options = TaskOptions::new();
+        if let Some(n) = retry.max_attempts {
+            options = options.max_attempts(n);
+        }
+        if let Some(ms) = retry.backoff_ms {
+            options = options.backoff(std::time::Duration::from_millis(ms));
+        }
+        options
+    }
+
     /// The field's text; empty when both settings are the node's (the record has no such field).
     pub(crate) fn write(self) -> String {
         if self.max_attempts.is_none() && self.backoff_ms.is_none() {
@@ -209,7 +230,25 @@ fn number(digits: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    #[test]
+    fn the_record_text_reads_back_and_is_empty_without_settings() {
+        assert_eq!(Retry::text_of(&TaskOptions::new()), "");
+        let cases = [
+            (TaskOptions::new().max_attempts(3), "3/"),
+            (TaskOptions::new().backoff(Duration::from_millis(250)), "/250"),
+            (TaskOptions::new().max_attempts(1).backoff(Duration::ZERO), "1/0"),
+        ];
+        for (options, text) in cases {
+            assert_eq!(Retry::text_of(&options), text);
+            assert_eq!(Retry::options_of(text.as_bytes()), options);
+        }
+        // A backoff is rounded up to whole ms.
+        assert_eq!(Retry::text_of(&TaskOptions::new().backoff(Duration::from_micros(1500))), "/2");
+    }
 
     const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 rojo=00f067aa0ba902b7";
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::durable::client::WheelClient;
+use crate::durable::store::client::WheelClient;
 use crate::Error;
 
 /// A worker not heard from for this many heartbeats is taken for gone.

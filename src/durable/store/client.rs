@@ -4,12 +4,12 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use super::config::Config;
-use super::ids::Ids;
 use super::keys::WheelKeys;
-use super::metrics::WheelMetrics;
 use super::shared_conn::SharedConn;
-use super::time::{RedisClock, When, GUESS_MS};
+use crate::durable::config::Config;
+use crate::durable::ids::Ids;
+use crate::durable::metrics::WheelMetrics;
+use crate::durable::time::{RedisClock, When, GUESS_MS};
 use crate::lateness::Recent;
 use crate::Lateness;
 
