@@ -1,14 +1,40 @@
-//! A durable timing wheel kept in Redis, shared by many nodes: timers that survive restarts and
-//! deploys, handed to workers at least once.
+//! A durable timing wheel: timers that survive restarts and deploys, handed to workers at least
+//! once, kept in an embedded SQLite file (feature `sqlite`) or in Redis/Valkey (feature `redis`).
 //!
 //! The in-process [`Scheduler`](crate::Scheduler) loses its timers when the process ends. A
-//! durable wheel keeps them in Redis: a task scheduled for "48 hours after delivery" fires even
-//! if every node was redeployed in between. Any number of nodes connect to the same wheel (by
-//! its name); one at a time, elected through a lease in Redis, moves the cursor; all of them run
-//! handlers.
+//! durable wheel keeps them in a store: a task scheduled for "48 hours after delivery" fires
+//! even if every node was redeployed in between. Any number of nodes connect to the same wheel
+//! (by its name); one at a time, elected through a lease in the store, moves the cursor; all of
+//! them run handlers.
 //!
 //! The guide walks through it: [a node from start to stop](crate::guide::durable_mode), and
 //! [operating a running wheel](crate::guide::operating). This page holds the rules.
+//!
+//! # Stores
+//! One API over two stores; moving from one to the other is a change of URL.
+//!
+//! | URL | store | for |
+//! |---|---|---|
+//! | `sqlite:data/orders.db` (or `sqlite://<path>`) | a SQLite file, created with its folders if missing | one host: one process, or several that open the same file (a CLI and a dashboard among them) |
+//! | `sqlite::memory:` | this process's memory, for this `connect` and its clones | tests: its clock is Tokio's, so it runs on paused time |
+//! | `redis://`, `rediss://`, [Sentinel](DurableScheduler::sentinel), [Cluster](DurableScheduler::cluster) | Redis 6.2+ or Valkey | nodes on several hosts, or a wheel shared by services |
+//!
+//! Both run the same Lua scripts, so every rule below holds on both. What differs:
+//! - **Durability.** A SQLite file commits in WAL mode; by default ([`Durability::Process`]) a
+//!   call returns once its change survives the death of the process (`kill -9`), and a power
+//!   loss may take the last commits (never half of one). [`Durability::PowerLoss`] flushes every
+//!   commit to the disk first. Calls that arrive together share one transaction and one flush,
+//!   so a thousand concurrent callers pay for one. Redis keeps what its own `appendonly` and
+//!   `appendfsync` say.
+//! - **Clock.** "The store's clock" below is Redis's `TIME`, a file's wall clock, or, for
+//!   `sqlite::memory:`, Tokio's (from the wall-clock time at `connect`). Under
+//!   `#[tokio::test(start_paused = true)]` a task due in 48 hours runs, once, as soon as the
+//!   runtime is idle: an idle wheel in memory sleeps until its next due time (its leader is
+//!   woken by every change the process makes), so two days of paused time take a fraction of
+//!   a second. `connect` to any other store on a paused clock fails at once, saying so.
+//! - **Sharing.** Processes that open one file share the wheel through SQLite's locks; they
+//!   learn of each other's pushes by polling every 25 ms (a worker in the same process wakes at
+//!   once). A `sqlite::memory:` wheel lives and dies with its `connect`.
 //!
 //! # Examples
 //! ```no_run
@@ -37,9 +63,9 @@
 //! - **Keys** are unique among pending tasks, as in the in-process scheduler: scheduling a key
 //!   that is pending is [`Error::DuplicateKey`]; the key is free
 //!   again once its task is acknowledged, cancelled or dead.
-//! - **Time is Redis's.** Every script reads Redis's `TIME`: a task is due `delay` after the
-//!   call reaches Redis, and `schedule_at` and [`Task::due`] are on Redis's clock. The clocks of
-//!   the nodes never matter. A task is never handed out before its due time; it is handed out on
+//! - **Time is the store's.** Every script reads the store's clock (Redis's `TIME`): a task is
+//!   due `delay` after the call reaches the store, and `schedule_at` and [`Task::due`] are on
+//!   its clock. The clocks of the nodes never matter. A task is never handed out before its due time; it is handed out on
 //!   the first tick at or after it (within one tick and a round trip, when a worker is free).
 //! - **At least once.** A worker claims a due task with a lease on Redis's clock, runs the
 //!   handler and acknowledges. While the handler runs, the worker renews its lease every third

@@ -6,7 +6,7 @@
 /// wheel with `redis-cli` or a monitor.
 ///
 /// Every key of the wheel `orders` starts with `tw:{orders}:`; the braces are a hash tag, so a
-/// Redis Cluster keeps them all on one slot. The [module docs](super#redis-layout) describe what
+/// Redis Cluster keeps them all on one slot. The [module docs](crate::durable#redis-layout) describe what
 /// each key holds.
 ///
 /// # Examples
@@ -96,7 +96,7 @@ impl WheelKeys {
     }
 
     /// The hash of the wheel-wide figures a minute (handed out, acknowledged, failed, dead, and
-    /// how late deliveries were claimed), kept for two hours: [`DurableScheduler::figures`](super::DurableScheduler::figures).
+    /// how late deliveries were claimed), kept for two hours: [`DurableScheduler::figures`](crate::durable::DurableScheduler::figures).
     pub fn figures(&self) -> String {
         self.fixed("figures")
     }
@@ -209,9 +209,9 @@ impl WheelKeys {
     /// The list of the finished tasks' runs, oldest first: one entry a run that ended
     /// (acknowledged, dead or cancelled), with when it ended, its outcome, key, due time,
     /// attempts, when its handler started and how long it took. Bounded by count and age
-    /// ([`DurableBuilder::history_limit`](super::DurableBuilder::history_limit),
-    /// [`history_age`](super::DurableBuilder::history_age)); listed by
-    /// [`list`](super::DurableScheduler::list) as [`Finished`](super::TaskState::Finished).
+    /// ([`DurableBuilder::history_limit`](crate::durable::DurableBuilder::history_limit),
+    /// [`history_age`](crate::durable::DurableBuilder::history_age)); listed by
+    /// [`list`](crate::durable::DurableScheduler::list) as [`Finished`](crate::durable::TaskState::Finished).
     pub fn history(&self) -> String {
         self.fixed("history")
     }

@@ -8,7 +8,7 @@
 //! touches, then the shared helpers it uses as `-- @include <name>` lines. [`assemble`] puts
 //! each helper (`lua/includes/<name>.lua`, and the helpers it includes in turn, each once) on
 //! that one line, its comments dropped, so a Redis error's line number is the script file's own.
-//! Two includes are made here from Rust: `keys`, the key names of [`WheelKeys`](super::WheelKeys)
+//! Two includes are made here from Rust: `keys`, the key names of [`WheelKeys`](crate::durable::WheelKeys)
 //! bound as Lua locals, and `constants`, the numbers the Lua and the Rust code share.
 
 pub(crate) mod control;
