@@ -35,8 +35,8 @@ pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Err
             .map_err(|_| unreachable(timeout))??;
         let Some((tick_ms, slots, partitions)) = recorded else {
             return Err(Error::invalid(format!(
-                "Redis holds no wheel named {:?}: check the name (a node records a wheel when it first connects \
-                 to it), and the address and database",
+                "the store holds no wheel named {:?}: check the name (a node records a wheel when it first connects \
+                 to it), and the URL (the address and database, or the file)",
                 wheel.name()
             )));
         };

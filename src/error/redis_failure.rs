@@ -96,9 +96,17 @@ impl fmt::Debug for RedisFailure {
 
 impl fmt::Display for RedisFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Redis failed ({}): {}", self.category, self.message)?;
+        // The embedded SQLite store answers as Redis does, and says so in its errors: what
+        // failed there is a file, not a server.
+        let embedded = self.message.contains("the embedded store");
+        let store = if embedded { "the embedded SQLite store" } else { "Redis" };
+        write!(f, "{store} failed ({}): {}", self.category, self.message)?;
         if self.retryable {
             f.write_str("; this is transient: make the same call again after a short wait")
+        } else if embedded {
+            f.write_str(
+                "; check the file and its folder (free space on their disk, and that this process may write                  both), then make the call again",
+            )
         } else {
             f.write_str("; trying again will not help: check the server, its settings and the URL")
         }
@@ -108,5 +116,24 @@ impl fmt::Display for RedisFailure {
 impl std::error::Error for RedisFailure {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_of_the_embedded_store_names_the_file_not_a_server() {
+        let full = RedisFailure::new(
+            "response error",
+            "ERR the embedded store could not commit (nothing of these calls was kept): database or disk is full",
+            false,
+        );
+        let text = full.to_string();
+        assert!(text.starts_with("the embedded SQLite store failed (response error)"), "{text}");
+        assert!(text.contains("free space") && !text.contains("server"), "{text}");
+        let redis = RedisFailure::new("response error", "NOSCRIPT No matching script", false).to_string();
+        assert!(redis.starts_with("Redis failed") && redis.contains("check the server"), "{redis}");
     }
 }
