@@ -5,12 +5,14 @@
 //! that mode's table.
 //!
 //! The check reads the sources as text (comments and `mod tests` blocks aside): an import is a
-//! path that starts with one of a file's prefixes, `super::` for a mode's top-level files and
-//! `super::super::` for those of a folder (whose `super::` names their own siblings), and
-//! `crate::<mode>::` for both.
+//! path that starts with one of a file's prefixes, as many `super::` as lead from the file to
+//! the mode (one for a top-level file or a folder's `mod.rs`, one more a folder deeper), or
+//! `crate::<mode>::`; each name of a group (`{a, b::{c}}`) counts, over as many lines as it
+//! takes. A layer is a top-level file or folder of the mode; names re-exported at the mode's
+//! root (`crate::durable::Task`) are not traced to their layer.
 
-/// One file of a mode: the layer it belongs to (its own name, or its folder's), the prefixes by
-/// which it names the mode's layers, and its source.
+/// One file of a mode: the layer it belongs to (its own name, or its top folder's), the prefixes
+/// by which it names the mode's layers, and its source.
 struct File {
     layer: String,
     prefixes: [String; 2],
@@ -18,20 +20,18 @@ struct File {
 }
 
 impl File {
-    /// The file at `path` (under `src/`) of `mode`: a top-level one (`<mode>/<name>.rs`, or a
-    /// folder's `mod.rs`) names the mode's layers as `super::`, a folder's other files as
-    /// `super::super::`; both as `crate::<mode>::`.
+    /// The file at `path` (under `src/`) of `mode`, which names the mode's layers by the
+    /// `super::`s that lead up to the mode and as `crate::<mode>::`.
     fn read(mode: &str, path: &str) -> File {
         let inside = path.strip_prefix(&format!("{mode}/")).expect("a file of the mode");
-        let (layer, top) = match inside.split_once('/') {
-            Some((folder, "mod.rs")) => (folder, true),
-            Some((folder, _)) => (folder, false),
-            None => (inside.trim_end_matches(".rs"), true),
-        };
+        let layer = inside.split_once('/').map_or(inside.trim_end_matches(".rs"), |(folder, _)| folder);
+        // As many `super::` as there are modules between the file and the mode: one for a
+        // top-level file or a folder's `mod.rs`, one more for each folder deeper.
+        let folders = inside.matches('/').count();
+        let depth = if inside.ends_with("/mod.rs") { folders } else { folders + 1 };
         let full = format!("{}/src/{path}", env!("CARGO_MANIFEST_DIR"));
         let source = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
-        let parent = if top { "super::" } else { "super::super::" };
-        File { layer: layer.to_string(), prefixes: [parent.to_string(), format!("crate::{mode}::")], source }
+        File { layer: layer.to_string(), prefixes: ["super::".repeat(depth), format!("crate::{mode}::")], source }
     }
 }
 
@@ -136,15 +136,17 @@ fn upward(files: &[File]) -> Vec<String> {
     let mut found = Vec::new();
     for file in files {
         let own = level(&file.layer).unwrap();
-        for line in code(&file.source) {
-            for prefix in &file.prefixes {
-                for (i, _) in line.match_indices(prefix) {
-                    // `super::super::x` holds `super::x` too: only a prefix that starts a path counts.
-                    if line[..i].ends_with("super::") {
-                        continue;
-                    }
-                    let rest = &line[i + prefix.len()..];
-                    let used: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        // The code as one text, so that a group of imports over several lines reads as one.
+        let lines: Vec<&str> = code(&file.source).collect();
+        let text = lines.join("\n");
+        for prefix in &file.prefixes {
+            for (i, _) in text.match_indices(prefix.as_str()) {
+                // `super::super::x` holds `super::x` too: only a prefix that starts a path counts.
+                if text[..i].ends_with("super::") {
+                    continue;
+                }
+                let line = lines[text[..i].matches('\n').count()];
+                for used in names_used(&text[i + prefix.len()..]) {
                     if level(&used).is_some_and(|used| used > own) {
                         found.push(format!("{} uses {used}: {line}", file.layer));
                     }
@@ -153,6 +155,33 @@ fn upward(files: &[File]) -> Vec<String> {
         }
     }
     found
+}
+
+/// The first name of each path that `rest` (what follows a prefix) begins: one, or those of a
+/// group (`{a::X, b}`), nested groups included.
+fn names_used(rest: &str) -> Vec<String> {
+    let ident =
+        |s: &str| -> String { s.trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect() };
+    let Some(group) = rest.strip_prefix('{') else { return vec![ident(rest)] };
+    let mut names = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                names.push(ident(&group[start..i]));
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                names.push(ident(&group[start..i]));
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    names.retain(|n| !n.is_empty() && n != "self");
+    names
 }
 
 /// The lines of a source that are code: no comments, and no `mod tests` block at its end.
@@ -235,6 +264,14 @@ fn the_check_finds_an_upward_import() {
     assert_eq!(upward(&bad), ["low uses high: use super::high::Thing;"]);
     let in_folder = [file("low", "super::super::", "use super::super::high::T;\n"), file("high", "super::", "")];
     assert_eq!(upward(&in_folder), ["low uses high: use super::super::high::T;"]);
+    // A group, over lines, nested too.
+    let grouped = [
+        file("low", "super::", "use super::{\n    mid::A,\n    high::{B, C},\n};\n"),
+        file("mid", "super::", ""),
+        file("high", "super::", ""),
+    ];
+    assert_eq!(upward(&grouped), ["low uses mid: use super::{", "low uses high: use super::{"]);
+    assert_eq!(names_used("{self, a::B, c}"), ["a", "c"]);
 }
 
 /// DESIGN.md's tables are the one map of each mode's files: every file of the mode is in its

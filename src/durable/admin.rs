@@ -339,7 +339,8 @@ impl DurableScheduler {
 
     /// The node ids of the workers that run on this wheel, from any node: each worker says so
     /// every 2 s, and one not heard from for 6 s is left out (a clean `shutdown` takes it out at
-    /// once). The ids are those [`leaders`](Self::leaders) names.
+    /// once); on `sqlite::memory:`, whose workers all run in this process, every two hours and
+    /// six. The ids are those [`leaders`](Self::leaders) names.
     ///
     /// # Errors
     /// [`Error::Redis`] if Redis failed.

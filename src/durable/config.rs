@@ -366,9 +366,10 @@ impl Config {
     ///
     /// A store in this process alone has no other process whose node could take over: a leader
     /// dies only with the process (and the store with it), and one that stops gives the lead up
-    /// at once. Its renewals, and the bids, the idle waits and the heartbeats paced by it, then
-    /// come every two hours: an idle wheel sleeps until its next due time, which is what lets a
-    /// test on paused time run 48 hours of it in a moment (about 25 store calls an idle 2 hours).
+    /// at once (and a change in the store wakes the others to bid). Its renewals, the idle waits
+    /// and the heartbeats paced by it then come every two hours, the bids every hour and a half:
+    /// an idle wheel sleeps until its next due time, which is what lets a test on paused time run
+    /// 48 hours of it in a moment (about 25 store calls an idle 2 hours).
     pub(crate) fn leader_lease(&self) -> Duration {
         if self.local {
             return LOCAL_LEADER_LEASE;
@@ -396,8 +397,9 @@ impl Config {
     }
 
     /// How long an idle worker waits for a wake-up before it claims anyway: a third of the
-    /// leadership's lease (at most 10 s / 3), or a tick if that is longer, and at least
-    /// [`MIN_WAIT`]. A safety net only: every script that makes tasks ready pushes a wake-up.
+    /// leadership's lease (at most 10 s / 3; two hours on a store in this process alone), or a
+    /// tick if that is longer, and at least [`MIN_WAIT`]. A safety net only: every script that
+    /// makes tasks ready pushes a wake-up.
     pub(crate) fn idle_wait(&self) -> Duration {
         (self.leader_lease() / 3).max(self.tick()).max(MIN_WAIT)
     }

@@ -158,7 +158,9 @@ pub(crate) async fn run(
             let mut until = Instant::now() + wait;
             // A change wakes a leader that sleeps past the next tick boundary: it ticks on that
             // boundary, as a leader that ticks every tick would (never early, at most a tick late).
-            let mut watching = changes.as_mut().filter(|_| !follower);
+            // A node that does not lead bids then too: the change may be the leader giving the
+            // lead up (a lost bid writes nothing, so it wakes nobody).
+            let mut watching = changes.as_mut();
             loop {
                 tokio::select! {
                     () = tokio::time::sleep_until(until) => break,
@@ -207,10 +209,11 @@ fn report_refusal(wheel: &WheelClient, part: &Partition, old: &str, bid: &Bid) {
     }
 }
 
-/// How long until just past the next tick boundary on the wheel's clock.
+/// How long until just past the tick boundary at or after now on the wheel's clock (a change
+/// made on a boundary may be due on that tick, which no tick has looked at yet).
 fn to_boundary(wheel: &WheelClient) -> Duration {
     let tick = wheel.cfg.tick_ms;
-    Duration::from_millis(tick - wheel.clock.now_ms() % tick) + PAST_BOUNDARY
+    Duration::from_millis((tick - wheel.clock.now_ms() % tick) % tick) + PAST_BOUNDARY
 }
 
 fn backoff(wheel: &WheelClient, failures: &mut u32, e: &Error) -> Duration {

@@ -35,6 +35,12 @@
 //! - **Sharing.** Processes that open one file share the wheel through SQLite's locks; they
 //!   learn of each other's pushes by polling every 25 ms (a worker in the same process wakes at
 //!   once). A `sqlite::memory:` wheel lives and dies with its `connect`.
+//! - **Pace in memory.** On `sqlite::memory:` no other process can lead or add a task, so the
+//!   rules below on ticking, takeovers and idle costs read differently there: the leader ticks
+//!   only when a tick has work (or every two hours, to renew its 6-hour lead), a leader that
+//!   stops hands over at once (the change wakes the others), an idle wheel makes about 25
+//!   calls every two hours, and the cursor stands still while nothing is due (its lag in
+//!   [`DurableStats`] says nothing there).
 //!
 //! # Examples
 //! ```no_run
@@ -257,7 +263,7 @@
 //! | `claimed`      | zset   | the running tasks' keys by claim token: the order they were claimed in, which [`DurableScheduler::list`] lists them in, and what a retried claim finds its tasks by (its record holds its tokens' range) |
 //! | `claims`       | zset   | the claim calls running tasks came from (first token, tasks, when, node) scored by first token (a call's tokens are consecutive); those before the oldest running task's go at the next claim |
 //! | `history`      | list   | the runs that ended (acknowledged, dead, or cancelled while running), oldest first: when each ended, its outcome, due time, attempts, handler's start and time, key and error (`meta`'s `history_seq` counts them, `history_dropped` those the bounds dropped); the last [`DurableBuilder::history_limit`] runs, none older than [`DurableBuilder::history_age`]; read by [`DurableScheduler::list`] as [`TaskState::Finished`] |
-//! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s); read by [`DurableScheduler::workers`], nothing else depends on it |
+//! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s; two hours on `sqlite::memory:`); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
 //! | `claim:<id>`   | string | when one claim ran and the range of claim tokens it gave, for a lease, so that a retry of the claim gets back the tasks `claimed` still holds under them |

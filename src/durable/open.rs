@@ -25,7 +25,9 @@ pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Err
     // wheel each could otherwise take the connect timeout in turn.
     let deadline = tokio::time::Instant::now() + cfg.connect_timeout;
     let long_response = cfg.idle_wait() + cfg.response_timeout;
-    let conn = SharedConn::connect(&settings.topology, &settings.tls, &cfg, long_response, deadline).await?;
+    // The tick's writes are the leader's own: a store in this process does not wake it for them.
+    let quiet = [scripts::tick_sha()];
+    let conn = SharedConn::connect(&settings.topology, &settings.tls, &cfg, long_response, deadline, &quiet).await?;
     let mut wheel = client(cfg, conn);
     let timeout = wheel.cfg.connect_timeout;
     tokio::time::timeout_at(deadline, check_server(&wheel)).await.map_err(|_| unreachable(timeout))??;

@@ -71,7 +71,15 @@ impl WheelClient {
     }
 
     /// [`slot_indices`](Self::slot_indices), and whether each task has slots of its own.
+    ///
+    /// None on a store in this process alone: its leader sleeps until the far tier's first due
+    /// time, which it reads exactly, and moves a task into the ring only a few ticks before it is
+    /// due; a task placed in the ring would keep it ticking every tick until then (and a
+    /// cancelled one, whose entry stays, until the cursor passes it).
     pub(crate) fn slot_guess(&self, whens: impl IntoIterator<Item = When>) -> SlotGuess {
+        if self.cfg.local {
+            return SlotGuess { indices: Vec::new(), own_slots: true };
+        }
         let (tick_ms, slots) = (self.cfg.tick_ms, self.cfg.slots);
         let last = (self.clock.now_ms() + GUESS_MS).div_ceil(tick_ms) + slots;
         let mut indices: Vec<u64> = whens

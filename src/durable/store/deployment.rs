@@ -115,15 +115,18 @@ pub(crate) enum Deployment {
 }
 
 impl Deployment {
-    /// The source for `topology`, checked (URLs, TLS settings) but not connected yet.
+    /// The source for `topology`, checked (URLs, TLS settings) but not connected yet. An embedded
+    /// store counts no change made by the scripts `quiet` names (SHA1s): the tick's, which its
+    /// leader makes itself.
     pub(crate) fn new(
         topology: &Topology,
         tls: &TlsSettings,
         cfg: &Config,
         long_response: Duration,
+        quiet: &[&str],
     ) -> Result<Self, Error> {
         if let Topology::Embedded(url) = topology {
-            return embedded(url, cfg);
+            return embedded(url, cfg, quiet);
         }
         let urls = topology.urls();
         if urls.is_empty() {
@@ -306,16 +309,14 @@ impl Deployment {
 
 /// The embedded store a `sqlite:` URL names, opened.
 #[cfg(feature = "sqlite")]
-fn embedded(url: &str, cfg: &Config) -> Result<Deployment, Error> {
+fn embedded(url: &str, cfg: &Config, quiet: &[&str]) -> Result<Deployment, Error> {
     let place = super::sqlite::Place::parse(url)?;
-    // The tick's writes are the leader's own, which it does not wait for.
-    let quiet = [super::scripts::tick_sha()];
-    Ok(Deployment::Embedded(super::sqlite::Store::open(&place, cfg.durability, &quiet)?))
+    Ok(Deployment::Embedded(super::sqlite::Store::open(&place, cfg.durability, quiet)?))
 }
 
 /// A `sqlite:` URL without the feature that serves it.
 #[cfg(not(feature = "sqlite"))]
-fn embedded(url: &str, _cfg: &Config) -> Result<Deployment, Error> {
+fn embedded(url: &str, _cfg: &Config, _quiet: &[&str]) -> Result<Deployment, Error> {
     Err(Error::invalid(format!(
         "the URL {url:?} names the embedded SQLite store, which this build does not have: enable the \
          crate's `sqlite` feature"

@@ -39,15 +39,17 @@ struct ConnSettings {
 
 impl SharedConn {
     /// Connects to `topology` within `deadline`. `long_response` is the response timeout of
-    /// the dedicated connections of blocking waits.
+    /// the dedicated connections of blocking waits; `quiet`, the scripts whose changes an
+    /// embedded store does not count (see [`Deployment::new`]).
     pub(crate) async fn connect(
         topology: &Topology,
         tls: &TlsSettings,
         cfg: &Config,
         long_response: Duration,
         deadline: Instant,
+        quiet: &[&str],
     ) -> Result<Self, Error> {
-        let source = Deployment::new(topology, tls, cfg, long_response)?;
+        let source = Deployment::new(topology, tls, cfg, long_response, quiet)?;
         let addrs = addresses(topology);
         let secure = topology.urls().iter().any(|url| url.starts_with("rediss://"));
         let settings = ConnSettings {

@@ -23,8 +23,9 @@ pub struct DurableStats {
     pub in_flight: usize,
     /// Tasks in the dead letters.
     pub dead: usize,
-    /// How many ticks the cursor is behind Redis's clock: 0 or 1 while a leader ticks; larger
-    /// when no worker runs or while the cursor catches up.
+    /// How many ticks the cursor is behind the store's clock: 0 or 1 while a leader ticks;
+    /// larger when no worker runs or while the cursor catches up. On `sqlite::memory:`, whose
+    /// leader ticks only when a tick has work, it grows while nothing is due and says nothing.
     pub cursor_lag_ticks: u64,
     /// Tasks accepted by `schedule` and its kin.
     pub scheduled: u64,

@@ -216,7 +216,6 @@ scripts!(
 );
 
 /// The SHA1 of the tick script, as `EVALSHA` names it.
-#[cfg(feature = "sqlite")]
 pub(crate) fn tick_sha() -> &'static str {
     SCRIPTS.tick.get_hash()
 }
