@@ -109,6 +109,16 @@ impl SharedConn {
         }
     }
 
+    /// How many commands this process ran on an embedded store (`None` for Redis).
+    #[cfg(test)]
+    pub(crate) fn store_calls(&self) -> Option<u64> {
+        match &self.source {
+            #[cfg(feature = "sqlite")]
+            Deployment::Embedded(store) => Some(store.calls()),
+            _ => None,
+        }
+    }
+
     /// The store's clock when it is Tokio's (see `embedded::Store::tokio_clock`).
     pub(crate) fn tokio_clock(&self) -> Option<(u64, tokio::time::Instant)> {
         match &self.source {

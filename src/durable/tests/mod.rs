@@ -15,6 +15,7 @@ mod costs;
 mod formats;
 mod hooks;
 mod options;
+mod paced;
 mod scripts;
 mod series;
 

@@ -183,6 +183,8 @@ pub(crate) struct Store {
     /// Counted up after each transaction that changed the keyspace (but for the quiet scripts'
     /// calls), for the memory store's leader: nothing else writes to that store.
     changes: watch::Sender<u64>,
+    /// How many commands this process ran on the store (a blocking read's each look counts).
+    calls: AtomicU64,
     /// The clients whose blocking read `CLIENT UNBLOCK` ended.
     unblocked: Mutex<HashSet<u64>>,
     next_client: AtomicU64,
@@ -251,6 +253,7 @@ impl Store {
             shared: matches!(place, Place::File(_)),
             changes: watch::Sender::new(0),
             batches,
+            calls: AtomicU64::new(0),
             unblocked: Mutex::new(HashSet::new()),
             next_client: AtomicU64::new(1),
             blocked: Mutex::new(Vec::new()),
@@ -264,6 +267,7 @@ impl Store {
 
     /// Runs one command, as its own transaction or in one with the calls waiting beside it.
     async fn run(&self, args: Vec<Vec<u8>>) -> Result<Value, CommandError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
         let now_ms = self.clock.now_ms();
         match &self.runner {
             Runner::Inline(engine) => {
@@ -296,6 +300,12 @@ impl Store {
     async fn wait_for_change(&self, notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>, left: Duration) {
         let wait = if self.shared { left.min(POLL) } else { left };
         let _ = tokio::time::timeout(wait, notified).await;
+    }
+
+    /// How many commands this process ran on the store: what the tests of an idle wheel count.
+    #[cfg(test)]
+    pub(crate) fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
     }
 
     /// The store's clock when it is Tokio's (memory): ms at an instant, from which it counts.
