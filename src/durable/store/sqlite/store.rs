@@ -91,11 +91,9 @@ fn wall_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// One call for the store's thread: a command's arguments and when it was made.
+/// One call for the store's thread: a command's arguments and where its answer goes.
 struct Call {
     args: Vec<Vec<u8>>,
-    now_ms: u64,
-
     answer: oneshot::Sender<Result<Value, CommandError>>,
 }
 
@@ -120,17 +118,21 @@ struct Engine {
 }
 
 impl Engine {
-    /// Runs `calls` (arguments, and when each was made) in one transaction: their answers, or
-    /// each an error if the transaction could not begin or commit (then none of them is kept),
-    /// and what the transaction changed.
-    fn transaction<'a>(&mut self, calls: impl Iterator<Item = (&'a [Vec<u8>], u64)>) -> Transaction {
+    /// Runs `calls` (their arguments) in one transaction: their answers, or each an error if the
+    /// transaction could not begin or commit (then none of them is kept), and what the
+    /// transaction changed. Every call reads `clock` as it was once the transaction began (with
+    /// the file's write lock held): the store's time moves on from one transaction to the next
+    /// whatever process runs it, and a call that waited for the lock reads the time it ran at,
+    /// as a script on Redis reads `TIME` when it runs.
+    fn transaction<'a>(&mut self, calls: impl Iterator<Item = &'a [Vec<u8>]>, clock: Clock) -> Transaction {
         if let Err(e) = self.keyspace.begin() {
             let why = CommandError(format!("ERR the embedded store could not begin a transaction: {e}"));
             return Transaction { answers: calls.map(|_| Err(why.clone())).collect(), ..Transaction::default() };
         }
+        let now_ms = clock.now_ms();
         let mut changed = false;
         let answers: Vec<_> = calls
-            .map(|(args, now_ms)| {
+            .map(|args| {
                 let before = self.keyspace.writes();
                 let answer = execute(&mut self.keyspace, &mut self.lua, args, now_ms);
                 changed |= self.keyspace.writes() != before && !self.is_quiet(args);
@@ -268,11 +270,10 @@ impl Store {
     /// Runs one command, as its own transaction or in one with the calls waiting beside it.
     async fn run(&self, args: Vec<Vec<u8>>) -> Result<Value, CommandError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let now_ms = self.clock.now_ms();
         match &self.runner {
             Runner::Inline(engine) => {
                 let mut engine = engine.lock().unwrap_or_else(|p| p.into_inner());
-                let mut done = engine.transaction(std::iter::once((args.as_slice(), now_ms)));
+                let mut done = engine.transaction(std::iter::once(args.as_slice()), self.clock);
                 // Counted before the lock is let go: a leader that read the count before its
                 // tick sees every change its tick did not.
                 if done.changed {
@@ -287,7 +288,7 @@ impl Store {
             Runner::Thread(calls) => {
                 let (answer, answered) = oneshot::channel();
                 self.batches.sent.fetch_add(1, Ordering::Relaxed);
-                if calls.send(Call { args, now_ms, answer }).is_err() {
+                if calls.send(Call { args, answer }).is_err() {
                     return Err(CommandError("ERR the embedded store has stopped".into()));
                 }
                 answered.await.unwrap_or_else(|_| Err(CommandError("ERR the embedded store has stopped".into())))
@@ -377,7 +378,7 @@ fn serve(mut engine: Engine, queue: &mpsc::Receiver<Call>, committed: &Notify, b
                 Err(_) => break,
             }
         }
-        let done = engine.transaction(batch.iter().map(|c| (c.args.as_slice(), c.now_ms)));
+        let done = engine.transaction(batch.iter().map(|c| c.args.as_slice()), Clock::Wall);
         batches.transactions.fetch_add(1, Ordering::Relaxed);
         for (call, answer) in batch.into_iter().zip(done.answers) {
             let _ = call.answer.send(answer);
@@ -615,5 +616,31 @@ mod tests {
         let transactions = store.batches.transactions.load(Ordering::Relaxed);
         // The first transaction took the calls there when it began; the next took the rest.
         assert!(transactions <= 2, "1,000 calls made while the file was locked took {transactions} transactions");
+    }
+
+    /// A call that waited for the file's lock reads the store's clock when it runs, not when it
+    /// was made: its `TIME` is no earlier than the moment the lock was let go.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_that_waited_for_the_lock_reads_the_time_it_ran_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wheel.db");
+        let store = Store::open(&Place::File(path.clone()), Durability::Process, &[]).unwrap();
+        let other = rusqlite::Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let conn = store.connect();
+        let call = tokio::spawn(async move { conn.command(vec![b"TIME".to_vec()]).await });
+        while store.batches.sent.load(Ordering::Relaxed) < 1 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let let_go = wall_ms();
+        other.execute_batch("COMMIT").unwrap();
+        let Value::Array(time) = call.await.unwrap().unwrap() else { panic!("TIME answers an array") };
+        let part = |i: usize| match &time[i] {
+            Value::BulkString(b) => std::str::from_utf8(b).unwrap().parse::<u64>().unwrap(),
+            v => panic!("{v:?}"),
+        };
+        let ran_ms = part(0) * 1000 + part(1) / 1000;
+        assert!(ran_ms >= let_go, "the call read {ran_ms}, the lock was let go at {let_go}");
     }
 }
