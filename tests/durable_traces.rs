@@ -26,7 +26,9 @@ use tracing_subscriber::layer::SubscriberExt;
 use support::durable::{builder, keys};
 #[cfg(feature = "opentelemetry")]
 use support::durable::{wait_until, Log};
-use support::{RedisServer, TestStore};
+use support::RedisServer;
+#[cfg(feature = "opentelemetry")]
+use support::TestStore;
 
 /// The spans this test binary finished, exported in memory; installs the subscriber (for every
 /// thread: the workers run on the runtime's) on first use.

@@ -110,7 +110,7 @@ impl SharedConn {
     }
 
     /// How many commands this process ran on an embedded store (`None` for Redis).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "sqlite"))]
     pub(crate) fn store_calls(&self) -> Option<u64> {
         match &self.source {
             #[cfg(feature = "sqlite")]

@@ -82,8 +82,7 @@ fn the_cases_hold_in_rust() {
 #[tokio::test]
 async fn the_cases_hold_in_lua() {
     let Some(server) = super::start_server() else { return };
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = server.connection().await;
     let script = Script::new(&assemble(
         "-- @include record\n-- @include advance\n\
          local t = decode(ARGV[1])\n\

@@ -72,7 +72,7 @@ async fn fire_path_instructions_per_task() {
     {
         let Some((server, timers)) = wheel_keeping(&format!("costs-{batch}-{history}"), history).await else { return };
         let (w, keys) = (&timers.wheel, &timers.wheel.base);
-        let pid = server.info("server")["process_id"].clone();
+        let pid = server.redis().expect("a measurement of Redis").info("server")["process_id"].clone();
         server.command(&["SET", &keys.leader(), "me:1"]);
         // Every task due at one tick a little ahead, in its slot.
         let due_tick = redis_now_ms(&server) / TICK_MS + 3;

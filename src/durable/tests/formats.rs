@@ -21,8 +21,7 @@ return {encode(t), tostring(t.due), tostring(t.a), t.tok, tostring(t.every), tos
 #[tokio::test]
 async fn lua_and_rust_read_and_write_a_record_alike() {
     let Some(server) = super::start_server() else { return };
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = server.connection().await;
     let script = redis::Script::new(&scripts::assemble(ROUND_TRIP));
     let spec = "1700000000000 cron Europe/Berlin 0 3 * * *";
     let records = [

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::support::durable::{builder, keys, wait_until, Log, LEASE, TICK};
-use super::support::redis_server::{RedisServer, Reply};
+use super::support::redis_server::Reply;
+use super::Server;
 use crate::Error;
 
 /// Redis's `TIME` is read in whole milliseconds, so a due time can sit up to 1 ms before
@@ -21,7 +22,7 @@ const SLACK: Duration = Duration::from_millis(1);
 /// request for the key is a real duplicate while the task is pending, and a new task after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_schedule_is_recognised_by_its_request_id_before_and_after_it_fired() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = Server::start() else { return };
     let timers = builder(&server.url(), "retry").connect().await.expect("connect");
     let delay = Duration::from_millis(300);
     timers.schedule_with_request_id("r", delay, b"1".to_vec(), "req-1").await.unwrap();
@@ -61,7 +62,7 @@ async fn a_retried_schedule_is_recognised_by_its_request_id_before_and_after_it_
 /// answers `Ok` to its own caller. Every key-taking method accepts `&str`, `String` and `&String`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_retry_of_a_cancelled_schedule_creates_nothing() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = Server::start() else { return };
     let timers = builder(&server.url(), "retry-cancel").connect().await.expect("connect");
     let key = String::from("c");
     timers.schedule_with_request_id(&key, Duration::from_secs(60), b"1".to_vec(), "req-1").await.unwrap();
@@ -82,7 +83,7 @@ async fn a_late_retry_of_a_cancelled_schedule_creates_nothing() {
 /// does; a repeated tick moves nothing twice; every task is then handed out once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_token_moves_neither_cursor_nor_tasks() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = Server::start() else { return };
     let name = "fenced";
     let keys = keys(name);
     let timers = builder(&server.url(), name).connect().await.expect("connect");
@@ -128,7 +129,7 @@ async fn a_stale_token_moves_neither_cursor_nor_tasks() {
 /// moves are atomic scripts, so every task is still handed out once, none early.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_tickers_hand_each_task_out_once() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = Server::start() else { return };
     let name = "tickers";
     let a = builder(&server.url(), name).lease(Duration::from_secs(30)).connect().await.expect("connect");
     let b = builder(&server.url(), name).lease(Duration::from_secs(30)).connect().await.expect("connect");

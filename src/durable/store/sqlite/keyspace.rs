@@ -194,6 +194,15 @@ impl Keyspace {
         Ok(Keyspace { conn, broken: None, since_sweep: 0, pushed: false })
     }
 
+    /// The names of every key, expired or not (`KEYS`, which no script sends, is not answered):
+    /// for the crate's tests, which dump a wheel's keys and check each with `EXISTS`.
+    #[cfg(test)]
+    pub(crate) fn key_names(&self) -> Vec<Vec<u8>> {
+        let mut names = self.conn.prepare("SELECT key FROM keys ORDER BY key").expect("a key query");
+        let rows = names.query_map([], |row| row.get::<_, Vec<u8>>(0)).expect("keys");
+        rows.map(|r| r.expect("a key")).collect()
+    }
+
     /// Opens a transaction with `BEGIN IMMEDIATE`: takes the file's write lock, waiting up to
     /// [`BUSY_TIMEOUT`] for another process's transaction.
     ///
