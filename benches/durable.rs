@@ -41,6 +41,8 @@
 //! Each measurement prints one flat JSON line; the end prints medians, the ratios of tokio-timewheel against
 //! each rival, and the targets as PASS/FAIL, and writes `target/bench-report/durable.md` and `durable.jsonl`.
 //!
+//! `--suite=sqlite` runs the embedded SQLite store beside its SQLite rivals instead (`durable/sqlite.rs` says how).
+//!
 //! Layout: `inputs` (keys, payload, delays; the generator is `compare/inputs.rs`'s), `server` (the throwaway
 //! redis-server of the tests, `redis_server`, and its INFO readings), `lateness` (D3's sink), one module per
 //! implementation, `report` (on the rows, medians and tables of `results`, shared with the other benchmarks).
@@ -70,6 +72,8 @@ mod report;
 mod results;
 #[path = "durable/server.rs"]
 mod server;
+#[path = "durable/sqlite.rs"]
+mod sqlite;
 #[path = "durable/timewheel.rs"]
 mod timewheel;
 
@@ -434,6 +438,10 @@ fn run_one(
 
 fn main() {
     let mut options = Options::parse();
+    if std::env::args().any(|a| a == "--suite=sqlite") {
+        sqlite::main(options);
+        return;
+    }
     if let Some(paths) = &options.report_from {
         let rows = results::read(paths);
         options.n = rows.first().map_or(options.n, |r| r.n);
