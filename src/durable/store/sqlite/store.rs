@@ -342,12 +342,12 @@ impl<'a> InLine<'a> {
         InLine { store, ticket }
     }
 
-    /// Whether no `BLPOP` that began earlier waits on one of these keys.
-    fn is_first(&self) -> bool {
+    /// Whether no `BLPOP` that began earlier waits on `key`: as in Redis, an element pushed to a
+    /// key goes to whoever has waited longest on that key, whatever other keys each waits on.
+    fn is_first_for(&self, key: &[u8]) -> bool {
         let line = self.store.blocked.lock().unwrap_or_else(|p| p.into_inner());
         let Some(at) = line.iter().position(|(t, _)| *t == self.ticket) else { return true };
-        let keys = &line[at].1;
-        !line[..at].iter().any(|(_, earlier)| earlier.iter().any(|k| keys.contains(k)))
+        !line[..at].iter().any(|(_, earlier)| earlier.iter().any(|k| k == key))
     }
 }
 
@@ -484,11 +484,9 @@ impl EmbeddedConn {
             let notified = self.store.committed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if in_line.is_first() {
-                for key in keys {
-                    if let Value::BulkString(v) = self.store.run(vec![b"LPOP".to_vec(), key.clone()]).await? {
-                        return Ok(Value::Array(vec![Value::BulkString(key.clone()), Value::BulkString(v)]));
-                    }
+            for key in keys.iter().filter(|key| in_line.is_first_for(key)) {
+                if let Value::BulkString(v) = self.store.run(vec![b"LPOP".to_vec(), key.clone()]).await? {
+                    return Ok(Value::Array(vec![Value::BulkString(key.clone()), Value::BulkString(v)]));
                 }
             }
             if self.store.take_unblocked(self.id) {
@@ -642,5 +640,56 @@ mod tests {
         };
         let ran_ms = part(0) * 1000 + part(1) / 1000;
         assert!(ran_ms >= let_go, "the call read {ran_ms}, the lock was let go at {let_go}");
+    }
+
+    /// Waiting `BLPOP`s are served as Redis serves them: an element goes to whoever has waited
+    /// longest on its key; one that waits on other keys too is not held back on those.
+    #[tokio::test]
+    async fn a_push_goes_to_the_longest_waiter_on_its_key() {
+        let store = Store::open(&Place::Memory, Durability::Process, &[]).unwrap();
+        let blpop = |keys: &[&str]| {
+            let conn = store.connect();
+            let mut args = vec![b"BLPOP".to_vec()];
+            args.extend(keys.iter().map(|k| k.as_bytes().to_vec()));
+            args.push(b"0".to_vec());
+            tokio::spawn(async move { conn.command(args).await })
+        };
+        let waiting = |n: usize| {
+            let store = store.clone();
+            async move {
+                while store.blocked.lock().unwrap().len() < n {
+                    tokio::task::yield_now().await;
+                }
+            }
+        };
+        let first = blpop(&["a"]);
+        waiting(1).await;
+        let second = blpop(&["a", "b"]);
+        waiting(2).await;
+        let third = blpop(&["a"]);
+        waiting(3).await;
+        let push = |key: &str, value: &str| {
+            let conn = store.connect();
+            let args = vec![b"RPUSH".to_vec(), key.as_bytes().to_vec(), value.as_bytes().to_vec()];
+            async move { conn.command(args).await.unwrap() }
+        };
+        let popped = |key: &str, value: &str| {
+            Value::Array(vec![Value::BulkString(key.as_bytes().to_vec()), Value::BulkString(value.as_bytes().to_vec())])
+        };
+        // `b`: only the second waits on it, though an earlier one waits on `a`.
+        push("b", "x").await;
+        let got = tokio::time::timeout(Duration::from_secs(5), second).await.expect("served at once").unwrap().unwrap();
+        assert_eq!(got, popped("b", "x"));
+        // `a`: the longest waiter on it first, then the next.
+        push("a", "y").await;
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), first).await.unwrap().unwrap().unwrap(),
+            popped("a", "y")
+        );
+        push("a", "z").await;
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), third).await.unwrap().unwrap().unwrap(),
+            popped("a", "z")
+        );
     }
 }
