@@ -52,6 +52,7 @@
 //! | `tokio_timewheel_durable_cancelled_total` | counter | `wheel`, `partition` | tasks this process cancelled |
 //! | `tokio_timewheel_durable_retried_total` | counter | `wheel`, `partition` | failed deliveries of this process's workers that were scheduled again |
 //! | `tokio_timewheel_durable_dead_total` | counter | `wheel`, `partition` | tasks this process's workers sent to the dead letters |
+//! | `tokio_timewheel_durable_snoozed_total` | counter | `wheel`, `partition` | runs this process's handlers ended with `Task::snooze` |
 //! | `tokio_timewheel_durable_tasks` | gauge | `wheel`, `partition`, `state` | the wheel's tasks by `state`: `waiting`, `ready`, `running`, `dead` |
 //! | `tokio_timewheel_durable_cursor_lag_ticks` | gauge | `wheel`, `partition` | how many ticks the cursor is behind Redis's clock |
 //! | `tokio_timewheel_durable_lateness_seconds` | histogram | `wheel`, `partition` | how late this process's workers claimed each delivery: claim time minus due time, both on Redis's clock |

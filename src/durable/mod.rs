@@ -244,10 +244,10 @@
 //! |----------------|--------|-------|
 //! | `meta`         | hash   | `tick_ms`, `slots`, `partitions` (a node with other values is refused), `layout`, the counters of [`DurableStats`], `history_seq` and `history_dropped` (the runs the history took and dropped), and `paused` while [`DurableScheduler::pause`] holds |
 //! | `cursor`       | string | the last tick processed: every task due at or before it has left the ring |
-//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record: due time, deliveries, claim token, series, optional fields (spec, trace, retry settings), last error, payload |
+//! | `tasks`        | hash   | the pending tasks (waiting, ready or running) by key, each a record: due time, deliveries, claim token, series, optional fields (spec, trace, retry settings, a debounce burst's cap), last error, payload |
 //! | `ring`         | string | how many entries the ring's slots hold together |
 //! | `far`          | zset   | keys of the tasks due beyond the ring's revolution, scored by due ms; promoted into the ring as the cursor nears |
-//! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first) |
+//! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first); a task a [`Limit`] holds back is scored 2^50 above its due time, after every other, until the tick finds it room |
 //! | `leased`       | zset   | claimed keys, scored by lease expiry in ms on Redis's clock; a key is here exactly while its record's claim token is not 0 |
 //! | `dead`         | zset   | dead keys, scored by when they died |
 //! | `dead_tasks`   | hash   | the dead letters by key: due time, deliveries, retry settings, last error, payload |
@@ -262,7 +262,9 @@
 //! | `cancels`      | stream | the cancel requests (`key`, `token`), about the last 1,000, which every worker follows to cancel its handlers' tokens at once |
 //! | `claimed`      | zset   | the running tasks' keys by claim token: the order they were claimed in, which [`DurableScheduler::list`] lists them in, and what a retried claim finds its tasks by (its record holds its tokens' range) |
 //! | `claims`       | zset   | the claim calls running tasks came from (first token, tasks, when, node) scored by first token (a call's tokens are consecutive); those before the oldest running task's go at the next claim |
-//! | `history`      | list   | the runs that ended (acknowledged, dead, or cancelled while running), oldest first: when each ended, its outcome, due time, attempts, handler's start and time, key and error (`meta`'s `history_seq` counts them, `history_dropped` those the bounds dropped); the last [`DurableBuilder::history_limit`] runs, none older than [`DurableBuilder::history_age`]; read by [`DurableScheduler::list`] as [`TaskState::Finished`] |
+//! | `history`      | list   | the runs that ended (acknowledged, dead, cancelled while running, or snoozed), oldest first: when each ended, its outcome, due time, attempts, handler's start and time, key and error (`meta`'s `history_seq` counts them, `history_dropped` those the bounds dropped); the last [`DurableBuilder::history_limit`] runs, none older than [`DurableBuilder::history_age`]; read by [`DurableScheduler::list`] as [`TaskState::Finished`] |
+//! | `limits`       | hash   | the limits by key prefix ([`DurableScheduler::set_limit`]), with the notes that enforce them (when each was last full, which tasks run under a running limit) |
+//! | `limit_starts` | zset   | the handler starts under rate limits (prefix and claim token) scored by when, trimmed to the longest window |
 //! | `workers`      | zset   | the node ids of the workers that run, scored by when each last said so (every 2 s; two hours on `sqlite::memory:`); read by [`DurableScheduler::workers`], nothing else depends on it |
 //! | `slot:<i>`     | list   | keys of the tasks due at the tick `t` with `t % slots == i`, for `t` in `cursor+1 ..= cursor+slots` (the slot's tick is their due time, to the tick; the record has the ms) |
 //! | `req:<id>`     | string | what the call `id` answered, for a minute or more, so that its retry answers the same and changes nothing |
@@ -324,6 +326,7 @@ pub mod dashboard;
 mod dead_letters;
 mod ids;
 mod leader;
+mod limits;
 mod list;
 mod metrics;
 mod open;
@@ -353,6 +356,7 @@ pub use config::{
     DEFAULT_PREFETCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SLOTS, DEFAULT_TICK, MAX_BACKOFF, MAX_HISTORY_AGE,
     MAX_HISTORY_LIMIT, MAX_PARTITIONS, MAX_SLOTS,
 };
+pub use limits::Limit;
 pub use options::TaskOptions;
 pub use payload::IntoPayload;
 #[cfg(feature = "serde")]

@@ -9,7 +9,7 @@ use super::coalesce::{self, Calls};
 use super::series::Stored;
 use super::store::client::WheelClient;
 use super::store::scripts::{self, NewTask, ScheduleAnswer};
-use super::time::When;
+use super::time::{delay_ms, When};
 use super::{IntoPayload, Task, TaskOptions, Worker};
 use crate::origin::Origin;
 use crate::Error;
@@ -423,6 +423,67 @@ impl DurableScheduler {
                 Ok(matches!(answer, ScheduleAnswer::Created | ScheduleAnswer::AlreadyByThisRequest))
             }
         }
+    }
+
+    /// Debounces the task under `key`: one run for a burst of calls, `quiet` after the burst's
+    /// last call and never later than `max_wait` after its first, carrying the **last** call's
+    /// `payload`. Returns `true` when this call opened a new burst, `false` when it joined the
+    /// open one. "Send the digest 2 s after the last change, but at least every 10 s while
+    /// changes keep coming": `debounce(key, 2 s, 10 s, digest)` at each change.
+    ///
+    /// Every time is on the store's clock (Redis's, or the SQLite store's), so calls from many
+    /// processes make one burst, and racing calls give one run. What else holds:
+    ///
+    /// - **A call while the run's handler runs** opens the next burst. Its run waits until the
+    ///   running one ends (acknowledged, or dead after its last attempt), then takes the key:
+    ///   runs under one key never overlap. Its quiet period and cap count from its own calls, so
+    ///   it may be due at once when the running one ends.
+    /// - **A failure or a snooze closes the burst**: the run was delivered. A call while the task
+    ///   waits for its retry opens a new burst on it (it takes the new payload and due time,
+    ///   keeping its attempt count).
+    /// - A call on a key whose task was scheduled another way opens a burst on that task.
+    /// - [`cancel`](Self::cancel) ends the burst (the next call opens a new one);
+    ///   [`schedule_or_reset`](Self::schedule_or_reset) keeps its meaning (it moves a pending
+    ///   task and keeps its payload, and does not touch the burst's cap).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # use tokio_timewheel::{durable::DurableScheduler, Error};
+    /// # async fn run(timers: DurableScheduler) -> Result<(), Error> {
+    /// // At each change of the document: one digest 2 s after the last change, at most 10 s late.
+    /// let opened = timers.debounce("doc-7:digest", Duration::from_secs(2), Duration::from_secs(10), "rev 41").await?;
+    /// println!("{}", if opened { "a new burst" } else { "pushed back, payload replaced" });
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::Invalid`] if `max_wait` is shorter than `quiet` (the cap would come first:
+    ///   pass equal ones for a fixed delay), or for the key and payload `schedule` refuses;
+    /// - [`Error::Redis`] if the store failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent may still debounce the task.
+    pub async fn debounce(
+        &self,
+        key: impl AsRef<str>,
+        quiet: Duration,
+        max_wait: Duration,
+        payload: impl IntoPayload,
+    ) -> Result<bool, Error> {
+        let key = key.as_ref();
+        if max_wait < quiet {
+            return Err(Error::invalid(format!(
+                "debounce of {key:?}: max_wait ({max_wait:?}) is shorter than quiet ({quiet:?}); give a max_wait of at                  least quiet (equal ones make a fixed delay)"
+            )));
+        }
+        let payload = self.checked(key, payload)?;
+        let (quiet_ms, max_wait_ms) = (delay_ms(quiet)?, delay_ms(max_wait)?);
+        let task = self.new_task(key, When::Delay(quiet_ms), payload);
+        let keys = &self.wheel.partition_of(key).keys;
+        let opened = scripts::debounce(&self.wheel, keys, &task, quiet_ms, max_wait_ms).await?;
+        self.wheel.conn.replicate(&keys.meta()).await?;
+        Ok(opened)
     }
 
     /// Schedules a recurring task under `key`: a run every `period` at a fixed rate on Redis's

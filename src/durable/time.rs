@@ -54,11 +54,7 @@ pub(crate) enum When {
 
 impl When {
     pub(crate) fn delay(d: Duration) -> Result<Self, Error> {
-        let ms = ceil_ms(d);
-        if ms >= MAX_DUE_MS {
-            return Err(Error::invalid(format!("the delay {d:?} is too long: the latest due time is the year 2286")));
-        }
-        Ok(When::Delay(ms))
+        delay_ms(d).map(When::Delay)
     }
 
     pub(crate) fn at(at: SystemTime) -> Result<Self, Error> {
@@ -68,6 +64,15 @@ impl When {
         }
         Ok(When::At(ms))
     }
+}
+
+/// A delay in whole milliseconds (rounded up), checked: not past the latest due time.
+pub(crate) fn delay_ms(d: Duration) -> Result<u64, Error> {
+    let ms = ceil_ms(d);
+    if ms >= MAX_DUE_MS {
+        return Err(Error::invalid(format!("the delay {d:?} is too long: the latest due time is the year 2286")));
+    }
+    Ok(ms)
 }
 
 /// This process's estimate of Redis's clock: the local clock plus the offset last seen in a

@@ -51,6 +51,41 @@ pub(crate) trait OnceJob: Send + 'static {
 
     /// As [`Job::follow`].
     fn follow(&self, _span: &tracing::Span) {}
+
+    /// The deadline tick of the debounce burst this job ends ([`Debounced`]); `None` for a job
+    /// that no debounce made.
+    fn burst_cap(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The job of a debounced timer (`Scheduler::debounce`): the last call's job, and the deadline
+/// tick its burst may not pass.
+pub(crate) struct Debounced {
+    pub cap: u64,
+    pub job: Box<dyn OnceJob>,
+}
+
+impl OnceJob for Debounced {
+    fn call_once(self: Box<Self>, key: String) -> Option<JobFuture> {
+        self.job.call_once(key)
+    }
+
+    fn only_wakes(&self) -> bool {
+        self.job.only_wakes()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self.job.into_any()
+    }
+
+    fn follow(&self, span: &tracing::Span) {
+        self.job.follow(span);
+    }
+
+    fn burst_cap(&self) -> Option<u64> {
+        Some(self.cap)
+    }
 }
 
 /// The job of a keyed sleep: its firing wakes the sleeper and starts nothing. A unit struct, so

@@ -694,6 +694,83 @@ impl Scheduler {
         Self::report(upserted.map(|(claimed, ..)| claimed))
     }
 
+    /// Debounces the timer under `key`: one run for a burst of calls, `quiet` after the burst's
+    /// last call and never later than `max_wait` after its first, running the **last** call's
+    /// `job` (the earlier calls' jobs are dropped, never run). Returns `true` when this call
+    /// opened a new burst, `false` when it joined the pending one. Each call's deadline is fixed
+    /// when it is made, as `tokio::time::sleep`'s is, and rounded up to the tick.
+    ///
+    /// Once the timer fires, the burst is over: the next call opens a new one at once. In process
+    /// the wheel does not track a job after it starts, so a new burst's job may run while the
+    /// last one's still does; the durable [`debounce`](crate::durable::DurableScheduler::debounce)
+    /// makes it wait. A call on a key whose pending timer was scheduled another way opens a burst
+    /// on that timer (from this call on) and replaces its job; a key that holds a repeating timer
+    /// is refused. [`cancel`](Self::cancel) ends a burst; [`schedule_or_reset`](Self::schedule_or_reset)
+    /// keeps its meaning (it moves the timer, keeps its job, and leaves the cap alone).
+    ///
+    /// # Errors
+    /// - [`Error::Invalid`] if `max_wait` is shorter than `quiet` (pass equal ones for a fixed
+    ///   delay), for a key `schedule` refuses, or for a key that holds a repeating timer;
+    /// - [`Error::Full`] and [`Error::Stopped`] as [`schedule`](Self::schedule).
+    ///
+    /// # Cancel safety
+    /// The timer was armed or moved when the method was called; dropping the future does not
+    /// undo it (only the answer is lost).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tokio_timewheel::{Error, Scheduler};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Error> {
+    /// let timer = Scheduler::builder().start()?;
+    /// let (quiet, max_wait) = (Duration::from_secs(2), Duration::from_secs(10));
+    /// for rev in 0..3 {
+    ///     let opened = timer.debounce("doc-7:digest", quiet, max_wait, move |key: String| async move {
+    ///         println!("{key}: send the digest of revision {rev}") // only rev 2's runs
+    ///     }).await?;
+    ///     assert_eq!(opened, rev == 0);
+    ///     tokio::time::sleep(Duration::from_millis(500)).await;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn debounce<K, F, Fut>(
+        &self,
+        key: K,
+        quiet: Duration,
+        max_wait: Duration,
+        job: F,
+    ) -> impl Future<Output = Result<bool, Error>> + Send + '_
+    where
+        K: AsRef<str>,
+        F: FnOnce(String) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let debounced = self.debounce_now(key.as_ref(), quiet, max_wait, job::once(job, &Origin::current()));
+        Self::report(debounced)
+    }
+
+    /// [`debounce`](Self::debounce)'s work, done at the call.
+    fn debounce_now(
+        &self,
+        key: &str,
+        quiet: Duration,
+        max_wait: Duration,
+        job: Box<dyn job::OnceJob>,
+    ) -> Result<bool, Error> {
+        check_key(key)?;
+        if max_wait < quiet {
+            return Err(Error::invalid(format!(
+                "debounce of {key:?}: max_wait ({max_wait:?}) is shorter than quiet ({quiet:?}); give a max_wait of at \
+                 least quiet (equal ones make a fixed delay)"
+            )));
+        }
+        self.check_running()?;
+        let reading = self.clock.read(Instant::now());
+        let (quiet, cap) = (self.clock.after_reading(&reading, quiet), self.clock.after_reading(&reading, max_wait));
+        self.shared.debounce(&Key::from(key), job, quiet, cap.deadline)
+    }
+
     /// Moves the pending timer with this key, or schedules `job` under it if none is pending, as
     /// [`schedule_or_reset`](Self::schedule_or_reset) does, and returns a [`TimerHandle`] to the
     /// pending timer, new or moved: the keep-alive's call. The handle pushes the deadline back

@@ -41,5 +41,8 @@ impl PartitionMetrics {
     pub(crate) fn dead(&self) {}
 
     #[inline(always)]
+    pub(crate) fn snoozed(&self) {}
+
+    #[inline(always)]
     pub(crate) fn gauges(&self, _stats: &DurableStats) {}
 }

@@ -14,6 +14,7 @@ const FIRED: &str = "tokio_timewheel_durable_fired_total";
 const CANCELLED: &str = "tokio_timewheel_durable_cancelled_total";
 const RETRIED: &str = "tokio_timewheel_durable_retried_total";
 const DEAD: &str = "tokio_timewheel_durable_dead_total";
+const SNOOZED: &str = "tokio_timewheel_durable_snoozed_total";
 const TASKS: &str = "tokio_timewheel_durable_tasks";
 const CURSOR_LAG: &str = "tokio_timewheel_durable_cursor_lag_ticks";
 const LATENESS: &str = "tokio_timewheel_durable_lateness_seconds";
@@ -38,6 +39,7 @@ impl WheelMetrics {
         describe_counter!(CANCELLED, Unit::Count, "Tasks this process cancelled.");
         describe_counter!(RETRIED, Unit::Count, "Failed deliveries of this process's workers scheduled again.");
         describe_counter!(DEAD, Unit::Count, "Tasks this process's workers sent to the dead letters.");
+        describe_counter!(SNOOZED, Unit::Count, "Runs this process's handlers ended by snoozing their task.");
         describe_gauge!(TASKS, Unit::Count, "The wheel's tasks by state (waiting, ready, running, dead).");
         describe_gauge!(CURSOR_LAG, Unit::Count, "How many ticks the cursor is behind Redis's clock.");
         describe_histogram!(
@@ -68,6 +70,7 @@ pub(crate) struct PartitionMetrics {
     cancelled: Counter,
     retried: Counter,
     dead: Counter,
+    snoozed: Counter,
     acked: Counter,
     handler: Histogram,
     /// `waiting`, `ready`, `running`, `dead`.
@@ -89,6 +92,7 @@ impl PartitionMetrics {
             cancelled: counter!(CANCELLED, &labels),
             retried: counter!(RETRIED, &labels),
             dead: counter!(DEAD, &labels),
+            snoozed: counter!(SNOOZED, &labels),
             acked: counter!(ACKED, &labels),
             handler: histogram!(HANDLER, &labels),
             tasks: [state("waiting"), state("ready"), state("running"), state("dead")],
@@ -125,6 +129,10 @@ impl PartitionMetrics {
 
     pub(crate) fn dead(&self) {
         self.dead.increment(1);
+    }
+
+    pub(crate) fn snoozed(&self) {
+        self.snoozed.increment(1);
     }
 
     /// Publishes the partition's gauges as `stats.lua` read them.

@@ -158,6 +158,7 @@ pub(crate) enum Ended {
     Acknowledged,
     Dead,
     Cancelled,
+    Snoozed,
 }
 
 /// One run in the wheel's history (history.lua's format):
@@ -196,6 +197,7 @@ impl<'a> HistoryRun<'a> {
             b"a" => Ended::Acknowledged,
             b"d" => Ended::Dead,
             b"c" => Ended::Cancelled,
+            b"s" => Ended::Snoozed,
             _ => return None,
         };
         let due_ms = number(field(&mut rest)?)?;

@@ -48,6 +48,8 @@ pub(crate) const FIXED: &[(&str, &str)] = &[
     ("claimed", "claimed"),
     ("claims", "claims"),
     ("history", "history"),
+    ("limits", "limits"),
+    ("limit_starts", "limit_starts"),
 ];
 
 const SLOT: &str = "slot:";
@@ -216,6 +218,20 @@ impl WheelKeys {
         self.fixed("history")
     }
 
+    /// The hash of the limits by key prefix
+    /// ([`DurableScheduler::set_limit`](crate::durable::DurableScheduler::set_limit)): each prefix's
+    /// limit as `<rate>/<window ms>/<running>`, and, under fields that start with a `\0` or a `\1`
+    /// byte, when a limit was last found full and which tasks run under a running limit.
+    pub fn limits(&self) -> String {
+        self.fixed("limits")
+    }
+
+    /// The sorted set of the handler starts under rate limits, `<prefix>\0<claim token>` scored by
+    /// when (ms on the store's clock), trimmed to the longest window.
+    pub fn limit_starts(&self) -> String {
+        self.fixed("limit_starts")
+    }
+
     /// The sorted set of the workers that run: their node ids, scored by when each last said so
     /// (ms on Redis's clock as the node estimates it). No script touches it.
     pub fn workers(&self) -> String {
@@ -310,6 +326,8 @@ mod tests {
             keys.claimed(),
             keys.claims(),
             keys.history(),
+            keys.limits(),
+            keys.limit_starts(),
         ];
         let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
         assert_eq!(methods.to_vec(), table);
@@ -351,7 +369,7 @@ mod tests {
         assert!(!lua.contains('\n'));
         assert!(lua.starts_with("local META, CURSOR, TASKS, RING, FAR, READY, "), "{lua}");
         assert!(lua.contains("= KEYS[1], KEYS[2], KEYS[3]"), "{lua}");
-        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[22], KEYS[23] local FIXED_KEYS = 21"), "{lua}");
+        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[24], KEYS[25] local FIXED_KEYS = 23"), "{lua}");
         assert!(lua.contains("local function declared_slots(from, indices)"), "{lua}");
     }
 }

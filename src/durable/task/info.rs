@@ -89,15 +89,19 @@ pub enum Outcome {
     /// Cancelled while it ran
     /// ([`cancel_running`](crate::durable::DurableScheduler::cancel_running)).
     Cancelled,
+    /// Its handler asked for it to run again later ([`Task::snooze`](crate::durable::Task::snooze)):
+    /// the task is waiting again, with the same attempt number.
+    Snoozed,
 }
 
 impl Outcome {
-    /// `acknowledged`, `dead` or `cancelled`.
+    /// `acknowledged`, `dead`, `cancelled` or `snoozed`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Acknowledged => "acknowledged",
             Outcome::Dead => "dead",
             Outcome::Cancelled => "cancelled",
+            Outcome::Snoozed => "snoozed",
         }
     }
 }

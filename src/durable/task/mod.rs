@@ -1,7 +1,9 @@
 //! What a handler receives: `Task`, one delivery of a due task. The files beside it hold what the
 //! wheel's reads answer, one concern a file.
 
-use std::time::SystemTime;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 mod dead;
 mod info;
@@ -33,6 +35,8 @@ pub struct Task {
     pub(crate) claimed_at: SystemTime,
     /// Cancelled when the handler should stop: see [`Task::cancel_token`].
     pub(crate) cancel: tokio_util::sync::CancellationToken,
+    /// The snooze asked for by [`Task::snooze`], in ms plus one (0: none), shared by clones.
+    pub(crate) snooze: Arc<AtomicU64>,
 }
 
 impl PartialEq for Task {
@@ -77,6 +81,7 @@ impl Task {
             due: now,
             claimed_at: now,
             cancel: tokio_util::sync::CancellationToken::new(),
+            snooze: Arc::default(),
         }
     }
 
@@ -164,6 +169,56 @@ impl Task {
     /// ```
     pub fn cancel_token(&self) -> tokio_util::sync::CancellationToken {
         self.cancel.clone()
+    }
+
+    /// Asks for this run to end as *snoozed* when the handler returns, whether it returns `Ok` or
+    /// `Err`: "not yet". The task is due again `delay` after the run ends (on the store's clock),
+    /// as the waiting task it was, under the same key and with the same payload:
+    ///
+    /// - its [`attempt`](Self::attempt) does not grow (the next delivery has the same number),
+    ///   and a snooze never makes a dead letter, however often it comes;
+    /// - the history records the run as [`Outcome::Snoozed`];
+    /// - [`cancel`](super::DurableScheduler::cancel) and
+    ///   [`reschedule`](super::DurableScheduler::reschedule) treat it as any waiting task; a
+    ///   [`cancel_running`](super::DurableScheduler::cancel_running) that reached this run ends
+    ///   it as cancelled instead;
+    /// - an [`upsert_recurring`](super::DurableScheduler::upsert_recurring) queued behind the run
+    ///   keeps waiting, as behind a retry.
+    ///
+    /// The last call wins. `delay` is clamped to [`MAX_SNOOZE`](Self::MAX_SNOOZE) (about 30
+    /// years, as `tokio::time::sleep` clamps its far deadlines), so a huge delay parks the task
+    /// rather than failing the run. A snooze asked for after the lease was lost, or after a
+    /// timeout, changes nothing: that run's outcome is not recorded.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tokio_timewheel::durable::{DurableScheduler, Task};
+    ///
+    /// # async fn order_ready(_key: &str) -> bool { true }
+    /// # async fn run(timers: DurableScheduler) {
+    /// let worker = timers.run(|task: Task| async move {
+    ///     if !order_ready(task.key()).await {
+    ///         task.snooze(Duration::from_secs(30 * 60)); // look again in 30 minutes
+    ///     }
+    ///     Ok::<(), String>(())
+    /// });
+    /// # }
+    /// ```
+    pub fn snooze(&self, delay: Duration) {
+        let ms = crate::durable::time::ceil_ms(delay.min(Self::MAX_SNOOZE));
+        self.snooze.store(ms + 1, Ordering::Relaxed);
+    }
+
+    /// The longest [`snooze`](Self::snooze): longer ones are clamped to it (30 years).
+    pub const MAX_SNOOZE: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+
+    /// The delay [`snooze`](Self::snooze) asked for, if it was called (after the clamp).
+    pub fn snoozed(&self) -> Option<Duration> {
+        match self.snooze.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms - 1)),
+        }
     }
 
     /// Takes the task apart into its key and payload.

@@ -144,14 +144,14 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin, o
     // a series, whose every run starts a trace of its own (one trace would grow without end).
     origin.follow(&span, h.wheel.cfg.trace_parent && !recurring);
     let (key, due, attempt) = (task.key.clone(), task.due, task.attempt);
-    let cancel = task.cancel.clone();
+    let (cancel, snooze) = (task.cancel.clone(), task.snooze.clone());
     if h.deliveries.requested(&token) {
         // Cancelled (`cancel_running`) while it waited in the buffer: it does not start, and its
         // outcome ends it as cancelled.
         tracing::debug!(wheel = %h.wheel.name(), key = %key, "a task claimed ahead was cancelled before it started");
         if h.deliveries.finish(&token) {
             let run = history_run(h, &key, unix_ms(due), task.attempt, None);
-            h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new(), run, options }, Ok(()));
+            h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due: String::new(), run, options }, Ok(()), None);
         }
         return Ok(());
     }
@@ -191,7 +191,9 @@ async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin, o
             spec.map_or_else(String::new, |spec| h.specs.next_due(&spec, unix_ms(due), h.wheel.clock.now_ms()));
         let took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let run = history_run(h, &key, unix_ms(due), attempt, Some((started_ms, took_us)));
-        h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due, run, options }, outcome);
+        // A snooze asked for by the handler (`Task::snooze`) ends the run whatever it returned.
+        let snooze_ms = snooze.load(std::sync::atomic::Ordering::Relaxed).checked_sub(1);
+        h.outcomes.push(&h.wheel, h.part, Ack { key, token, next_due, run, options }, outcome, snooze_ms);
     }
     result
 }

@@ -377,6 +377,7 @@ mod tests {
                 due: SystemTime::UNIX_EPOCH,
                 claimed_at: SystemTime::UNIX_EPOCH,
                 cancel: CancellationToken::new(),
+                snooze: Default::default(),
             },
             token: token.to_string(),
             spec: None,

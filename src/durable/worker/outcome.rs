@@ -58,9 +58,26 @@ impl Outcomes {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The outcome of the delivery `ack` of partition `part`.
-    pub(super) fn push(&self, wheel: &Arc<WheelClient>, part: usize, ack: Ack, outcome: Result<(), String>) {
+    /// The outcome of the delivery `ack` of partition `part`: `snooze_ms`, when the handler
+    /// snoozed the task (whatever it returned), else `outcome`.
+    pub(super) fn push(
+        &self,
+        wheel: &Arc<WheelClient>,
+        part: usize,
+        ack: Ack,
+        outcome: Result<(), String>,
+        snooze_ms: Option<u64>,
+    ) {
         let mut pending = self.pending();
+        if let Some(ms) = snooze_ms {
+            let (wheel, deliveries) = (wheel.clone(), self.deliveries.clone());
+            pending.failures.spawn(async move {
+                let window = Window::Within(wheel.cfg.lease().max(wheel.cfg.retry_window()));
+                record_snooze(&wheel, part, &ack, ms, window).await;
+                deliveries.forget(&ack.token);
+            });
+            return;
+        }
         match outcome {
             Ok(()) => {
                 pending.acks.push(ack);
@@ -210,10 +227,21 @@ async fn record_failure(wheel: &WheelClient, part: usize, ack: &Ack, why: &str, 
             );
         }
         Ok(Failed::Retried) => metrics.retried(),
-        Ok(Failed::Refused) => {}
+        Ok(Failed::Refused | Failed::Snoozed) => {}
         Ok(Failed::Cancelled) => {
             tracing::debug!(wheel = %wheel.name(), key = %key, "a cancelled task's handler failed; it ends as cancelled")
         }
+        Err(e) => lost(wheel, key, &e),
+    }
+}
+
+/// Records that the delivery `ack` was snoozed for `ms`.
+async fn record_snooze(wheel: &WheelClient, part: usize, ack: &Ack, ms: u64, window: Window) {
+    let key = ack.key.as_str();
+    tracing::debug!(wheel = %wheel.name(), key = %key, snooze_ms = ms, "a handler snoozed its task");
+    match scripts::snooze(wheel, &wheel.partitions[part].keys, ack, ms, window).await {
+        Ok(Failed::Snoozed) => wheel.metrics.partition(part).snoozed(),
+        Ok(_) => {}
         Err(e) => lost(wheel, key, &e),
     }
 }

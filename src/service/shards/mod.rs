@@ -20,6 +20,7 @@
 //! the same lock, so the timer never looks ended.) Its `Scheduled` future learns the outcome
 //! through the shard's watchers (see `watch.rs`).
 
+mod debounce;
 mod fired;
 mod pause;
 mod replace;

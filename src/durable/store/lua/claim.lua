@@ -52,12 +52,14 @@
 -- @include clock
 -- @include record
 -- @include zadd_all
+-- @include zrem_all
 -- @include hash_all
 -- @include acknowledge
 -- @include figures
 -- @include cancelled
 -- @include claims
 -- @include history
+-- @include limits
 local n, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local replay_only, record_ms = ARGV[3] == '1', tonumber(ARGV[4])
 local tick_ms, slots, node = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
@@ -96,10 +98,42 @@ end
 
 if replay_only or n <= 0 or redis.call('HEXISTS', META, 'paused') == 1 then return out end
 
-local names = redis.call('ZRANGE', READY, 0, n - 1)
-if #names == 0 then return out end
-redis.call('ZREMRANGEBYRANK', READY, 0, #names - 1)
-local _, now = clock()
+-- Under limits (limits.lua), the ready tasks in due order that their limits have room for; the
+-- others are held (scored HOLD above their due time, after every task not held) until the tick
+-- finds room. Without, the first n.
+local limits, over_of, now = limits_of(), {}, nil
+local names
+if limits then
+  now = select(2, clock())
+  count_starts(limits, now)
+  names = {}
+  while #names < n do
+    local page = redis.call('ZRANGE', READY, 0, n - #names - 1, 'WITHSCORES')
+    local taken, held = {}, {}
+    for i = 1, #page, 2 do
+      local k, score = page[i], tonumber(page[i + 1])
+      if score >= HOLD then break end
+      local may, over = take_room(limits, k, now)
+      if may then
+        taken[#taken + 1] = k
+        names[#names + 1] = k
+        over_of[k] = over
+      else
+        held[#held + 1] = string.format('%d', score + HOLD)
+        held[#held + 1] = k
+      end
+    end
+    zrem_all(READY, taken)
+    zadd_all(READY, held)
+    if #held == 0 then break end
+  end
+  if #names == 0 then return out end
+else
+  names = redis.call('ZRANGE', READY, 0, n - 1)
+  if #names == 0 then return out end
+  redis.call('ZREMRANGEBYRANK', READY, 0, #names - 1)
+  now = select(2, clock())
+end
 local last = redis.call('INCRBY', SEQ, #names)
 local first = last - #names
 local until_ms = string.format('%d', now + lease)
@@ -119,6 +153,12 @@ for j, k in ipairs(names) do
     local tok = string.format('%d', first + j)
     local due
     rec, due = claimed_record(rec, tok)
+    local over = over_of[k]
+    if over then
+      -- Held back by a limit: late only from the last time its limits were found full.
+      due = late_from(over, tonumber(due))
+      note_start(over, k, tok, now)
+    end
     local late = LATE_FIELDS[late_bucket(now - due)]
     figures[late] = (figures[late] or 0) + 1
     local i = 2 * m

@@ -16,9 +16,14 @@
     ARGV[11] the history's limit   ARGV[12] its age limit in ms   ARGV[13] the delivery's run
              for the history (as for ack.lua: a run that dies or is cancelled goes in the
              history, includes/history.lua)
+    ARGV[14] '' for a failure; for a snooze (`Task::snooze`), its delay in ms: the task is due
+             again that long after the store's now, as a waiting task, with the delivery it
+             took not counted (its attempt does not grow, it never dies of it), the run in the
+             history as snoozed ('s'), an upsert queued behind it still queued; the error
+             text is not read
   Output:
     1 retried, 2 dead, 0 refused, 3 cancelled (its cancel was requested: it ends as cancelled,
-    see cancelled.lua).
+    see cancelled.lua), 4 snoozed.
   Keys: TASKS, LEASED, UPSERTS, CANCELLING, CLAIMED, the declared slots, RING, FAR, READY, CURSOR,
   META, FIGURES, WAKE, and when it
   dies or is cancelled HISTORY, and when it dies DEAD_TASKS, DEAD.
@@ -35,11 +40,13 @@
 -- @include cancelled
 -- @include claims
 -- @include history
+-- @include limits
 local k, tok, err = ARGV[1], ARGV[2], ARGV[3]
 local max_attempts, backoff_ms, backoff_cap_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local tick_ms, slots, declared = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
 local next_due = ARGV[10]
 local history, run = history_of(ARGV[11], ARGV[12]), ARGV[13]
+local snooze_ms = tonumber(ARGV[14] or '')
 
 local rec = redis.call('HGET', TASKS, k)
 if not rec or token_of(rec) ~= tok then return 0 end
@@ -53,6 +60,18 @@ local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, declared)
 local up = w.up
 redis.call('ZREM', LEASED, k)
 forget_claims({k})
+release_limits({k})
+if snooze_ms then
+  add_history(history, k, rec, 's', run)
+  flush_history(history)
+  t.due, t.tok, t.a, t.burst = up + snooze_ms, '0', math.max(t.a - 1, 0), ''
+  redis.call('HSET', TASKS, k, encode(t))
+  local batch = new_batch()
+  place(k, t.due, w, batch)
+  if flush(batch) then wake() end
+  redis.call('HINCRBY', META, 'snoozed', 1)
+  return 4
+end
 if t.a >= max_attempts then
   bury(k, t, err, up)
   add_history(history, k, rec, 'd', run, err)
@@ -79,7 +98,7 @@ if t.a >= max_attempts then
 end
 -- Retried, as at-least-once promises; an upsert queued behind the run stays queued.
 t.due = up + math.min(backoff_cap_ms, backoff_ms * 2 ^ (t.a - 1))
-t.tok, t.err = '0', err
+t.tok, t.err, t.burst = '0', err, ''
 redis.call('HSET', TASKS, k, encode(t))
 local batch = new_batch()
 place(k, t.due, w, batch)

@@ -56,6 +56,7 @@
 -- @include figures
 -- @include queued
 -- @include history
+-- @include limits
 local token, tick_ms, slots, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local budget, max_attempts = tonumber(ARGV[5]), tonumber(ARGV[6])
 local dead_max, dead_max_age = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -233,6 +234,9 @@ while work < budget do
   redis.call('SET', CURSOR, cursor)
 end
 
+-- The tasks a limit held back that it now has room for (limits.lua).
+local unheld, still_held = unhold(now, math.max(budget - work, 1))
+ready = ready + unheld
 if ready > 0 then
   keep_skiplist(READY)
   wake()
@@ -240,7 +244,7 @@ end
 -- When a tick next may have work: the next tick while the ring holds entries; else the earliest
 -- score among the far tier, the leases and (with an age limit) the dead letters' ends.
 local function next_work()
-  if tonumber(redis.call('GET', RING) or '0') > 0 then return tostring((cursor + 1) * tick_ms) end
+  if still_held or tonumber(redis.call('GET', RING) or '0') > 0 then return tostring((cursor + 1) * tick_ms) end
   local first, at = nil, ''
   local function consider(key, plus)
     local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')

@@ -71,3 +71,25 @@ pub(crate) async fn read_cancels(
         .collect();
     Ok(Some((last, requests)))
 }
+
+/// Sets the limit (`limit.lua`'s text) on `prefix`: true if the prefix had none.
+pub(crate) async fn set_limit(wheel: &WheelClient, keys: &WheelKeys, prefix: &str, limit: &str) -> Result<bool, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.limit);
+    inv.arg("set").arg(prefix).arg(limit);
+    Ok(wheel.conn.call::<i64>(&inv, Window::Default).await? == 1)
+}
+
+/// Clears the limit on `prefix`: true if it had one.
+pub(crate) async fn clear_limit(wheel: &WheelClient, keys: &WheelKeys, prefix: &str) -> Result<bool, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.limit);
+    inv.arg("clear").arg(prefix);
+    Ok(wheel.conn.call::<i64>(&inv, Window::Default).await? == 1)
+}
+
+/// The limits set: (prefix, the store's text of its limit), in the prefixes' order.
+pub(crate) async fn limits(wheel: &WheelClient, keys: &WheelKeys) -> Result<Vec<(String, String)>, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.limit);
+    inv.arg("list");
+    let flat: Vec<Vec<u8>> = wheel.conn.call(&inv, Window::Default).await?;
+    Ok(flat.chunks_exact(2).map(|pair| (text(&pair[0]), text(&pair[1]))).collect())
+}

@@ -293,6 +293,7 @@ fn history_entry(seq: u64, text: &[u8]) -> Option<HistoryEntry> {
         Ended::Acknowledged => Outcome::Acknowledged,
         Ended::Dead => Outcome::Dead,
         Ended::Cancelled => Outcome::Cancelled,
+        Ended::Snoozed => Outcome::Snoozed,
     };
     let finished = FinishedRun {
         outcome,

@@ -36,12 +36,13 @@ pub(crate) use server::{config_value, server_version};
 #[cfg(test)]
 pub(crate) use tasks::schedule_in;
 pub(crate) use tasks::{
-    cancel, requeue_dead, reschedule, schedule, upsert, Cancelled, Moved, NewTask, Requeued, ScheduleAnswer, Upserted,
+    cancel, debounce, requeue_dead, reschedule, schedule, upsert, Cancelled, Moved, NewTask, Requeued, ScheduleAnswer,
+    Upserted,
 };
 #[cfg(test)]
 pub(crate) use worker::claim;
 pub(crate) use worker::Failed;
-pub(crate) use worker::{ack, claim_and_ack, fail, renew, Ack, Claim, Claimed, Renewal};
+pub(crate) use worker::{ack, claim_and_ack, fail, renew, snooze, Ack, Claim, Claimed, Renewal};
 
 /// How many wake-up tokens wait on `wake` at most: a burst leaves only a few wake-ups with nothing
 /// to claim behind it.
@@ -74,6 +75,7 @@ const INCLUDES: &[(&str, &str)] = &[
     ("zpage", include_str!("../lua/includes/zpage.lua")),
     ("cancelled", include_str!("../lua/includes/cancelled.lua")),
     ("history", include_str!("../lua/includes/history.lua")),
+    ("limits", include_str!("../lua/includes/limits.lua")),
 ];
 
 /// The Lua of the include `name`: a helper file, or one of the two made from Rust.
@@ -213,6 +215,8 @@ scripts!(
     cancel_running,
     list,
     finished,
+    limit,
+    debounce,
 );
 
 /// The SHA1 of the tick script, as `EVALSHA` names it.

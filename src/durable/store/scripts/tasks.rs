@@ -283,3 +283,24 @@ pub(crate) async fn requeue_dead(
         _ => Requeued::NotDead,
     })
 }
+
+/// Debounces `task` (`debounce.lua`): due `quiet_ms` after the call, at most `max_wait_ms` after
+/// its burst's first call, with its payload. True when the call opened a new burst.
+pub(crate) async fn debounce(
+    wheel: &WheelClient,
+    keys: &WheelKeys,
+    task: &NewTask,
+    quiet_ms: u64,
+    max_wait_ms: u64,
+) -> Result<bool, Error> {
+    let mut inv = invoke(keys, &SCRIPTS.debounce);
+    // The run is due within [quiet, max_wait] of now: declare the slots of both ends' ticks and
+    // those between while few (a miss waits in the far tier, never early or late).
+    let guess = wheel.slot_guess([When::Delay(quiet_ms), When::Delay(max_wait_ms)]);
+    let slots = declare_slots(&mut inv, keys, &guess.indices);
+    inv.arg(wheel.cfg.tick_ms).arg(wheel.cfg.slots).arg(slots).arg(quiet_ms).arg(max_wait_ms);
+    inv.arg(&task.key).arg(task.payload.as_slice());
+    inv.arg(if task.options.is_empty() { String::new() } else { Retry::text_of(&task.options) });
+    inv.arg(origin::joined(std::iter::once(&task.origin)));
+    Ok(wheel.conn.call::<i64>(&inv, Window::Default).await? == 1)
+}

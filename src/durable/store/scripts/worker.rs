@@ -169,6 +169,7 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
             due: from_unix_ms(r.due_ms),
             claimed_at,
             cancel: tokio_util::sync::CancellationToken::new(),
+            snooze: Default::default(),
         },
         token: text(r.token),
         recurring: r.spec.is_some() || r.every_ms != 0,
@@ -211,6 +212,8 @@ pub(crate) enum Failed {
     Refused,
     /// Its cancel was requested (`cancel_running`): it ended as cancelled.
     Cancelled,
+    /// Snoozed: due again after its delay, its attempt not counted.
+    Snoozed,
 }
 
 /// Reports that the delivery of `key` under `token` failed with `why`; `next_due` is its
@@ -222,17 +225,46 @@ pub(crate) async fn fail(
     why: &str,
     window: Window,
 ) -> Result<Failed, Error> {
+    ended(wheel, keys, delivery, why, None, window).await
+}
+
+/// Reports that the delivery of `key` under `token` ended as snoozed (`Task::snooze`): due again
+/// `snooze_ms` from the store's now, its attempt not counted.
+pub(crate) async fn snooze(
+    wheel: &WheelClient,
+    keys: &WheelKeys,
+    delivery: &Ack,
+    snooze_ms: u64,
+    window: Window,
+) -> Result<Failed, Error> {
+    ended(wheel, keys, delivery, "", Some(snooze_ms), window).await
+}
+
+/// `fail.lua`'s call for a failure (`snooze_ms` `None`) or a snooze.
+async fn ended(
+    wheel: &WheelClient,
+    keys: &WheelKeys,
+    delivery: &Ack,
+    why: &str,
+    snooze_ms: Option<u64>,
+    window: Window,
+) -> Result<Failed, Error> {
     let (key, token) = (delivery.key.as_str(), delivery.token.as_str());
     let cfg = &wheel.cfg;
     let mut inv = invoke(keys, &SCRIPTS.fail);
     // The retry's due time is Redis's now plus the backoff for its attempt, which this side does
     // not know: the slots of every backoff it may be (a miss waits in the far tier), by the
-    // task's own retry settings where it has them, else the node's.
-    let max_attempts = delivery.options.own_max_attempts().unwrap_or(cfg.max_attempts);
-    let backoff_ms = delivery.options.own_backoff_ms().unwrap_or(cfg.backoff_ms);
-    let backoffs =
-        (0..max_attempts.min(24)).map(|a| When::Delay(backoff_ms.saturating_mul(1 << a).min(cfg.max_backoff_ms())));
-    let slots = declare_slots(&mut inv, keys, &wheel.slot_indices(backoffs));
+    // task's own retry settings where it has them, else the node's; a snooze's, its delay.
+    let slots = match snooze_ms {
+        Some(ms) => declare_slots(&mut inv, keys, &wheel.slot_indices([When::Delay(ms)])),
+        None => {
+            let max_attempts = delivery.options.own_max_attempts().unwrap_or(cfg.max_attempts);
+            let backoff_ms = delivery.options.own_backoff_ms().unwrap_or(cfg.backoff_ms);
+            let backoffs = (0..max_attempts.min(24))
+                .map(|a| When::Delay(backoff_ms.saturating_mul(1 << a).min(cfg.max_backoff_ms())));
+            declare_slots(&mut inv, keys, &wheel.slot_indices(backoffs))
+        }
+    };
     inv.arg(key)
         .arg(token)
         .arg(why)
@@ -245,11 +277,13 @@ pub(crate) async fn fail(
         .arg(&delivery.next_due)
         .arg(cfg.history_limit)
         .arg(cfg.history_age_ms)
-        .arg(&delivery.run);
+        .arg(&delivery.run)
+        .arg(snooze_ms.map_or_else(String::new, |ms| ms.to_string()));
     Ok(match wheel.conn.call::<i64>(&inv, window).await? {
         1 => Failed::Retried,
         2 => Failed::Dead,
         3 => Failed::Cancelled,
+        4 => Failed::Snoozed,
         _ => Failed::Refused,
     })
 }

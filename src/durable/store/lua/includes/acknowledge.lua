@@ -23,6 +23,7 @@
 -- @include constants
 -- @include history
 -- @include claims
+-- @include limits
 local function acknowledge(list, from, tick_ms, slots, h)
   local out, acked, done, w, batch, seen, replaced = {}, {}, {}, nil, new_batch(), {}, {}
   local n_acked, n_done = 0, 0
@@ -60,6 +61,7 @@ local function acknowledge(list, from, tick_ms, slots, h)
   if n_acked > 0 then
     zrem_all(LEASED, acked)
     forget_claims(acked)
+    release_limits(acked)
     if n_done > 0 then zrem_all(TASKS, done, 'HDEL') end
     drop_queued(replaced)
     if flush(batch) then wake() end

@@ -13,6 +13,7 @@
 -- @include constants
 -- @include history
 -- @include queued
+-- @include limits
 local function end_cancelled(list, from, h)
   if redis.call('HLEN', CANCELLING) == 0 then return 0 end
   local n = 0
@@ -25,6 +26,7 @@ local function end_cancelled(list, from, h)
         redis.call('HDEL', TASKS, k)
         redis.call('ZREM', LEASED, k)
         forget_claims({k})
+        release_limits({k})
         drop_queued({k})
         add_history(h, k, rec, 'c', list[i + 3])
         n = n + 1

@@ -20,8 +20,8 @@ local function history_of(limit, age_ms)
   return { limit = tonumber(limit) or 0, age = tonumber(age_ms) or 0, runs = {}, n = 0 }
 end
 -- The outcomes as a run's text starts them.
-local HISTORY_OUTCOMES = { a = 'a:', d = 'd:', c = 'c:' }
--- Notes the run of task `k` that ended with `outcome` ('a', 'd' or 'c'): `run` as the worker
+local HISTORY_OUTCOMES = { a = 'a:', d = 'd:', c = 'c:', s = 's:' }
+-- Notes the run of task `k` that ended with `outcome` ('a', 'd', 'c' or 's', snoozed): `run` as the worker
 -- packed it, or '' (or nil) to read the due time and deliveries from `rec`, the task's record as
 -- the delivery left it. Its text is joined at once, in one concatenation; the end time is
 -- Redis's clock when the call noted its first run.

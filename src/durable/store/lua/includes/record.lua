@@ -21,15 +21,16 @@
 -- ms>` with either number left out for the node's own (see `retry_limits`); a task without it
 -- follows the node's, and it is kept as it is by every script that rewrites the record. The
 -- error is the last failure's (empty if none). The payload is last so that it is never parsed.
--- `decode` gives a table of those fields (strings, but `due` and `a` numbers; `spec`, `trace`
--- and `retry` are '' when absent); `encode` the string.
+-- The burst, the fourth (`b`), is a debounced task's latest due time (debounce.lua). `decode`
+-- gives a table of those fields (strings, but `due` and `a` numbers; `spec`, `trace`, `retry` and
+-- `burst` are '' when absent); `encode` the string.
 -- The optional fields of a record from `at` on, read by one loop: each is `<tag><length>:<value>`,
 -- the tag a letter (c the spec, t the trace, r the retry settings), in any order; the error's
 -- length, a digit, ends them. A tag this version does not know is kept whole in `extra` (written
 -- back as it was by `encode`), so that a record written by a later version reads here and keeps
 -- what it had. Returns the fields by tag, `extra`, and where the error's length starts.
 local function optional_fields(rec, at)
-  local known, extra = {c = '', t = '', r = ''}, ''
+  local known, extra = {c = '', t = '', r = '', b = ''}, ''
   while true do
     local tag, len, from = string.match(rec, '^(%a)(%d+):()', at)
     if not tag then return known, extra, at end
@@ -46,7 +47,7 @@ local function decode(rec)
   n = tonumber(n)
   return {
     due = tonumber(due), a = tonumber(a), tok = tok, every = tonumber(every), runs = tonumber(runs),
-    missed = missed, spec = f.c, trace = f.t, retry = f.r, extra = extra, err = string.sub(rec, e, e + n - 1),
+    missed = missed, spec = f.c, trace = f.t, retry = f.r, burst = f.b, extra = extra, err = string.sub(rec, e, e + n - 1),
     p = string.sub(rec, e + n),
   }
 end
@@ -65,6 +66,12 @@ local function retry_field(retry)
   if retry == nil or retry == '' then return '' end
   return 'r' .. #retry .. ':' .. retry
 end
+-- The burst field of a record: the time (ms) by which a debounced task's burst runs at the latest
+-- (`DurableScheduler::debounce`'s `max_wait` after the burst's first call); empty for any other.
+local function burst_field(burst)
+  if burst == nil or burst == '' then return '' end
+  return 'b' .. #burst .. ':' .. burst
+end
 -- The max attempts and backoff base (ms) of a task whose record has the retry field `retry`
 -- (decode's): the task's own where it has them, else `max_attempts` and `backoff_ms`, the node's.
 local function retry_limits(retry, max_attempts, backoff_ms)
@@ -74,7 +81,7 @@ local function retry_limits(retry, max_attempts, backoff_ms)
 end
 local function encode(t)
   return string.format('%d:%d:%s:%d:%d:%s:', t.due, t.a, t.tok, t.every, t.runs, t.missed) .. spec_field(t.spec)
-    .. trace_field(t.trace) .. retry_field(t.retry) .. (t.extra or '') .. #t.err .. ':' .. t.err .. t.p
+    .. trace_field(t.trace) .. retry_field(t.retry) .. burst_field(t.burst) .. (t.extra or '') .. #t.err .. ':' .. t.err .. t.p
 end
 -- The claim token alone, without copying the payload.
 local function token_of(rec)

@@ -1,0 +1,67 @@
+--[[ Sets, clears or lists the wheel's limits by key prefix (includes/limits.lua says how they are
+  kept and obeyed).
+
+  Input:
+    KEYS     the wheel's keys
+    ARGV[1]  'set', 'clear' or 'list'
+    ARGV[2]  the prefix (set, clear)   ARGV[3] the limit, '<rate>/<window ms>/<running>' (set)
+  Output:
+    set: 1 if the prefix had no limit, else 0 (replaced)
+    clear: 1 if the prefix had a limit, else 0; the tasks any limit held go back to their due
+      time in `ready` (a claim holds again those another limit still covers), and idle workers
+      are woken
+    list: {prefix, limit, ...} in the order of the prefixes
+  Keys: LIMITS, LIMIT_STARTS, READY, WAKE.
+]]
+-- @include keys
+-- @include limits
+-- @include wake
+local op, p = ARGV[1], ARGV[2]
+if op == 'set' then
+  local new = redis.call('HEXISTS', LIMITS, p) == 0
+  redis.call('HSET', LIMITS, p, ARGV[3])
+  -- A limit raised has room at once: the tick puts its held tasks back.
+  return new and 1 or 0
+elseif op == 'clear' then
+  local had = redis.call('HDEL', LIMITS, p)
+  if had == 0 then return 0 end
+  redis.call('HDEL', LIMITS, '\0' .. p)
+  local running = {}
+  for _, f in ipairs(redis.call('HKEYS', LIMITS)) do
+    if string.sub(f, 1, #p + 2) == '\1' .. p .. '\0' then running[#running + 1] = f end
+  end
+  if #running > 0 then redis.call('HDEL', LIMITS, unpack(running)) end
+  local starts = {}
+  for _, m in ipairs(redis.call('ZRANGE', LIMIT_STARTS, 0, -1)) do
+    if string.sub(m, 1, #p + 1) == p .. '\0' then starts[#starts + 1] = m end
+  end
+  if #starts > 0 then redis.call('ZREM', LIMIT_STARTS, unpack(starts)) end
+  local held = redis.call('ZRANGEBYSCORE', READY, HOLD, '+inf', 'WITHSCORES')
+  if #held > 0 then
+    local back = {}
+    for i = 1, #held, 2 do
+      back[#back + 1] = string.format('%d', tonumber(held[i + 1]) - HOLD)
+      back[#back + 1] = held[i]
+    end
+    zadd_all(READY, back)
+    wake()
+  end
+  return 1
+else
+  local out = {}
+  local all = redis.call('HGETALL', LIMITS)
+  local names, spec = {}, {}
+  for i = 1, #all, 2 do
+    local b = string.byte(all[i], 1)
+    if b ~= 0 and b ~= 1 then
+      names[#names + 1] = all[i]
+      spec[all[i]] = all[i + 1]
+    end
+  end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    out[#out + 1] = name
+    out[#out + 1] = spec[name]
+  end
+  return out
+end
