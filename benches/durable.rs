@@ -7,6 +7,7 @@
 //! cargo bench -p tokio-timewheel-benches --bench durable               # N = 100,000, D5 over 60 s, 3 repetitions
 //! cargo bench -p tokio-timewheel-benches --bench durable -- --quick    # N = 10,000, D5 over 10 s, 1 repetition
 //! options: --reps=R --n=N --d5-window=SECS --impl=NAME[,NAME] --workload=D124|D3|D5|D7[,...]
+//!          --limit-other=on (tokio-timewheel: a limit on a prefix none of the keys has, to measure its cost)
 //!          --workers=W --concurrency=C (D3, D5 and D7: W workers of C handlers each; 4 of 16 by default)
 //!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
 //!          --history=on|off (tokio-timewheel's history of finished runs: the default bounds, or none)
@@ -175,6 +176,9 @@ pub struct Options {
     pub slots: usize,
     /// `--history=off`: tokio-timewheel keeps no history of finished runs (`history_limit(0)`).
     pub history_off: bool,
+    /// `--limit-other=on`: tokio-timewheel's wheel has a limit (a rate and a running limit) on a
+    /// prefix none of the workload's keys has, to measure what limits cost the keys under none.
+    pub limit_other: bool,
     impls: Vec<Impl>,
     workloads: Vec<Workload>,
     /// Report these `durable.jsonl` files instead of measuring.
@@ -190,6 +194,7 @@ impl Options {
         let mut tick_ms = 100;
         let mut slots = 36_000;
         let mut history_off = false;
+        let mut limit_other = false;
         let mut impls = Impl::ALL.to_vec();
         let mut workloads = Workload::ALL.to_vec();
         let mut report_from = None;
@@ -207,6 +212,11 @@ impl Options {
                 "--history" => match value {
                     "on" => history_off = false,
                     "off" => history_off = true,
+                    _ => fail(&format!("bad {arg}: on or off")),
+                },
+                "--limit-other" => match value {
+                    "on" => limit_other = true,
+                    "off" => limit_other = false,
                     _ => fail(&format!("bad {arg}: on or off")),
                 },
                 "--report-from" => report_from = Some(value.to_string()),
@@ -248,6 +258,7 @@ impl Options {
             tick_ms,
             slots,
             history_off,
+            limit_other,
             impls,
             workloads,
             report_from,

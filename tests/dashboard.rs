@@ -247,6 +247,64 @@ async fn each_section_answers_what_the_wheel_says() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limits_show_in_api_limits_and_on_the_page() {
+    use tokio_timewheel::durable::Limit;
+
+    let Some(store) = TestStore::start() else { return };
+    let timers = wheel(&store).await;
+    let emails = second_wheel(&store, 1).await;
+    let router = Dashboard::new(timers.clone()).wheel(emails.clone()).actions(true).router();
+
+    // None yet.
+    assert_eq!(get(&router, "/api/limits").await.json(), serde_json::json!({ "limits": [] }));
+
+    // Two limits on `dash`, none on `emails`: each wheel's own, in the prefixes' order.
+    timers.set_limit("report:", Limit::running(1)).await.unwrap();
+    timers.set_limit("api:", Limit::rate(20, Duration::from_secs(1)).and(Limit::running(5))).await.unwrap();
+    let want = serde_json::json!({ "limits": [
+        { "prefix": "api:", "limit": "20 starts per 1s, 5 running", "rate": 20, "per_ms": 1000, "running": 5 },
+        { "prefix": "report:", "limit": "1 running", "rate": null, "per_ms": null, "running": 1 },
+    ] });
+    for path in ["/api/limits", "/api/w/dash/limits"] {
+        let reply = get(&router, path).await;
+        assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.body);
+        assert_eq!(reply.json(), want, "{path}");
+    }
+    // What the library lists, as its Display says it.
+    let listed = timers.limits().await.unwrap();
+    let shown = get(&router, "/api/limits").await.json();
+    for ((prefix, limit), row) in listed.iter().zip(shown["limits"].as_array().unwrap()) {
+        assert_eq!((row["prefix"].as_str(), row["limit"].as_str()), (Some(prefix.as_str()), Some(&*limit.to_string())));
+    }
+    assert_eq!(get(&router, "/api/w/emails/limits").await.json(), serde_json::json!({ "limits": [] }));
+    assert_eq!(get(&router, "/api/w/nobody/limits").await.status, StatusCode::NOT_FOUND);
+    // The stats stay DurableStats' own JSON.
+    assert!(get(&router, "/api/stats").await.json().get("limits").is_none());
+
+    // A limit replaced, then one cleared.
+    timers.set_limit("api:", Limit::rate(3, Duration::from_millis(1500))).await.unwrap();
+    timers.clear_limit("report:").await.unwrap();
+    assert_eq!(
+        get(&router, "/api/limits").await.json(),
+        serde_json::json!({ "limits": [
+            { "prefix": "api:", "limit": "3 starts per 1.5s", "rate": 3, "per_ms": 1500, "running": null },
+        ] })
+    );
+
+    // Read-only, even with the actions on: nothing sets or clears a limit.
+    let reply = post(&router, "/api/w/dash/limits", "api:", SAME_ORIGIN).await;
+    assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED, "{}", reply.body);
+    assert_eq!(timers.limits().await.unwrap().len(), 1);
+
+    // The page has the section, beside the counts, and its script reads it every refresh.
+    let page = get(&router, "/").await;
+    assert!(page.body.contains(r#"<h3 id="limits-title">Limits</h3>"#), "{}", page.body);
+    assert!(page.body.contains(r#"<dl id="limits""#) && page.body.contains(r#"id="limits-none""#), "{}", page.body);
+    let script = get(&router, "/app.js").await;
+    assert!(script.body.contains(r#"getJson(api("limits"))"#) && script.body.contains("function showLimits"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actions_need_to_be_enabled_and_to_come_from_the_page() {
     let Some(store) = TestStore::start() else { return };
     let timers = wheel(&store).await;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tokio_timewheel::durable::{DurableScheduler, Task, Worker};
+use tokio_timewheel::durable::{DurableScheduler, Limit, Task, Worker};
 
 use crate::inputs::{concurrency, index_of, workers, Inputs, BATCH, D5_DELAY_MS, IN_FLIGHT, PAYLOAD};
 use crate::lateness::{system_time_us, Sink};
@@ -25,7 +25,12 @@ async fn connect(server: &RedisServer, options: &Options) -> DurableScheduler {
         .slots(options.slots)
         .concurrency(concurrency());
     let builder = if options.history_off { builder.history_limit(0) } else { builder };
-    builder.connect().await.expect("tokio-timewheel connect")
+    let timers = builder.connect().await.expect("tokio-timewheel connect");
+    if options.limit_other {
+        let limit = Limit::rate(1000, Duration::from_secs(1)).and(Limit::running(8));
+        timers.set_limit("other:", limit).await.expect("set_limit");
+    }
+    timers
 }
 
 async fn schedule_batches(timers: &DurableScheduler, keys: &[String], delay_ms: impl Fn(usize) -> u64) {

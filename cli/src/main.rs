@@ -9,21 +9,26 @@
 //! timewheel --wheel orders dead --requeue-all
 //! timewheel --wheel orders get report:nightly
 //! timewheel --wheel orders run-now report:nightly
+//! timewheel --wheel orders set-limit api: --rate 20 --per 1s --running 5
+//! timewheel --wheel orders limits
 //! ```
 //!
 //! With `--json` it prints what the library's types serialise to (their `serde` form, feature
 //! `serde`): `stats` a `DurableStats` with the wheel's name beside its fields, `get` a `TaskInfo`
 //! (or `null`), `list` and `due-next` a `ListPage` (`{"tasks": [..], "next": cursor}`), `dead`
 //! an array of `DeadTask`s, `watch` a `DurableStats` a line with the rates, the counts due soon
-//! and the wheel-wide `Figures`; the actions print `{"done": bool}`.
+//! and the wheel-wide `Figures`; `limits` an array of `{"prefix", "rate", "per_ms", "running"}`
+//! (`null` for a part a limit does not have); the actions print `{"done": bool}` (`set-limit`
+//! with `replaced`: whether the prefix had a limit before).
 //!
 //! A SQLite file is read beside the processes that run its wheel (SQLite lets several processes
 //! of one host share a file); the command line never creates one: a path with no file, or
 //! `sqlite::memory:` (the memory of the process that opened it), is refused.
 //!
 //! Exit codes: 0 done; 1 nothing to act on (no such task, not pending, not running, already
-//! running, no such dead letter); 2 a usage error; 3 the store (Redis, or the SQLite file) could
-//! not be reached or failed; 4 refused (no wheel of that name, no such file, a bad setting).
+//! running, no such dead letter, no limit to clear); 2 a usage error; 3 the store (Redis, or
+//! the SQLite file) could not be reached or failed; 4 refused (no wheel of that name, no such
+//! file, a bad setting, a limit the library refuses).
 
 mod show;
 
@@ -31,9 +36,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use clap::{Parser, Subcommand};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
 use serde_json::json;
-use tokio_timewheel::durable::{DurableScheduler, ListCursor, TaskState};
+use tokio_timewheel::durable::{DurableScheduler, Limit, ListCursor, TaskState};
 use tokio_timewheel::Error;
 
 /// Read and administer a tokio-timewheel durable wheel, in Redis or in a SQLite file.
@@ -76,12 +82,16 @@ struct Cli {
 }
 
 const EXIT_CODES: &str = "Exit codes: 0 done; 1 nothing to act on (no such task, not pending, not running, already \
-                          running, no such dead letter); 2 usage; 3 the store (Redis, or the SQLite file) unreachable \
-                          or failing; 4 refused (no such wheel, no such file, a bad setting).";
+                          running, no such dead letter, no limit to clear); 2 usage; 3 the store (Redis, or the \
+                          SQLite file) unreachable or failing; 4 refused (no such wheel, no such file, a bad setting).";
+
+/// What `set-limit` says without a limit to set.
+const NO_LIMIT: &str = "set-limit needs a limit: --rate N --per DURATION, --running N, or both";
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// The wheel's counts: pending by state, dead letters, cursor lag, and its counters.
+    /// The wheel's counts: pending by state, dead letters, cursor lag, and its counters; and
+    /// its limits by key prefix, if it has any.
     Stats,
     /// One task, pending or dead, with its payload; for a run of a series, its recurrence (cron
     /// expression and zone, or period) and its next run, in UTC and in the series' zone.
@@ -153,6 +163,31 @@ enum Command {
     Pause,
     /// Hand out tasks again, at once.
     Resume,
+    /// The limits by key prefix that every worker obeys, one a line: the prefix, then its limit
+    /// (handler starts per window, handlers running at once, or both).
+    Limits,
+    /// Limit the handlers of the tasks whose keys start with a prefix, on every node: at most so
+    /// many starts per window (--rate with --per), at most so many running at once (--running),
+    /// or both. Replaces the prefix's limit if it had one; the tasks it holds back wait, ready,
+    /// until it has room.
+    SetLimit {
+        /// The key prefix, such as "api:".
+        prefix: String,
+        /// At most this many handler starts in any window of --per.
+        #[arg(long, value_name = "N", requires = "per")]
+        rate: Option<u32>,
+        /// The window of --rate: 500ms, 1s, 1.5s, 5m or 1h (at most a day).
+        #[arg(long, value_name = "DURATION", requires = "rate", value_parser = duration)]
+        per: Option<Duration>,
+        /// At most this many handlers running at once.
+        #[arg(long, value_name = "N")]
+        running: Option<u32>,
+    },
+    /// Clear the limit on a prefix: its tasks start as fast as the workers take them.
+    ClearLimit {
+        /// The key prefix the limit was set on.
+        prefix: String,
+    },
     /// Watch the counts and the rates of handing out and acknowledging, refreshed.
     Watch {
         /// Seconds between refreshes.
@@ -172,6 +207,13 @@ enum Ended {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::SetLimit { rate: None, running: None, .. } = cli.command {
+        // A usage error (2), said before anything is opened.
+        let mut command = Cli::command();
+        command.build();
+        let set_limit = command.find_subcommand_mut("set-limit").expect("the set-limit subcommand");
+        set_limit.error(ErrorKind::MissingRequiredArgument, NO_LIMIT).exit();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -300,6 +342,9 @@ async fn run(cli: &Cli) -> Result<Ended, Failure> {
                 println!("{}", show::object_with(&stats, [("wheel", json!(cli.wheel))]));
             } else {
                 print!("{}", show::stats_text(&cli.wheel, &stats));
+                if let Some(line) = show::limits_line(&timers.limits().await?) {
+                    println!("{line}");
+                }
             }
         }
         Command::Get { key } => {
@@ -365,6 +410,37 @@ async fn run(cli: &Cli) -> Result<Ended, Failure> {
             return Ok(said(json, true, &format!("resumed {:?}", cli.wheel), ""));
         }
         Command::RunNow { key } => return run_now(cli, &timers, key).await,
+        Command::Limits => {
+            let limits = timers.limits().await?;
+            if json {
+                println!("{}", show::limits_json(&limits));
+            } else {
+                print!("{}", show::limits_text(&limits));
+            }
+        }
+        Command::SetLimit { prefix, rate, per, running } => {
+            // A rate comes with its window (clap sees to it); `main` refused neither part.
+            let rate = rate.zip(*per).map(|(n, per)| Limit::rate(n, per));
+            let Some(limit) = rate.into_iter().chain(running.map(Limit::running)).reduce(Limit::and) else {
+                return Err(Failure::Setting(NO_LIMIT.to_string()));
+            };
+            let new = timers.set_limit(prefix, limit).await?;
+            if json {
+                println!("{}", json!({ "done": true, "replaced": !new }));
+            } else {
+                let before = if new { "" } else { " (in place of its previous limit)" };
+                println!("limited {prefix:?} to {limit}{before}: every worker obeys it from its next claim");
+            }
+        }
+        Command::ClearLimit { prefix } => {
+            let cleared = timers.clear_limit(prefix).await?;
+            return Ok(said(
+                json,
+                cleared,
+                &format!("cleared the limit on {prefix:?}"),
+                &format!("no limit on {prefix:?}"),
+            ));
+        }
         Command::Cancel { key } => {
             let cancelled = timers.cancel(key).await?;
             return Ok(said(
@@ -434,6 +510,29 @@ fn cursor(text: &str) -> Result<ListCursor, Failure> {
     text.parse().map_err(|e| {
         Failure::Setting(format!("--after {text:?}: not a cursor that `list` or `due-next` printed ({e})"))
     })
+}
+
+/// A duration as `--per` takes it: a number and its unit, `500ms`, `1s`, `1.5s`, `5m` or `1h`.
+fn duration(text: &str) -> Result<Duration, String> {
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let nanos_per_unit: u128 = match unit {
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        _ => return Err(format!("{text:?} is no duration: give a number and its unit, ms, s, m or h (500ms, 1s, 5m)")),
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |d: &str| d.chars().all(|c| c.is_ascii_digit());
+    if whole.is_empty() || !digits(fraction) || fraction.len() > 9 {
+        return Err(format!("{text:?}: the number before the unit is not one (500ms, 1s, 1.5s)"));
+    }
+    let whole: u128 = whole.parse().map_err(|_| format!("{text:?} is too long a duration"))?;
+    let fraction = fraction.parse::<u128>().unwrap_or(0) * nanos_per_unit / 10u128.pow(fraction.len() as u32);
+    let nanos = whole.checked_mul(nanos_per_unit).and_then(|n| n.checked_add(fraction));
+    let nanos = nanos.and_then(|n| u64::try_from(n).ok()).ok_or_else(|| format!("{text:?} is too long a duration"))?;
+    Ok(Duration::from_nanos(nanos))
 }
 
 /// Prints a page (or, with `all`, every page) of the tasks in `state`.
@@ -642,6 +741,25 @@ async fn watch(cli: &Cli, timers: &DurableScheduler, interval: f64, count: Optio
         shown += 1;
         if count.is_some_and(|n| shown >= n) {
             return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_with_their_unit() {
+        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration("0.003s"), Ok(Duration::from_millis(3)));
+        assert_eq!(duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(duration("0ms"), Ok(Duration::ZERO));
+        for bad in ["", "1", "s", "1x", "1 s", "-1s", "1.s.5", ".5s", "1.2.3s", "99999999999999999999h"] {
+            assert!(duration(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio_timewheel::durable::{DurableStats, MinuteCounts, TaskInfo, TaskState};
+use tokio_timewheel::durable::{DurableStats, Limit, MinuteCounts, TaskInfo, TaskState};
 use tokio_timewheel::{MissedRuns, Recurrence};
 
 /// `value`'s JSON object (the library's serde form of a stats, a task, ...) with `fields` added
@@ -196,6 +196,47 @@ pub fn stats_text(wheel: &str, s: &DurableStats) -> String {
     out
 }
 
+/// The limits by prefix as `limits --json` prints them: `[{"prefix", "rate", "per_ms",
+/// "running"}]`, `null` for a part a limit does not have.
+pub fn limits_json(limits: &[(String, Limit)]) -> Value {
+    let shown = limits
+        .iter()
+        .map(|(prefix, limit)| {
+            let rate = limit.rate_limit();
+            serde_json::json!({
+                "prefix": prefix,
+                "rate": rate.map(|(n, _)| n),
+                "per_ms": rate.map(|(_, per)| u64::try_from(per.as_millis()).unwrap_or(u64::MAX)),
+                "running": limit.running_limit(),
+            })
+        })
+        .collect();
+    Value::Array(shown)
+}
+
+/// The limits by prefix for a person, a line each: the prefix, then its limit, in a column;
+/// `no limits` when there are none.
+pub fn limits_text(limits: &[(String, Limit)]) -> String {
+    if limits.is_empty() {
+        return "no limits\n".to_string();
+    }
+    let width = limits.iter().map(|(prefix, _)| prefix.chars().count()).max().unwrap_or(0);
+    limits.iter().fold(String::new(), |mut out, (prefix, limit)| {
+        let _ = writeln!(out, "{prefix:<width$}  {limit}");
+        out
+    })
+}
+
+/// The limits on the line `stats` adds for them: `  limits: "api:" 20 starts per 1s; "report:"
+/// 1 running`; `None` when there are none.
+pub fn limits_line(limits: &[(String, Limit)]) -> Option<String> {
+    if limits.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = limits.iter().map(|(prefix, limit)| format!("{prefix:?} {limit}")).collect();
+    Some(format!("  limits: {}", shown.join("; ")))
+}
+
 /// Minutes of wheel-wide figures as a table, a minute a row.
 pub fn minutes_table(minutes: &[MinuteCounts]) -> String {
     let rows: Vec<Vec<String>> = minutes
@@ -310,6 +351,34 @@ mod tests {
         let now = UNIX_EPOCH + Duration::from_secs(1000);
         assert_eq!(due(now + Duration::from_secs(2), now), "in 2.0s");
         assert_eq!(due(now - Duration::from_millis(1500), now), "overdue 1.5s");
+    }
+
+    #[test]
+    fn limits_show_a_line_each_and_as_json() {
+        let limits = vec![
+            ("api:".to_string(), Limit::rate(20, Duration::from_secs(1)).and(Limit::running(5))),
+            ("report:".to_string(), Limit::running(1)),
+            ("slow:".to_string(), Limit::rate(3, Duration::from_millis(1500))),
+        ];
+        assert_eq!(
+            limits_text(&limits),
+            "api:     20 starts per 1s, 5 running\nreport:  1 running\nslow:    3 starts per 1.5s\n"
+        );
+        assert_eq!(limits_text(&[]), "no limits\n");
+        assert_eq!(
+            limits_line(&limits).as_deref(),
+            Some(r#"  limits: "api:" 20 starts per 1s, 5 running; "report:" 1 running; "slow:" 3 starts per 1.5s"#)
+        );
+        assert_eq!(limits_line(&[]), None);
+        assert_eq!(
+            limits_json(&limits),
+            serde_json::json!([
+                { "prefix": "api:", "rate": 20, "per_ms": 1000, "running": 5 },
+                { "prefix": "report:", "rate": null, "per_ms": null, "running": 1 },
+                { "prefix": "slow:", "rate": 3, "per_ms": 1500, "running": null },
+            ])
+        );
+        assert_eq!(limits_json(&[]), serde_json::json!([]));
     }
 
     #[test]

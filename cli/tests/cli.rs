@@ -463,6 +463,108 @@ async fn series_and_run_now(url: &str) {
     assert!(out.contains("run-now"), "{out}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_limit_limits_stats_and_clear_limit() {
+    let Some(store) = Store::redis() else { return };
+    limits(&store.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_limit_limits_stats_and_clear_limit_on_a_sqlite_file() {
+    let store = Store::sqlite();
+    limits(&store.url()).await;
+}
+
+async fn limits(url: &str) {
+    use tokio_timewheel::durable::Limit;
+
+    let url = url.to_string();
+    let timers = wheel(&url).await;
+
+    // None yet: `limits` says so, its JSON is an empty array, and `stats` has no limits line.
+    let (out, _) = text(&url, WHEEL, &["limits"], 0);
+    assert_eq!(out, "no limits\n");
+    assert_eq!(json(&url, &["limits"], 0), serde_json::json!([]));
+    let (out, _) = text(&url, WHEEL, &["stats"], 0);
+    assert!(!out.contains("limits"), "{out}");
+
+    // set-limit: both parts, then one part; what the library reads back.
+    let set = json(&url, &["set-limit", "api:", "--rate", "20", "--per", "1s", "--running", "5"], 0);
+    assert_eq!(set, serde_json::json!({ "done": true, "replaced": false }));
+    let (out, _) = text(&url, WHEEL, &["set-limit", "report:", "--running", "1"], 0);
+    assert!(out.contains("limited \"report:\" to 1 running"), "{out}");
+    let api = Limit::rate(20, Duration::from_secs(1)).and(Limit::running(5));
+    let want = vec![("api:".to_string(), api), ("report:".to_string(), Limit::running(1))];
+    assert_eq!(timers.limits().await.unwrap(), want);
+
+    // limits: a line each, and its JSON.
+    let (out, _) = text(&url, WHEEL, &["limits"], 0);
+    assert_eq!(out, "api:     20 starts per 1s, 5 running\nreport:  1 running\n");
+    assert_eq!(
+        json(&url, &["limits"], 0),
+        serde_json::json!([
+            { "prefix": "api:", "rate": 20, "per_ms": 1000, "running": 5 },
+            { "prefix": "report:", "rate": null, "per_ms": null, "running": 1 },
+        ])
+    );
+
+    // A second set-limit replaces the prefix's limit, whole.
+    let (out, _) = text(&url, WHEEL, &["set-limit", "api:", "--rate", "10", "--per", "500ms"], 0);
+    assert!(out.contains("limited \"api:\" to 10 starts per 500ms (in place of its previous limit)"), "{out}");
+    assert_eq!(json(&url, &["set-limit", "api:", "--rate", "10", "--per", "500ms"], 0)["replaced"], true);
+    assert_eq!(timers.limits().await.unwrap()[0], ("api:".to_string(), Limit::rate(10, Duration::from_millis(500))));
+    assert_eq!(
+        json(&url, &["limits"], 0)[0],
+        serde_json::json!({ "prefix": "api:", "rate": 10, "per_ms": 500, "running": null })
+    );
+
+    // stats: a line of the limits, after the counts.
+    let (out, _) = text(&url, WHEEL, &["stats"], 0);
+    assert!(out.contains("\n  limits: \"api:\" 10 starts per 500ms; \"report:\" 1 running\n"), "{out}");
+    assert!(out.contains("(waiting 0, ready 0, running 0)"), "{out}");
+
+    // clear-limit: once, then nothing to act on (1).
+    let (out, _) = text(&url, WHEEL, &["clear-limit", "api:"], 0);
+    assert!(out.contains("cleared the limit on \"api:\""), "{out}");
+    let (_, err) = text(&url, WHEEL, &["clear-limit", "api:"], 1);
+    assert!(err.contains("no limit on \"api:\""), "{err}");
+    assert_eq!(json(&url, &["clear-limit", "api:"], 1)["done"], false);
+    assert_eq!(timers.limits().await.unwrap(), vec![("report:".to_string(), Limit::running(1))]);
+    let (out, _) = text(&url, WHEEL, &["limits"], 0);
+    assert_eq!(out, "report:  1 running\n");
+    assert_eq!(json(&url, &["clear-limit", "report:"], 0)["done"], true);
+    let (out, _) = text(&url, WHEEL, &["limits"], 0);
+    assert_eq!(out, "no limits\n");
+    let (out, _) = text(&url, WHEEL, &["stats"], 0);
+    assert!(!out.contains("limits"), "{out}");
+
+    // No limit to set, or a rate without its window, or a duration that is none: usage errors (2).
+    let (_, err) = text(&url, WHEEL, &["set-limit", "api:"], 2);
+    assert!(err.contains("set-limit needs a limit: --rate N --per DURATION, --running N, or both"), "{err}");
+    let (_, err) = text(&url, WHEEL, &["set-limit", "api:", "--rate", "5"], 2);
+    assert!(err.contains("--per"), "{err}");
+    let (_, err) = text(&url, WHEEL, &["set-limit", "api:", "--per", "1s"], 2);
+    assert!(err.contains("--rate"), "{err}");
+    let (_, err) = text(&url, WHEEL, &["set-limit", "api:", "--rate", "5", "--per", "5x"], 2);
+    assert!(err.contains("--per") && err.contains("5x"), "{err}");
+
+    // A zero rate, or a zero running limit: refused (4) with the library's Error::Invalid message.
+    for (args, limit) in [
+        (&["--rate", "0", "--per", "1s"][..], Limit::rate(0, Duration::from_secs(1))),
+        (&["--running", "0"][..], Limit::running(0)),
+    ] {
+        let Err(refused @ tokio_timewheel::Error::Invalid(_)) = timers.set_limit("api:", limit).await else {
+            panic!("the library refuses {limit:?}");
+        };
+        let (_, err) = text(&url, WHEEL, &[&["set-limit", "api:"][..], args].concat(), 4);
+        assert!(err.contains(&format!("error: {refused}")), "{args:?}: {err}");
+    }
+    assert_eq!(timers.limits().await.unwrap(), Vec::new(), "nothing set by the refused calls");
+
+    let (out, _) = text(&url, WHEEL, &["--help"], 0);
+    assert!(out.contains("limits") && out.contains("set-limit") && out.contains("clear-limit"), "{out}");
+}
+
 /// `--url sqlite:PATH` as the nodes were given it: absolute, relative to the working directory,
 /// `sqlite://`, a path with a comma (which `--url` otherwise splits URLs at); and what it refuses
 /// without creating anything: a path with no file, `sqlite::memory:`, a file that is not a

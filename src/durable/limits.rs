@@ -16,19 +16,30 @@ use crate::Error;
 /// [`DurableScheduler::set_limit`].
 ///
 /// # What it promises
-/// - **Rate** (`Limit::rate(20, 1 s)`): no window of the rate's length, anywhere in time, sees
-///   more handler starts under the prefix than the rate (a start is the claim that hands the task
-///   to a worker, on the store's clock).
+/// - **Rate** (`Limit::rate(20, 1 s)`): the handler starts under the prefix are spaced evenly,
+///   one every `per / starts` (and 2 % more: 51 ms for 20 a second), on one schedule that every
+///   node shares in the store, so no window of the rate's length, anywhere in time, holds more
+///   starts than the rate. No bursts: 200 tasks due at once start over about 10 s, 20 in each
+///   second, which suits an API whose own quota counts in windows you cannot see. The 2 % is a
+///   margin for the handler's own start, which comes a few ms after its start time (its
+///   worker's wake-up): the handlers' clocks see the rate kept too. A claim hands out the starts
+///   of the next second (at most a quarter of the lease) at once, each with its start time; the
+///   worker holds such a task until then, so a rate of thousands a second costs a claim a
+///   second, not a claim a start.
 /// - **Running** (`Limit::running(1)`): no more handlers under the prefix hold a live lease at
 ///   once than the limit. A handler counts from its claim until its outcome is recorded, or
-///   until its lease runs out (a node that died holds its room that long, no longer).
+///   until its lease runs out (a node that died holds its room that long, no longer). An
+///   outcome that frees room wakes an idle worker at once.
 /// - A task held back by a limit waits, ready, at no cost to other tasks; it is not an attempt,
-///   and it starts as soon as its limits have room (checked at every claim and every tick), in
-///   due order among the tasks held.
-/// - **Lateness**: a task held back is late only from the last moment its limits were found
-///   full (by a claim or a tick), not from its due time: the wait the limit imposed is not the
-///   wheel's lateness. A task that was never held counts from its due time, as ever.
+///   and it starts as soon as its limits let it, in due order among the tasks held (checked at
+///   every claim; an idle worker claims again when the rate's next start comes near, and the
+///   leader's tick looks too).
+/// - **Lateness**: a task under a limit is late only from when its limits let it start (its
+///   start time under a rate, the last outcome that freed room under a running limit), not from
+///   its due time: the wait the limit imposed is not the wheel's lateness.
 /// - A key under several prefixes obeys every limit over it.
+/// - A limit set or changed takes effect at the next claim of every worker; cleared, its held
+///   tasks go back to their places at once.
 ///
 /// # Examples
 /// ```
@@ -39,6 +50,7 @@ use crate::Error;
 /// assert_eq!(api.rate_limit(), Some((20, Duration::from_secs(1))));
 /// assert_eq!(api.running_limit(), Some(5));
 /// assert_eq!(api.to_string(), "20 starts per 1s, 5 running");
+/// assert_eq!(Limit::rate(20, Duration::from_secs(1)).spacing(), Some(Duration::from_millis(51)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
@@ -73,6 +85,14 @@ impl Limit {
     /// The running part: handlers at once.
     pub fn running_limit(&self) -> Option<u32> {
         self.running
+    }
+
+    /// The time between two starts under the rate part: `per / starts` and 2 % (see [`Limit`]),
+    /// to the microsecond.
+    pub fn spacing(&self) -> Option<Duration> {
+        let (starts, per) = self.rate?;
+        let nanos = per.as_nanos() * 102 / 100 / u128::from(starts.max(1));
+        Some(Duration::from_micros(u64::try_from(nanos / 1000).unwrap_or(u64::MAX)))
     }
 
     /// The limit as the store keeps it, `<rate>/<window ms>/<running>`, checked.
@@ -136,15 +156,16 @@ fn check_prefix(prefix: &str) -> Result<(), Error> {
         ));
     }
     crate::error::check_key(prefix)?;
-    if prefix.bytes().any(|b| b == 0) || prefix.starts_with('\u{1}') {
-        return Err(Error::invalid("a limit's prefix may not hold a NUL byte or start with \\u{1}"));
+    if prefix.bytes().any(|b| b == 0) || prefix.as_bytes()[0] < 4 {
+        return Err(Error::invalid("a limit's prefix may not hold a NUL byte, nor start with a byte below 4"));
     }
     Ok(())
 }
 
 impl DurableScheduler {
     /// Limits the handlers of the tasks whose keys start with `prefix`, on every node: see
-    /// [`Limit`] for what it promises. Replaces the prefix's limit if it had one. It is kept with
+    /// [`Limit`] for what it promises. Keys under no limit pay nothing measurable for it (see
+    /// BENCHMARKS.md, D7 with a limit on another prefix). Replaces the prefix's limit if it had one. It is kept with
     /// the wheel, so it holds across restarts and for nodes that start later, and it takes
     /// effect at the next claim of every worker (tasks it held go when the next tick finds room).
     /// `timewheel limits`, `timewheel stats` and the dashboard show it.

@@ -4,7 +4,8 @@
 //! The page refreshes itself every 1.5 s. It opens on an overview of every wheel it was given
 //! (the counts by state, and whether each is paused), then shows one wheel, chosen in its
 //! selector, in two views:
-//! - **Overview**: the counts by state and the counters ([`DurableScheduler::stats`]); every
+//! - **Overview**: the counts by state and the counters ([`DurableScheduler::stats`]), and the
+//!   limits by key prefix that the workers obey ([`DurableScheduler::limits`]); every
 //!   node's deliveries handed out, acknowledged and failed a minute over the last hour, and how
 //!   late they were claimed ([`DurableScheduler::figures`]), beside the lateness this process's
 //!   workers saw lately ([`DurableScheduler::lateness`]); what falls due over the next hour; the
@@ -69,6 +70,7 @@
 //! | `GET api/info` | the wheels' names, whether the actions are on, the page's limits |
 //! | `GET api/overview` | `{"wheels": [..]}`: each wheel's `DurableStats`, its name as `wheel` (or `{"wheel", "error"}` for one that could not be read) |
 //! | `GET api/w/{wheel}/stats` | the wheel's `DurableStats`: the counts by state, the counters (`cancelled` too) and whether it is paused |
+//! | `GET api/w/{wheel}/limits` | `{"limits": [..]}`: the limits by key prefix ([`DurableScheduler::limits`]), each `{"prefix", "limit", "rate", "per_ms", "running"}`: the limit as its `Display` says it (`20 starts per 1s, 5 running`), the starts per window and the window (ms), the handlers at once (`null` for a part it does not have) |
 //! | `GET api/w/{wheel}/lateness` | how many deliveries this process's workers claimed lately, and p50, p99 and max of how late ([`DurableScheduler::lateness`]) |
 //! | `GET api/w/{wheel}/figures` | every node's `Figures` of the last hour ([`DurableScheduler::figures`]): handed out, acknowledged, failed and dead-lettered a minute, and how late deliveries were claimed, in buckets of doubling width |
 //! | `GET api/w/{wheel}/tasks?state=s&after=c&limit=n` | a `ListPage` of the tasks in state `s` (`waiting`, `ready`, `running`, `dead`, or `finished`: the runs the history keeps, newest first), `n` of them (default 50, at most 200), after the cursor `c` (the `next` of the page before, here an opaque text), with `state` and `limit`: each task's key, due time, how long overdue, deliveries, worker and claim time, last error, the series a ready or running task is a run of (`recurrence`), and for a finished run how it went (`finished`: outcome, handler start and duration, end) |
@@ -268,6 +270,7 @@ impl Dashboard {
         let one_wheel = || {
             Router::new()
                 .route("/stats", get(stats))
+                .route("/limits", get(limits))
                 .route("/lateness", get(lateness))
                 .route("/figures", get(figures))
                 .route("/tasks", get(tasks))
@@ -411,6 +414,10 @@ async fn overview(State(d): Mounted) -> Response {
 
 async fn stats(w: ShownWheel) -> Response {
     answer(w.timers.stats().await.map(|stats| json!(stats)))
+}
+
+async fn limits(w: ShownWheel) -> Response {
+    answer(sections::limits(&w.timers).await)
 }
 
 async fn lateness(w: ShownWheel) -> Response {

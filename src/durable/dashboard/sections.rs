@@ -90,6 +90,29 @@ pub(super) async fn leader_and_workers(timers: &DurableScheduler) -> Result<Valu
     Ok(json!({ "leaders": leaders, "workers": workers }))
 }
 
+/// The limits by key prefix ([`DurableScheduler::limits`]), which app.js's `showLimits` lists
+/// beside the counts: `{"limits": [{"prefix", "limit", "rate", "per_ms", "running"}]}`, each
+/// limit as its [`Display`](std::fmt::Display) says it (`20 starts per 1s, 5 running`) and its
+/// parts (`null` for a part it does not have).
+pub(super) async fn limits(timers: &DurableScheduler) -> Result<Value, Error> {
+    let limits: Vec<Value> = timers
+        .limits()
+        .await?
+        .into_iter()
+        .map(|(prefix, limit)| {
+            let rate = limit.rate_limit();
+            json!({
+                "prefix": prefix,
+                "limit": limit.to_string(),
+                "rate": rate.map(|(starts, _)| starts),
+                "per_ms": rate.map(|(_, per)| u64::try_from(per.as_millis()).unwrap_or(u64::MAX)),
+                "running": limit.running_limit(),
+            })
+        })
+        .collect();
+    Ok(json!({ "limits": limits }))
+}
+
 /// Each wheel's [`DurableStats`](crate::durable::DurableStats), with its name as `wheel`, one
 /// `stats` call a wheel; a wheel that could not be read says why.
 pub(super) async fn overview(wheels: &[(String, DurableScheduler)]) -> Value {

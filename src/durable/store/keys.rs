@@ -49,7 +49,6 @@ pub(crate) const FIXED: &[(&str, &str)] = &[
     ("claims", "claims"),
     ("history", "history"),
     ("limits", "limits"),
-    ("limit_starts", "limit_starts"),
 ];
 
 const SLOT: &str = "slot:";
@@ -220,16 +219,11 @@ impl WheelKeys {
 
     /// The hash of the limits by key prefix
     /// ([`DurableScheduler::set_limit`](crate::durable::DurableScheduler::set_limit)): each prefix's
-    /// limit as `<rate>/<window ms>/<running>`, and, under fields that start with a `\0` or a `\1`
-    /// byte, when a limit was last found full and which tasks run under a running limit.
+    /// limit as `<rate>/<window ms>/<running>`, and, under fields that start with a `\0`, `\1` or
+    /// `\2` byte, when a running limit last gained room, which tasks run under it, and a rate
+    /// limit's next free start.
     pub fn limits(&self) -> String {
         self.fixed("limits")
-    }
-
-    /// The sorted set of the handler starts under rate limits, `<prefix>\0<claim token>` scored by
-    /// when (ms on the store's clock), trimmed to the longest window.
-    pub fn limit_starts(&self) -> String {
-        self.fixed("limit_starts")
     }
 
     /// The sorted set of the workers that run: their node ids, scored by when each last said so
@@ -327,7 +321,6 @@ mod tests {
             keys.claims(),
             keys.history(),
             keys.limits(),
-            keys.limit_starts(),
         ];
         let table: Vec<String> = FIXED.iter().map(|(_, suffix)| format!("tw:{{w}}:{suffix}")).collect();
         assert_eq!(methods.to_vec(), table);
@@ -369,7 +362,7 @@ mod tests {
         assert!(!lua.contains('\n'));
         assert!(lua.starts_with("local META, CURSOR, TASKS, RING, FAR, READY, "), "{lua}");
         assert!(lua.contains("= KEYS[1], KEYS[2], KEYS[3]"), "{lua}");
-        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[24], KEYS[25] local FIXED_KEYS = 23"), "{lua}");
+        assert!(lua.contains("local CALL_KEY, PREVIOUS_KEY = KEYS[23], KEYS[24] local FIXED_KEYS = 22"), "{lua}");
         assert!(lua.contains("local function declared_slots(from, indices)"), "{lua}");
     }
 }

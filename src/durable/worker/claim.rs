@@ -69,7 +69,7 @@ pub(super) async fn claim_loop(
         let Some(call) = claims.wait_for_room().await else {
             break;
         };
-        let (acked, claimed) = match claims.claim_and_ack(&call).await {
+        let (acked, claimed, room_at) = match claims.claim_and_ack(&call).await {
             Ok(reply) => reply,
             Err(e) => {
                 claims.back_off(call, &e).await;
@@ -78,7 +78,7 @@ pub(super) async fn claim_loop(
         };
         let full = claims.hand_out(call, &acked, claimed).await;
         if !full {
-            claims.wait_for_wake().await;
+            claims.wait_for_wake(room_at).await;
         }
     }
     claims.finish().await;
@@ -207,7 +207,7 @@ impl<'a> ClaimLoop<'a> {
 
     /// Acknowledges what `call` carries and claims what it asks for, in one `claim.lua` call:
     /// whether each acknowledgement was taken, and the tasks claimed.
-    async fn claim_and_ack(&self, call: &Call) -> Result<(Vec<bool>, Vec<Claimed>), Error> {
+    async fn claim_and_ack(&self, call: &Call) -> Result<(Vec<bool>, Vec<Claimed>, Option<u64>), Error> {
         let claim = Claim {
             n: call.want,
             claim_id: &call.id,
@@ -217,7 +217,7 @@ impl<'a> ClaimLoop<'a> {
             acks: &call.acks,
         };
         let reply = scripts::claim_and_ack(self.wheel, self.keys, &claim, Window::Response).await?;
-        Ok((reply.acked, reply.claimed))
+        Ok((reply.acked, reply.claimed, reply.room_at))
     }
 
     /// After a failed claim: keeps it to make again, and pauses, longer after each failure in a
@@ -262,12 +262,14 @@ impl<'a> ClaimLoop<'a> {
         }
     }
 
-    /// Waits for a wake-up: nothing more is ready. Meanwhile no claim is coming to carry the
-    /// acknowledgements, which the recorder then sends at once.
-    async fn wait_for_wake(&mut self) {
+    /// Waits for a wake-up: nothing more is ready, or (`room_at`, on the store's clock) a rate
+    /// limit holds tasks back until then, when the loop claims again. Meanwhile no claim is
+    /// coming to carry the acknowledgements, which the recorder then sends at once.
+    async fn wait_for_wake(&mut self, room_at: Option<u64>) {
+        let until_room = room_at.map(|at| Duration::from_millis(at.saturating_sub(self.wheel.clock.now_ms()) + 1));
         let outcomes = &self.handlers.outcomes;
         outcomes.set_idle(true);
-        wake::wait_for_wake(self.wheel, self.keys, &mut self.waker, &mut self.stop, self.bid_now).await;
+        wake::wait_for_wake(self.wheel, self.keys, &mut self.waker, &mut self.stop, self.bid_now, until_room).await;
         outcomes.set_idle(false);
     }
 

@@ -131,7 +131,20 @@ async fn run_buffered(h: Handlers, permit: OwnedSemaphorePermit) {
 /// `tokio_timewheel::durable`, level `INFO`) with the wheel's name, the partition, the key and
 /// the attempt, which follows the span that scheduled the task (with the `opentelemetry`
 /// feature), and hands its outcome on. Returns the outcome: `Err` for a failure.
-async fn run_one(h: &Handlers, Claimed { task, token, spec, recurring, origin, options }: Claimed) -> Result<(), ()> {
+async fn run_one(
+    h: &Handlers,
+    Claimed { task, token, spec, recurring, origin, options, start_at_ms }: Claimed,
+) -> Result<(), ()> {
+    if let Some(at) = start_at_ms {
+        // A rate limit spaced its start (limits.lua): on the store's clock, as this node reads it.
+        let wait = at.saturating_sub(h.wheel.clock.now_ms());
+        if wait > 0 {
+            tokio::select! {
+                () = tokio::time::sleep(std::time::Duration::from_millis(wait)) => {}
+                () = task.cancel.cancelled() => {}
+            }
+        }
+    }
     let span = tracing::info_span!(
         target: "tokio_timewheel::durable",
         "task",

@@ -384,6 +384,7 @@ mod tests {
             recurring: false,
             origin: Origin::none(),
             options: crate::durable::TaskOptions::new(),
+            start_at_ms: None,
         }
     }
 

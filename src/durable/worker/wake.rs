@@ -4,6 +4,8 @@
 //! (so busy workers pass none); a worker stopped while it waits unblocks its `BLPOP` with
 //! `CLIENT UNBLOCK` and puts back a token it took.
 
+use std::time::Duration;
+
 use tokio::sync::{watch, Notify};
 
 use super::stop::{pause, stopped};
@@ -28,7 +30,7 @@ pub(super) struct Waker {
 }
 
 /// Waits for a wake-up token (pushed when tasks become ready) for up to the idle wait (a safety
-/// net: see `Config::idle_wait`), on a
+/// net: see `Config::idle_wait`), or `until` when given and shorter (a limit's room), on a
 /// connection of its own: a blocking `BLPOP` would hold up every other call on the shared one.
 /// When the wait fails (the token may have been taken and its reply lost), it pauses a tick and
 /// returns, so the worker claims.
@@ -38,8 +40,9 @@ pub(super) async fn wait_for_wake(
     waker: &mut Option<Waker>,
     stop: &mut watch::Receiver<bool>,
     bid_now: &Notify,
+    until: Option<Duration>,
 ) {
-    let wait = wheel.cfg.idle_wait();
+    let wait = until.map_or(wheel.cfg.idle_wait(), |until| until.min(wheel.cfg.idle_wait()));
     let on_error = wheel.cfg.tick().max(MIN_WAIT);
     if waker.is_none() {
         match wheel.conn.dedicated(&wheel.cfg).await {

@@ -198,6 +198,19 @@ function showStats(stats) {
   $("resume").hidden = !info.actions || !stats.paused;
 }
 
+/// The limits by key prefix, each with what it allows; "none" when there are none.
+function showLimits(limits) {
+  const list = $("limits");
+  list.replaceChildren();
+  for (const l of limits.limits) {
+    const item = el("div", { "data-prefix": l.prefix });
+    item.appendChild(el("dt", {}, l.prefix));
+    item.appendChild(el("dd", {}, l.limit));
+    list.appendChild(item);
+  }
+  $("limits-none").hidden = limits.limits.length > 0;
+}
+
 /// The lateness plot: every node's over the last hour (the wheel's figures); the note adds what
 /// this process's workers saw lately.
 function showLateness(late, figures) {
@@ -570,7 +583,7 @@ async function refresh() {
   clearTimeout(timer);
   const read = ++reading;
   try {
-    const calls = [getJson("api/overview"), getJson(api("stats"))];
+    const calls = [getJson("api/overview"), getJson(api("stats")), getJson(api("limits"))];
     if (at.view === "overview") {
       calls.push(getJson(api("lateness")), getJson(api("dead?limit=" + info.dead_letters_shown)), getJson(api("due")),
         getJson(api("nodes")), getJson(api("figures")));
@@ -581,18 +594,19 @@ async function refresh() {
     const answers = await Promise.all(calls);
     // A later read (after a click) has drawn, or will draw, something newer.
     if (read !== reading) return;
-    const [overview, stats] = answers;
+    const [overview, stats, limits] = answers;
     showWheels(overview);
     showStats(stats);
+    showLimits(limits);
     if (at.view === "overview") {
-      const [, , late, dead, due, nodes, figures] = answers;
+      const [, , , late, dead, due, nodes, figures] = answers;
       showLateness(late, figures);
       showDead(dead, stats.dead);
       showDue(due);
       showNodes(nodes);
       showFigures(figures);
     } else {
-      showTasks(answers[2]);
+      showTasks(answers[3]);
     }
     refreshes += 1;
     document.body.dataset.refreshes = String(refreshes);

@@ -42,8 +42,14 @@
              for ack.lua
   Output:
     {claimed ms (Redis's clock, when this claim first ran; '0' when it took nothing), the
-    acknowledgements' answers (one digit per delivery, as ack.lua answers), then two entries per
-    task: key, record (record.lua's format, with this delivery's count and claim token)}.
+    acknowledgements' answers (one digit per delivery, as ack.lua answers), when to claim again
+    for a task a rate limit holds back (ms on the store's clock; '' for none: limits.lua), the
+    start times a rate limit gave the tasks taken (ms, one per task joined by commas, '' for a
+    task that starts at once; '' for all), then two entries per task: key, record (record.lua's
+    format, with this delivery's count and claim token)}.
+
+  Under limits (limits.lua) it first puts back the held tasks whose limits have room now, then
+  takes ready tasks in due order, holding those whose limits have none.
   Keys: CALL_KEY, PREVIOUS_KEY, READY, SEQ, TASKS, LEASED, META, FIGURES, WAKE, CANCELLING,
   CLAIMED, CLAIMS, and through the
   acknowledgements those of ack.lua (HISTORY among them).
@@ -72,7 +78,7 @@ end_cancelled(ARGV, ACKS_FROM, history)
 local acks = acknowledge(ARGV, ACKS_FROM, tick_ms, slots, history)
 flush_history(history)
 if PREVIOUS_KEY ~= CALL_KEY then redis.call('DEL', PREVIOUS_KEY) end
-local out = {'0', acks}
+local out = {'0', acks, '', ''}
 
 -- A retry of a call that landed: its record is '<claimed ms>:<first token>:<last token>', and
 -- the claim index (CLAIMED, scored by token) names the tasks still held under those tokens.
@@ -98,26 +104,46 @@ end
 
 if replay_only or n <= 0 or redis.call('HEXISTS', META, 'paused') == 1 then return out end
 
--- Under limits (limits.lua), the ready tasks in due order that their limits have room for; the
--- others are held (scored HOLD above their due time, after every task not held) until the tick
--- finds room. Without, the first n.
-local limits, over_of, now = limits_of(), {}, nil
+-- Under limits (limits.lua), the ready tasks in due order that their limits have room for within
+-- LIMIT_HORIZON (a rate limit hands out the starts of that long at once, each with its start
+-- time); the others are held (scored HOLD above their due time, after every task not held) until
+-- a claim or the tick finds them room. Without, the first n.
+local LIMIT_HORIZON = math.min(1000, math.floor(lease / 4))
+local limits, over_of, start_of, allowed_of, now = nil, {}, {}, {}, nil
 local names
-if limits then
+if #raw_limits() > 0 then
   now = select(2, clock())
-  count_starts(limits, now)
+  unhold(now, 1000, LIMIT_HORIZON)
+  limits = limits_of()
+end
+if limits then
+  -- The first n, as without limits, when none of them is under a limit (a task held is).
+  names = redis.call('ZRANGE', READY, 0, n - 1)
+  for _, k in ipairs(names) do
+    if limits_over(limits, k) then
+      names = nil
+      break
+    end
+  end
+  if names then
+    if #names == 0 then return out end
+    redis.call('ZREMRANGEBYRANK', READY, 0, #names - 1)
+  end
+end
+if limits and not names then
   names = {}
+  local held_any = false
   while #names < n do
     local page = redis.call('ZRANGE', READY, 0, n - #names - 1, 'WITHSCORES')
     local taken, held = {}, {}
     for i = 1, #page, 2 do
       local k, score = page[i], tonumber(page[i + 1])
       if score >= HOLD then break end
-      local may, over = take_room(limits, k, now)
+      local may, over, start, allowed = take_room(limits, k, now, LIMIT_HORIZON)
       if may then
         taken[#taken + 1] = k
         names[#names + 1] = k
-        over_of[k] = over
+        over_of[k], start_of[k], allowed_of[k] = over, start, allowed
       else
         held[#held + 1] = string.format('%d', score + HOLD)
         held[#held + 1] = k
@@ -126,9 +152,14 @@ if limits then
     zrem_all(READY, taken)
     zadd_all(READY, held)
     if #held == 0 then break end
+    held_any = true
   end
-  if #names == 0 then return out end
-else
+  save_limits(limits, held_any)
+  if #names == 0 then
+    out[3] = next_room(limits, now, LIMIT_HORIZON)
+    return out
+  end
+elseif not limits then
   names = redis.call('ZRANGE', READY, 0, n - 1)
   if #names == 0 then return out end
   redis.call('ZREMRANGEBYRANK', READY, 0, #names - 1)
@@ -143,7 +174,7 @@ local LATE_FIELDS = {
   [0] = 'l0', 'l1', 'l2', 'l3', 'l4', 'l5', 'l6', 'l7', 'l8', 'l9', 'l10', 'l11', 'l12',
   'l13', 'l14', 'l15', 'l16', 'l17', 'l18', 'l19', 'l20', 'l21', 'l22', 'l23', 'l24',
 }
-local leases, figures, claims = {}, {}, {}
+local leases, figures, claims, starts, spaced = {}, {}, {}, {}, false
 local recs = hmget_all(TASKS, names)
 -- m tasks claimed so far; each table's entries are indexed from it (Lua's `#t` is a search).
 local m = 0
@@ -154,10 +185,16 @@ for j, k in ipairs(names) do
     local due
     rec, due = claimed_record(rec, tok)
     local over = over_of[k]
+    starts[m + 1] = ''
     if over then
-      -- Held back by a limit: late only from the last time its limits were found full.
-      due = late_from(over, tonumber(due))
-      note_start(over, k, tok, now)
+      -- Under a limit: late only from when its limits let it start, and its start time if a
+      -- rate limit spaces it later than now.
+      due = math.min(math.max(due + 0, allowed_of[k]), now)
+      note_start(over, k)
+      if start_of[k] > now then
+        starts[m + 1] = string.format('%d', math.ceil(start_of[k]))
+        spaced = true
+      end
     end
     local late = LATE_FIELDS[late_bucket(now - due)]
     figures[late] = (figures[late] or 0) + 1
@@ -165,12 +202,14 @@ for j, k in ipairs(names) do
     m = m + 1
     leases[i + 1], leases[i + 2] = until_ms, k
     claims[i + 1], claims[i + 2] = tok, k
-    out[i + 3], out[i + 4] = k, rec
+    out[i + 5], out[i + 6] = k, rec
   end
 end
+if limits then out[3] = next_room(limits, now, LIMIT_HORIZON) end
+if spaced then out[4] = table.concat(starts, ',', 1, m) end
 zadd_all(LEASED, leases)
--- The new records: the answer's (key, record) pairs after its first two entries.
-hset_all(TASKS, out, 3)
+-- The new records: the answer's (key, record) pairs after its first four entries.
+hset_all(TASKS, out, 5)
 record_claims(claims, first + 1, #names, out[1], node)
 -- leased and claimed gain and lose members in the same calls: one look at leased serves both.
 if keep_skiplist(LEASED) then keep_skiplist(CLAIMED) end

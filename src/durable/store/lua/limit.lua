@@ -11,7 +11,7 @@
       time in `ready` (a claim holds again those another limit still covers), and idle workers
       are woken
     list: {prefix, limit, ...} in the order of the prefixes
-  Keys: LIMITS, LIMIT_STARTS, READY, WAKE.
+  Keys: LIMITS, READY, WAKE.
 ]]
 -- @include keys
 -- @include limits
@@ -25,17 +25,12 @@ if op == 'set' then
 elseif op == 'clear' then
   local had = redis.call('HDEL', LIMITS, p)
   if had == 0 then return 0 end
-  redis.call('HDEL', LIMITS, '\0' .. p)
+  redis.call('HDEL', LIMITS, '\0' .. p, '\2' .. p, '\3')
   local running = {}
   for _, f in ipairs(redis.call('HKEYS', LIMITS)) do
     if string.sub(f, 1, #p + 2) == '\1' .. p .. '\0' then running[#running + 1] = f end
   end
   if #running > 0 then redis.call('HDEL', LIMITS, unpack(running)) end
-  local starts = {}
-  for _, m in ipairs(redis.call('ZRANGE', LIMIT_STARTS, 0, -1)) do
-    if string.sub(m, 1, #p + 1) == p .. '\0' then starts[#starts + 1] = m end
-  end
-  if #starts > 0 then redis.call('ZREM', LIMIT_STARTS, unpack(starts)) end
   local held = redis.call('ZRANGEBYSCORE', READY, HOLD, '+inf', 'WITHSCORES')
   if #held > 0 then
     local back = {}
@@ -52,8 +47,7 @@ else
   local all = redis.call('HGETALL', LIMITS)
   local names, spec = {}, {}
   for i = 1, #all, 2 do
-    local b = string.byte(all[i], 1)
-    if b ~= 0 and b ~= 1 then
+    if string.byte(all[i], 1) > 3 then
       names[#names + 1] = all[i]
       spec[all[i]] = all[i + 1]
     end

@@ -235,7 +235,7 @@ while work < budget do
 end
 
 -- The tasks a limit held back that it now has room for (limits.lua).
-local unheld, still_held = unhold(now, math.max(budget - work, 1))
+local unheld, still_held = unhold(now, math.max(budget - work, 1), 0)
 ready = ready + unheld
 if ready > 0 then
   keep_skiplist(READY)

@@ -26,6 +26,9 @@ pub(crate) struct Claimed {
     pub(crate) origin: Origin,
     /// The task's own retry settings, read from the record (empty for the node's).
     pub(crate) options: TaskOptions,
+    /// When a rate limit lets its handler start (ms on the store's clock), if later than the
+    /// claim: the worker holds it until then.
+    pub(crate) start_at_ms: Option<u64>,
 }
 
 /// One delivery to acknowledge (or whose failure to record): its key, its claim token, the next
@@ -113,6 +116,9 @@ pub(crate) struct ClaimReply {
     /// the task's, or an earlier attempt of this call acknowledged it).
     pub(crate) acked: Vec<bool>,
     pub(crate) claimed: Vec<Claimed>,
+    /// When a rate limit next has room for a task it holds back (ms on the store's clock), if
+    /// one does: the worker claims again then rather than waiting for the next tick.
+    pub(crate) room_at: Option<u64>,
 }
 
 /// Acknowledges `call.acks` and claims up to `call.n` ready tasks in one call.
@@ -151,10 +157,16 @@ pub(crate) async fn claim_and_ack(
         wheel.clock.learn(claimed_ms);
     }
     let claimed_at = from_unix_ms(claimed_ms);
-    Ok(ClaimReply {
-        acked: digits(acked),
-        claimed: flat[2..].chunks_exact(2).filter_map(|t| claimed_task(&t[0], &t[1], claimed_at)).collect(),
-    })
+    let room_at = flat.get(2).filter(|hint| !hint.is_empty()).map(|hint| number(hint));
+    let mut starts = flat.get(3).filter(|s| !s.is_empty()).map(|s| s.split(|&b| b == b',').map(number));
+    let tasks = flat.get(4..).unwrap_or_default().chunks_exact(2);
+    let claimed = tasks
+        .filter_map(|t| {
+            let start = starts.as_mut().and_then(Iterator::next).filter(|&ms| ms > 0);
+            Some(Claimed { start_at_ms: start, ..claimed_task(&t[0], &t[1], claimed_at)? })
+        })
+        .collect();
+    Ok(ClaimReply { acked: digits(acked), claimed, room_at })
 }
 
 /// A claimed task from its key and its record as `claim.lua` answers it ([`Record`]); `None`
@@ -176,6 +188,7 @@ fn claimed_task(key: &[u8], record: &[u8], claimed_at: std::time::SystemTime) ->
         spec: r.spec.map(|spec| Spec { text: text(spec), missed: r.missed }),
         origin: r.trace.map_or_else(Origin::none, |trace| Origin::from_text(&text(trace))),
         options: r.retry.map_or_else(TaskOptions::new, Retry::options_of),
+        start_at_ms: None,
     })
 }
 
