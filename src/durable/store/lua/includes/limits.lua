@@ -33,13 +33,13 @@ local HOLD = 1125899906842624 -- 2^50 ms: above every due time (the year 2286 is
 local SPACING_MARGIN = 1.02
 
 -- LIMITS as HGETALL answers it, read once a call and again after a write (`limits_changed`).
-local limits_raw = nil
+local limits_raw, limits_parsed = nil, nil
 local function raw_limits()
   if not limits_raw then limits_raw = redis.call('HGETALL', LIMITS) end
   return limits_raw
 end
 local function limits_changed()
-  limits_raw = nil
+  limits_raw, limits_parsed = nil, nil
 end
 
 -- Whether a limit may hold tasks back (the '\3' field).
@@ -52,9 +52,9 @@ local function maybe_held()
 end
 
 -- The limits set, as a list of tables {p, rate, window, running, every (ms between starts),
--- slot (the next free start), freed, held (the running keys)}, or nil when none is. Fresh
--- tables each time: a caller may change them.
-local function limits_of()
+-- slot (the next free start), freed, held (the running keys)}, or nil when none is: fresh
+-- tables, which the caller may change (`limits_of` keeps one parse a call for the rest).
+local function parse_limits()
   local all = raw_limits()
   if #all == 0 then return nil end
   local list, by_prefix, notes = {}, {}, {}
@@ -97,6 +97,13 @@ end
 -- Whether key `k` starts with `p` (a plain find: no substring made).
 local function starts_with(k, p)
   return string.find(k, p, 1, true) == 1
+end
+
+-- `parse_limits`, parsed once a call (and again after a write): the claim's, which changes its
+-- room as it takes tasks, and every reader's after it.
+local function limits_of()
+  if limits_parsed == nil then limits_parsed = parse_limits() or false end
+  return limits_parsed or nil
 end
 
 -- The limits over key `k` (nil for none).
@@ -236,7 +243,7 @@ local function unhold(now, budget, horizon)
     limits_changed()
     return 0, false
   end
-  local list = limits_of()
+  local list = parse_limits()
   local back, n = {}, 0
   for i = 1, #held, 2 do
     local k = held[i]
