@@ -252,3 +252,88 @@ async fn limits_hold_back_starts_without_holding_back_other_keys() {
     assert!(matches!(timers.set_limit("", Limit::running(1)).await, Err(Error::Invalid(_))));
     worker.shutdown().await;
 }
+
+/// Held tasks of one limit are not stuck behind more than a page of held tasks of another: a
+/// running limit of 1 with 1,100 ten-second tasks held, and a rate of one every 2 s beside it.
+#[tokio::test(start_paused = true)]
+async fn a_limit_with_room_is_not_stuck_behind_many_tasks_another_holds() {
+    let timers = connect("many-held").await;
+    timers.set_limit("a:", Limit::running(1)).await.unwrap();
+    timers.set_limit("b:", Limit::rate(1, Duration::from_secs(2))).await.unwrap();
+    let start = tokio::time::Instant::now();
+    let runs = Runs::default();
+    let worker = runs.worker(&timers, start, Duration::from_secs(10), |_| None);
+    worker.ready().await;
+    let items: Vec<(String, Duration, &str)> =
+        (0..1100).map(|i| (format!("a:{i:04}"), Duration::from_millis(500), "")).collect();
+    for r in timers.schedule_many(items).await.unwrap() {
+        r.unwrap();
+    }
+    for i in 0..2 {
+        timers.schedule(format!("b:{i}"), Duration::from_secs(1), "").await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let got = runs.all();
+    let b: Vec<Duration> = got.iter().filter(|r| r.key.starts_with("b:")).map(|r| r.at).collect();
+    assert_eq!(b.len(), 2, "b:1 stuck behind a:'s held tasks: {b:?}");
+    assert!(b[1] <= Duration::from_secs(4) + TICK * 3, "{b:?}");
+    worker.shutdown_timeout(Duration::ZERO).await;
+}
+
+/// A rate raised takes effect at once: its next start follows the new spacing from the last
+/// start, not the old one's.
+#[tokio::test(start_paused = true)]
+async fn raising_a_rate_takes_effect_at_once() {
+    let timers = connect("raised").await;
+    timers.set_limit("api:", Limit::rate(1, Duration::from_secs(60))).await.unwrap();
+    let start = tokio::time::Instant::now();
+    let runs = Runs::default();
+    let worker = runs.worker(&timers, start, Duration::ZERO, |_| None);
+    worker.ready().await;
+    for i in 0..3 {
+        timers.schedule(format!("api:{i}"), Duration::from_secs(1), "").await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(runs.all().len(), 1, "one start a minute");
+    timers.set_limit("api:", Limit::rate(100, Duration::from_secs(1))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let at: Vec<Duration> = runs.all().iter().map(|r| r.at).collect();
+    assert_eq!(at.len(), 3, "{at:?}");
+    assert!(at[2] <= Duration::from_secs(5) + TICK * 3, "the raised rate waited for the old one: {at:?}");
+    worker.shutdown().await;
+}
+
+/// A run that fails with a burst queued behind it: calls while it waits for its retry join the
+/// queued burst, so the key's last run carries the last call's payload.
+#[tokio::test(start_paused = true)]
+async fn debounce_behind_a_failed_run_keeps_the_last_payload_last() {
+    let timers = connect("debounce-retry").await;
+    let start = tokio::time::Instant::now();
+    let ran = Arc::new(Mutex::new(Vec::<(String, u32)>::new()));
+    let log = ran.clone();
+    let worker = timers.run(move |task: Task| {
+        let log = log.clone();
+        async move {
+            let payload = String::from_utf8_lossy(task.payload()).into_owned();
+            log.lock().unwrap().push((payload.clone(), task.attempt()));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            if payload == "p0" && task.attempt() == 1 {
+                return Err("first delivery fails".to_owned());
+            }
+            Ok(())
+        }
+    });
+    worker.ready().await;
+    let s = Duration::from_secs(1);
+    timers.debounce("k", s, s, "p0").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await; // p0 runs (fails at ~3 s)
+    timers.debounce("k", s, s * 2, "p1").await.unwrap(); // queued behind the run
+    tokio::time::sleep(Duration::from_millis(2000)).await; // p0 failed; its retry waits (backoff)
+    timers.debounce("k", s, s * 2, "p2").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let got = ran.lock().unwrap().clone();
+    assert_eq!(got.last().map(|(p, _)| p.as_str()), Some("p2"), "{got:?}");
+    assert!(!got.iter().any(|(p, _)| p == "p1"), "p1's burst ran on its own: {got:?}");
+    let _ = start;
+    worker.shutdown().await;
+}

@@ -23,9 +23,10 @@ use crate::Error;
 ///   second, which suits an API whose own quota counts in windows you cannot see. The 2 % is a
 ///   margin for the handler's own start, which comes a few ms after its start time (its
 ///   worker's wake-up): the handlers' clocks see the rate kept too. A claim hands out the starts
-///   of the next second (at most a quarter of the lease) at once, each with its start time; the
-///   worker holds such a task until then, so a rate of thousands a second costs a claim a
-///   second, not a claim a start.
+///   of the next 250 ms (at most a quarter of the lease) at once, each with its start time; the
+///   worker holds such a task until then (it takes a handler's place meanwhile: with a rate of
+///   20 a second, about 5 of them), so a rate of thousands a second costs a claim every 250 ms,
+///   not a claim a start.
 /// - **Running** (`Limit::running(1)`): no more handlers under the prefix hold a live lease at
 ///   once than the limit. A handler counts from its claim until its outcome is recorded, or
 ///   until its lease runs out (a node that died holds its room that long, no longer). An

@@ -144,6 +144,13 @@ async fn run_one(
                 () = task.cancel.cancelled() => {}
             }
         }
+        // Told to stop while it waited (its lease lost, or the worker stopping): it does not
+        // start, and no outcome goes out; its task comes back after the lease. A cancel request
+        // goes on below, to end it as cancelled.
+        if task.cancel.is_cancelled() && !h.deliveries.requested(&token) {
+            h.deliveries.forget(&token);
+            return Ok(());
+        }
     }
     let span = tracing::info_span!(
         target: "tokio_timewheel::durable",

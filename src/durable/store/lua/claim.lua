@@ -108,7 +108,7 @@ if replay_only or n <= 0 or redis.call('HEXISTS', META, 'paused') == 1 then retu
 -- LIMIT_HORIZON (a rate limit hands out the starts of that long at once, each with its start
 -- time); the others are held (scored HOLD above their due time, after every task not held) until
 -- a claim or the tick finds them room. Without, the first n.
-local LIMIT_HORIZON = math.min(1000, math.floor(lease / 4))
+local LIMIT_HORIZON = math.min(250, math.floor(lease / 4))
 local limits, over_of, start_of, allowed_of, now = nil, {}, {}, {}, nil
 local names
 if #raw_limits() > 0 then

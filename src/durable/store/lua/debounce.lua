@@ -12,7 +12,8 @@
   - A task in flight (a worker holds it, or its lease ran out and it waits to be handed out
     again): the next burst waits behind the run, queued (queued.lua) as an upsert is, and takes
     the key's place when the run ends (acknowledged, or dead); calls while it waits move that
-    queued burst as above. Answers 1 for the call that queues it, else 0.
+    queued burst as above, also while the run waits for a retry. Answers 1 for the call that
+    queues it, else 0.
 
   Input:
     KEYS     the wheel's keys, then the ring slot keys the task may go to
@@ -37,10 +38,10 @@ local retry, trace = ARGV[8], ARGV[9]
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, declared)
 local now = w.up
 
--- The burst of table `t` (decode's) moved by this call: its cap kept, or a new one from now.
--- Returns whether the burst is new.
+-- The burst of table `t` (decode's) moved by this call: its cap kept, or a new one from now (a
+-- record delivered before has none open: its run started). Returns whether the burst is new.
 local function join(t)
-  local cap = t.burst ~= '' and tonumber(t.burst)
+  local cap = t.burst ~= '' and t.a == 0 and tonumber(t.burst)
   local fresh = not cap
   if fresh then cap = now + max_wait end
   t.burst = string.format('%d', cap)
@@ -64,9 +65,10 @@ if not rec then
 end
 
 local t = decode(rec)
-if t.tok ~= '0' then
-  -- In flight: the next burst waits behind the run.
-  local q = queued_of({k})[1]
+local q = queued_of({k})[1]
+if t.tok ~= '0' or q then
+  -- In flight (or waiting for a retry of a run with a burst queued behind it): the next burst
+  -- waits behind the run, so that the key's last run carries the last call's payload.
   local nt = q and decode(q) or decode(new_record(now, payload, 0, 0, '0', '', trace, retry))
   local fresh = join(nt)
   redis.call('HSET', UPSERTS, k, encode(nt))

@@ -18,10 +18,26 @@
 -- @include wake
 local op, p = ARGV[1], ARGV[2]
 if op == 'set' then
-  local new = redis.call('HEXISTS', LIMITS, p) == 0
+  local old = redis.call('HGET', LIMITS, p)
   redis.call('HSET', LIMITS, p, ARGV[3])
-  -- A limit raised has room at once: the tick puts its held tasks back.
-  return new and 1 or 0
+  -- The rate's next free start follows the new spacing from the last start (the old next free
+  -- start less the old spacing): a rate raised has room that much sooner, one lowered later.
+  local slot = tonumber(redis.call('HGET', LIMITS, '\2' .. p) or '')
+  if old and slot then
+    local old_rate, old_window = string.match(old, '^(%d+)/(%d+)/')
+    local rate, window = string.match(ARGV[3], '^(%d+)/(%d+)/')
+    old_rate, old_window, rate, window = tonumber(old_rate), tonumber(old_window), tonumber(rate), tonumber(window)
+    if rate > 0 and old_rate > 0 then
+      local last = slot - old_window / old_rate * SPACING_MARGIN
+      redis.call('HSET', LIMITS, '\2' .. p, string.format('%.3f', last + window / rate * SPACING_MARGIN))
+    elseif rate == 0 then
+      redis.call('HDEL', LIMITS, '\2' .. p)
+    end
+  end
+  -- The held tasks that now have room go back at the next claim or tick.
+  redis.call('HSET', LIMITS, '\3', '1')
+  wake()
+  return old and 0 or 1
 elseif op == 'clear' then
   local had = redis.call('HDEL', LIMITS, p)
   if had == 0 then return 0 end

@@ -44,6 +44,6 @@ local function advance(t, now, next_due)
     end
   end
   if t.runs > 1 then t.runs = t.runs - 1 end
-  t.due, t.a, t.tok, t.err = due, 0, '0', ''
+  t.due, t.a, t.tok, t.err, t.burst = due, 0, '0', '', ''
   return true
 end

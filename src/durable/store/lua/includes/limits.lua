@@ -232,26 +232,42 @@ local function release_limits(names)
   if released > 0 and any_held() then wake() end
 end
 
--- Puts back at their due time, oldest due first, the held tasks (at most `budget`) that their
--- limits have room for within `horizon` of `now` (counted in a copy of the limits: the claim
--- that takes them counts again). Returns how many it put back, and whether tasks are still held.
-local function unhold(now, budget, horizon)
+-- Whether some limit of `list` has room within `horizon` of `now` (counted in `list`'s tables).
+local function any_room(list, now, horizon)
+  for _, l in ipairs(list) do
+    local room = not (l.running > 0 and running_room(l, now) <= 0)
+    if room and l.rate > 0 and l.slot > now + horizon then room = false end
+    if room then return true end
+  end
+  return false
+end
+
+-- Puts back at their due time, oldest due first, the held tasks that their limits have room for
+-- within `horizon` of `now` (counted in a fresh parse of the limits: the claim that takes them
+-- counts again), reading the held tasks `page` at a time while some limit has room, and none
+-- while no limit has any. Returns how many it put back, and whether tasks are still held.
+local function unhold(now, page, horizon)
   if not maybe_held() then return 0, false end
-  local held = redis.call('ZRANGEBYSCORE', READY, HOLD, '+inf', 'WITHSCORES', 'LIMIT', 0, budget)
-  if #held == 0 then
+  local list = parse_limits()
+  local put, skipped = 0, 0
+  while not list or any_room(list, now, horizon) do
+    local held = redis.call('ZRANGEBYSCORE', READY, HOLD, '+inf', 'WITHSCORES', 'LIMIT', skipped, page)
+    local back, n = {}, 0
+    for i = 1, #held, 2 do
+      local k = held[i]
+      if not list or take_room(list, k, now, horizon) then
+        back[n + 1], back[n + 2] = string.format('%d', tonumber(held[i + 1]) - HOLD), k
+        n = n + 2
+      end
+    end
+    zadd_all(READY, back)
+    put, skipped = put + n / 2, skipped + (#held - n) / 2
+    if #held < 2 * page then break end
+  end
+  if put == 0 and skipped == 0 and not any_held() then
     redis.call('HDEL', LIMITS, '\3')
     limits_changed()
     return 0, false
   end
-  local list = parse_limits()
-  local back, n = {}, 0
-  for i = 1, #held, 2 do
-    local k = held[i]
-    if not list or take_room(list, k, now, horizon) then
-      back[n + 1], back[n + 2] = string.format('%d', tonumber(held[i + 1]) - HOLD), k
-      n = n + 2
-    end
-  end
-  zadd_all(READY, back)
-  return n / 2, n / 2 < #held / 2 or #held / 2 == budget
+  return put, true
 end
