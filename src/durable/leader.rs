@@ -233,9 +233,16 @@ async fn tick(wheel: &WheelClient, part: &Partition, token: &str) -> Result<Roun
     let mut cursor = wheel.clock.now_ms() / tick_ms - 1;
     let mut now_ms = wheel.clock.now_ms();
     loop {
-        let last = (now_ms / tick_ms).max(cursor) + LOOKAHEAD_TICKS;
+        // Redis's clock moves on while the call travels: on a slow link (hundreds of ms each
+        // way) a lookahead of a few ticks past the last reply's clock would stop the cursor short
+        // of Redis's now, and every round would take a second call. The last round trip is added.
+        let travel = wheel.clock.round_trip_ms().div_ceil(tick_ms);
+        let last = (now_ms / tick_ms).max(cursor) + LOOKAHEAD_TICKS + travel;
         let ticks = cursor + 1..=last.min(cursor + MAX_STEP_SLOTS);
-        match scripts::tick(wheel, &part.keys, token, TICK_BUDGET, ticks).await? {
+        let sent = Instant::now();
+        let reply = scripts::tick(wheel, &part.keys, token, TICK_BUDGET, ticks).await?;
+        wheel.clock.note_round_trip(sent.elapsed());
+        match reply {
             TickReply::More { cursor: c, now_ms: n } => (cursor, now_ms) = (c, n),
             TickReply::Done { now_ms, next_ms, .. } => {
                 let tick = wheel.cfg.tick_ms;

@@ -31,6 +31,8 @@ pub(crate) async fn connect(settings: &Settings) -> Result<DurableScheduler, Err
     let mut wheel = client(cfg, conn);
     let timeout = wheel.cfg.connect_timeout;
     tokio::time::timeout_at(deadline, check_server(&wheel)).await.map_err(|_| unreachable(timeout))??;
+    // Within the deadline, and never an error: a script not loaded here loads on first use.
+    let _ = tokio::time::timeout_at(deadline, scripts::preload(&wheel)).await;
     if settings.only_existing {
         let recorded = tokio::time::timeout_at(deadline, scripts::recorded(&wheel, &wheel.base))
             .await

@@ -1,7 +1,7 @@
 //! Conversions between Rust's time types and the whole milliseconds the scripts use, each with
 //! its rounding direction: a due time or lease rounds up, so nothing is ever early.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Error;
@@ -89,13 +89,26 @@ pub(crate) struct RedisClock {
     offset_ms: AtomicI64,
     /// The store's clock, when it is Tokio's: ms at the instant.
     tokio: Option<(u64, tokio::time::Instant)>,
+    /// How long the leader's last tick call took (ms): how far Redis's clock moves on while a
+    /// call travels.
+    round_trip_ms: AtomicU64,
 }
 
 impl RedisClock {
     /// The clock of a store whose time is Tokio's from `base` (ms at an instant), or an estimate
     /// of a server's clock (`None`).
     pub(crate) fn new(tokio: Option<(u64, tokio::time::Instant)>) -> Self {
-        RedisClock { offset_ms: AtomicI64::new(0), tokio }
+        RedisClock { offset_ms: AtomicI64::new(0), tokio, round_trip_ms: AtomicU64::new(0) }
+    }
+
+    /// The leader's last tick call took `took`, there and back.
+    pub(crate) fn note_round_trip(&self, took: std::time::Duration) {
+        self.round_trip_ms.store(u64::try_from(took.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// How long the leader's last tick call took, there and back, in ms.
+    pub(crate) fn round_trip_ms(&self) -> u64 {
+        self.round_trip_ms.load(Ordering::Relaxed)
     }
 
     /// Learns from Redis's time `redis_ms`, read just now.

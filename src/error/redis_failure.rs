@@ -101,11 +101,20 @@ impl fmt::Display for RedisFailure {
         let embedded = self.message.contains("the embedded store");
         let store = if embedded { "the embedded SQLite store" } else { "Redis" };
         write!(f, "{store} failed ({}): {}", self.category, self.message)?;
+        if !embedded {
+            if let Some(source) = &self.source {
+                if source.is_timeout() {
+                    f.write_str(" (no answer within the response timeout: the link to Redis is down or too slow)")?;
+                } else if source.is_connection_dropped() || source.is_io_error() || source.is_connection_refusal() {
+                    f.write_str(" (the connection to Redis failed: the link or the server is down)")?;
+                }
+            }
+        }
         if self.retryable {
             f.write_str("; this is transient: make the same call again after a short wait")
         } else if embedded {
             f.write_str(
-                "; check the file and its folder (free space on their disk, and that this process may write                  both), then make the call again",
+                "; check the file and its folder (free space on their disk, and that this process may write both), then make the call again",
             )
         } else {
             f.write_str("; trying again will not help: check the server, its settings and the URL")

@@ -13,6 +13,7 @@ pub mod durable;
 pub mod logs;
 #[cfg(feature = "redis")]
 pub mod node;
+pub mod proxy;
 pub mod redis_server;
 pub mod store;
 #[cfg(feature = "redis")]

@@ -21,8 +21,10 @@ use crate::Error;
 /// connection(s).
 #[derive(Clone)]
 pub(crate) enum Connection {
-    /// One node: reconnects to the same address by itself.
-    Node(ConnectionManager),
+    /// One node: reconnects to the same address by itself when the connection drops; made anew
+    /// by [`Deployment`] when a call times out on it (a connection dropped silently, which
+    /// answers nothing and never fails). The number tells one connection from the next.
+    Node(u64, ConnectionManager),
     /// Sentinel's primary: never reconnects by itself, so that a revived old primary is never
     /// written to; [`Deployment`] finds the primary again instead. The number tells one found
     /// primary from the next.
@@ -37,7 +39,7 @@ pub(crate) enum Connection {
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Connection::Node(c) => c.req_packed_command(cmd),
+            Connection::Node(_, c) => c.req_packed_command(cmd),
             Connection::Primary(_, c) => c.req_packed_command(cmd),
             Connection::Cluster(c) => c.req_packed_command(cmd),
             #[cfg(feature = "sqlite")]
@@ -52,7 +54,7 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Connection::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Node(_, c) => c.req_packed_commands(pipeline, offset, count),
             Connection::Primary(_, c) => c.req_packed_commands(pipeline, offset, count),
             Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "sqlite")]
@@ -62,7 +64,7 @@ impl ConnectionLike for Connection {
 
     fn get_db(&self) -> i64 {
         match self {
-            Connection::Node(c) => c.get_db(),
+            Connection::Node(_, c) => c.get_db(),
             Connection::Primary(_, c) => c.get_db(),
             Connection::Cluster(c) => c.get_db(),
             #[cfg(feature = "sqlite")]
@@ -93,6 +95,13 @@ impl Connection {
 pub(crate) enum Deployment {
     Node {
         client: Client,
+        /// The shared connection while it is trusted, with its number; `None` once a call timed
+        /// out on it.
+        current: RwLock<Option<(u64, ConnectionManager)>>,
+        /// How many shared connections were made so far.
+        made: std::sync::atomic::AtomicU64,
+        /// Held while one is being made, so that the calls that all timed out wait for one.
+        making: tokio::sync::Mutex<()>,
     },
     Sentinel {
         sentinel: tokio::sync::Mutex<SentinelClient>,
@@ -152,7 +161,12 @@ impl Deployment {
                 } else {
                     Client::open(url.as_str())
                 };
-                Deployment::Node { client: client.map_err(malformed)? }
+                Deployment::Node {
+                    client: client.map_err(malformed)?,
+                    current: RwLock::new(None),
+                    made: std::sync::atomic::AtomicU64::new(0),
+                    making: tokio::sync::Mutex::new(()),
+                }
             }
             Topology::Sentinel { sentinels, master } => {
                 let infos = sentinels
@@ -214,9 +228,20 @@ impl Deployment {
         connect_timeout: Duration,
     ) -> RedisResult<Connection> {
         match self {
-            Deployment::Node { client } => {
+            Deployment::Node { client, current, made, making } => {
+                let trusted = || current.read().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Some((n, conn)) = trusted() {
+                    return Ok(Connection::Node(n, conn));
+                }
+                let _making = making.lock().await;
+                if let Some((n, conn)) = trusted() {
+                    return Ok(Connection::Node(n, conn)); // made by the call that held the lock
+                }
                 let config = manager_config(response_timeout, connect_timeout);
-                Ok(Connection::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
+                let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+                let n = made.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                *current.write().unwrap_or_else(|p| p.into_inner()) = Some((n, conn.clone()));
+                Ok(Connection::Node(n, conn))
             }
             Deployment::Sentinel { current, found, finding, .. } => {
                 let trusted = || current.read().unwrap_or_else(|p| p.into_inner()).clone();
@@ -242,9 +267,9 @@ impl Deployment {
     /// that would hold up the shared one).
     pub(crate) async fn dedicated(&self, cfg: &Config, response_timeout: Duration) -> RedisResult<Connection> {
         match self {
-            Deployment::Node { client } => {
+            Deployment::Node { client, .. } => {
                 let config = manager_config(response_timeout, cfg.connect_timeout);
-                Ok(Connection::Node(ConnectionManager::new_with_config(client.clone(), config).await?))
+                Ok(Connection::Node(0, ConnectionManager::new_with_config(client.clone(), config).await?))
             }
             Deployment::Sentinel { .. } => {
                 Ok(Connection::Primary(0, self.primary(response_timeout, cfg.connect_timeout).await?))
@@ -257,21 +282,37 @@ impl Deployment {
         }
     }
 
-    /// Forgets the primary's connection after a failure that may mean a failover (Sentinel
-    /// only): the next call asks the sentinels again.
+    /// Forgets the shared connection after a failure that may mean a failover (Sentinel: the
+    /// next call asks the sentinels again) or a connection dropped silently (one node: the next
+    /// call makes a new one; a connection that drops with an error reconnects by itself).
     pub(crate) fn suspect(&self, failed: &Connection) {
-        if let (Deployment::Sentinel { current, .. }, Connection::Primary(failed, _)) = (self, failed) {
+        /// Forgets `current` if it is still connection `failed`: another call may have made a
+        /// new one since.
+        fn forget<C>(current: &RwLock<Option<(u64, C)>>, failed: u64) {
             let mut current = current.write().unwrap_or_else(|p| p.into_inner());
-            // Only if it is still the one that failed: another call may have found a new one.
-            if current.as_ref().is_some_and(|(n, _)| n == failed) {
+            if current.as_ref().is_some_and(|(n, _)| *n == failed) {
                 *current = None;
             }
+        }
+        match (self, failed) {
+            (Deployment::Sentinel { current, .. }, Connection::Primary(failed, _)) => forget(current, *failed),
+            (Deployment::Node { current, .. }, Connection::Node(failed, _)) => forget(current, *failed),
+            _ => {}
         }
     }
 
     /// Whether this source re-resolves its node after a failure (Sentinel).
     pub(crate) fn follows_failover(&self) -> bool {
         matches!(self, Deployment::Sentinel { .. })
+    }
+
+    /// Whether this source makes its shared connection anew after a failure that [`suspect`]
+    /// notes (Sentinel, which finds the primary again, and one node, whose connection may have
+    /// dropped silently), rather than keeping one for good.
+    ///
+    /// [`suspect`]: Self::suspect
+    pub(crate) fn makes_anew(&self) -> bool {
+        matches!(self, Deployment::Sentinel { .. } | Deployment::Node { .. })
     }
 
     /// Whether this is a cluster.

@@ -85,7 +85,7 @@ impl SharedConn {
             Error::Redis(f) if f.category() == "timed out" => unreachable(cfg.connect_timeout),
             e => e,
         })?;
-        if !conn.source.follows_failover() {
+        if !conn.source.makes_anew() {
             conn.fixed = Some(link);
         }
         Ok(conn)
@@ -117,6 +117,13 @@ impl SharedConn {
             Deployment::Embedded(store) => Some(store.calls()),
             _ => None,
         }
+    }
+
+    /// Whether the scripts are worth loading ahead (`scripts::preload`): on one node or
+    /// Sentinel's primary (a cluster's nodes load each on first use; an embedded store runs them
+    /// in process).
+    pub(crate) fn preloads_scripts(&self) -> bool {
+        self.source.makes_anew()
     }
 
     /// The store's clock when it is Tokio's (see `embedded::Store::tokio_clock`).
@@ -364,7 +371,10 @@ fn may_be_failover(err: &redis::RedisError) -> bool {
 fn timed_out(window: Duration, bound: &str) -> RedisFailure {
     RedisFailure::new(
         "timed out",
-        format!("no answer from Redis within {window:?} ({bound}, which bounds how long this call retries)"),
+        format!(
+            "no answer from Redis within {window:?} ({bound}, which bounds how long this call retries): the link to \
+             Redis is down or too slow, or the server is"
+        ),
         true,
     )
 }

@@ -126,7 +126,7 @@ impl Server {
         match self {
             Server::Redis(server) => {
                 let client = redis::Client::open(server.url()).unwrap();
-                Connection::Node(redis::aio::ConnectionManager::new(client).await.unwrap())
+                Connection::Node(0, redis::aio::ConnectionManager::new(client).await.unwrap())
             }
             #[cfg(feature = "sqlite")]
             Server::Sqlite { url, .. } => {

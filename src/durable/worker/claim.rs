@@ -64,6 +64,8 @@ pub(super) async fn claim_loop(
     bid_now: &Notify,
 ) {
     let mut claims = ClaimLoop::start(wheel, part, permits, handler, freed, signals, bid_now);
+    // The waker's connection first, so that the worker can be woken once it says it is ready.
+    let _ = wake::prepare(claims.wheel, claims.keys, &mut claims.waker).await;
     while !stopping(&claims.stop) {
         claims.reap_runners();
         let Some(call) = claims.wait_for_room().await else {

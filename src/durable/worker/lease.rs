@@ -189,6 +189,25 @@ impl Deliveries {
             .collect()
     }
 
+    /// The deliveries whose lease ran out by `now` as this process knows it (no renewal since
+    /// reached Redis: the worker is cut off, or Redis is away): another worker may hold their
+    /// tasks now. Each is lost, as a refused renewal makes it: its handler's token is cancelled,
+    /// a buffered one does not start, and no outcome is sent. Returns the keys of the running ones.
+    fn expire(&self, now: Instant) -> Vec<String> {
+        let mut inner = self.inner();
+        let mut running = Vec::new();
+        for h in inner.held.values_mut() {
+            if matches!(h.state, State::Running | State::Buffered) && h.until <= now {
+                if h.state == State::Running {
+                    running.push(h.key.clone());
+                }
+                h.state = State::Lost;
+                h.cancel.cancel();
+            }
+        }
+        running
+    }
+
     /// The leases of `tokens` were renewed by a call sent at `sent`: good until `sent + lease`.
     fn renewed(&self, tokens: &[&str], until: Instant) {
         let mut inner = self.inner();
@@ -352,6 +371,20 @@ pub(super) async fn renew_leases(wheel: Arc<WheelClient>, part: usize, deliverie
                         tracing::warn!(
                             wheel = %wheel.name(), partition = part, error = %e,
                             "could not renew the leases of running handlers; trying again next round"
+                        );
+                    }
+                    // Cut off from Redis: a lease that ran out unrenewed meanwhile (by this
+                    // process's count, which starts when the claim or the last renewal that
+                    // landed was sent, before Redis started it) may be another worker's now. Its
+                    // handler is told within a round of the lease's end, not when the link comes
+                    // back and a renewal is refused. (Only after a failed renewal: on a link that
+                    // works, a renewal that lands is the truth, however late this count is.)
+                    let expired = deliveries.expire(Instant::now());
+                    if !expired.is_empty() {
+                        tracing::warn!(
+                            wheel = %wheel.name(), partition = part, handlers = expired.len(), first = %expired[0],
+                            "leases ran out while Redis could not be reached: their handlers' tokens are cancelled, \
+                             their tasks go to another worker, and their outcomes will not be recorded"
                         );
                     }
                 }

@@ -29,6 +29,32 @@ pub(super) struct Waker {
     id: Option<i64>,
 }
 
+/// Makes the waker's connection and reads its client id, if not done yet: the claim loop does so
+/// before its first claim, so that a worker is ready to be woken once `Worker::ready` says so (a
+/// new connection takes a few round trips, which on a slow link would delay the first wake-up).
+/// `None` when that failed (the connection is made anew next time); else the client id, itself
+/// `None` on a server that refuses `CLIENT ID`.
+pub(super) async fn prepare(wheel: &WheelClient, keys: &WheelKeys, waker: &mut Option<Waker>) -> Option<Option<i64>> {
+    if waker.is_none() {
+        *waker = Some(Waker { conn: wheel.conn.dedicated(&wheel.cfg).await?, id: None });
+    }
+    let w = waker.as_mut()?;
+    if let Some(id) = w.id {
+        return Some(Some(id));
+    }
+    // On the node that holds the partition's lists, which the `BLPOP` goes to.
+    match wake::client_id(&mut w.conn, &keys.wake()).await {
+        Ok(id) => Some(Some(*w.id.insert(id))),
+        // A server that refuses `CLIENT ID` (renamed away, say): wait without it.
+        Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => Some(None),
+        Err(_) => {
+            // A connection that failed is made anew (for Sentinel: to the primary named now).
+            *waker = None;
+            None
+        }
+    }
+}
+
 /// Waits for a wake-up token (pushed when tasks become ready) for up to the idle wait (a safety
 /// net: see `Config::idle_wait`), or `until` when given and shorter (a limit's room), on a
 /// connection of its own: a blocking `BLPOP` would hold up every other call on the shared one.
@@ -44,31 +70,11 @@ pub(super) async fn wait_for_wake(
 ) {
     let wait = until.map_or(wheel.cfg.idle_wait(), |until| until.min(wheel.cfg.idle_wait()));
     let on_error = wheel.cfg.tick().max(MIN_WAIT);
-    if waker.is_none() {
-        match wheel.conn.dedicated(&wheel.cfg).await {
-            Some(conn) => *waker = Some(Waker { conn, id: None }),
-            None => {
-                pause(stop, on_error).await;
-                return;
-            }
-        }
-    }
-    let Some(w) = waker.as_mut() else { return };
-    let id = match w.id {
-        Some(id) => Some(id),
-        // On the node that holds the partition's lists, which the `BLPOP` below goes to.
-        None => match wake::client_id(&mut w.conn, &keys.wake()).await {
-            Ok(id) => Some(*w.id.insert(id)),
-            // A server that refuses `CLIENT ID` (renamed away, say): wait without it.
-            Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => None,
-            Err(_) => {
-                // A connection that failed is made anew (for Sentinel: to the primary named now).
-                *waker = None;
-                pause(stop, on_error).await;
-                return;
-            }
-        },
+    let Some(id) = prepare(wheel, keys, waker).await else {
+        pause(stop, on_error).await;
+        return;
     };
+    let Some(w) = waker.as_mut() else { return };
     // Also on `lead`, where a leader giving up the lead leaves a token: this node then bids.
     let (wake, lead) = (keys.wake(), keys.lead());
     let cmd = wake::wait_for_token(&wake, &lead, wait.as_secs_f64());

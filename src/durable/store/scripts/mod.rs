@@ -186,6 +186,11 @@ macro_rules! scripts {
             $($name: Script::new(&loaded(include_str!(concat!("../lua/", stringify!($name), ".lua")))),)*
         });
 
+        /// Every script as loaded (the text whose SHA1 its `EVALSHA` names).
+        fn all_loaded() -> Vec<String> {
+            vec![$(loaded(include_str!(concat!("../lua/", stringify!($name), ".lua")))),*]
+        }
+
         #[cfg(test)]
         const SOURCES: &[(&str, &str)] =
             &[$((concat!(stringify!($name), ".lua"), include_str!(concat!("../lua/", stringify!($name), ".lua")))),*];
@@ -218,6 +223,25 @@ scripts!(
     limit,
     debounce,
 );
+
+/// Loads every script into the server (`SCRIPT LOAD`, one pipeline, on one node or Sentinel's
+/// primary), so that no call pays the round trips of a first `NOSCRIPT` (an `EVALSHA` refused,
+/// then the script sent): on a link of hundreds of ms each way, a node's first acknowledgement
+/// would otherwise take three round trips, and could land after a short lease. A failure only
+/// leaves each script to load on its first use, as it would anyway after a restart of Redis.
+pub(crate) async fn preload(wheel: &crate::durable::store::client::WheelClient) {
+    if !wheel.conn.preloads_scripts() {
+        return;
+    }
+    let Some(mut conn) = wheel.conn.shared().await else { return };
+    let mut pipe = redis::pipe();
+    for script in all_loaded() {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
+    }
+    if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+        tracing::debug!(wheel = %wheel.name(), error = %e, "could not load the scripts ahead; each loads on first use");
+    }
+}
 
 /// The SHA1 of the tick script, as `EVALSHA` names it.
 pub(crate) fn tick_sha() -> &'static str {
