@@ -61,7 +61,9 @@ async fn cancel_ends_a_burst_and_bad_input_is_refused() {
     timer.schedule("plain", s * 60, job(&ran, start, "plain".into())).await.unwrap();
     assert!(timer.debounce("plain", s, s, job(&ran, start, "debounced".into())).await.unwrap());
     tokio::time::sleep(s * 3).await;
-    let labels: Vec<String> = ran.lock().unwrap().iter().map(|(l, _)| l.clone()).collect();
+    // Both are due on the same tick, whose timers fire in no set order.
+    let mut labels: Vec<String> = ran.lock().unwrap().iter().map(|(l, _)| l.clone()).collect();
+    labels.sort();
     assert_eq!(labels, ["c", "debounced"]);
 
     let bad = timer.debounce("x", s * 2, s, job(&ran, start, "x".into())).await;
@@ -72,4 +74,31 @@ async fn cancel_ends_a_burst_and_bad_input_is_refused() {
     assert!(matches!(on_repeating, Err(Error::Invalid(_))), "{on_repeating:?}");
     timer.stop().await;
     assert!(matches!(timer.debounce("late", s, s, job(&ran, start, "x".into())).await, Err(Error::Stopped)));
+}
+
+/// A burst opened while the last burst's job still runs: its timer fires on time, and its job
+/// waits for the running one to end, so the jobs of one key never overlap.
+#[tokio::test(start_paused = true)]
+async fn a_burst_s_job_waits_for_the_running_one() {
+    let timer = Scheduler::builder().tick(TICK).start().unwrap();
+    let start = Instant::now();
+    let spans = Arc::new(Mutex::new(Vec::<(String, Duration, Duration)>::new()));
+    let job = |label: &'static str| {
+        let spans = spans.clone();
+        move |_key: String| async move {
+            let began = start.elapsed();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            spans.lock().unwrap().push((label.to_owned(), began, start.elapsed()));
+        }
+    };
+    let s = Duration::from_secs(1);
+    assert!(timer.debounce("k", s, s, job("first")).await.unwrap());
+    tokio::time::sleep(Duration::from_secs(2)).await; // the first job runs from 1 s to 6 s
+    assert!(timer.debounce("k", s, s, job("second")).await.unwrap(), "a new burst");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let got = spans.lock().unwrap().clone();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[1].1 >= got[0].2, "the second job began before the first ended: {got:?}");
+    assert!(got[1].1 <= got[0].2 + TICK, "{got:?}");
+    assert_eq!(timer.stats().fired, 2);
 }

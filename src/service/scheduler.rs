@@ -700,10 +700,11 @@ impl Scheduler {
     /// opened a new burst, `false` when it joined the pending one. Each call's deadline is fixed
     /// when it is made, as `tokio::time::sleep`'s is, and rounded up to the tick.
     ///
-    /// Once the timer fires, the burst is over: the next call opens a new one at once. In process
-    /// the wheel does not track a job after it starts, so a new burst's job may run while the
-    /// last one's still does; the durable [`debounce`](crate::durable::DurableScheduler::debounce)
-    /// makes it wait. A call on a key whose pending timer was scheduled another way opens a burst
+    /// Once the timer fires, the burst is over: the next call opens a new one at once, and its
+    /// job, when it fires, waits for the last burst's job to end before it runs (each debounced
+    /// job takes its key's turn), so the jobs of one key never overlap, as the durable
+    /// [`debounce`](crate::durable::DurableScheduler::debounce)'s runs do not. (Its timer still
+    /// fires on time: what waits is the job.) A call on a key whose pending timer was scheduled another way opens a burst
     /// on that timer (from this call on) and replaces its job; a key that holds a repeating timer
     /// is refused. [`cancel`](Self::cancel) ends a burst; [`schedule_or_reset`](Self::schedule_or_reset)
     /// keeps its meaning (it moves the timer, keeps its job, and leaves the cap alone).
@@ -746,6 +747,12 @@ impl Scheduler {
         F: FnOnce(String) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        // Each run takes its key's turn, so that a burst's run waits for the last burst's to end.
+        let turn = self.shared.debounce_turn(key.as_ref());
+        let job = move |key: String| async move {
+            let _turn = turn.lock().await;
+            job(key).await;
+        };
         let debounced = self.debounce_now(key.as_ref(), quiet, max_wait, job::once(job, &Origin::current()));
         Self::report(debounced)
     }

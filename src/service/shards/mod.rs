@@ -96,6 +96,10 @@ pub(crate) struct Shared {
     pub name: Box<str>,
     /// Its metrics (nothing, without the `metrics` feature).
     pub metrics: ServiceMetrics,
+    /// The turns of the debounced keys' runs (`Scheduler::debounce`): a run holds its key's
+    /// turn while it runs, so that the next burst's run waits for it. Only keys with a run
+    /// pending or running have one (a dead entry goes at the next debounce of any key).
+    pub debounce_turns: std::sync::Mutex<std::collections::HashMap<Box<str>, std::sync::Weak<tokio::sync::Mutex<()>>>>,
 }
 
 impl Shared {
@@ -155,7 +159,23 @@ impl Shared {
             clock,
             name: name.into(),
             metrics: ServiceMetrics::new(name),
+            debounce_turns: std::sync::Mutex::default(),
         })
+    }
+
+    /// The turn of the debounced runs of `key`, made if none is held, and the dead turns of
+    /// other keys dropped while there are many.
+    pub fn debounce_turn(&self, key: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.debounce_turns.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(turn) = turns.get(key).and_then(std::sync::Weak::upgrade) {
+            return turn;
+        }
+        if turns.len() >= 64 && turns.len().is_power_of_two() {
+            turns.retain(|_, turn| turn.strong_count() > 0);
+        }
+        let turn = std::sync::Arc::new(tokio::sync::Mutex::new(()));
+        turns.insert(key.into(), std::sync::Arc::downgrade(&turn));
+        turn
     }
 
     pub fn shard_count(&self) -> usize {
