@@ -308,7 +308,6 @@ async fn raising_a_rate_takes_effect_at_once() {
 #[tokio::test(start_paused = true)]
 async fn debounce_behind_a_failed_run_keeps_the_last_payload_last() {
     let timers = connect("debounce-retry").await;
-    let start = tokio::time::Instant::now();
     let ran = Arc::new(Mutex::new(Vec::<(String, u32)>::new()));
     let log = ran.clone();
     let worker = timers.run(move |task: Task| {
@@ -334,6 +333,5 @@ async fn debounce_behind_a_failed_run_keeps_the_last_payload_last() {
     let got = ran.lock().unwrap().clone();
     assert_eq!(got.last().map(|(p, _)| p.as_str()), Some("p2"), "{got:?}");
     assert!(!got.iter().any(|(p, _)| p == "p1"), "p1's burst ran on its own: {got:?}");
-    let _ = start;
     worker.shutdown().await;
 }

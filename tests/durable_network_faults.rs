@@ -177,6 +177,18 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// A node process of `role` on `url`, logging to `files`, numbered `id`, with `extra` settings.
+fn spawn_node(role: &str, url: &str, files: &NodeFiles, id: &str, extra: &[(&str, &str)]) -> NodeProcess {
+    let mut env = vec![
+        (ENV_ROLE, role.to_owned()),
+        (ENV_URL, url.to_owned()),
+        (ENV_DIR, files.dir().display().to_string()),
+        (ENV_ID, id.to_owned()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    NodeProcess::spawn(env)
+}
+
 /// An echo server on 127.0.0.1: each connection echoes what it reads.
 async fn echo() -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -261,16 +273,7 @@ fn resets_of_every_connection_under_load_lose_nothing_and_leave_nothing_stuck() 
     let files = NodeFiles::new();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let timers = rt.block_on(builder(&url, NAME).connect()).expect("connect");
-    let _nodes: Vec<NodeProcess> = (0..3)
-        .map(|i| {
-            NodeProcess::spawn([
-                (ENV_ROLE, "node".to_owned()),
-                (ENV_URL, url.clone()),
-                (ENV_DIR, files.dir().display().to_string()),
-                (ENV_ID, i.to_string()),
-            ])
-        })
-        .collect();
+    let _nodes: Vec<NodeProcess> = (0..3).map(|i| spawn_node("node", &url, &files, &i.to_string(), &[])).collect();
     wait_for("three ready nodes", || (0..3).all(|i| files.dir().join(format!("ready-{i}")).exists()));
 
     // Load: a task every 10 ms, each due 0-300 ms later; a reset of everything every 500 ms.
@@ -354,15 +357,7 @@ fn a_node_cut_off_from_redis_fails_fast_lets_go_and_comes_back() {
     let files = NodeFiles::new();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let timers = rt.block_on(builder(&server.url(), NAME).connect()).expect("connect");
-    let spawn = |role: &str, url: String, id: &str| {
-        NodeProcess::spawn([
-            (ENV_ROLE, role.to_owned()),
-            (ENV_URL, url),
-            (ENV_DIR, files.dir().display().to_string()),
-            (ENV_ID, id.to_owned()),
-        ])
-    };
-    let _cut = spawn("cut", proxy.redis_url(), "1");
+    let _cut = spawn_node("cut", &proxy.redis_url(), &files, "1", &[]);
     wait_for("the cut node", || files.dir().join("ready-1").exists());
     rt.block_on(async {
         for i in 0..4 {
@@ -372,7 +367,7 @@ fn a_node_cut_off_from_redis_fails_fast_lets_go_and_comes_back() {
     wait_for("the cut node running the long tasks", || {
         files.deliveries().iter().filter(|d| d.key.starts_with("long:")).count() == 4
     });
-    let mut other = spawn("node", server.url(), "2");
+    let mut other = spawn_node("node", &server.url(), &files, "2", &[]);
     wait_for("the other node", || files.dir().join("ready-2").exists());
 
     let cut_at = now_ms();
@@ -515,16 +510,8 @@ fn the_leader_cut_off_is_replaced_within_its_lease_and_fenced_after() {
     let files = NodeFiles::new();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let timers = rt.block_on(builder(&server.url(), NAME).connect()).expect("connect");
-    let spawn = |url: String, id: &str| {
-        NodeProcess::spawn([
-            (ENV_ROLE, "node".to_owned()),
-            (ENV_URL, url),
-            (ENV_DIR, files.dir().display().to_string()),
-            (ENV_ID, id.to_owned()),
-        ])
-    };
     // The node behind the proxy starts alone, so that it leads.
-    let _first = spawn(proxy.redis_url(), "1");
+    let _first = spawn_node("node", &proxy.redis_url(), &files, "1", &[]);
     wait_for("the first node", || files.dir().join("ready-1").exists());
     let leader_key = tokio_timewheel::durable::WheelKeys::new(NAME).leader();
     let first_lead = loop {
@@ -533,7 +520,7 @@ fn the_leader_cut_off_is_replaced_within_its_lease_and_fenced_after() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let _second = spawn(server.url(), "2");
+    let _second = spawn_node("node", &server.url(), &files, "2", &[]);
     wait_for("the second node", || files.dir().join("ready-2").exists());
 
     let (mut cut_at, mut healed_at, mut took_over) = (None, None, None);
@@ -597,18 +584,9 @@ fn a_slow_link_of_200_ms_each_way_keeps_lateness_within_two_round_trips() {
     let files = NodeFiles::new();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let timers = rt.block_on(builder(&server.url(), NAME).connect()).expect("connect");
-    let _nodes: Vec<NodeProcess> = (0..2)
-        .map(|i| {
-            NodeProcess::spawn([
-                (ENV_ROLE, "node".to_owned()),
-                (ENV_URL, proxy.redis_url()),
-                (ENV_DIR, files.dir().display().to_string()),
-                (ENV_ID, i.to_string()),
-                (ENV_RESPONSE_MS, "2000".to_owned()),
-                (ENV_LEASE_MS, "5000".to_owned()),
-            ])
-        })
-        .collect();
+    let slow = [(ENV_RESPONSE_MS, "2000"), (ENV_LEASE_MS, "5000")];
+    let _nodes: Vec<NodeProcess> =
+        (0..2).map(|i| spawn_node("node", &proxy.redis_url(), &files, &i.to_string(), &slow)).collect();
     wait_for("two ready nodes", || (0..2).all(|i| files.dir().join(format!("ready-{i}")).exists()));
     let due_of = steady_load(&rt, &timers, "s", Duration::from_secs(fault_secs().min(10)), |_| {});
     wait_for("every task run", || {
@@ -644,12 +622,7 @@ fn connections_dropped_silently_while_idle_come_back_within_seconds() {
     let files = NodeFiles::new();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let timers = rt.block_on(builder(&server.url(), NAME).connect()).expect("connect");
-    let _node = NodeProcess::spawn([
-        (ENV_ROLE, "node".to_owned()),
-        (ENV_URL, proxy.redis_url()),
-        (ENV_DIR, files.dir().display().to_string()),
-        (ENV_ID, "1".to_owned()),
-    ]);
+    let _node = spawn_node("node", &proxy.redis_url(), &files, "1", &[]);
     wait_for("the node", || files.dir().join("ready-1").exists());
     rt.block_on(timers.schedule("before", Duration::ZERO, "")).unwrap();
     wait_for("a first run", || files.deliveries().iter().any(|d| d.key == "before"));
