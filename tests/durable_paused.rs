@@ -73,6 +73,45 @@ fn assert_on_tick(run: &Run) {
     assert!(late <= TICK, "{run:?} claimed {late:?} late");
 }
 
+/// How late a run may be claimed at most, on the paused clock, when a handler is free: the
+/// tick moves a tick's tasks to `ready` before it begins, and the worker claims each when due
+/// (waiting at least 2 ms between such claims, so that close ones go out together).
+const AT_DUE: Duration = Duration::from_millis(5);
+
+/// Tasks fire at their due time, not on the next tick boundary: on a 1 s tick, tasks due at
+/// every offset within a tick (and one scheduled less than a tick ahead, one hours ahead in the
+/// far tier, one moved by `reschedule`) are each claimed within [`AT_DUE`] of it, never before.
+/// On the tick alone they came up to a second late.
+#[tokio::test(start_paused = true)]
+async fn tasks_fire_at_their_due_time_not_on_the_tick() {
+    let start = tokio::time::Instant::now();
+    let timers = DurableScheduler::builder("sqlite::memory:", "paused").connect().await.unwrap();
+    let runs = Runs::default();
+    let worker = runs.worker(&timers, start, |_| None);
+    // Off the tick boundary, so that no offset falls on it by chance.
+    tokio::time::sleep(Duration::from_millis(1_234)).await;
+    let mut want = Vec::new();
+    for ms in [200, 1_001, 1_350, 1_999, 2_500, 7_777, 5 * 3600 * 1000 + 321] {
+        let key = format!("in-{ms}");
+        timers.schedule(key.as_str(), Duration::from_millis(ms), "").await.unwrap();
+        want.push(key);
+    }
+    timers.schedule("moved", Duration::from_secs(3600), "").await.unwrap();
+    timers.reschedule("moved", Duration::from_millis(3_141)).await.unwrap();
+    want.push("moved".into());
+    tokio::time::sleep(Duration::from_secs(6 * 3600)).await;
+    worker.shutdown().await;
+    for key in &want {
+        let got = runs.of(key);
+        assert_eq!(got.len(), 1, "{key}: {got:?}");
+        let late = got[0]
+            .claimed
+            .duration_since(got[0].due)
+            .unwrap_or_else(|e| panic!("{key} claimed {:?} early", e.duration()));
+        assert!(late <= AT_DUE, "{key} claimed {late:?} after its due time");
+    }
+}
+
 /// A leader asleep until its next due time (hours away) wakes for what is scheduled, moved or
 /// cancelled meanwhile: each runs on its tick, once, and the whole takes well under a second.
 #[tokio::test(start_paused = true)]

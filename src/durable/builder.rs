@@ -104,8 +104,16 @@ pub struct DurableBuilder {
 }
 
 impl DurableBuilder {
-    /// How far the cursor moves at a time: tasks fire on the first tick at or after their due
-    /// time. A whole number of milliseconds, at least 1 ms. Default [`DEFAULT_TICK`].
+    /// How far the cursor moves at a time. The leader moves each tick's tasks to `ready` a tick
+    /// before that tick begins, and a worker claims each as soon as the store's clock reaches
+    /// its due time (never before), so a task starts at its due time plus a claim's round trip
+    /// and the wait for a free handler, not on the next tick boundary: the tick sets how often
+    /// the leader calls the store and how far ahead it looks, not how late tasks fire. (A task
+    /// scheduled less than a tick ahead, or a retry, is placed straight in `ready`; a task that
+    /// is in `ready` but not yet due counts as ready in [`stats`](DurableScheduler::stats) and
+    /// [`get`](DurableScheduler::get), and [`cancel`](DurableScheduler::cancel) still removes it
+    /// before any handler starts.) A whole number of milliseconds, at least 1 ms. Default
+    /// [`DEFAULT_TICK`].
     pub fn tick(mut self, tick: Duration) -> Self {
         self.settings.tick = tick;
         self

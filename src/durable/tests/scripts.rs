@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{acks, dump, expect, meta, redis_now_ms, wheel, SLOTS, TICK_MS};
 use crate::durable::store::scripts::{
-    self, Ack, Bid, Cancelled, Failed, Moved, NewTask, Requeued, ScheduleAnswer, TickReply,
+    self, Ack, Bid, Cancelled, Claim, Failed, Moved, NewTask, Requeued, ScheduleAnswer, TickReply,
 };
 use crate::durable::store::shared_conn::Window;
 use crate::durable::time::When;
@@ -619,6 +619,54 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     let d = dump(&server, keys);
     assert!(!d.contains_key("ready"), "made ready {:?} early", d.get("ready"));
     assert!(d["far"].contains("soon@"), "{d:?}");
+}
+
+/// The cursor runs a tick ahead of the clock: the next tick's tasks wait in `ready` before it
+/// begins. A claim takes none of them before its due time; while it takes less than it asks for,
+/// it answers when the first falls due, and takes it then.
+#[tokio::test]
+async fn the_next_ticks_tasks_wait_in_ready_and_a_claim_takes_each_once_due() {
+    let Some((server, timers)) = wheel("s-ahead").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    server.command(&["SET", &keys.leader(), "me:1"]);
+    // Early in a tick, so that the next tick's first due time is at least half a tick away.
+    while redis_now_ms(&server) % TICK_MS > TICK_MS / 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let now_tick = redis_now_ms(&server) / TICK_MS;
+    server.command(&["SET", &keys.cursor(), &now_tick.to_string()]);
+    seed_waiting(&server, keys, "next", now_tick + 1);
+    seed_waiting(&server, keys, "after", now_tick + 3);
+    let reply = scripts::tick(w, keys, "me:1", 128, now_tick + 1..=now_tick + 4).await.unwrap();
+    let TickReply::Done { cursor, now_ms, .. } = reply else { panic!("{reply:?}") };
+    assert_eq!(cursor, now_ms / TICK_MS + 1, "the cursor is a tick ahead of the clock");
+    let due = (now_tick + 1) * TICK_MS;
+    let d = dump(&server, keys);
+    assert_eq!(d["ready"], format!("next@{due}"), "{d:?}");
+    assert_eq!(d[&format!("slot:{}", (now_tick + 3) % SLOTS)], "after");
+
+    let claim = |id: &'static str| {
+        let call = Claim { n: 4, claim_id: id, replay_only: false, previous: "", node: "n", acks: &[] };
+        async move { scripts::claim_and_ack(w, keys, &call, Window::Response).await.unwrap() }
+    };
+    let before = redis_now_ms(&server);
+    let early = claim("c1").await;
+    let after = redis_now_ms(&server);
+    if after < due {
+        assert!(early.claimed.is_empty(), "claimed before its due time {due}: {:?}", early.claimed);
+        assert_eq!(early.claim_at, Some(due), "a claim that took nothing says when the first is due");
+    } else if before >= due {
+        assert_eq!(early.claimed.len(), 1, "not claimed once due");
+    }
+    if early.claimed.is_empty() {
+        while redis_now_ms(&server) < due {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let got = claim("c2").await;
+        assert_eq!(got.claimed.len(), 1, "{got:?}");
+        assert!(got.claimed[0].task.claimed_at >= crate::durable::time::from_unix_ms(due), "{got:?}");
+        assert_eq!(got.claim_at, None, "nothing else in ready: {got:?}");
+    }
 }
 
 #[tokio::test]

@@ -81,9 +81,12 @@ async fn ack_moves_a_spec_series_to_the_nodes_next_due() {
     assert!(!d.contains_key("leased"), "{d:?}");
     assert_eq!(meta(&server, keys, "acked"), 6);
 
-    // Claimed when due, the task carries its spec and policy for the worker to read.
+    // Claimed when due, the task carries its spec and policy for the worker to read (a claim
+    // takes a task once its score in `ready` is due: one not yet due stays).
     server.command(&["DEL", &keys.far()]);
     server.command(&["ZADD", &keys.ready(), &next, "on"]);
+    assert!(scripts::claim(w, keys, 1, "c0", false, "").await.unwrap().is_empty(), "claimed before its due time");
+    server.command(&["ZADD", &keys.ready(), &due.to_string(), "on"]);
     let claimed = scripts::claim(w, keys, 1, "c1", false, "").await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].spec, Some(Spec { text: SPEC.into(), missed: b'2' }));

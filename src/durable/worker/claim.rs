@@ -71,7 +71,7 @@ pub(super) async fn claim_loop(
         let Some(call) = claims.wait_for_room().await else {
             break;
         };
-        let (acked, claimed, room_at) = match claims.claim_and_ack(&call).await {
+        let (acked, claimed, claim_at) = match claims.claim_and_ack(&call).await {
             Ok(reply) => reply,
             Err(e) => {
                 claims.back_off(call, &e).await;
@@ -80,7 +80,7 @@ pub(super) async fn claim_loop(
         };
         let full = claims.hand_out(call, &acked, claimed).await;
         if !full {
-            claims.wait_for_wake(room_at).await;
+            claims.wait_for_wake(claim_at).await;
         }
     }
     claims.finish().await;
@@ -219,7 +219,7 @@ impl<'a> ClaimLoop<'a> {
             acks: &call.acks,
         };
         let reply = scripts::claim_and_ack(self.wheel, self.keys, &claim, Window::Response).await?;
-        Ok((reply.acked, reply.claimed, reply.room_at))
+        Ok((reply.acked, reply.claimed, reply.claim_at))
     }
 
     /// After a failed claim: keeps it to make again, and pauses, longer after each failure in a
@@ -264,11 +264,21 @@ impl<'a> ClaimLoop<'a> {
         }
     }
 
-    /// Waits for a wake-up: nothing more is ready, or (`room_at`, on the store's clock) a rate
-    /// limit holds tasks back until then, when the loop claims again. Meanwhile no claim is
+    /// Waits for a wake-up: nothing more is ready, or (`claim_at`, on the store's clock) the
+    /// next task in `ready` is due then (the tick moves a tick's tasks there before it begins),
+    /// or a rate limit holds tasks back until then, when the loop claims again.
+    ///
+    /// A claim due within a tick is waited for here, on Tokio's timer, at least [`GATHER`]
+    /// after the last (so that tasks due close together go out in one claim): Redis serves a
+    /// `BLPOP`'s timeout only on its own timer, up to 100 ms late at its default `hz`. The next
+    /// claim carries the acknowledgements. A longer wait blocks on `wake`; meanwhile no claim is
     /// coming to carry the acknowledgements, which the recorder then sends at once.
-    async fn wait_for_wake(&mut self, room_at: Option<u64>) {
-        let until_room = room_at.map(|at| Duration::from_millis(at.saturating_sub(self.wheel.clock.now_ms()) + 1));
+    async fn wait_for_wake(&mut self, claim_at: Option<u64>) {
+        let until_room = claim_at.map(|at| Duration::from_millis(at.saturating_sub(self.wheel.clock.now_ms()) + 1));
+        if let Some(until) = until_room.filter(|until| *until <= self.wheel.cfg.tick()) {
+            pause(&mut self.stop, until.max(GATHER)).await;
+            return;
+        }
         let outcomes = &self.handlers.outcomes;
         outcomes.set_idle(true);
         wake::wait_for_wake(self.wheel, self.keys, &mut self.waker, &mut self.stop, self.bid_now, until_room).await;

@@ -1,5 +1,5 @@
 --[[ Acknowledges what a worker's handlers finished (as ack.lua does), then claims up to n ready
-  tasks, oldest due first, for the worker: each is leased until Redis's now + lease, gets a fresh
+  tasks due by Redis's clock (rounded down: never early), oldest due first, for the worker: each is leased until Redis's now + lease, gets a fresh
   claim token and one more delivery. One call a cycle: what finished goes out on the call that
   fetches what comes next.
 
@@ -43,7 +43,10 @@
   Output:
     {claimed ms (Redis's clock, when this claim first ran; '0' when it took nothing), the
     acknowledgements' answers (one digit per delivery, as ack.lua answers), when to claim again
-    for a task a rate limit holds back (ms on the store's clock; '' for none: limits.lua), the
+    (ms on the store's clock; '' for none), given when the claim took less than it asked for:
+    the due time of the first task in `ready` not due yet (the tick moves a tick's tasks there
+    before it begins: tick.lua), or when a rate limit has room for a task it holds back
+    (limits.lua), whichever comes first; the
     start times a rate limit gave the tasks taken (ms, one per task joined by commas, '' for a
     task that starts at once; '' for all), then two entries per task: key, record (record.lua's
     format, with this delivery's count and claim token)}.
@@ -109,16 +112,26 @@ if replay_only or n <= 0 or redis.call('HEXISTS', META, 'paused') == 1 then retu
 -- time); the others are held (scored HOLD above their due time, after every task not held) until
 -- a claim or the tick finds them room. Without, the first n.
 local LIMIT_HORIZON = math.min(250, math.floor(lease / 4))
-local limits, over_of, start_of, allowed_of, now = nil, {}, {}, {}, nil
+local limits, over_of, start_of, allowed_of = nil, {}, {}, {}
 local names
+-- Due by `due_by` (Redis's clock rounded down, so never early); `now` (rounded up) for the rest.
+local down, now = clock()
+local due_by = string.format('%d', down)
+-- When the first task in `ready` that is not due yet is (a tick moves its tasks there a tick
+-- ahead), for a claim that took less than it asked for; or `at` if sooner.
+local function next_due(at)
+  local head = redis.call('ZRANGEBYSCORE', READY, '(' .. due_by, string.format('(%d', HOLD), 'LIMIT', 0, 1, 'WITHSCORES')
+  local due = head[2] and tonumber(head[2])
+  if due and (at == '' or due < tonumber(at)) then return string.format('%d', due) end
+  return at
+end
 if #raw_limits() > 0 then
-  now = select(2, clock())
   unhold(now, 1000, LIMIT_HORIZON)
   limits = limits_of()
 end
 if limits then
   -- The first n, as without limits, when none of them is under a limit (a task held is).
-  names = redis.call('ZRANGE', READY, 0, n - 1)
+  names = redis.call('ZRANGEBYSCORE', READY, '-inf', due_by, 'LIMIT', 0, n)
   for _, k in ipairs(names) do
     if limits_over(limits, k) then
       names = nil
@@ -126,7 +139,10 @@ if limits then
     end
   end
   if names then
-    if #names == 0 then return out end
+    if #names == 0 then
+      out[3] = next_due(next_room(limits, now, LIMIT_HORIZON))
+      return out
+    end
     redis.call('ZREMRANGEBYRANK', READY, 0, #names - 1)
   end
 end
@@ -134,11 +150,11 @@ if limits and not names then
   names = {}
   local held_any = false
   while #names < n do
-    local page = redis.call('ZRANGE', READY, 0, n - #names - 1, 'WITHSCORES')
+    -- Held tasks are scored past any due time: a page holds none.
+    local page = redis.call('ZRANGEBYSCORE', READY, '-inf', due_by, 'WITHSCORES', 'LIMIT', 0, n - #names)
     local taken, held = {}, {}
     for i = 1, #page, 2 do
       local k, score = page[i], tonumber(page[i + 1])
-      if score >= HOLD then break end
       local may, over, start, allowed = take_room(limits, k, now, LIMIT_HORIZON)
       if may then
         taken[#taken + 1] = k
@@ -156,14 +172,16 @@ if limits and not names then
   end
   save_limits(limits, held_any)
   if #names == 0 then
-    out[3] = next_room(limits, now, LIMIT_HORIZON)
+    out[3] = next_due(next_room(limits, now, LIMIT_HORIZON))
     return out
   end
 elseif not limits then
-  names = redis.call('ZRANGE', READY, 0, n - 1)
-  if #names == 0 then return out end
+  names = redis.call('ZRANGEBYSCORE', READY, '-inf', due_by, 'LIMIT', 0, n)
+  if #names == 0 then
+    out[3] = next_due('')
+    return out
+  end
   redis.call('ZREMRANGEBYRANK', READY, 0, #names - 1)
-  now = select(2, clock())
 end
 local last = redis.call('INCRBY', SEQ, #names)
 local first = last - #names
@@ -206,6 +224,7 @@ for j, k in ipairs(names) do
   end
 end
 if limits then out[3] = next_room(limits, now, LIMIT_HORIZON) end
+if #names < n then out[3] = next_due(out[3]) end
 if spaced then out[4] = table.concat(starts, ',', 1, m) end
 zadd_all(LEASED, leases)
 -- The new records: the answer's (key, record) pairs after its first four entries.

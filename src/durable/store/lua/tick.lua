@@ -14,8 +14,11 @@
 
   Bounded: at most `budget` tasks per call; the reply says when more is left, and the caller
   calls again at once. A retried or repeated call is harmless: a task is moved to `ready` only
-  once the cursor has reached its absolute due tick, and Redis's clock too (never early). When
-  the ring is empty the cursor jumps straight to the current tick (an idle wheel costs O(1)).
+  once the cursor has reached its absolute due tick, and Redis's clock the tick before it: the
+  cursor runs one tick ahead of the clock, so that a tick's tasks wait in `ready`, scored by their
+  due time, before it begins, and `claim.lua` hands each out once Redis's clock reaches its due
+  time (never early), not on the next tick boundary. When the ring is empty the cursor jumps
+  straight to the tick after the current one (an idle wheel costs O(1)).
 
   Input:
     KEYS     the wheel's keys, then the slot keys of the ticks after the cursor
@@ -34,8 +37,8 @@
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready, next}: with ARGV[12] '1' and 'done', `next` is the earliest time (ms)
     at which a tick may have work: the next tick's while the ring holds entries, else the
-    earliest of the far tier's first due time, the first lease to run out and the oldest dead
-    letter's end of retention; '' when nothing waits, or when not asked.
+    earliest of the tick before the far tier's first due time, the first lease to run out and
+    the oldest dead letter's end of retention; '' when nothing waits, or when not asked.
   Keys: LEADER, CURSOR, RING, FAR, READY, LEASED, TASKS, UPSERTS, META, FIGURES, WAKE, DEAD, DEAD_TASKS,
   CANCELLING, CLAIMED, HISTORY, and the
   declared slots.
@@ -126,14 +129,14 @@ local function window_end(cursor)
   return t
 end
 
--- The far tier's tasks due by the end of the declared window: those already due by Redis's clock
--- go to `ready`, the others into their (declared) slot. A task the cursor passed but the clock
+-- The far tier's tasks due by the end of the declared window: those due by the end of the tick
+-- after Redis's clock (`ready_tick`) go to `ready`, the others into their (declared) slot. A task the cursor passed but the clock
 -- has not reached (it stepped back) stays, waiting for the clock. The lowest-scored come first,
 -- so they are removed by rank in one command; the ring entries go in one RPUSH per slot. Scores
 -- are written as Redis gave them (strings). Returns how many left the far tier and how many of
 -- them became ready.
-local function promote_far(cursor, now_tick, room)
-  local horizon = math.max(window_end(cursor), now_tick)
+local function promote_far(cursor, ready_tick, room)
+  local horizon = math.max(window_end(cursor), ready_tick)
   local far = redis.call('ZRANGEBYSCORE', FAR, '-inf', horizon * tick_ms, 'WITHSCORES', 'LIMIT', 0, room)
   if #far == 0 then return 0, 0 end
   redis.call('ZREMRANGEBYRANK', FAR, 0, #far / 2 - 1)
@@ -141,12 +144,12 @@ local function promote_far(cursor, now_tick, room)
   for i = 1, #far, 2 do
     local k, score = far[i], far[i + 1]
     local tick = due_tick(tonumber(score), tick_ms)
-    local sk = tick > now_tick and tick > cursor and declared[tick % slots]
+    local sk = tick > ready_tick and tick > cursor and declared[tick % slots]
     if sk then
       local entries = ring[sk]
       if entries then entries[#entries + 1] = k else ring[sk] = {k} end
     else
-      local list = tick <= now_tick and to_ready or keep
+      local list = tick <= ready_tick and to_ready or keep
       list[#list + 1] = score
       list[#list + 1] = k
     end
@@ -215,16 +218,18 @@ redis.call('PEXPIRE', LEADER, lease)
 
 local now = clock()
 local now_tick = math.floor(now / tick_ms)
+-- The last tick whose tasks may wait in `ready`: the one after the clock's (see above).
+local ready_tick = now_tick + 1
 local cursor = tonumber(redis.call('GET', CURSOR) or now_tick)
 local work, ready = requeue_expired(now)
 trim_dead(now)
 while work < budget do
-  local moved, made_ready = promote_far(cursor, now_tick, budget - work)
+  local moved, made_ready = promote_far(cursor, ready_tick, budget - work)
   work, ready = work + moved, ready + made_ready
-  if work >= budget or cursor >= now_tick then break end
+  if work >= budget or cursor >= ready_tick then break end
   if tonumber(redis.call('GET', RING) or '0') <= 0 then
-    -- Nothing in the ring: every tick up to now is empty; the far tier follows next round.
-    cursor = now_tick
+    -- Nothing in the ring: every tick up to the next is empty; the far tier follows next round.
+    cursor = ready_tick
   else
     local next_cursor, stepped, made = step_ring(cursor, budget - work)
     work, ready = work + stepped, ready + made
@@ -244,7 +249,8 @@ end
 -- When a tick next may have work: the next tick while the ring holds entries; else the earliest
 -- score among the far tier, the leases and (with an age limit) the dead letters' ends.
 local function next_work()
-  if still_held or tonumber(redis.call('GET', RING) or '0') > 0 then return tostring((cursor + 1) * tick_ms) end
+  -- The cursor's tick is the one after the clock's: the next tick starts when the clock reaches it.
+  if still_held or tonumber(redis.call('GET', RING) or '0') > 0 then return tostring(math.max(cursor, now_tick + 1) * tick_ms) end
   local first, at = nil, ''
   local function consider(key, plus)
     local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -253,14 +259,15 @@ local function next_work()
       if not first or score < first then first, at = score, string.format('%d', math.ceil(score)) end
     end
   end
-  consider(FAR, 0)
+  -- A far task moves to `ready` on the tick before its own.
+  consider(FAR, -tick_ms)
   consider(LEASED, 0)
   if dead_max_age > 0 then consider(DEAD, dead_max_age) end
   return at
 end
 
 local more = 'done'
-if work >= budget or cursor < now_tick then more = 'more' end
+if work >= budget or cursor < ready_tick then more = 'more' end
 local next_at = ''
 if say_next and more == 'done' then next_at = next_work() end
 return {more, tostring(cursor), tostring(now), tostring(ready), next_at}

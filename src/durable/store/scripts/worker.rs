@@ -116,9 +116,10 @@ pub(crate) struct ClaimReply {
     /// the task's, or an earlier attempt of this call acknowledged it).
     pub(crate) acked: Vec<bool>,
     pub(crate) claimed: Vec<Claimed>,
-    /// When a rate limit next has room for a task it holds back (ms on the store's clock), if
-    /// one does: the worker claims again then rather than waiting for the next tick.
-    pub(crate) room_at: Option<u64>,
+    /// When to claim again (ms on the store's clock), for a claim that took less than it asked
+    /// for: the next task in `ready` falls due then, or a rate limit has room for a task it
+    /// holds back, whichever is first. The worker claims then rather than waiting for a wake-up.
+    pub(crate) claim_at: Option<u64>,
 }
 
 /// Acknowledges `call.acks` and claims up to `call.n` ready tasks in one call.
@@ -157,7 +158,7 @@ pub(crate) async fn claim_and_ack(
         wheel.clock.learn(claimed_ms);
     }
     let claimed_at = from_unix_ms(claimed_ms);
-    let room_at = flat.get(2).filter(|hint| !hint.is_empty()).map(|hint| number(hint));
+    let claim_at = flat.get(2).filter(|hint| !hint.is_empty()).map(|hint| number(hint));
     let mut starts = flat.get(3).filter(|s| !s.is_empty()).map(|s| s.split(|&b| b == b',').map(number));
     let tasks = flat.get(4..).unwrap_or_default().chunks_exact(2);
     let claimed = tasks
@@ -166,7 +167,7 @@ pub(crate) async fn claim_and_ack(
             Some(Claimed { start_at_ms: start, ..claimed_task(&t[0], &t[1], claimed_at)? })
         })
         .collect();
-    Ok(ClaimReply { acked: digits(acked), claimed, room_at })
+    Ok(ClaimReply { acked: digits(acked), claimed, claim_at })
 }
 
 /// A claimed task from its key and its record as `claim.lua` answers it ([`Record`]); `None`

@@ -1,5 +1,7 @@
--- Where a task due at `due` ms waits, by its tick `t`: `ready` when both the cursor and Redis's
--- clock (`now_tick`, rounded down) have reached it; its ring slot when `t` is within the
+-- Where a task due at `due` ms waits, by its tick `t`: `ready` when Redis's clock (`now_tick`,
+-- rounded down) has reached the tick before (the cursor runs that far ahead: tick.lua; `claim.lua`
+-- hands a ready task out once it is due, and its slot, if the cursor has not passed it, has no
+-- entry for it); its ring slot when `t` is within the
 -- revolution after the cursor and the caller declared that slot's key; the far tier otherwise
 -- (beyond the revolution, a slot not declared, or a tick the cursor passed but the clock has
 -- not: the clock stepped back, and the slot would belong to the next revolution). Entries are
@@ -24,7 +26,7 @@ local function place(k, due, w, batch, dues)
   local cursor = w.cursor
   local t = due_tick(due, w.tick_ms)
   local list
-  if t <= cursor and t <= w.now_tick then
+  if t <= w.now_tick + 1 then
     list = batch.ready
   else
     local sk = t > cursor and t <= cursor + w.slots and w.declared[t % w.slots]
