@@ -75,7 +75,7 @@ fn assert_on_tick(run: &Run) {
 
 /// How late a run may be claimed at most, on the paused clock, when a handler is free: the
 /// tick moves a tick's tasks to `ready` before it begins, and the worker claims each when due
-/// (waiting at least 2 ms between such claims, so that close ones go out together).
+/// (waiting at least 5 ms between such claims, so that close ones go out together).
 const AT_DUE: Duration = Duration::from_millis(5);
 
 /// Tasks fire at their due time, not on the next tick boundary: on a 1 s tick, tasks due at

@@ -71,8 +71,10 @@
 //!   again once its task is acknowledged, cancelled or dead.
 //! - **Time is the store's.** Every script reads the store's clock (Redis's `TIME`): a task is
 //!   due `delay` after the call reaches the store, and `schedule_at` and [`Task::due`] are on
-//!   its clock. The clocks of the nodes never matter. A task is never handed out before its due time; it is handed out on
-//!   the first tick at or after it (within one tick and a round trip, when a worker is free).
+//!   its clock. The clocks of the nodes never matter. A task is never handed out before its due time; it is handed out
+//!   at it, within a round trip and a few milliseconds when a worker is free, not on the next tick: the leader moves
+//!   each tick's tasks to `ready` a tick before it begins, and a worker claims each once the store's clock reaches its
+//!   due time (one worker of the wheel's, the first told of that time; [`DurableBuilder::tick`]).
 //! - **At least once.** A worker claims a due task with a lease on Redis's clock, runs the
 //!   handler and acknowledges. While the handler runs, the worker renews its lease every third
 //!   of the lease, so a handler may run longer than the lease (up to

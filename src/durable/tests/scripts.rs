@@ -645,20 +645,26 @@ async fn the_next_ticks_tasks_wait_in_ready_and_a_claim_takes_each_once_due() {
     assert_eq!(d["ready"], format!("next@{due}"), "{d:?}");
     assert_eq!(d[&format!("slot:{}", (now_tick + 3) % SLOTS)], "after");
 
-    let claim = |id: &'static str| {
-        let call = Claim { n: 4, claim_id: id, replay_only: false, previous: "", node: "n", acks: &[] };
+    let claim_by = |id: &'static str, node: &'static str| {
+        let call = Claim { n: 4, claim_id: id, replay_only: false, previous: "", node, acks: &[] };
         async move { scripts::claim_and_ack(w, keys, &call, Window::Response).await.unwrap() }
     };
+    let claim = |id: &'static str| claim_by(id, "n");
     let before = redis_now_ms(&server);
     let early = claim("c1").await;
+    let other = claim_by("c1b", "m").await;
+    let again = claim("c1c").await;
     let after = redis_now_ms(&server);
     if after < due {
         assert!(early.claimed.is_empty(), "claimed before its due time {due}: {:?}", early.claimed);
         assert_eq!(early.claim_at, Some(due), "a claim that took nothing says when the first is due");
+        // One worker claims at a due time: another node is not told it; the first still is.
+        assert_eq!(other.claim_at, None, "two nodes told to claim at {due}");
+        assert_eq!(again.claim_at, Some(due), "the node told first is told again");
     } else if before >= due {
         assert_eq!(early.claimed.len(), 1, "not claimed once due");
     }
-    if early.claimed.is_empty() {
+    if [&early, &other, &again].iter().all(|c| c.claimed.is_empty()) {
         while redis_now_ms(&server) < due {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }

@@ -118,11 +118,24 @@ local names
 local down, now = clock()
 local due_by = string.format('%d', down)
 -- When the first task in `ready` that is not due yet is (a tick moves its tasks there a tick
--- ahead), for a claim that took less than it asked for; or `at` if sooner.
+-- ahead), for a claim that took less than it asked for; or `at` if sooner. One worker claims at
+-- a due time, the first told of it (META's `next_claim`: its node and the time); the others are
+-- told nothing and wait for a wake-up: that worker's claim passes one on when it takes all it
+-- asks for, and the tick's when it makes tasks ready (so a worker that died or is busy delays
+-- the task by a tick at most, as before due times were claimed).
 local function next_due(at)
   local head = redis.call('ZRANGEBYSCORE', READY, '(' .. due_by, string.format('(%d', HOLD), 'LIMIT', 0, 1, 'WITHSCORES')
-  local due = head[2] and tonumber(head[2])
-  if due and (at == '' or due < tonumber(at)) then return string.format('%d', due) end
+  local due = head[2]
+  if due then
+    local mine = node .. ' ' .. due
+    local told = redis.call('HGET', META, 'next_claim')
+    if told and told ~= mine and string.sub(told, -#due - 1) == ' ' .. due then
+      due = nil
+    elseif told ~= mine then
+      redis.call('HSET', META, 'next_claim', mine)
+    end
+  end
+  if due and (at == '' or tonumber(due) < tonumber(at)) then return due end
   return at
 end
 if #raw_limits() > 0 then
