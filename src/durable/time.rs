@@ -106,7 +106,7 @@ impl RedisClock {
         self.round_trip_ms.store(u64::try_from(took.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
-    /// How long the leader's last tick call took, there and back, in ms.
+    /// How long the last tick or claim call took, there and back, in ms.
     pub(crate) fn round_trip_ms(&self) -> u64 {
         self.round_trip_ms.load(Ordering::Relaxed)
     }

@@ -91,7 +91,7 @@ async fn fire_path_instructions_per_task() {
         loop {
             calls += 1;
             let from = due_tick.saturating_sub(4);
-            let reply = scripts::tick(w, keys, "me:1", 256, from..=due_tick + 4).await.unwrap();
+            let reply = scripts::tick(w, keys, "me:1", 256, from..=due_tick + 4, 1).await.unwrap();
             assert_ne!(reply, TickReply::Refused, "the leader key ran out: the test took longer than a lease");
             if matches!(reply, TickReply::Done { .. }) {
                 break;
@@ -145,7 +145,8 @@ async fn fire_path_instructions_per_task() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         loop {
-            let reply = scripts::tick(w, keys, "me:1", 256, due_tick.saturating_sub(4)..=due_tick + 4).await.unwrap();
+            let reply =
+                scripts::tick(w, keys, "me:1", 256, due_tick.saturating_sub(4)..=due_tick + 4, 1).await.unwrap();
             assert_ne!(reply, TickReply::Refused, "the leader key ran out: the test took longer than a lease");
             if matches!(reply, TickReply::Done { .. }) {
                 break;

@@ -101,10 +101,12 @@ async fn a_stale_token_moves_neither_cursor_nor_tasks() {
     // The old leader's lease (renewed by its tick) runs out; a new leader takes over.
     tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
     assert_eq!(server.command(&["SET", &keys.leader(), "new:2", "PX", "10000", "NX"]).as_str(), Some("OK"));
+    // Due more than a tick ahead, so that a schedule places them in their slots (one due by the
+    // end of the next tick goes straight to `ready`), where only a tick moves them.
     for i in 0..10 {
-        timers.schedule(format!("b{i}"), Duration::from_millis(50), vec![]).await.unwrap();
+        timers.schedule(format!("b{i}"), TICK * 2 + Duration::from_millis(20), vec![]).await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
 
     assert!(!timers.tick_with_token("old:1").await.unwrap(), "the stale leader's tick was accepted");
     assert_eq!(int(server.command(&["GET", &keys.cursor()])), cursor, "a refused tick moved the cursor");

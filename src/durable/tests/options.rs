@@ -113,7 +113,7 @@ async fn a_lease_that_ran_out_on_the_tasks_own_last_attempt_buries_it() {
         server.command(&["ZADD", &keys.leased(), &(now - 1_000).to_string(), k]);
     }
     server.command(&["SET", &keys.leader(), "me:1"]);
-    scripts::tick(w, keys, "me:1", 128, 0..=0).await.unwrap();
+    scripts::tick(w, keys, "me:1", 128, 0..=0, 1).await.unwrap();
     let d = dump(&server, keys);
     assert_eq!(d["dead_tasks"], "once=5:1:r2:1/13:lease expiredx");
     assert_eq!(d["tasks"], format!("plain={}", rec(5, 1, 0, "lease expired", "z")));

@@ -536,7 +536,7 @@ async fn renew_extends_held_leases_and_refuses_one_that_went_to_another_worker()
     // The lease runs out and a tick hands the task to another worker (a new claim, a new token).
     server.command(&["ZADD", &keys.leased(), "1", "held"]);
     server.command(&["SET", &keys.leader(), "me:1"]);
-    scripts::tick(w, keys, "me:1", 128, 0..=0).await.unwrap();
+    scripts::tick(w, keys, "me:1", 128, 0..=0, 1).await.unwrap();
     let claimed = scripts::claim(w, keys, 1, "k1", false, "").await.unwrap();
     assert_eq!(claimed.len(), 1, "{claimed:?}");
     let (key, token) = (claimed[0].task.key.clone(), claimed[0].token.clone());
@@ -549,7 +549,7 @@ async fn renew_extends_held_leases_and_refuses_one_that_went_to_another_worker()
     // Given back: the lease runs out now, and the next tick makes the task ready again.
     assert_eq!(renewed(scripts::renew(w, keys, &[("held", &token)], 0, Window::Default).await.unwrap()), [true]);
     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    scripts::tick(w, keys, "me:1", 128, 0..=0).await.unwrap();
+    scripts::tick(w, keys, "me:1", 128, 0..=0, 1).await.unwrap();
     let d = dump(&server, keys);
     assert!(d["ready"].contains("held@"), "{d:?}");
     let record = server.command(&["HGET", &keys.tasks(), "held"]);
@@ -564,7 +564,7 @@ async fn renew_extends_held_leases_and_refuses_one_that_went_to_another_worker()
 async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     let Some((server, timers)) = wheel("s-tick").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
-    assert_eq!(scripts::tick(w, keys, "nobody:1", 128, 0..=0).await.unwrap(), TickReply::Refused);
+    assert_eq!(scripts::tick(w, keys, "nobody:1", 128, 0..=0, 1).await.unwrap(), TickReply::Refused);
     server.command(&["SET", &keys.leader(), "me:1"]);
 
     let now = redis_now_ms(&server);
@@ -587,7 +587,7 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "later"]);
 
     // Given only the first two slots after the cursor, it stops after them.
-    let reply = scripts::tick(w, keys, "me:1", 128, start + 1..=start + 2).await.unwrap();
+    let reply = scripts::tick(w, keys, "me:1", 128, start + 1..=start + 2, 1).await.unwrap();
     assert!(matches!(reply, TickReply::More { cursor, .. } if cursor == start + 2), "{reply:?}");
     let d = dump(&server, keys);
     assert_eq!(d["ready"], format!("expired@5 due@{}", (now_tick - 2) * TICK_MS));
@@ -595,7 +595,7 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     assert!(!d.contains_key("leased"), "{d:?}");
 
     // Given the rest, it catches up; the far task due soon enters its slot.
-    let reply = scripts::tick(w, keys, "me:1", 128, start + 3..=now_tick + 4).await.unwrap();
+    let reply = scripts::tick(w, keys, "me:1", 128, start + 3..=now_tick + 4, 1).await.unwrap();
     let TickReply::Done { cursor, made_ready, .. } = reply else { panic!("{reply:?}") };
     assert!(cursor >= now_tick, "{reply:?}");
     assert_eq!(made_ready, 1);
@@ -615,7 +615,7 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     server.command(&["DEL", &keys.ready()]);
     server.command(&["SET", &keys.cursor(), &(now_tick + 50).to_string()]);
     seed_far(&server, keys, "soon", (now_tick + 20) * TICK_MS);
-    scripts::tick(w, keys, "me:1", 128, now_tick + 51..=now_tick + 54).await.unwrap();
+    scripts::tick(w, keys, "me:1", 128, now_tick + 51..=now_tick + 54, 1).await.unwrap();
     let d = dump(&server, keys);
     assert!(!d.contains_key("ready"), "made ready {:?} early", d.get("ready"));
     assert!(d["far"].contains("soon@"), "{d:?}");
@@ -637,7 +637,7 @@ async fn the_next_ticks_tasks_wait_in_ready_and_a_claim_takes_each_once_due() {
     server.command(&["SET", &keys.cursor(), &now_tick.to_string()]);
     seed_waiting(&server, keys, "next", now_tick + 1);
     seed_waiting(&server, keys, "after", now_tick + 3);
-    let reply = scripts::tick(w, keys, "me:1", 128, now_tick + 1..=now_tick + 4).await.unwrap();
+    let reply = scripts::tick(w, keys, "me:1", 128, now_tick + 1..=now_tick + 4, 1).await.unwrap();
     let TickReply::Done { cursor, now_ms, .. } = reply else { panic!("{reply:?}") };
     assert_eq!(cursor, now_ms / TICK_MS + 1, "the cursor is a tick ahead of the clock");
     let due = (now_tick + 1) * TICK_MS;
@@ -657,10 +657,13 @@ async fn the_next_ticks_tasks_wait_in_ready_and_a_claim_takes_each_once_due() {
     let after = redis_now_ms(&server);
     if after < due {
         assert!(early.claimed.is_empty(), "claimed before its due time {due}: {:?}", early.claimed);
-        assert_eq!(early.claim_at, Some(due), "a claim that took nothing says when the first is due");
+        // In ms from the claim's reading of the clock, which came between `before` and `after`.
+        let told = |c: &scripts::ClaimReply| c.claim_in.map(|d| d.as_millis() as u64);
+        let within = |ms: Option<u64>| ms.is_some_and(|ms| ms >= due - after && ms <= due - before);
+        assert!(within(told(&early)), "a claim that took nothing says when the first is due: {:?}", told(&early));
         // One worker claims at a due time: another node is not told it; the first still is.
-        assert_eq!(other.claim_at, None, "two nodes told to claim at {due}");
-        assert_eq!(again.claim_at, Some(due), "the node told first is told again");
+        assert_eq!(other.claim_in, None, "two nodes told to claim at {due}");
+        assert!(within(told(&again)), "the node told first is told again: {:?}", told(&again));
     } else if before >= due {
         assert_eq!(early.claimed.len(), 1, "not claimed once due");
     }
@@ -671,7 +674,7 @@ async fn the_next_ticks_tasks_wait_in_ready_and_a_claim_takes_each_once_due() {
         let got = claim("c2").await;
         assert_eq!(got.claimed.len(), 1, "{got:?}");
         assert!(got.claimed[0].task.claimed_at >= crate::durable::time::from_unix_ms(due), "{got:?}");
-        assert_eq!(got.claim_at, None, "nothing else in ready: {got:?}");
+        assert_eq!(got.claim_in, None, "nothing else in ready: {got:?}");
     }
 }
 
@@ -735,13 +738,13 @@ async fn tick_hands_out_a_slot_entry_once_and_only_at_its_records_tick() {
         seed_waiting(&server, keys, k, t);
     }
     // A budget of 5 takes the first five entries: `twice` twice, `later`, `claimed`, `after0`.
-    let reply = scripts::tick(w, keys, "me:1", 5, t..=t + 4).await.unwrap();
+    let reply = scripts::tick(w, keys, "me:1", 5, t..=t + 4, 1).await.unwrap();
     assert!(matches!(reply, TickReply::More { cursor, .. } if cursor == t - 1), "{reply:?}");
     let d = dump(&server, keys);
     assert_eq!(d["ready"], format!("after0@{} twice@{}", t * TICK_MS, t * TICK_MS), "{d:?}");
     assert_eq!(d[&format!("slot:{}", t % SLOTS)], "after1 after2 again again", "{d:?}");
     assert_eq!(d["ring"], "4");
-    let reply = scripts::tick(w, keys, "me:1", 128, t..=now_tick + 4).await.unwrap();
+    let reply = scripts::tick(w, keys, "me:1", 128, t..=now_tick + 4, 1).await.unwrap();
     let TickReply::Done { cursor, made_ready, .. } = reply else { panic!("{reply:?}") };
     assert!(cursor >= now_tick, "{reply:?}");
     assert_eq!(made_ready, 3, "after1, after2 and again (once)");
@@ -1038,11 +1041,11 @@ async fn the_runs_that_end_go_in_the_history_and_nothing_else_does() {
     assert!(scripts::control::cancel_running(w, keys, "cancelled").await.unwrap());
     assert_eq!(scripts::ack(w, keys, &[ran("cancelled", 5, 1, 5_000, 11)], Window::Default).await.unwrap(), [false]);
     let c = cursor(&server, keys);
-    let reply = scripts::tick(w, keys, "no-leader", 100, c + 1..=c + SLOTS).await.unwrap();
+    let reply = scripts::tick(w, keys, "no-leader", 100, c + 1..=c + SLOTS, 1).await.unwrap();
     assert_eq!(reply, TickReply::Refused, "only a leader's tick requeues");
     let Bid::Won(token) = scripts::acquire(w, keys, "n1", 10_000).await.unwrap() else { panic!("no lead") };
     let now = redis_now_ms(&server);
-    scripts::tick(w, keys, &token, 100, c + 1..=now / TICK_MS + 1).await.unwrap();
+    scripts::tick(w, keys, &token, 100, c + 1..=now / TICK_MS + 1, 1).await.unwrap();
     let after = redis_now_ms(&server);
 
     let runs = history(&server, keys);

@@ -243,7 +243,7 @@ async fn upsert_makes_keeps_replaces_or_queues_behind_a_run_in_flight() {
     server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "t"]);
     server.command(&["SET", &keys.leader(), "me:1"]);
     let tick = redis_now_ms(&server) / 100;
-    scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2).await.unwrap();
+    scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2, 1).await.unwrap();
     let d = dump(&server, keys);
     let expired = format!("{}:1:0:0:-1:2:c{}:{SPEC}13:lease expiredold", now - 100, SPEC.len());
     assert!(d["tasks"].contains(&format!("e={expired}")) && d["tasks"].contains(&format!("t={expired}")), "{d:?}");
@@ -291,7 +291,7 @@ async fn a_spec_series_goes_on_after_its_last_attempt() {
     server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "expired"]);
     server.command(&["SET", &keys.leader(), "me:1"]);
     let tick = redis_now_ms(&server) / 100;
-    scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2).await.unwrap();
+    scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2, 1).await.unwrap();
     let record = server.command(&["HGET", &keys.tasks(), "expired"]).as_str().expect("the series ended").to_string();
     let next_due: u64 = record.split(':').next().unwrap().parse().unwrap();
     assert!(next_due >= now && next_due <= redis_now_ms(&server), "{record}");
@@ -336,7 +336,7 @@ async fn a_run_that_dies_hands_its_key_to_the_queued_series() {
     assert_eq!(scripts::fail(w, keys, &failed, "boom", Window::Default).await.unwrap(), Failed::Dead);
     server.command(&["SET", &keys.leader(), "me:1"]);
     let tick = redis_now_ms(&server) / 100;
-    scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2).await.unwrap();
+    scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2, 1).await.unwrap();
     let d = dump(&server, keys);
     for k in ["failed", "expired"] {
         assert!(d["tasks"].contains(&format!("{k}={new}")), "{k}: the queued series placed: {d:?}");

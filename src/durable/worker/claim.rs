@@ -38,6 +38,9 @@ const GATHER: Duration = Duration::from_millis(2);
 /// one worker of 4 handlers, Redis 7.0: 100,000 tasks over 10 s, p99 lateness 10.7 ms against
 /// 110 ms on the tick, Redis CPU a task 25.6 µs against 26.8; BENCHMARKS.md).
 const DUE_GAP: Duration = Duration::from_millis(5);
+/// A round trip to the store at least this long (ms) makes a claim for a due time go that much
+/// early (see `wait_for_wake`).
+const SLOW_LINK_MS: u64 = 20;
 
 /// How a claim loop is told to stop, to abandon its handlers, and tells that it claims; and the
 /// id of its worker's node, which its claims record.
@@ -76,7 +79,7 @@ pub(super) async fn claim_loop(
         let Some(call) = claims.wait_for_room().await else {
             break;
         };
-        let (acked, claimed, claim_at) = match claims.claim_and_ack(&call).await {
+        let (acked, claimed, claim_in) = match claims.claim_and_ack(&call).await {
             Ok(reply) => reply,
             Err(e) => {
                 claims.back_off(call, &e).await;
@@ -85,7 +88,7 @@ pub(super) async fn claim_loop(
         };
         let full = claims.hand_out(call, &acked, claimed).await;
         if !full {
-            claims.wait_for_wake(claim_at).await;
+            claims.wait_for_wake(claim_in).await;
         }
     }
     claims.finish().await;
@@ -214,7 +217,7 @@ impl<'a> ClaimLoop<'a> {
 
     /// Acknowledges what `call` carries and claims what it asks for, in one `claim.lua` call:
     /// whether each acknowledgement was taken, and the tasks claimed.
-    async fn claim_and_ack(&self, call: &Call) -> Result<(Vec<bool>, Vec<Claimed>, Option<u64>), Error> {
+    async fn claim_and_ack(&self, call: &Call) -> Result<(Vec<bool>, Vec<Claimed>, Option<Duration>), Error> {
         let claim = Claim {
             n: call.want,
             claim_id: &call.id,
@@ -223,8 +226,10 @@ impl<'a> ClaimLoop<'a> {
             node: &self.node,
             acks: &call.acks,
         };
+        let sent = tokio::time::Instant::now();
         let reply = scripts::claim_and_ack(self.wheel, self.keys, &claim, Window::Response).await?;
-        Ok((reply.acked, reply.claimed, reply.claim_at))
+        self.wheel.clock.note_round_trip(sent.elapsed());
+        Ok((reply.acked, reply.claimed, reply.claim_in))
     }
 
     /// After a failed claim: keeps it to make again, and pauses, longer after each failure in a
@@ -269,18 +274,26 @@ impl<'a> ClaimLoop<'a> {
         }
     }
 
-    /// Waits for a wake-up: nothing more is ready, or (`claim_at`, on the store's clock) the
+    /// Waits for a wake-up: nothing more is ready, or (`claim_in`, from the claim) the
     /// next task in `ready` is due then (the tick moves a tick's tasks there before it begins),
     /// or a rate limit holds tasks back until then, when the loop claims again.
     ///
-    /// A claim due within a tick is waited for here, on Tokio's timer, at least [`DUE_GAP`]
+    /// A claim due within a tick (and a round trip, on a slow link) is waited for here, on
+    /// Tokio's timer, at least [`DUE_GAP`]
     /// after the last (so that tasks due close together go out in one claim): Redis serves a
     /// `BLPOP`'s timeout only on its own timer, up to 100 ms late at its default `hz`. The next
     /// claim carries the acknowledgements. A longer wait blocks on `wake`; meanwhile no claim is
     /// coming to carry the acknowledgements, which the recorder then sends at once.
-    async fn wait_for_wake(&mut self, claim_at: Option<u64>) {
-        let until_room = claim_at.map(|at| Duration::from_millis(at.saturating_sub(self.wheel.clock.now_ms()) + 1));
-        if let Some(until) = until_room.filter(|until| *until <= self.wheel.cfg.tick()) {
+    async fn wait_for_wake(&mut self, claim_in: Option<Duration>) {
+        // Counted from the reply, which took the way back: the claim, which takes the way there,
+        // goes a round trip early on a slow link, to reach the store when due (one that arrives
+        // early takes nothing and is told again). On a fast one the reply's way is within
+        // DUE_GAP, and a claim a little early would cost a second.
+        let round_trip = self.wheel.clock.round_trip_ms();
+        let early = Duration::from_millis(if round_trip >= SLOW_LINK_MS { round_trip } else { 0 });
+        let until_room = claim_in.map(|d| d.saturating_sub(early) + Duration::from_millis(1));
+        // The tick moves tasks to `ready` a tick ahead, and a round trip more on a slow link.
+        if let Some(until) = until_room.filter(|until| *until <= self.wheel.cfg.tick() + early) {
             pause(&mut self.stop, until.max(DUE_GAP)).await;
             return;
         }

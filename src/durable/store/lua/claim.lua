@@ -43,7 +43,8 @@
   Output:
     {claimed ms (Redis's clock, when this claim first ran; '0' when it took nothing), the
     acknowledgements' answers (one digit per delivery, as ack.lua answers), when to claim again
-    (ms on the store's clock; '' for none), given when the claim took less than it asked for:
+    (in ms from this claim's reading of the store's clock; '' for none), given when the claim
+    took less than it asked for:
     the due time of the first task in `ready` not due yet (the tick moves a tick's tasks there
     before it begins: tick.lua), or when a rate limit has room for a task it holds back
     (limits.lua), whichever comes first; the
@@ -138,6 +139,12 @@ local function next_due(at)
   if due and (at == '' or tonumber(due) < tonumber(at)) then return due end
   return at
 end
+-- A time on the store's clock (ms, '' for none) as ms from this claim's reading of it: a node
+-- counts them from when the reply reaches it, whatever its own reading of the store's clock.
+local function from_now(at)
+  if at == '' then return '' end
+  return string.format('%d', math.max(0, tonumber(at) - down))
+end
 if #raw_limits() > 0 then
   unhold(now, 1000, LIMIT_HORIZON)
   limits = limits_of()
@@ -153,7 +160,7 @@ if limits then
   end
   if names then
     if #names == 0 then
-      out[3] = next_due(next_room(limits, now, LIMIT_HORIZON))
+      out[3] = from_now(next_due(next_room(limits, now, LIMIT_HORIZON)))
       return out
     end
     redis.call('ZREMRANGEBYRANK', READY, 0, #names - 1)
@@ -185,13 +192,13 @@ if limits and not names then
   end
   save_limits(limits, held_any)
   if #names == 0 then
-    out[3] = next_due(next_room(limits, now, LIMIT_HORIZON))
+    out[3] = from_now(next_due(next_room(limits, now, LIMIT_HORIZON)))
     return out
   end
 elseif not limits then
   names = redis.call('ZRANGEBYSCORE', READY, '-inf', due_by, 'LIMIT', 0, n)
   if #names == 0 then
-    out[3] = next_due('')
+    out[3] = from_now(next_due(''))
     return out
   end
   redis.call('ZREMRANGEBYRANK', READY, 0, #names - 1)
@@ -238,6 +245,7 @@ for j, k in ipairs(names) do
 end
 if limits then out[3] = next_room(limits, now, LIMIT_HORIZON) end
 if #names < n then out[3] = next_due(out[3]) end
+out[3] = from_now(out[3])
 if spaced then out[4] = table.concat(starts, ',', 1, m) end
 zadd_all(LEASED, leases)
 -- The new records: the answer's (key, record) pairs after its first four entries.

@@ -33,6 +33,9 @@
              no start or handler time, includes/history.lua)
     ARGV[12] '1': say when the next tick has work, for a leader that sleeps until then (a store
              in its own process, which tells that leader of every change); '0': do not look
+    ARGV[13] how many ticks the cursor runs ahead of the clock (at least 1, the default): one,
+             and as many more as the leader's round trip takes, so that a tick's tasks are in
+             `ready` before that tick begins even when the next tick call is a slow link away
   Output:
     {'refused'} if the token is not the leader's; else {'more' or 'done', cursor, Redis time in
     ms, tasks made ready, next}: with ARGV[12] '1' and 'done', `next` is the earliest time (ms)
@@ -66,6 +69,7 @@ local dead_max, dead_max_age = tonumber(ARGV[7]), tonumber(ARGV[8])
 local declared = declared_slots(FIXED_KEYS + 1, ARGV[9])
 local history = history_of(ARGV[10], ARGV[11])
 local say_next = ARGV[12] == '1'
+local ahead = math.max(tonumber(ARGV[13] or '1') or 1, 1)
 
 -- Leases that ran out: each task goes back to `ready`, or to the dead letters after its last
 -- try. Returns how many leases it looked at and how many tasks it made ready.
@@ -218,8 +222,9 @@ redis.call('PEXPIRE', LEADER, lease)
 
 local now = clock()
 local now_tick = math.floor(now / tick_ms)
--- The last tick whose tasks may wait in `ready`: the one after the clock's (see above).
-local ready_tick = now_tick + 1
+-- The last tick whose tasks may wait in `ready`: the one after the clock's (see above), or
+-- further on a slow link.
+local ready_tick = now_tick + ahead
 local cursor = tonumber(redis.call('GET', CURSOR) or now_tick)
 local work, ready = requeue_expired(now)
 trim_dead(now)
@@ -249,8 +254,11 @@ end
 -- When a tick next may have work: the next tick while the ring holds entries; else the earliest
 -- score among the far tier, the leases and (with an age limit) the dead letters' ends.
 local function next_work()
-  -- The cursor's tick is the one after the clock's: the next tick starts when the clock reaches it.
-  if still_held or tonumber(redis.call('GET', RING) or '0') > 0 then return tostring(math.max(cursor, now_tick + 1) * tick_ms) end
+  -- The cursor runs `ahead` ticks ahead of the clock: the next slot is due to move once the clock
+  -- has moved on by one.
+  if still_held or tonumber(redis.call('GET', RING) or '0') > 0 then
+    return tostring(math.max(cursor - ahead + 1, now_tick + 1) * tick_ms)
+  end
   local first, at = nil, ''
   local function consider(key, plus)
     local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -259,8 +267,8 @@ local function next_work()
       if not first or score < first then first, at = score, string.format('%d', math.ceil(score)) end
     end
   end
-  -- A far task moves to `ready` on the tick before its own.
-  consider(FAR, -tick_ms)
+  -- A far task moves to `ready` `ahead` ticks before its own.
+  consider(FAR, -ahead * tick_ms)
   consider(LEASED, 0)
   if dead_max_age > 0 then consider(DEAD, dead_max_age) end
   return at

@@ -78,13 +78,16 @@ pub(crate) enum TickReply {
 }
 
 /// One bounded call of the tick script under `token`: at most `budget` tasks, through the slots of
-/// `ticks` (those after the cursor, from the last reply) at most.
+/// `ticks` (those after the cursor, from the last reply) at most, with the cursor `ahead` ticks
+/// ahead of the clock (at least 1; more on a slow link, so that the tasks of the ticks before the
+/// next call arrives are in `ready` when they fall due).
 pub(crate) async fn tick(
     wheel: &WheelClient,
     keys: &WheelKeys,
     token: &str,
     budget: usize,
     ticks: std::ops::RangeInclusive<u64>,
+    ahead: u64,
 ) -> Result<TickReply, Error> {
     let mut inv = invoke(keys, &SCRIPTS.tick);
     let indices: Vec<u64> = ticks.take(wheel.cfg.slots as usize).map(|t| t % wheel.cfg.slots).collect();
@@ -100,7 +103,8 @@ pub(crate) async fn tick(
         .arg(slots)
         .arg(wheel.cfg.history_limit)
         .arg(wheel.cfg.history_age_ms)
-        .arg(if wheel.cfg.local { "1" } else { "0" });
+        .arg(if wheel.cfg.local { "1" } else { "0" })
+        .arg(ahead);
     let reply: Vec<String> = wheel.conn.call(&inv, Window::Response).await?;
     let number = |i: usize| reply.get(i).and_then(|n| n.parse().ok()).unwrap_or(0);
     if let Some(now_ms) = reply.get(2).and_then(|n| n.parse().ok()) {

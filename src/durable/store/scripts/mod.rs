@@ -41,6 +41,8 @@ pub(crate) use tasks::{
 };
 #[cfg(test)]
 pub(crate) use worker::claim;
+#[cfg(test)]
+pub(crate) use worker::ClaimReply;
 pub(crate) use worker::Failed;
 pub(crate) use worker::{ack, claim_and_ack, fail, renew, snooze, Ack, Claim, Claimed, Renewal};
 

@@ -116,10 +116,11 @@ pub(crate) struct ClaimReply {
     /// the task's, or an earlier attempt of this call acknowledged it).
     pub(crate) acked: Vec<bool>,
     pub(crate) claimed: Vec<Claimed>,
-    /// When to claim again (ms on the store's clock), for a claim that took less than it asked
-    /// for: the next task in `ready` falls due then, or a rate limit has room for a task it
-    /// holds back, whichever is first. The worker claims then rather than waiting for a wake-up.
-    pub(crate) claim_at: Option<u64>,
+    /// When to claim again, counted from the claim's reading of the store's clock, for a claim
+    /// that took less than it asked for: the next task in `ready` falls due then, or a rate
+    /// limit has room for a task it holds back, whichever is first. The worker claims then
+    /// (counting from when the reply reached it) rather than waiting for a wake-up.
+    pub(crate) claim_in: Option<std::time::Duration>,
 }
 
 /// Acknowledges `call.acks` and claims up to `call.n` ready tasks in one call.
@@ -158,7 +159,8 @@ pub(crate) async fn claim_and_ack(
         wheel.clock.learn(claimed_ms);
     }
     let claimed_at = from_unix_ms(claimed_ms);
-    let claim_at = flat.get(2).filter(|hint| !hint.is_empty()).map(|hint| number(hint));
+    let claim_in =
+        flat.get(2).filter(|hint| !hint.is_empty()).map(|hint| std::time::Duration::from_millis(number(hint)));
     let mut starts = flat.get(3).filter(|s| !s.is_empty()).map(|s| s.split(|&b| b == b',').map(number));
     let tasks = flat.get(4..).unwrap_or_default().chunks_exact(2);
     let claimed = tasks
@@ -167,7 +169,7 @@ pub(crate) async fn claim_and_ack(
             Some(Claimed { start_at_ms: start, ..claimed_task(&t[0], &t[1], claimed_at)? })
         })
         .collect();
-    Ok(ClaimReply { acked: digits(acked), claimed, claim_at })
+    Ok(ClaimReply { acked: digits(acked), claimed, claim_in })
 }
 
 /// A claimed task from its key and its record as `claim.lua` answers it ([`Record`]); `None`

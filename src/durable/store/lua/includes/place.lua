@@ -1,10 +1,10 @@
 -- Where a task due at `due` ms waits, by its tick `t`: `ready` when Redis's clock (`now_tick`,
--- rounded down) has reached the tick before (the cursor runs that far ahead: tick.lua; `claim.lua`
--- hands a ready task out once it is due, and its slot, if the cursor has not passed it, has no
--- entry for it); its ring slot when `t` is within the
--- revolution after the cursor and the caller declared that slot's key; the far tier otherwise
--- (beyond the revolution, a slot not declared, or a tick the cursor passed but the clock has
--- not: the clock stepped back, and the slot would belong to the next revolution). Entries are
+-- rounded down) has reached the tick before, or the cursor has passed it (the cursor runs a tick
+-- ahead of the clock, more on a slow link: tick.lua; `claim.lua` hands a ready task out once it
+-- is due, and its slot, if the cursor has not passed it, has no entry for it; after the clock
+-- stepped back, a task the cursor passed waits there until due too); its ring slot when `t` is
+-- within the revolution after the cursor and the caller declared that slot's key; the far tier
+-- otherwise (beyond the revolution, or a slot not declared). Entries are
 -- gathered in `batch` and written by `flush`: one ZADD for `ready`, one for the far tier and one
 -- RPUSH per slot, whatever the number of tasks (a slot's first entry is kept as a string, and
 -- only a second makes a list of them). Except with `new_batch(own_slots)` true, which a caller
@@ -26,7 +26,7 @@ local function place(k, due, w, batch, dues)
   local cursor = w.cursor
   local t = due_tick(due, w.tick_ms)
   local list
-  if t <= w.now_tick + 1 then
+  if t <= w.now_tick + 1 or t <= cursor then
     list = batch.ready
   else
     local sk = t > cursor and t <= cursor + w.slots and w.declared[t % w.slots]
