@@ -12,6 +12,7 @@
 //!          --tick-ms=MS --slots=S (tokio-timewheel's wheel; 100 ms and 36,000 by default)
 //!          --history=on|off (tokio-timewheel's history of finished runs: the default bounds, or none)
 //!          --flavor=multi|current (the Rust implementations' Tokio runtime: two workers, the default, or one thread)
+//!          --chasquimq=tuned (ChasquiMQ as its own benchmarks run it, rows `chasquimq-tuned`: durable/chasquimq.rs)
 //!          --driver=spawned|blocking (the workload's calls in a task of the runtime, as a service's handlers make
 //!          them, the default; or on the thread that blocks on the runtime, as before `f38074e`)
 //!          --report-from=A.jsonl[,B.jsonl] (report earlier runs together instead of measuring; pass the --n,
@@ -410,7 +411,7 @@ fn run_one(
                     Impl::Chasquimq => chasquimq::d3(&server, inputs).await,
                 }
             });
-            emit(rows, imp.name(), "D3", n, &fields);
+            emit(rows, row_name(imp), "D3", n, &fields);
         }
         Workload::D7 => {
             let fields = measure(|server| async move {
@@ -422,7 +423,7 @@ fn run_one(
                     Impl::Chasquimq => chasquimq::d7(&server, inputs).await,
                 }
             });
-            emit(rows, imp.name(), "D7", n, &fields);
+            emit(rows, row_name(imp), "D7", n, &fields);
         }
         Workload::D5 => {
             let mut fields = measure(|server| async move {
@@ -444,6 +445,15 @@ fn run_one(
             }
             emit(rows, imp.name(), "D5", n, &fields);
         }
+    }
+}
+
+/// The name of `imp`'s rows in this run (ChasquiMQ's say which configuration ran).
+fn row_name(imp: Impl) -> &'static str {
+    if imp == Impl::Chasquimq {
+        chasquimq::row_name()
+    } else {
+        imp.name()
     }
 }
 

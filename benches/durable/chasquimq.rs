@@ -22,6 +22,12 @@
 //! flight (no batch call takes a due time per job); D7 adds the jobs due now through `add_in_bulk_with_ids` with
 //! no delay (pipelined `XADD`s of 1,024). Lateness on the client's clock (due = the time just before the add +
 //! delay); done = the stream and the delayed set empty (`XACKDEL` deletes the entry it acknowledges).
+//!
+//! `--chasquimq=tuned` runs it instead as its own benchmarks do (the configuration issue 48 measured), its
+//! rows named `chasquimq-tuned`: `ConsumerConfig` with reads of 256 (`batch`), acknowledgements flushed after
+//! 2 ms idle (`ack_idle_ms`), `block_ms` 100, the events stream off, and its delayed path promoting 1,024 due
+//! jobs a poll (`delayed_promote_batch`); D7's jobs are added with a 1 s delay, so that they go through its
+//! delayed set, and the consumers start once the last is due (the clock starts then).
 
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -37,6 +43,36 @@ use crate::server::{self, RedisServer};
 use crate::Fields;
 
 const QUEUE: &str = "bench";
+
+/// Whether this run drives ChasquiMQ as its own benchmarks do (`--chasquimq=tuned`; see above).
+pub fn tuned() -> bool {
+    std::env::args().any(|a| a == "--chasquimq=tuned")
+}
+
+/// The name of ChasquiMQ's rows in this run.
+pub fn row_name() -> &'static str {
+    if tuned() {
+        "chasquimq-tuned"
+    } else {
+        "chasquimq"
+    }
+}
+
+/// The consumer's configuration: `ConsumerConfig`'s defaults, or its own benchmarks' (see above).
+fn consumer_config() -> ConsumerConfig {
+    let base = ConsumerConfig { queue_name: QUEUE.into(), concurrency: concurrency(), ..Default::default() };
+    if !tuned() {
+        return base;
+    }
+    ConsumerConfig {
+        batch: 256,
+        ack_idle_ms: 2,
+        block_ms: 100,
+        events_enabled: false,
+        delayed_promote_batch: 1024,
+        ..base
+    }
+}
 
 async fn producer(server: &RedisServer) -> Producer<String> {
     let config = ProducerConfig { queue_name: QUEUE.into(), ..Default::default() };
@@ -118,8 +154,7 @@ fn start_workers(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     (0..workers())
         .map(|w| {
-            let config = ConsumerConfig { queue_name: QUEUE.into(), concurrency: concurrency(), ..Default::default() };
-            let consumer = Consumer::<String>::new(server.url(), config);
+            let consumer = Consumer::<String>::new(server.url(), consumer_config());
             let (shared, stop) = (shared.clone(), stop.clone());
             tokio::spawn(async move {
                 let handler = move |job: chasquimq::Job<String>| {
@@ -207,10 +242,13 @@ pub async fn d3(server: &RedisServer, inputs: &Inputs) -> Fields {
 pub async fn d7(server: &RedisServer, inputs: &Inputs) -> Fields {
     let producer = producer(server).await;
     let n = inputs.n;
+    // Tuned: through its delayed set, every job due by the time the consumers start.
+    let delay = if tuned() { Duration::from_secs(1) } else { Duration::ZERO };
     for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
         let items = chunk.iter().map(|&i| (inputs.keys[i].clone(), PAYLOAD.to_string())).collect();
-        producer.add_in_bulk_with_ids(Duration::ZERO, items).await.expect("chasquimq add_in_bulk_with_ids");
+        producer.add_in_bulk_with_ids(delay, items).await.expect("chasquimq add_in_bulk_with_ids");
     }
+    tokio::time::sleep(delay).await;
     let shared = shared(n);
     let token = CancellationToken::new();
     let work = server::Work::read(server);
