@@ -240,7 +240,9 @@ async fn tick(wheel: &WheelClient, part: &Partition, token: &str) -> Result<Roun
         let last = (now_ms / tick_ms).max(cursor) + LOOKAHEAD_TICKS + travel;
         let ticks = cursor + 1..=last.min(cursor + MAX_STEP_SLOTS);
         let sent = Instant::now();
-        let reply = scripts::tick(wheel, &part.keys, token, TICK_BUDGET, ticks, 1 + travel).await?;
+        // Ahead by a tick more than the round trip: a tick's tasks are in `ready` a whole tick
+        // before it begins, whenever in the tick the call lands.
+        let reply = scripts::tick(wheel, &part.keys, token, TICK_BUDGET, ticks, 1 + travel.max(1)).await?;
         wheel.clock.note_round_trip(sent.elapsed());
         match reply {
             TickReply::More { cursor: c, now_ms: n } => (cursor, now_ms) = (c, n),

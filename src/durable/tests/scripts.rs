@@ -678,6 +678,51 @@ async fn the_next_ticks_tasks_wait_in_ready_and_a_claim_takes_each_once_due() {
     }
 }
 
+/// A task due in `ready` that nobody claimed (the worker told its time stopped or died, or is
+/// busy): each tick wakes an idle worker for it, so it is at most a tick late. One not yet due
+/// wakes nobody.
+#[tokio::test]
+async fn a_tick_wakes_a_worker_for_a_due_task_nobody_claimed() {
+    let Some((server, timers)) = wheel("s-unclaimed").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    server.command(&["SET", &keys.leader(), "me:1"]);
+    let now = redis_now_ms(&server);
+    server.command(&["SET", &keys.cursor(), &(now / TICK_MS + 1).to_string()]);
+    seed_ready(&server, keys, "later", now + 60_000, "x");
+    let tick = |from: u64| scripts::tick(w, keys, "me:1", 128, from + 1..=from + 4, 1);
+    tick(now / TICK_MS + 1).await.unwrap();
+    assert!(!dump(&server, keys).contains_key("wake"), "woken for a task not due yet");
+    seed_ready(&server, keys, "due", now - 10, "x");
+    tick(now / TICK_MS + 1).await.unwrap();
+    assert_eq!(dump(&server, keys)["wake"], "1", "no wake-up for a due task nobody claimed");
+}
+
+/// A worker told the next due time that then fills up (its claim takes all it asked for) may be
+/// busy at that time: it forgets it was told, and the next worker to claim is told instead.
+#[tokio::test]
+async fn a_full_claim_hands_the_next_due_time_on() {
+    let Some((server, timers)) = wheel("s-told").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    let now = redis_now_ms(&server);
+    let later = now + 60_000;
+    seed_ready(&server, keys, "later", later, "x");
+    let claim = |id: &'static str, node: &'static str, n: usize| {
+        let call = Claim { n, claim_id: id, replay_only: false, previous: "", node, acks: &[] };
+        async move { scripts::claim_and_ack(w, keys, &call, Window::Response).await.unwrap() }
+    };
+    let told = |c: &scripts::ClaimReply| c.claim_in.is_some();
+    assert!(told(&claim("c1", "a", 4).await), "the first node to ask is told");
+    assert!(!told(&claim("c2", "b", 4).await), "a second node is told too");
+    seed_ready(&server, keys, "d1", now - 20, "x");
+    seed_ready(&server, keys, "d2", now - 10, "x");
+    assert_eq!(claim("c3", "a", 1).await.claimed.len(), 1, "a full claim");
+    let next = server.command(&["HGET", &keys.meta(), "next_claim"]);
+    assert!(next.as_str().is_none(), "a node that filled up is still told: {next:?}");
+    let got = claim("c4", "b", 4).await;
+    assert_eq!(got.claimed.len(), 1);
+    assert!(told(&got), "the next node to claim is not told");
+}
+
 #[tokio::test]
 async fn acquire_and_release_fence_the_leadership() {
     let Some((server, timers)) = wheel("s-lead").await else { return };

@@ -122,8 +122,9 @@ local due_by = string.format('%d', down)
 -- ahead), for a claim that took less than it asked for; or `at` if sooner. One worker claims at
 -- a due time, the first told of it (META's `next_claim`: its node and the time); the others are
 -- told nothing and wait for a wake-up: that worker's claim passes one on when it takes all it
--- asks for, and the tick's when it makes tasks ready (so a worker that died or is busy delays
--- the task by a tick at most, as before due times were claimed).
+-- asks for (and forgets it was told), and the tick's, when it makes tasks ready or finds one due
+-- and unclaimed (so a worker that stopped, died or is busy delays the task by a tick at most, as
+-- before due times were claimed).
 local function next_due(at)
   local head = redis.call('ZRANGEBYSCORE', READY, '(' .. due_by, string.format('(%d', HOLD), 'LIMIT', 0, 1, 'WITHSCORES')
   local due = head[2]
@@ -259,6 +260,11 @@ end
 redis.call('HINCRBY', META, 'handed_out', m)
 figures.h = m
 count_figures(figures, now)
-if #names == n and redis.call('LLEN', WAKE) == 0 then redis.call('LPUSH', WAKE, 1) end
+if #names == n then
+  -- Full, this worker may be busy at the time it was told: whoever claims next is told it instead.
+  local told = redis.call('HGET', META, 'next_claim')
+  if told and string.sub(told, 1, #node + 1) == node .. ' ' then redis.call('HDEL', META, 'next_claim') end
+  if redis.call('LLEN', WAKE) == 0 then redis.call('LPUSH', WAKE, 1) end
+end
 if m == 0 then out[1] = '0' end
 return out

@@ -247,10 +247,13 @@ end
 -- The tasks a limit held back that it now has room for (limits.lua).
 local unheld, still_held = unhold(now, math.max(budget - work, 1), 0)
 ready = ready + unheld
-if ready > 0 then
-  keep_skiplist(READY)
-  wake()
-end
+-- A task in `ready` that is due and still unclaimed: the worker told its time (claim.lua's
+-- `next_claim`) stopped, died or is busy, or a wake-up was lost. Waking one idle worker each tick
+-- keeps such a task at most a tick late.
+local due_unclaimed = ready == 0
+  and #redis.call('ZRANGEBYSCORE', READY, '-inf', string.format('%d', now), 'LIMIT', 0, 1) > 0
+if ready > 0 then keep_skiplist(READY) end
+if ready > 0 or due_unclaimed then wake() end
 -- When a tick next may have work: the next tick while the ring holds entries; else the earliest
 -- score among the far tier, the leases and (with an age limit) the dead letters' ends.
 local function next_work()
@@ -269,6 +272,13 @@ local function next_work()
   end
   -- A far task moves to `ready` `ahead` ticks before its own.
   consider(FAR, -ahead * tick_ms)
+  -- The first task in `ready` not due yet (not one a limit holds): the tick after it falls due
+  -- wakes a worker if none claimed it (above).
+  local head = redis.call('ZRANGEBYSCORE', READY, '(' .. string.format('%d', now), string.format('(%d', HOLD), 'WITHSCORES', 'LIMIT', 0, 1)
+  if head[2] then
+    local score = tonumber(head[2])
+    if not first or score < first then first, at = score, string.format('%d', score) end
+  end
   consider(LEASED, 0)
   if dead_max_age > 0 then consider(DEAD, dead_max_age) end
   return at
