@@ -159,8 +159,9 @@ async fn the_history_is_trimmed_by_count() {
     let worker = timers.run(handler());
     worker.ready().await;
     for chunk in keys_of("run", N).chunks(100) {
-        schedule_now(&timers, chunk).await;
+        // Read before scheduling: a task due now may be acknowledged before the schedule returns.
         let done = timers.stats().await.unwrap().acked + chunk.len() as u64;
+        schedule_now(&timers, chunk).await;
         stats_until(&timers, "acknowledged", |s| s.acked == done).await;
     }
     schedule_now(&timers, &["last".to_string()]).await;
