@@ -123,8 +123,8 @@ local due_by = string.format('%d', down)
 -- a due time, the first told of it (META's `next_claim`: its node and the time); the others are
 -- told nothing and wait for a wake-up: that worker's claim passes one on when it takes all it
 -- asks for (and forgets it was told), and the tick's, when it makes tasks ready or finds one due
--- and unclaimed (so a worker that stopped, died or is busy delays the task by a tick at most, as
--- before due times were claimed).
+-- for over a tick and unclaimed (so a worker that stopped, died or is busy delays the task by two
+-- ticks at most).
 local function next_due(at)
   local head = redis.call('ZRANGEBYSCORE', READY, '(' .. due_by, string.format('(%d', HOLD), 'LIMIT', 0, 1, 'WITHSCORES')
   local due = head[2]

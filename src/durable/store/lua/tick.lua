@@ -247,11 +247,12 @@ end
 -- The tasks a limit held back that it now has room for (limits.lua).
 local unheld, still_held = unhold(now, math.max(budget - work, 1), 0)
 ready = ready + unheld
--- A task in `ready` that is due and still unclaimed: the worker told its time (claim.lua's
--- `next_claim`) stopped, died or is busy, or a wake-up was lost. Waking one idle worker each tick
--- keeps such a task at most a tick late.
+-- A task in `ready` due for over a tick and still unclaimed: the worker told its time (claim.lua's
+-- `next_claim`) stopped, died or is busy, or a wake-up was lost. Waking one idle worker then keeps
+-- such a task at most two ticks late (a task claimed on time is claimed within milliseconds, so
+-- this wakes nobody while workers keep up, however often the tick runs).
 local due_unclaimed = ready == 0
-  and #redis.call('ZRANGEBYSCORE', READY, '-inf', string.format('%d', now), 'LIMIT', 0, 1) > 0
+  and #redis.call('ZRANGEBYSCORE', READY, '-inf', string.format('%d', now - tick_ms), 'LIMIT', 0, 1) > 0
 if ready > 0 then keep_skiplist(READY) end
 if ready > 0 or due_unclaimed then wake() end
 -- When a tick next may have work: the next tick while the ring holds entries; else the earliest
