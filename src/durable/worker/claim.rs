@@ -34,9 +34,8 @@ const MAX_CLAIM: usize = 64;
 /// nothing ahead of them.
 const GATHER: Duration = Duration::from_millis(2);
 /// The least time between two claims made for a due time (the next task in `ready` falling due):
-/// tasks due within it go out in one claim. It bounds what claiming at due times costs (D3 with
-/// one worker of 4 handlers, Redis 7.0: 100,000 tasks over 10 s, p99 lateness 10.7 ms against
-/// 110 ms on the tick, Redis CPU a task 25.6 µs against 26.8; BENCHMARKS.md).
+/// tasks due within it go out in one claim. It bounds what claiming at due times costs, and
+/// trades lateness for the store's CPU (BENCHMARKS.md, "Due-time claims", has the curve).
 const DUE_GAP: Duration = Duration::from_millis(5);
 /// A round trip to the store at least this long (ms) makes a claim for a due time go that much
 /// early (see `wait_for_wake`).

@@ -1,6 +1,6 @@
 --[[ Acknowledges what a worker's handlers finished (as ack.lua does), then claims up to n ready
-  tasks due by Redis's clock (rounded down: never early), oldest due first, for the worker: each is leased until Redis's now + lease, gets a fresh
-  claim token and one more delivery. One call a cycle: what finished goes out on the call that
+  tasks due by Redis's clock (rounded down: never early), oldest due first, for the worker: each
+  is leased until Redis's now + lease, gets a fresh claim token and one more delivery. One call a cycle: what finished goes out on the call that
   fetches what comes next.
 
   Safe to retry: the acknowledgements are refused once done (a refusal changes nothing), and the
