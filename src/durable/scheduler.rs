@@ -677,7 +677,7 @@ impl DurableScheduler {
         let part = self.wheel.partition_of(key).index;
         match request_id {
             // A test's own request id: its call goes alone, under that id.
-            Some(id) => coalesce::schedule_batch(&self.wheel, part, Some(id), &[task]).await.remove(0),
+            Some(id) => coalesce::schedule_batch(&self.wheel, part, Some(id), &[task], None).await.remove(0),
             None => self.calls.schedule(part, task).await,
         }
     }

@@ -71,7 +71,7 @@ pub(crate) async fn cancel_many(wheel: &WheelClient, keys: Vec<String>) -> Resul
     for (part, places) in by_partition.into_iter().enumerate() {
         for chunk in places.chunks(CANCEL_BATCH) {
             let chunk_keys: Vec<&str> = chunk.iter().map(|&i| keys[i].as_str()).collect();
-            for (&i, answer) in chunk.iter().zip(cancel_batch(wheel, part, &chunk_keys).await) {
+            for (&i, answer) in chunk.iter().zip(cancel_batch(wheel, part, &chunk_keys, None).await) {
                 out[i] = answer?;
             }
         }
@@ -87,7 +87,7 @@ type Duplicates = Vec<(usize, String)>;
 /// in the caller's results); a Redis failure is the whole batch's.
 async fn send_batch(wheel: Arc<WheelClient>, part: usize, batch: Vec<(usize, NewTask)>) -> Result<Duplicates, Error> {
     let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = batch.into_iter().unzip();
-    let outcomes = schedule_batch(&wheel, part, None, &tasks).await;
+    let outcomes = schedule_batch(&wheel, part, None, &tasks, None).await;
     let mut duplicates = Vec::new();
     for ((index, task), outcome) in indexes.into_iter().zip(tasks).zip(outcomes) {
         match outcome {

@@ -13,6 +13,8 @@ mod queue;
 
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
 pub(crate) use many::{cancel_many, schedule_many};
 use queue::{Answers, Bounds, Coalescer, SendBatch};
 
@@ -50,14 +52,14 @@ impl Calls {
     /// none running.
     pub(crate) fn new(wheel: &Arc<WheelClient>) -> Self {
         Calls {
-            schedule: per_partition(wheel, SCHEDULE_BATCH, BATCH_BYTES, |w, part, tasks| async move {
-                schedule_batch(&w, part, None, &tasks).await
+            schedule: per_partition(wheel, SCHEDULE_BATCH, BATCH_BYTES, |w, part, tasks, first| async move {
+                schedule_batch(&w, part, None, &tasks, Some(first)).await
             }),
-            cancel: per_partition(wheel, CANCEL_BATCH, BATCH_BYTES, |w, part, keys| async move {
-                cancel_batch(&w, part, &keys).await
+            cancel: per_partition(wheel, CANCEL_BATCH, BATCH_BYTES, |w, part, keys, first| async move {
+                cancel_batch(&w, part, &keys, Some(first)).await
             }),
-            reschedule: per_partition(wheel, RESCHEDULE_BATCH, BATCH_BYTES, |w, part, moves| async move {
-                reschedule_batch(&w, part, &moves).await
+            reschedule: per_partition(wheel, RESCHEDULE_BATCH, BATCH_BYTES, |w, part, moves, first| async move {
+                reschedule_batch(&w, part, &moves, first).await
             }),
         }
     }
@@ -87,33 +89,38 @@ fn per_partition<I, A, F, Fut>(wheel: &Arc<WheelClient>, items: usize, bytes: us
 where
     I: Send + 'static,
     A: Send + 'static,
-    F: Fn(Arc<WheelClient>, usize, Vec<I>) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Arc<WheelClient>, usize, Vec<I>, Instant) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Answers<A>> + Send + 'static,
 {
     let bounds = Bounds { items, bytes, in_flight: IN_FLIGHT };
     (0..wheel.partitions.len())
         .map(|part| {
             let (wheel, send) = (wheel.clone(), send.clone());
-            let send: SendBatch<I, A> = Box::new(move |batch| Box::pin(send(wheel.clone(), part, batch)));
+            let send: SendBatch<I, A> = Box::new(move |batch, first| Box::pin(send(wheel.clone(), part, batch, first)));
             Coalescer::new(bounds, send)
         })
         .collect()
 }
 
 /// One `schedule.lua` call for `tasks` (all of partition `part`, under `request_id` or a new
-/// one), then the wait for the
-/// replicas if it wrote anything. Each task's outcome: `Ok`, its `DuplicateKey`, or the error
-/// of the call (every task's) or of the replication (every task written).
+/// one), then the wait for the replicas if it wrote anything. Each task's outcome: `Ok`, its
+/// `DuplicateKey`, or the error of the call (every task's) or of the replication (every task
+/// written). With `first` (when the batch's first call was made), the call gives up its
+/// retries counting from then, not from now (see [`SharedConn::by_deadline_of`]).
+///
+/// [`SharedConn::by_deadline_of`]: super::store::shared_conn::SharedConn::by_deadline_of
 pub(crate) async fn schedule_batch(
     wheel: &WheelClient,
     part: usize,
     request_id: Option<&str>,
     tasks: &[NewTask],
+    first: Option<Instant>,
 ) -> Answers<()> {
     let keys = &wheel.partitions[part].keys;
     // One id per call, kept by its retries: a retry whose first attempt landed gets its answer.
     let request_id = request_id.map_or_else(|| wheel.ids.next(), str::to_string);
-    let outcomes = match scripts::schedule(wheel, keys, &request_id, tasks, false, None).await {
+    let call = scripts::schedule(wheel, keys, &request_id, tasks, false, None);
+    let outcomes = match wheel.conn.by_deadline_of(first, call).await {
         Ok(outcomes) => outcomes,
         Err(e) => return vec![Err(e); tasks.len()],
     };
@@ -141,12 +148,20 @@ pub(crate) async fn schedule_batch(
 
 /// One `cancel.lua` call for `task_keys` (all of partition `part`), then the wait for the
 /// replicas if it cancelled anything. Each key's answer: whether this call cancelled it, or the
-/// error of the call (every key's) or of the replication (every key cancelled).
-pub(crate) async fn cancel_batch(wheel: &WheelClient, part: usize, task_keys: &[impl AsRef<str>]) -> Answers<bool> {
+/// error of the call (every key's) or of the replication (every key cancelled). `first`: as
+/// [`schedule_batch`]'s.
+pub(crate) async fn cancel_batch(
+    wheel: &WheelClient,
+    part: usize,
+    task_keys: &[impl AsRef<str>],
+    first: Option<Instant>,
+) -> Answers<bool> {
     let keys = &wheel.partitions[part].keys;
     // One id per call, kept by its retries: a retry whose first attempt landed still answers
     // true (see `store/lua/cancel.lua`).
-    let answers = match scripts::cancel(wheel, keys, &wheel.ids.next(), task_keys).await {
+    let cancel_id = wheel.ids.next();
+    let call = scripts::cancel(wheel, keys, &cancel_id, task_keys);
+    let answers = match wheel.conn.by_deadline_of(first, call).await {
         Ok(answers) => answers,
         Err(e) => return vec![Err(e); task_keys.len()],
     };
@@ -168,10 +183,10 @@ pub(crate) async fn cancel_batch(wheel: &WheelClient, part: usize, task_keys: &[
 /// One `reschedule.lua` call for `moves` (all of partition `part`), then the wait for the
 /// replicas if it moved anything. Each move's outcome: `Ok`, `NotFound` (no task waiting or
 /// ready under the key), or the error of the call (every move's) or of the replication (every
-/// move made).
-async fn reschedule_batch(wheel: &WheelClient, part: usize, moves: &[(String, When)]) -> Answers<()> {
+/// move made). `first`: when the batch's first call was made, as [`schedule_batch`]'s.
+async fn reschedule_batch(wheel: &WheelClient, part: usize, moves: &[(String, When)], first: Instant) -> Answers<()> {
     let keys = &wheel.partitions[part].keys;
-    let answers = match scripts::reschedule(wheel, keys, moves).await {
+    let answers = match wheel.conn.by_deadline_of(Some(first), scripts::reschedule(wheel, keys, moves)).await {
         Ok(answers) => answers,
         Err(e) => return vec![Err(e); moves.len()],
     };

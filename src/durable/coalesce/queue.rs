@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::error::RedisFailure;
 use crate::Error;
@@ -21,9 +22,10 @@ use crate::Error;
 /// What one script call of a batch came to: one result per item, in the items' order.
 pub(crate) type Answers<A> = Vec<Result<A, Error>>;
 
-/// Sends one batch (never empty) and answers for each of its items. A failure of the whole
-/// call is every item's error.
-pub(crate) type SendBatch<I, A> = Box<dyn Fn(Vec<I>) -> Pin<Box<dyn Future<Output = Answers<A>> + Send>> + Send + Sync>;
+/// Sends one batch (never empty), whose first call was made at the given instant, and answers
+/// for each of its items. A failure of the whole call is every item's error.
+pub(crate) type SendBatch<I, A> =
+    Box<dyn Fn(Vec<I>, Instant) -> Pin<Box<dyn Future<Output = Answers<A>> + Send>> + Send + Sync>;
 
 /// How large a batch may grow, and how many go at once.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +61,9 @@ struct Queue<I, A> {
 struct Waiting<I, A> {
     item: I,
     bytes: usize,
+    /// When the call was made: a batch's calls give up counting from its first one's, so a call
+    /// that waited in the queue behind batches on the wire has no longer for it.
+    since: Instant,
     /// Its caller's end; closed when the caller has gone.
     reply: oneshot::Sender<Result<A, Error>>,
 }
@@ -80,7 +85,7 @@ impl<I: Send + 'static, A: Send + 'static> Coalescer<I, A> {
         let (reply, answer) = oneshot::channel();
         let start = {
             let mut queue = self.shared.lock();
-            queue.waiting.push_back(Waiting { item, bytes, reply });
+            queue.waiting.push_back(Waiting { item, bytes, since: Instant::now(), reply });
             let start = queue.senders < self.shared.bounds.in_flight;
             if start {
                 queue.senders += 1;
@@ -146,9 +151,10 @@ async fn send_batches<I, A>(shared: Arc<State<I, A>>) {
             }
             batch
         };
+        let first = batch.iter().map(|w| w.since).min().unwrap_or_else(Instant::now);
         let (items, replies): (Vec<I>, Vec<_>) = batch.into_iter().map(|w| (w.item, w.reply)).unzip();
         let count = items.len();
-        let answers = (shared.send)(items).await;
+        let answers = (shared.send)(items, first).await;
         debug_assert_eq!(answers.len(), count, "a batch of {count} got {} answers", answers.len());
         let mut answers = answers.into_iter();
         for reply in replies {
@@ -193,6 +199,7 @@ fn sender_gone() -> Error {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
     use tokio::sync::Notify;
 
     /// A coalescer whose batches are recorded and answered (each item doubled) only when `go`
@@ -200,17 +207,21 @@ mod tests {
     struct Fake {
         coalescer: Coalescer<u32, u32>,
         batches: Arc<Mutex<Vec<Vec<u32>>>>,
+        /// Each batch's instant of its first call, as the sender was given it.
+        firsts: Arc<Mutex<Vec<Instant>>>,
         on_wire: Arc<AtomicUsize>,
         go: Arc<Notify>,
     }
 
     fn fake(bounds: Bounds) -> Fake {
         let batches: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
+        let firsts: Arc<Mutex<Vec<Instant>>> = Arc::default();
         let on_wire = Arc::new(AtomicUsize::new(0));
         let go = Arc::new(Notify::new());
-        let (b, w, g) = (batches.clone(), on_wire.clone(), go.clone());
-        let send: SendBatch<u32, u32> = Box::new(move |items: Vec<u32>| {
+        let (b, f, w, g) = (batches.clone(), firsts.clone(), on_wire.clone(), go.clone());
+        let send: SendBatch<u32, u32> = Box::new(move |items: Vec<u32>, first| {
             let (b, w, g) = (b.clone(), w.clone(), g.clone());
+            f.lock().unwrap().push(first);
             Box::pin(async move {
                 b.lock().unwrap().push(items.clone());
                 w.fetch_add(1, Ordering::SeqCst);
@@ -219,7 +230,7 @@ mod tests {
                 items.into_iter().map(|i| if i == 13 { Err(Error::NotFound) } else { Ok(i * 2) }).collect()
             })
         });
-        Fake { coalescer: Coalescer::new(bounds, send), batches, on_wire, go }
+        Fake { coalescer: Coalescer::new(bounds, send), batches, firsts, on_wire, go }
     }
 
     const ONE: Bounds = Bounds { items: 4, bytes: 100, in_flight: 1 };
@@ -260,6 +271,30 @@ mod tests {
         }
         assert_eq!(f.batches.lock().unwrap()[2], [6, 7]);
         assert_eq!(f.coalescer.shared.lock().senders, 0, "the sender did not end with the queue empty");
+    }
+
+    /// A batch is sent with the instant its first call was made, not the instant it went: the
+    /// calls that waited behind a batch on the wire give up counting from when they were made.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_goes_with_the_instant_of_its_first_call() {
+        let f = Arc::new(fake(ONE));
+        let start = Instant::now();
+        let first = call(&f, 1, 1);
+        settle().await;
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let second = call(&f, 2, 1);
+        settle().await;
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let third = call(&f, 3, 1);
+        settle().await;
+        tokio::time::advance(Duration::from_millis(300)).await;
+        f.go.notify_one();
+        settle().await;
+        f.go.notify_one();
+        assert_eq!(answers_of(vec![first, second, third]).await, [Ok(2), Ok(4), Ok(6)]);
+        assert_eq!(*f.batches.lock().unwrap(), [vec![1], vec![2, 3]]);
+        let firsts: Vec<Duration> = f.firsts.lock().unwrap().iter().map(|t| *t - start).collect();
+        assert_eq!(firsts, [Duration::ZERO, Duration::from_millis(100)], "the second batch went 500 ms in");
     }
 
     #[tokio::test]
@@ -344,7 +379,7 @@ mod tests {
     /// next call starts a new sender: no caller waits for good.
     #[tokio::test]
     async fn a_sender_that_panics_leaves_no_caller_waiting() {
-        let send: SendBatch<u32, u32> = Box::new(|items: Vec<u32>| {
+        let send: SendBatch<u32, u32> = Box::new(|items: Vec<u32>, _| {
             Box::pin(async move {
                 tokio::task::yield_now().await;
                 assert!(!items.contains(&0), "a planted panic");

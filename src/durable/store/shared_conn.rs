@@ -190,6 +190,26 @@ impl SharedConn {
         .await
     }
 
+    /// Runs `call` (a call made with [`Window::Default`]), giving up when the default window has
+    /// passed since `first`, the instant a user made it (`None`: since now, which the call's own
+    /// window already bounds). A call that waited in a queue behind others on the wire thus gives
+    /// up within the window of when it was made, as its caller was promised, not of when it was
+    /// sent; one whose window passed while it waited is not sent at all.
+    pub(crate) async fn by_deadline_of<T>(
+        &self,
+        first: Option<Instant>,
+        call: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let Some(first) = first else { return call.await };
+        let deadline = first + self.cfg.retry_window;
+        if Instant::now() >= deadline {
+            return Err(Error::Redis(timed_out(self.cfg.retry_window, CONNECT_TIMEOUT)));
+        }
+        tokio::time::timeout_at(deadline, call)
+            .await
+            .unwrap_or_else(|_| Err(Error::Redis(timed_out(self.cfg.retry_window, CONNECT_TIMEOUT))))
+    }
+
     fn window(&self, window: Window) -> Duration {
         match window {
             Window::Default => self.cfg.retry_window,
