@@ -584,8 +584,6 @@ fn the_leader_cut_off_is_replaced_within_its_lease_and_fenced_after() {
 /// lease of 5 s: the tests' 1 s is less than the three round trips a first acknowledgement takes
 /// on a new connection (its script is loaded first), so it would land after the lease (FAULTS.md).
 #[test]
-#[ignore = "a known miss (FAULTS.md): p99 0.69-1.04 s against the issue's 950 ms (p50 0.41-0.44 s); in about \
-            half the runs some tasks wait a claim cycle more"]
 fn a_slow_link_of_200_ms_each_way_keeps_lateness_within_two_round_trips() {
     let _serial = serial();
     let Some(server) = RedisServer::start() else { return };

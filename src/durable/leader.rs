@@ -237,12 +237,16 @@ async fn tick(wheel: &WheelClient, part: &Partition, token: &str) -> Result<Roun
         // way) a lookahead of a few ticks past the last reply's clock would stop the cursor short
         // of Redis's now, and every round would take a second call. The last round trip is added.
         let travel = wheel.clock.round_trip_ms().div_ceil(tick_ms);
-        let last = (now_ms / tick_ms).max(cursor) + LOOKAHEAD_TICKS + travel;
+        // On a slow link, tasks go to `ready` three round trips ahead rather than one: the
+        // rounds come a round trip apart, and an idle worker then learns of them by a wake-up
+        // (half a round trip) and claims (one more) before they fall due, to be told their time.
+        let reach = if wheel.clock.slow_link() { 3 * travel } else { travel };
+        let last = (now_ms / tick_ms).max(cursor) + LOOKAHEAD_TICKS + reach;
         let ticks = cursor + 1..=last.min(cursor + MAX_STEP_SLOTS);
         let sent = Instant::now();
         // Ahead by a tick more than the round trip: a tick's tasks are in `ready` a whole tick
         // before it begins, whenever in the tick the call lands.
-        let reply = scripts::tick(wheel, &part.keys, token, TICK_BUDGET, ticks, 1 + travel.max(1)).await?;
+        let reply = scripts::tick(wheel, &part.keys, token, TICK_BUDGET, ticks, 1 + reach.max(1)).await?;
         wheel.clock.note_round_trip(sent.elapsed());
         match reply {
             TickReply::More { cursor: c, now_ms: n } => (cursor, now_ms) = (c, n),

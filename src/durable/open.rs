@@ -75,8 +75,13 @@ async fn open(wheel: &WheelClient) -> Result<(), Error> {
         keys.extend(wheel.partitions.iter().map(|p| (&p.keys, true)));
     }
     for (keys, start_cursor) in keys {
+        let sent = tokio::time::Instant::now();
         match scripts::open(wheel, keys, count, start_cursor).await? {
-            Opened::Yes { now_ms } => wheel.clock.learn(now_ms),
+            Opened::Yes { now_ms } => {
+                wheel.clock.learn(now_ms);
+                // The first measure of the link, before the worker's calls give more.
+                wheel.clock.note_round_trip(sent.elapsed());
+            }
             Opened::Mismatch { tick_ms, slots, partitions } => {
                 return Err(Error::invalid(format!(
                     "the wheel {:?} in Redis runs with a {tick_ms} ms tick, {slots} slots and {partitions} partition(s), \

@@ -1,7 +1,7 @@
 //! Conversions between Rust's time types and the whole milliseconds the scripts use, each with
 //! its rounding direction: a due time or lease rounds up, so nothing is ever early.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Error;
@@ -92,18 +92,47 @@ pub(crate) struct RedisClock {
     /// How long the leader's last tick call took (ms): how far Redis's clock moves on while a
     /// call travels.
     round_trip_ms: AtomicU64,
+    /// A count that each round trip of at least [`SLOW_LINK_MS`] raises by one (up to twice
+    /// [`SLOW_IN_A_ROW`]) and each faster one lowers by four: at [`SLOW_IN_A_ROW`] or more, the
+    /// link is slow.
+    slow_in_a_row: AtomicU32,
 }
+
+/// A round trip to the store at least this long (ms) is a slow link's: a claim for a due time
+/// goes that much early, and a second claim loop keeps claims going while one is on the way
+/// (`worker::claim`).
+pub(crate) const SLOW_LINK_MS: u64 = 20;
+/// How many round trips in a row must be slow for the link to count as slow: a fast link's
+/// round trip is slow now and then (a loaded host, a large claim); a slow link's always is. A
+/// slow link counts as fast again after two fast round trips in a row.
+const SLOW_IN_A_ROW: u32 = 4;
 
 impl RedisClock {
     /// The clock of a store whose time is Tokio's from `base` (ms at an instant), or an estimate
     /// of a server's clock (`None`).
     pub(crate) fn new(tokio: Option<(u64, tokio::time::Instant)>) -> Self {
-        RedisClock { offset_ms: AtomicI64::new(0), tokio, round_trip_ms: AtomicU64::new(0) }
+        RedisClock {
+            offset_ms: AtomicI64::new(0),
+            tokio,
+            round_trip_ms: AtomicU64::new(0),
+            slow_in_a_row: AtomicU32::new(0),
+        }
     }
 
     /// The leader's last tick call took `took`, there and back.
     pub(crate) fn note_round_trip(&self, took: std::time::Duration) {
-        self.round_trip_ms.store(u64::try_from(took.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        self.round_trip_ms.store(ms, Ordering::Relaxed);
+        let slow = ms >= SLOW_LINK_MS;
+        let _ = self.slow_in_a_row.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            Some(if slow { (n + 1).min(2 * SLOW_IN_A_ROW) } else { n.saturating_sub(4) })
+        });
+    }
+
+    /// Whether the link to the store is slow: its last [`SLOW_IN_A_ROW`] round trips each took
+    /// at least [`SLOW_LINK_MS`] (or more did, and at most one faster one came since).
+    pub(crate) fn slow_link(&self) -> bool {
+        self.slow_in_a_row.load(Ordering::Relaxed) >= SLOW_IN_A_ROW
     }
 
     /// How long the last tick or claim call took, there and back, in ms.
@@ -149,6 +178,33 @@ pub(crate) const GUESS_MS: u64 = 25;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Four slow round trips in a row make the link slow; one fast one among them starts the
+    /// count again, and a slow link is fast again after two fast round trips.
+    #[test]
+    fn a_link_is_slow_after_four_slow_round_trips_and_fast_after_two_fast_ones() {
+        let clock = RedisClock::new(None);
+        let note = |ms: u64| clock.note_round_trip(std::time::Duration::from_millis(ms));
+        for _ in 0..3 {
+            note(SLOW_LINK_MS);
+        }
+        assert!(!clock.slow_link(), "slow after three");
+        note(1);
+        for _ in 0..3 {
+            note(400);
+        }
+        assert!(!clock.slow_link(), "a fast round trip did not start the count again");
+        note(400);
+        assert!(clock.slow_link(), "not slow after four in a row");
+        for _ in 0..10 {
+            note(400);
+        }
+        note(1);
+        assert!(clock.slow_link(), "one fast round trip made a slow link fast");
+        note(1);
+        assert!(!clock.slow_link(), "still slow after two fast round trips");
+        assert_eq!(clock.round_trip_ms(), 1);
+    }
 
     #[test]
     fn deadlines_round_up_to_whole_milliseconds() {

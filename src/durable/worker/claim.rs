@@ -7,7 +7,7 @@
 //! renewer of leases. On stop, it gets back what an unanswered claim took and lets the handlers
 //! run what the buffer holds and their outcomes be recorded, unless told to abandon them first.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify, Semaphore};
@@ -23,6 +23,7 @@ use crate::durable::series::Specs;
 use crate::durable::store::client::WheelClient;
 use crate::durable::store::scripts::{self, Claim, Claimed};
 use crate::durable::store::shared_conn::Window;
+use crate::durable::time::{RedisClock, SLOW_LINK_MS};
 use crate::durable::WheelKeys;
 use crate::Error;
 
@@ -37,12 +38,13 @@ const GATHER: Duration = Duration::from_millis(2);
 /// tasks due within it go out in one claim. It bounds what claiming at due times costs, and
 /// trades lateness for the store's CPU (BENCHMARKS.md, "Due-time claims", has the curve).
 const DUE_GAP: Duration = Duration::from_millis(5);
-/// A round trip to the store at least this long (ms) makes a claim for a due time go that much
-/// early (see `wait_for_wake`).
-const SLOW_LINK_MS: u64 = 20;
+/// How often a partition's second claim loop, while it waits, looks whether the link has turned
+/// slow (see [`relay_loop`]).
+const RELAY_LOOKS: Duration = Duration::from_millis(500);
 
 /// How a claim loop is told to stop, to abandon its handlers, and tells that it claims; and the
 /// id of its worker's node, which its claims record.
+#[derive(Clone)]
 pub(super) struct Signals {
     /// True: stop claiming, let the handlers finish.
     pub(super) stop: watch::Receiver<bool>,
@@ -61,6 +63,10 @@ pub(super) struct Signals {
 /// phases happen: wait for room in the buffer (or make an unanswered claim again), claim and
 /// acknowledge in one call, hand out what it took, and wait for a wake-up when it took less than
 /// it asked for; a failed call backs off instead. Told to stop, it ends.
+///
+/// `pace` is shared with the partition's [`relay_loop`]: on a slow link, their claims go at least
+/// half a round trip apart. A relay (`relay` true) also ends when the link is no longer slow.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn claim_loop(
     wheel: &Arc<WheelClient>,
     part: usize,
@@ -69,13 +75,15 @@ pub(super) async fn claim_loop(
     freed: Arc<Notify>,
     signals: Signals,
     bid_now: &Notify,
+    pace: &Pace,
+    relay: bool,
 ) {
     let mut claims = ClaimLoop::start(wheel, part, permits, handler, freed, signals, bid_now);
     // The waker's connection first, so that the worker can be woken once it says it is ready.
     let _ = wake::prepare(claims.wheel, claims.keys, &mut claims.waker).await;
-    while !stopping(&claims.stop) {
+    while !stopping(&claims.stop) && (!relay || wheel.clock.slow_link()) {
         claims.reap_runners();
-        let Some(call) = claims.wait_for_room().await else {
+        let Some(call) = claims.wait_for_room(pace).await else {
             break;
         };
         let (acked, claimed, claim_in) = match claims.claim_and_ack(&call).await {
@@ -91,6 +99,57 @@ pub(super) async fn claim_loop(
         }
     }
     claims.finish().await;
+}
+
+/// A partition's second claim loop, which claims only while the link to the store is slow. One
+/// loop has one claim on the way at a time, so on a link of a round trip `r` a task that falls
+/// due just after a claim reached the store waits `r` for the next; a second loop, its claims
+/// half a round trip from the first's ([`Pace`]), halves that wait. It starts when the link
+/// turns slow (looking every [`RELAY_LOOKS`]), ends when it is fast again (its handlers finish
+/// and their outcomes are recorded, as at a stop), and does not count towards `Worker::ready`.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn relay_loop(
+    wheel: &Arc<WheelClient>,
+    part: usize,
+    permits: Arc<Semaphore>,
+    handler: Handler,
+    freed: Arc<Notify>,
+    signals: Signals,
+    bid_now: &Notify,
+    pace: &Pace,
+) {
+    let mut stop = signals.stop.clone();
+    let signals = Signals { started: Arc::new(watch::Sender::new(0)), ..signals };
+    while !stopping(&stop) {
+        if wheel.clock.slow_link() {
+            let (p, h, f, s) = (permits.clone(), handler.clone(), freed.clone(), signals.clone());
+            claim_loop(wheel, part, p, h, f, s, bid_now, pace, true).await;
+        } else {
+            pause(&mut stop, RELAY_LOOKS).await;
+        }
+    }
+}
+
+/// When a partition's claim loops last sent a claim (or are to), shared by the two: on a slow
+/// link, a claim goes at least half a round trip after the last, so that the loops' claims
+/// reach the store at even intervals instead of together.
+#[derive(Debug, Default)]
+pub(super) struct Pace(Mutex<Option<tokio::time::Instant>>);
+
+impl Pace {
+    /// On a slow link, the instant the next claim may go, which it takes: half a round trip
+    /// after the last. `None`: at once (a fast link, or the last went long enough ago).
+    fn next(&self, clock: &RedisClock) -> Option<tokio::time::Instant> {
+        if !clock.slow_link() {
+            return None;
+        }
+        let half = Duration::from_millis(clock.round_trip_ms() / 2);
+        let now = tokio::time::Instant::now();
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = last.map_or(now, |last| (last + half).max(now));
+        *last = Some(at);
+        (at > now).then_some(at)
+    }
 }
 
 /// One claim call: its id (the same for each attempt), the acknowledgements it carries, how many
@@ -198,17 +257,30 @@ impl<'a> ClaimLoop<'a> {
     }
 
     /// The next claim to make: the unanswered one again, at once (asking for what there is
-    /// room for now, at least one), else a new one once a claim is worth making, carrying the
+    /// room for now, at least one), else a new one once a claim is worth making (and, on a slow
+    /// link, half a round trip after the partition's last, see [`Pace`]), carrying the
     /// acknowledgements waiting; `None` when told to stop.
-    async fn wait_for_room(&mut self) -> Option<Call> {
+    async fn wait_for_room(&mut self, pace: &Pace) -> Option<Call> {
         let (concurrency, prefetch) = (self.wheel.cfg.concurrency, self.wheel.cfg.prefetch);
         if let Some(mut call) = self.unanswered.take() {
             call.want = room(&self.handlers, concurrency, prefetch).max(1);
             return Some(call);
         }
-        let want =
-            room_to_claim(&self.handlers, concurrency, prefetch, self.backlog, &mut self.runners, &mut self.stop)
-                .await?;
+        let want = loop {
+            let want =
+                room_to_claim(&self.handlers, concurrency, prefetch, self.backlog, &mut self.runners, &mut self.stop)
+                    .await?;
+            let Some(at) = pace.next(&self.wheel.clock) else { break want };
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                () = stopped(&mut self.stop) => return None,
+            }
+            // The other loop's handlers may have taken the free permits meanwhile.
+            match room(&self.handlers, concurrency, prefetch) {
+                0 => continue,
+                want => break want,
+            }
+        };
         // The leases of what this call claims start after it is sent.
         let (id, acks) = (self.wheel.ids.next(), self.handlers.outcomes.take(MAX_CLAIM));
         Some(Call { id, acks, want, sent: tokio::time::Instant::now() })
@@ -307,7 +379,9 @@ impl<'a> ClaimLoop<'a> {
     /// once every outcome is recorded, and its renewer and cancel follower.
     async fn finish(mut self) {
         self.replay_unanswered().await;
-        self.drain().await;
+        if !self.run_out().await {
+            self.drain().await;
+        }
         let ClaimLoop { handlers, mut runners, recorder, renewer, cancels, .. } = self;
         let outcomes = handlers.outcomes.clone();
         drop(handlers);
@@ -334,6 +408,29 @@ impl<'a> ClaimLoop<'a> {
             Err(e) => {
                 lost(self.wheel, "(an unanswered claim)", &e);
                 self.handlers.outcomes.put_back(acks);
+            }
+        }
+    }
+
+    /// A relay that ends while the worker runs on: starts runners for what its buffer holds as
+    /// handlers come free, until the buffer is empty (true), without holding back the other
+    /// loops' handlers as [`drain`](Self::drain) does. False, at once or later: the worker is
+    /// told to stop, which `drain` then sees to.
+    async fn run_out(&mut self) -> bool {
+        loop {
+            if stopping(&self.stop) {
+                return false;
+            }
+            let freed = self.handlers.freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            start_free_runners(&self.handlers, &mut self.runners);
+            if self.handlers.deliveries.buffered() == 0 {
+                return true;
+            }
+            tokio::select! {
+                () = freed => {}
+                () = stopped(&mut self.stop) => return false,
             }
         }
     }
@@ -460,4 +557,42 @@ fn start_free_runners(handlers: &Handlers, runners: &mut JoinSet<()>) {
 
 fn retry_delay(failures: u32) -> Duration {
     (Duration::from_millis(50) * 2u32.saturating_pow(failures.saturating_sub(1).min(6))).min(Duration::from_secs(2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clock_with_round_trips(ms: u64, count: usize) -> RedisClock {
+        let clock = RedisClock::new(None);
+        for _ in 0..count {
+            clock.note_round_trip(Duration::from_millis(ms));
+        }
+        clock
+    }
+
+    /// On a slow link the two loops' claims go half a round trip apart: a claim wanted at once
+    /// after another waits for its half; one wanted later than that goes at once.
+    #[tokio::test(start_paused = true)]
+    async fn on_a_slow_link_claims_go_half_a_round_trip_apart() {
+        let (pace, clock) = (Pace::default(), clock_with_round_trips(400, 8));
+        let start = tokio::time::Instant::now();
+        assert_eq!(pace.next(&clock), None, "the first claim waited");
+        assert_eq!(pace.next(&clock), Some(start + Duration::from_millis(200)));
+        // A third right away waits for the half after the second's.
+        assert_eq!(pace.next(&clock), Some(start + Duration::from_millis(400)));
+        tokio::time::advance(Duration::from_millis(700)).await;
+        assert_eq!(pace.next(&clock), None, "a claim long after the last waited");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn on_a_fast_link_claims_are_not_paced() {
+        let (pace, clock) = (Pace::default(), clock_with_round_trips(1, 8));
+        assert_eq!((pace.next(&clock), pace.next(&clock)), (None, None));
+        // A slow round trip now and then does not make the link slow.
+        let clock = clock_with_round_trips(400, 3);
+        clock.note_round_trip(Duration::from_millis(1));
+        clock.note_round_trip(Duration::from_millis(400));
+        assert_eq!((pace.next(&clock), pace.next(&clock)), (None, None));
+    }
 }

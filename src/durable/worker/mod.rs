@@ -270,7 +270,12 @@ async fn supervise(
             started: status.started.clone(),
             node: node.clone(),
         };
-        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, f, signals, &bid_now).await });
+        // The partition's claim loop, and the second one it has while the link is slow.
+        let pace = Arc::new(claim::Pace::default());
+        let (w2, p2, h2, f2, s2, b2, pace2) =
+            (w.clone(), p.clone(), h.clone(), f.clone(), signals.clone(), bid_now.clone(), pace.clone());
+        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, f, signals, &bid_now, &pace, false).await });
+        claimers.spawn(async move { claim::relay_loop(&w2, part, p2, h2, f2, s2, &b2, &pace2).await });
     }
     while claimers.join_next().await.is_some() {}
     let _ = leader_stop.send(true);
