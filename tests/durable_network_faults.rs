@@ -16,13 +16,14 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::durable::{builder, LEASE, TICK};
+use support::durable::{builder, tuned, LEASE, TICK};
 use support::node::{self, Delivery, NodeFiles, NodeProcess};
 use support::proxy::{Fault, FaultProxy};
+use support::topology::SentinelWatch;
 use support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_timewheel::durable::Task;
+use tokio_timewheel::durable::{DurableBuilder, DurableScheduler, Task};
 
 const ENV_ROLE: &str = "TIMEWHEEL_NET_ROLE";
 const ENV_URL: &str = "TIMEWHEEL_NET_URL";
@@ -55,6 +56,60 @@ fn now_ms() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()
 }
 
+/// Where the nodes find Redis: one server named by its URL, or a primary behind Sentinel.
+#[derive(Debug, Clone, Copy)]
+enum Deployment {
+    OneRedis,
+    Sentinel,
+}
+
+/// A redis-server, a fault proxy in front of it, and (behind Sentinel) a sentinel that names
+/// the primary at the proxy's address as `proxied` and at its own as `direct`: what a node is
+/// given to connect to decides whether its link goes through the proxy.
+struct Links {
+    server: RedisServer,
+    proxy: FaultProxy,
+    sentinel: Option<SentinelWatch>,
+}
+
+impl Links {
+    fn start(deployment: Deployment) -> Option<Links> {
+        let server = RedisServer::start()?;
+        let proxy = FaultProxy::start(server.addr());
+        let sentinel = match deployment {
+            Deployment::OneRedis => None,
+            Deployment::Sentinel => {
+                Some(SentinelWatch::start(&[("direct", server.port()), ("proxied", proxy.port())])?)
+            }
+        };
+        Some(Links { server, proxy, sentinel })
+    }
+
+    /// What a node connects to for a link through the proxy (see [`builder_for`]).
+    fn proxied(&self) -> String {
+        match &self.sentinel {
+            None => self.proxy.redis_url(),
+            Some(sentinel) => format!("sentinel {} proxied", sentinel.url()),
+        }
+    }
+
+    /// What a node connects to for a link straight to Redis.
+    fn direct(&self) -> String {
+        match &self.sentinel {
+            None => self.server.url(),
+            Some(sentinel) => format!("sentinel {} direct", sentinel.url()),
+        }
+    }
+}
+
+/// The tests' builder for `target`: a Redis URL, or `sentinel <sentinel url> <master name>`.
+fn builder_for(target: &str) -> DurableBuilder {
+    match target.strip_prefix("sentinel ").and_then(|rest| rest.split_once(' ')) {
+        Some((sentinel, master)) => tuned(DurableScheduler::sentinel([sentinel], master, NAME)),
+        None => builder(target, NAME),
+    }
+}
+
 /// The body of a node process: does nothing unless started by a test below.
 #[test]
 fn node_process() {
@@ -78,7 +133,7 @@ fn run_node(url: &str, dir: &std::path::Path, id: &str) {
         let ms = |name| node::setting(name).map(|ms| Duration::from_millis(ms.parse().expect("ms")));
         let (response, lease) = (ms(ENV_RESPONSE_MS), ms(ENV_LEASE_MS));
         let settings = || {
-            let b = builder(&url, NAME);
+            let b = builder_for(&url);
             let b = match response {
                 Some(timeout) => b.response_timeout(timeout),
                 None => b,
@@ -118,8 +173,7 @@ fn run_cut_node(url: &str, dir: &std::path::Path, id: &str) {
     node::runtime().block_on(async {
         // A user's call keeps trying a transient failure for the connect timeout: 1 s here, so
         // that the calls made during the cut fail within it (and one response timeout).
-        let timers =
-            builder(&url, NAME).connect_timeout(CUT_CONNECT_TIMEOUT).connect().await.expect("cut node: connect");
+        let timers = builder_for(&url).connect_timeout(CUT_CONNECT_TIMEOUT).connect().await.expect("cut node: connect");
         let (log, me) = (dir.clone(), id.clone());
         let worker = timers.run(move |task: Task| {
             let recorded = node::record_delivery_in(&log, &me, &task);
@@ -274,13 +328,22 @@ fn the_proxy_passes_delays_blackholes_resets_and_refuses() {
 /// due is handled within a bound (tick + lease + the reconnect's backoff), nothing stuck.
 #[test]
 fn resets_of_every_connection_under_load_lose_nothing_and_leave_nothing_stuck() {
+    resets_of_every_connection_under_load(Deployment::OneRedis);
+}
+
+#[test]
+fn resets_of_every_connection_under_load_lose_nothing_and_leave_nothing_stuck_behind_sentinel() {
+    resets_of_every_connection_under_load(Deployment::Sentinel);
+}
+
+fn resets_of_every_connection_under_load(deployment: Deployment) {
     let _serial = serial();
-    let Some(server) = RedisServer::start() else { return };
-    let proxy = FaultProxy::start(server.addr());
-    let url = proxy.redis_url();
+    let Some(links) = Links::start(deployment) else { return };
+    let proxy = &links.proxy;
+    let url = links.proxied();
     let files = NodeFiles::new();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let timers = rt.block_on(builder(&url, NAME).connect()).expect("connect");
+    let timers = rt.block_on(builder_for(&url).connect()).expect("connect");
     let _nodes: Vec<NodeProcess> = (0..3).map(|i| spawn_node("node", &url, &files, &i.to_string(), &[])).collect();
     wait_for("three ready nodes", || (0..3).all(|i| files.dir().join(format!("ready-{i}")).exists()));
 
@@ -359,13 +422,22 @@ fn resets_of_every_connection_under_load_lose_nothing_and_leave_nothing_stuck() 
 /// node schedules and claims again by itself; and every call it reported `Ok` is in the wheel.
 #[test]
 fn a_node_cut_off_from_redis_fails_fast_lets_go_and_comes_back() {
+    a_node_cut_off(Deployment::OneRedis);
+}
+
+#[test]
+fn a_node_cut_off_from_redis_fails_fast_lets_go_and_comes_back_behind_sentinel() {
+    a_node_cut_off(Deployment::Sentinel);
+}
+
+fn a_node_cut_off(deployment: Deployment) {
     let _serial = serial();
-    let Some(server) = RedisServer::start() else { return };
-    let proxy = FaultProxy::start(server.addr());
+    let Some(links) = Links::start(deployment) else { return };
+    let proxy = &links.proxy;
     let files = NodeFiles::new();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let timers = rt.block_on(builder(&server.url(), NAME).connect()).expect("connect");
-    let _cut = spawn_node("cut", &proxy.redis_url(), &files, "1", &[]);
+    let timers = rt.block_on(builder_for(&links.direct()).connect()).expect("connect");
+    let _cut = spawn_node("cut", &links.proxied(), &files, "1", &[]);
     wait_for("the cut node", || files.dir().join("ready-1").exists());
     rt.block_on(async {
         for i in 0..4 {
@@ -375,7 +447,7 @@ fn a_node_cut_off_from_redis_fails_fast_lets_go_and_comes_back() {
     wait_for("the cut node running the long tasks", || {
         files.deliveries().iter().filter(|d| d.key.starts_with("long:")).count() == 4
     });
-    let mut other = spawn_node("node", &server.url(), &files, "2", &[]);
+    let mut other = spawn_node("node", &links.direct(), &files, "2", &[]);
     wait_for("the other node", || files.dir().join("ready-2").exists());
 
     let cut_at = now_ms();
@@ -514,14 +586,23 @@ fn steady_load(
 /// is early, none twice within a lease, every one runs.
 #[test]
 fn the_leader_cut_off_is_replaced_within_its_lease_and_fenced_after() {
+    the_leader_cut_off(Deployment::OneRedis);
+}
+
+#[test]
+fn the_leader_cut_off_is_replaced_within_its_lease_and_fenced_after_behind_sentinel() {
+    the_leader_cut_off(Deployment::Sentinel);
+}
+
+fn the_leader_cut_off(deployment: Deployment) {
     let _serial = serial();
-    let Some(server) = RedisServer::start() else { return };
-    let proxy = FaultProxy::start(server.addr());
+    let Some(links) = Links::start(deployment) else { return };
+    let (server, proxy) = (&links.server, &links.proxy);
     let files = NodeFiles::new();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let timers = rt.block_on(builder(&server.url(), NAME).connect()).expect("connect");
+    let timers = rt.block_on(builder_for(&links.direct()).connect()).expect("connect");
     // The node behind the proxy starts alone, so that it leads.
-    let _first = spawn_node("node", &proxy.redis_url(), &files, "1", &[]);
+    let _first = spawn_node("node", &links.proxied(), &files, "1", &[]);
     wait_for("the first node", || files.dir().join("ready-1").exists());
     let leader_key = tokio_timewheel::durable::WheelKeys::new(NAME).leader();
     let first_lead = loop {
@@ -530,7 +611,7 @@ fn the_leader_cut_off_is_replaced_within_its_lease_and_fenced_after() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let _second = spawn_node("node", &server.url(), &files, "2", &[]);
+    let _second = spawn_node("node", &links.direct(), &files, "2", &[]);
     wait_for("the second node", || files.dir().join("ready-2").exists());
 
     let (mut cut_at, mut healed_at, mut took_over) = (None, None, None);
@@ -585,16 +666,25 @@ fn the_leader_cut_off_is_replaced_within_its_lease_and_fenced_after() {
 /// on a new connection (its script is loaded first), so it would land after the lease (FAULTS.md).
 #[test]
 fn a_slow_link_of_200_ms_each_way_keeps_lateness_within_two_round_trips() {
+    a_slow_link(Deployment::OneRedis);
+}
+
+#[test]
+fn a_slow_link_of_200_ms_each_way_keeps_lateness_within_two_round_trips_behind_sentinel() {
+    a_slow_link(Deployment::Sentinel);
+}
+
+fn a_slow_link(deployment: Deployment) {
     let _serial = serial();
-    let Some(server) = RedisServer::start() else { return };
-    let proxy = FaultProxy::start(server.addr());
+    let Some(links) = Links::start(deployment) else { return };
+    let proxy = &links.proxy;
     proxy.set(Fault::Latency(Duration::from_millis(200)));
     let files = NodeFiles::new();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let timers = rt.block_on(builder(&server.url(), NAME).connect()).expect("connect");
+    let timers = rt.block_on(builder_for(&links.direct()).connect()).expect("connect");
     let slow = [(ENV_RESPONSE_MS, "2000"), (ENV_LEASE_MS, "5000")];
     let _nodes: Vec<NodeProcess> =
-        (0..2).map(|i| spawn_node("node", &proxy.redis_url(), &files, &i.to_string(), &slow)).collect();
+        (0..2).map(|i| spawn_node("node", &links.proxied(), &files, &i.to_string(), &slow)).collect();
     wait_for("two ready nodes", || (0..2).all(|i| files.dir().join(format!("ready-{i}")).exists()));
     let due_of = steady_load(&rt, &timers, "s", Duration::from_secs(fault_secs().min(10)), |_| {});
     wait_for("every task run", || {
@@ -624,13 +714,22 @@ fn a_slow_link_of_200_ms_each_way_keeps_lateness_within_two_round_trips() {
 /// due fires within a bound of seconds, not the kernel's two hours of keepalive.
 #[test]
 fn connections_dropped_silently_while_idle_come_back_within_seconds() {
+    connections_dropped_silently(Deployment::OneRedis);
+}
+
+#[test]
+fn connections_dropped_silently_while_idle_come_back_within_seconds_behind_sentinel() {
+    connections_dropped_silently(Deployment::Sentinel);
+}
+
+fn connections_dropped_silently(deployment: Deployment) {
     let _serial = serial();
-    let Some(server) = RedisServer::start() else { return };
-    let proxy = FaultProxy::start(server.addr());
+    let Some(links) = Links::start(deployment) else { return };
+    let proxy = &links.proxy;
     let files = NodeFiles::new();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let timers = rt.block_on(builder(&server.url(), NAME).connect()).expect("connect");
-    let _node = spawn_node("node", &proxy.redis_url(), &files, "1", &[]);
+    let timers = rt.block_on(builder_for(&links.direct()).connect()).expect("connect");
+    let _node = spawn_node("node", &links.proxied(), &files, "1", &[]);
     wait_for("the node", || files.dir().join("ready-1").exists());
     rt.block_on(timers.schedule("before", Duration::ZERO, "")).unwrap();
     wait_for("a first run", || files.deliveries().iter().any(|d| d.key == "before"));

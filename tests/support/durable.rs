@@ -167,7 +167,12 @@ pub const LEASE: Duration = Duration::from_secs(1);
 /// The settings every durable test starts from (a test changes what it needs): a 50 ms tick, 32
 /// slots, a lease of a second, retries after 100 ms, a response timeout of 500 ms.
 pub fn builder(url: &str, name: &str) -> DurableBuilder {
-    DurableScheduler::builder(url, name)
+    tuned(DurableScheduler::builder(url, name))
+}
+
+/// The settings of [`builder`] on any builder (one for Sentinel, say).
+pub fn tuned(builder: DurableBuilder) -> DurableBuilder {
+    builder
         .tick(TICK)
         .slots(SLOTS)
         .lease(LEASE)

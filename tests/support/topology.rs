@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use cluster::{Cluster, SLOTS};
-pub use sentinel::{SentinelSet, MASTER_NAME};
+pub use sentinel::{SentinelSet, SentinelWatch, MASTER_NAME};
 pub use tls::{tls_command_at, TlsCerts, TlsServer};
 
 use super::redis_server::{Launch, Persistence, RedisServer, Reply};

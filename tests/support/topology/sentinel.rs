@@ -321,6 +321,60 @@ impl Drop for SentinelSet {
     }
 }
 
+/// One sentinel that watches a primary under several names, each at an address of its own (the
+/// primary's port, or a fault proxy's in front of it). Sentinel gives every client of a name the
+/// same address, so a test that cuts one node's link to the primary names the proxied address
+/// to that node alone. It never acts: there is no replica to promote, and it takes a primary for
+/// down only after a minute of silence.
+pub struct SentinelWatch {
+    sentinel: Sentinel,
+}
+
+impl SentinelWatch {
+    /// The sentinel, once it has reached the primary under every name of `names` (name, port).
+    /// `None` (after a skip note) without redis-server.
+    pub fn start(names: &[(&str, u16)]) -> Option<SentinelWatch> {
+        let config_dir =
+            tempfile::Builder::new().prefix("timewheel-sentinel-").tempdir().expect("create a sentinel temp dir");
+        let config_file = config_dir.path().join("sentinel.conf");
+        let mut config = String::from(
+            "sentinel resolve-hostnames no\nsentinel announce-hostnames no\nsentinel announce-ip 127.0.0.1\n",
+        );
+        for (name, port) in names {
+            config += &format!(
+                "sentinel monitor {name} 127.0.0.1 {port} 1\n\
+                 sentinel down-after-milliseconds {name} 60000\n\
+                 sentinel failover-timeout {name} 600000\n"
+            );
+        }
+        std::fs::write(&config_file, config).expect("write sentinel.conf");
+        let launch = Launch { config_file: Some(config_file), tls: None };
+        let server = RedisServer::start_launched(Persistence::None, &["--sentinel"], launch)?;
+        let watch = SentinelWatch { sentinel: Sentinel { server, _config_dir: config_dir } };
+        for (name, port) in names {
+            wait_or_panic(
+                &format!("the sentinel to reach the primary as {name}"),
+                &[&watch.sentinel.server],
+                SETTLE_TIMEOUT,
+                || {
+                    let masters = sentinel_table(&watch.sentinel.server, &["SENTINEL", "MASTERS"])?;
+                    let master = masters.iter().find(|m| m.get("name").is_some_and(|n| n == name));
+                    match master.and_then(|m| Some((m.get("port")?, m.get("flags")?))) {
+                        Some((p, flags)) if *p == port.to_string() && flags == "master" => Ok(()),
+                        other => Err(format!("{name}: {other:?}")),
+                    }
+                },
+            );
+        }
+        Some(watch)
+    }
+
+    /// `redis://127.0.0.1:<port>` of the sentinel.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.sentinel.server.port())
+    }
+}
+
 /// The master's port as `SENTINEL get-master-addr-by-name` gives it.
 fn master_addr(sentinel: &RedisServer) -> Result<u16, String> {
     let reply = probe(sentinel, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])?;
