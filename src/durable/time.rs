@@ -96,6 +96,8 @@ pub(crate) struct RedisClock {
     /// [`SLOW_IN_A_ROW`]) and each faster one lowers by four: at [`SLOW_IN_A_ROW`] or more, the
     /// link is slow.
     slow_in_a_row: AtomicU32,
+    /// Notified when the link turns slow (see [`RedisClock::slow_link`]).
+    turned_slow: tokio::sync::Notify,
 }
 
 /// A round trip to the store at least this long (ms) is a slow link's: a claim for a due time
@@ -116,6 +118,7 @@ impl RedisClock {
             tokio,
             round_trip_ms: AtomicU64::new(0),
             slow_in_a_row: AtomicU32::new(0),
+            turned_slow: tokio::sync::Notify::new(),
         }
     }
 
@@ -124,15 +127,32 @@ impl RedisClock {
         let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
         self.round_trip_ms.store(ms, Ordering::Relaxed);
         let slow = ms >= SLOW_LINK_MS;
-        let _ = self.slow_in_a_row.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        let before = self.slow_in_a_row.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
             Some(if slow { (n + 1).min(2 * SLOW_IN_A_ROW) } else { n.saturating_sub(4) })
         });
+        if slow && before == Ok(SLOW_IN_A_ROW - 1) {
+            self.turned_slow.notify_waiters();
+        }
     }
 
     /// Whether the link to the store is slow: its last [`SLOW_IN_A_ROW`] round trips each took
     /// at least [`SLOW_LINK_MS`] (or more did, and at most one faster one came since).
     pub(crate) fn slow_link(&self) -> bool {
         self.slow_in_a_row.load(Ordering::Relaxed) >= SLOW_IN_A_ROW
+    }
+
+    /// Waits until the link is slow: at once if it is, else until it turns slow (no timer, so
+    /// that a runtime on paused time is never woken for it).
+    pub(crate) async fn until_slow_link(&self) {
+        loop {
+            let turned = self.turned_slow.notified();
+            let mut turned = std::pin::pin!(turned);
+            turned.as_mut().enable();
+            if self.slow_link() {
+                return;
+            }
+            turned.await;
+        }
     }
 
     /// How long the last tick or claim call took, there and back, in ms.
@@ -178,6 +198,25 @@ pub(crate) const GUESS_MS: u64 = 25;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wait for a slow link ends when the fourth slow round trip in a row is noted, and at
+    /// once while the link is slow.
+    #[tokio::test]
+    async fn a_wait_for_a_slow_link_ends_when_it_turns_slow() {
+        let clock = std::sync::Arc::new(RedisClock::new(None));
+        let waiting = tokio::spawn({
+            let clock = clock.clone();
+            async move { clock.until_slow_link().await }
+        });
+        for _ in 0..3 {
+            clock.note_round_trip(std::time::Duration::from_millis(400));
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "the wait ended before the link was slow");
+        clock.note_round_trip(std::time::Duration::from_millis(400));
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.expect("the wait went on").unwrap();
+        clock.until_slow_link().await;
+    }
 
     /// Four slow round trips in a row make the link slow; one fast one among them starts the
     /// count again, and a slow link is fast again after two fast round trips.

@@ -38,9 +38,6 @@ const GATHER: Duration = Duration::from_millis(2);
 /// tasks due within it go out in one claim. It bounds what claiming at due times costs, and
 /// trades lateness for the store's CPU (BENCHMARKS.md, "Due-time claims", has the curve).
 const DUE_GAP: Duration = Duration::from_millis(5);
-/// How often a partition's second claim loop, while it waits, looks whether the link has turned
-/// slow (see [`relay_loop`]).
-const RELAY_LOOKS: Duration = Duration::from_millis(500);
 
 /// How a claim loop is told to stop, to abandon its handlers, and tells that it claims; and the
 /// id of its worker's node, which its claims record.
@@ -105,7 +102,7 @@ pub(super) async fn claim_loop(
 /// loop has one claim on the way at a time, so on a link of a round trip `r` a task that falls
 /// due just after a claim reached the store waits `r` for the next; a second loop, its claims
 /// half a round trip from the first's ([`Pace`]), halves that wait. It starts when the link
-/// turns slow (looking every [`RELAY_LOOKS`]), ends when it is fast again (its handlers finish
+/// turns slow, ends when it is fast again (its handlers finish
 /// and their outcomes are recorded, as at a stop), and does not count towards `Worker::ready`.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn relay_loop(
@@ -120,13 +117,13 @@ pub(super) async fn relay_loop(
 ) {
     let mut stop = signals.stop.clone();
     let signals = Signals { started: Arc::new(watch::Sender::new(0)), ..signals };
-    while !stopping(&stop) {
-        if wheel.clock.slow_link() {
-            let (p, h, f, s) = (permits.clone(), handler.clone(), freed.clone(), signals.clone());
-            claim_loop(wheel, part, p, h, f, s, bid_now, pace, true).await;
-        } else {
-            pause(&mut stop, RELAY_LOOKS).await;
+    loop {
+        tokio::select! {
+            () = wheel.clock.until_slow_link() => {}
+            () = stopped(&mut stop) => return,
         }
+        let (p, h, f, s) = (permits.clone(), handler.clone(), freed.clone(), signals.clone());
+        claim_loop(wheel, part, p, h, f, s, bid_now, pace, true).await;
     }
 }
 
