@@ -1,11 +1,12 @@
 //! Network faults between node processes and a real redis-server, through the fault-injecting
 //! proxy of the test support (support/proxy.rs, on 127.0.0.1 only): what the proxy does, and
-//! what the wheel does when every connection is reset again and again under load.
+//! what the wheel does when its links are reset, cut, slowed or dropped under load (FAULTS.md).
 //!
 //! The nodes are this test binary run again (tests/support/node.rs) with `TIMEWHEEL_NET_ROLE`
 //! set; each connects to Redis through the proxy and logs its deliveries to a file.
-//! `TIMEWHEEL_FAULT_SECS` sets how long the faults last (10 s by default, which `.ci/run` uses;
-//! 30 s is the issue's full run).
+//! `TIMEWHEEL_FAULT_SECS` sets how long the resets and the slow link's load last (10 s by
+//! default; `.ci/run` uses 5 s, and 30 s is the issue's full run). Each test runs twice: with
+//! the nodes connecting to one Redis by its URL, and finding it through Sentinel.
 //!
 //! Run with `cargo test --features redis --test durable_network_faults`.
 #![cfg(feature = "redis")]
@@ -400,7 +401,7 @@ fn resets_of_every_connection_under_load(deployment: Deployment) {
     let twice = by_key.values().filter(|runs| runs.len() > 1).count();
     let recovery = done.saturating_sub(passing.max(last_due));
     eprintln!(
-        "resets: {resets} over {faults:?}; schedules ok {}, failed {failed}; delivered twice {twice}; \
+        "{deployment:?}: resets: {resets} over {faults:?}; schedules ok {}, failed {failed}; delivered twice {twice}; \
          every due task handled {recovery} ms after the proxy passed (or the last due time)",
         ok.len()
     );
@@ -525,7 +526,7 @@ fn a_node_cut_off(deployment: Deployment) {
         assert!(handled.contains(&c[0]), "{c:?} was reported Ok and never ran");
     }
     eprintln!(
-        "cut for {} ms: calls during it {} (all failed, the slowest after {slowest} ms), tokens fired {:?} ms after the cut; claimed again \
+        "{deployment:?}: cut for {} ms: calls during it {} (all failed, the slowest after {slowest} ms), tokens fired {:?} ms after the cut; claimed again \
          {resumed} ms after the heal; calls ok {oks}, failed {errs}",
         healed_at - cut_at,
         during.len(),
@@ -649,7 +650,7 @@ fn the_leader_cut_off(deployment: Deployment) {
     assert!(!late_in_cut.is_empty(), "no task due during the cut ran");
     let worst = *late_in_cut.iter().max().unwrap();
     eprintln!(
-        "leader cut for {} ms: another node led {took_over} ms after the cut; tasks due meanwhile claimed at \
+        "{deployment:?}: leader cut for {} ms: another node led {took_over} ms after the cut; tasks due meanwhile claimed at \
          most {worst} ms late; {} tasks, {twice} ran twice",
         healed_at - cut_at,
         due_of.len()
@@ -701,7 +702,7 @@ fn a_slow_link(deployment: Deployment) {
     let p99 = late[late.len() * 99 / 100];
     let bound = TICK.as_millis() + 2 * 400 + 100;
     eprintln!(
-        "200 ms each way: {} tasks, lateness p50 {} ms, p99 {p99} ms (bound {bound} ms)",
+        "{deployment:?}: 200 ms each way: {} tasks, lateness p50 {} ms, p99 {p99} ms (bound {bound} ms)",
         late.len(),
         late[late.len() / 2]
     );
@@ -744,7 +745,7 @@ fn connections_dropped_silently(deployment: Deployment) {
     let ran = files.deliveries().into_iter().find(|d| d.key == "after").unwrap();
     let took = ran.at_ms - dropped_at;
     eprintln!(
-        "connections dropped silently: the next task ran {took} ms later, over {} new connections",
+        "{deployment:?}: connections dropped silently: the next task ran {took} ms later, over {} new connections",
         proxy.accepted() - before
     );
     assert!(took <= 10_000, "the next task ran {took} ms after the drop");
