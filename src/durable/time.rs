@@ -92,9 +92,9 @@ pub(crate) struct RedisClock {
     /// How long the leader's last tick call took (ms): how far Redis's clock moves on while a
     /// call travels.
     round_trip_ms: AtomicU64,
-    /// A count that each round trip of at least [`SLOW_LINK_MS`] raises by one (up to twice
-    /// [`SLOW_IN_A_ROW`]) and each faster one lowers by four: at [`SLOW_IN_A_ROW`] or more, the
-    /// link is slow.
+    /// A count that each round trip of at least [`SLOW_LINK_MS`] raises by one (to twice
+    /// [`SLOW_IN_A_ROW`] once it reaches [`SLOW_IN_A_ROW`]) and each faster one lowers by four:
+    /// at [`SLOW_IN_A_ROW`] or more, the link is slow.
     slow_in_a_row: AtomicU32,
     /// Notified when the link turns slow (see [`RedisClock::slow_link`]).
     turned_slow: tokio::sync::Notify,
@@ -128,15 +128,22 @@ impl RedisClock {
         self.round_trip_ms.store(ms, Ordering::Relaxed);
         let slow = ms >= SLOW_LINK_MS;
         let before = self.slow_in_a_row.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            Some(if slow { (n + 1).min(2 * SLOW_IN_A_ROW) } else { n.saturating_sub(4) })
+            // Turning slow fills the count, so that only two fast round trips in a row end it.
+            Some(if !slow {
+                n.saturating_sub(4)
+            } else if n + 1 >= SLOW_IN_A_ROW {
+                2 * SLOW_IN_A_ROW
+            } else {
+                n + 1
+            })
         });
-        if slow && before == Ok(SLOW_IN_A_ROW - 1) {
+        if slow && before.is_ok_and(|n| n < SLOW_IN_A_ROW) && self.slow_link() {
             self.turned_slow.notify_waiters();
         }
     }
 
     /// Whether the link to the store is slow: its last [`SLOW_IN_A_ROW`] round trips each took
-    /// at least [`SLOW_LINK_MS`] (or more did, and at most one faster one came since).
+    /// at least [`SLOW_LINK_MS`] (or it was slow, and at most one faster one came since).
     pub(crate) fn slow_link(&self) -> bool {
         self.slow_in_a_row.load(Ordering::Relaxed) >= SLOW_IN_A_ROW
     }
@@ -235,6 +242,9 @@ mod tests {
         assert!(!clock.slow_link(), "a fast round trip did not start the count again");
         note(400);
         assert!(clock.slow_link(), "not slow after four in a row");
+        note(1);
+        assert!(clock.slow_link(), "one fast round trip right after it turned slow made it fast");
+        note(400);
         for _ in 0..10 {
             note(400);
         }

@@ -92,7 +92,8 @@ where
     F: Fn(Arc<WheelClient>, usize, Vec<I>, Instant) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Answers<A>> + Send + 'static,
 {
-    let bounds = Bounds { items, bytes, in_flight: IN_FLIGHT };
+    // A call queued for its whole window (the link down) is not sent: see `SharedConn::by_deadline_of`.
+    let bounds = Bounds { items, bytes, in_flight: IN_FLIGHT, window: Some(wheel.cfg.retry_window()) };
     (0..wheel.partitions.len())
         .map(|part| {
             let (wheel, send) = (wheel.clone(), send.clone());

@@ -13,7 +13,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use std::time::Duration;
 use tokio::sync::oneshot;
+
 use tokio::time::Instant;
 
 use crate::error::RedisFailure;
@@ -37,6 +39,9 @@ pub(crate) struct Bounds {
     pub(crate) bytes: usize,
     /// The most batches on the wire at once: a call that finds fewer goes at once.
     pub(crate) in_flight: usize,
+    /// How long a call may wait in the queue: one still queued when this has passed since it
+    /// was made is not sent, and fails (`None`: no bound).
+    pub(crate) window: Option<Duration>,
 }
 
 /// The calls of one kind on one partition, and their batches on the wire.
@@ -116,9 +121,14 @@ impl<I, A> Queue<I, A> {
         let mut batch: Vec<Waiting<I, A>> = Vec::new();
         let mut bytes = 0usize;
         let mut passed_over = VecDeque::new();
+        let now = Instant::now();
         while batch.len() < bounds.items && passed_over.len() < bounds.items {
             let Some(call) = self.waiting.pop_front() else { break };
             if call.reply.is_closed() {
+                continue;
+            }
+            if let Some(window) = bounds.window.filter(|w| call.since + *w <= now) {
+                let _ = call.reply.send(Err(not_sent(window)));
                 continue;
             }
             if !batch.is_empty() && bytes.saturating_add(call.bytes) > bounds.bytes {
@@ -186,6 +196,20 @@ impl<I, A> Drop for SenderSlot<'_, I, A> {
     }
 }
 
+/// What a caller learns when its call waited its whole `window` in the queue, behind batches on
+/// the wire that Redis did not answer: it was not sent.
+fn not_sent(window: Duration) -> Error {
+    Error::Redis(RedisFailure::new(
+        "timed out",
+        format!(
+            "not sent: the call waited {window:?} (the connect timeout and one response timeout, which bound how \
+             long a call tries) behind earlier calls that Redis did not answer: the link to Redis is down or too \
+             slow, or the server is"
+        ),
+        true,
+    ))
+}
+
 /// What a caller learns when its call's sender ended without an answer for it.
 fn sender_gone() -> Error {
     Error::Redis(RedisFailure::new(
@@ -199,7 +223,6 @@ fn sender_gone() -> Error {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
     use tokio::sync::Notify;
 
     /// A coalescer whose batches are recorded and answered (each item doubled) only when `go`
@@ -233,7 +256,7 @@ mod tests {
         Fake { coalescer: Coalescer::new(bounds, send), batches, firsts, on_wire, go }
     }
 
-    const ONE: Bounds = Bounds { items: 4, bytes: 100, in_flight: 1 };
+    const ONE: Bounds = Bounds { items: 4, bytes: 100, in_flight: 1, window: None };
 
     /// Calls `f`'s coalescer with item `i` of `bytes` from a task of its own.
     fn call(f: &Arc<Fake>, i: u32, bytes: usize) -> tokio::task::JoinHandle<Result<u32, Error>> {
@@ -295,6 +318,32 @@ mod tests {
         assert_eq!(*f.batches.lock().unwrap(), [vec![1], vec![2, 3]]);
         let firsts: Vec<Duration> = f.firsts.lock().unwrap().iter().map(|t| *t - start).collect();
         assert_eq!(firsts, [Duration::ZERO, Duration::from_millis(100)], "the second batch went 500 ms in");
+    }
+
+    /// A call still queued when its window has passed is not sent and fails; the calls made
+    /// later go, in a batch timed from the first of them.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_waited_its_window_is_not_sent() {
+        let f = Arc::new(fake(Bounds { window: Some(Duration::from_millis(1000)), ..ONE }));
+        let start = Instant::now();
+        let first = call(&f, 1, 1);
+        settle().await;
+        let stale = call(&f, 2, 1);
+        settle().await;
+        tokio::time::advance(Duration::from_millis(900)).await;
+        let fresh = call(&f, 3, 1);
+        settle().await;
+        tokio::time::advance(Duration::from_millis(200)).await;
+        f.go.notify_one();
+        assert_eq!(first.await.unwrap(), Ok(2));
+        let err = stale.await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("not sent"), "{err}");
+        settle().await;
+        f.go.notify_one();
+        assert_eq!(fresh.await.unwrap(), Ok(6));
+        assert_eq!(*f.batches.lock().unwrap(), [vec![1], vec![3]]);
+        let firsts: Vec<Duration> = f.firsts.lock().unwrap().iter().map(|t| *t - start).collect();
+        assert_eq!(firsts, [Duration::ZERO, Duration::from_millis(900)]);
     }
 
     #[tokio::test]

@@ -7,7 +7,8 @@
 //! renewer of leases. On stop, it gets back what an unanswered claim took and lets the handlers
 //! run what the buffer holds and their outcomes be recorded, unless told to abandon them first.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify, Semaphore};
@@ -61,8 +62,8 @@ pub(super) struct Signals {
 /// acknowledge in one call, hand out what it took, and wait for a wake-up when it took less than
 /// it asked for; a failed call backs off instead. Told to stop, it ends.
 ///
-/// `pace` is shared with the partition's [`relay_loop`]: on a slow link, their claims go at least
-/// half a round trip apart. A relay (`relay` true) also ends when the link is no longer slow.
+/// `pair` is shared with the partition's [`relay_loop`] (see [`Pair`]). A relay (`relay` true)
+/// uses the first loop's handlers, and also ends when the link is no longer slow.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn claim_loop(
     wheel: &Arc<WheelClient>,
@@ -72,18 +73,26 @@ pub(super) async fn claim_loop(
     freed: Arc<Notify>,
     signals: Signals,
     bid_now: &Notify,
-    pace: &Pace,
+    pair: &Pair,
     relay: bool,
 ) {
-    let mut claims = ClaimLoop::start(wheel, part, permits, handler, freed, signals, bid_now);
+    let Some(mut claims) = ClaimLoop::start(wheel, part, permits, handler, freed, signals, bid_now, pair, relay) else {
+        return;
+    };
     // The waker's connection first, so that the worker can be woken once it says it is ready.
     let _ = wake::prepare(claims.wheel, claims.keys, &mut claims.waker).await;
     while !stopping(&claims.stop) && (!relay || wheel.clock.slow_link()) {
         claims.reap_runners();
-        let Some(call) = claims.wait_for_room(pace).await else {
+        let Some(call) = claims.wait_for_room().await else {
             break;
         };
-        let (acked, claimed, claim_in) = match claims.claim_and_ack(&call).await {
+        // The other loop counts what this claim asks for as taken until it is answered.
+        pair.asked.fetch_add(call.want, Ordering::SeqCst);
+        pair.sent();
+        let reply = claims.claim_and_ack(&call).await;
+        pair.asked.fetch_sub(call.want, Ordering::SeqCst);
+        claims.handlers.deliveries.changed.notify_waiters();
+        let (acked, claimed, claim_in) = match reply {
             Ok(reply) => reply,
             Err(e) => {
                 claims.back_off(call, &e).await;
@@ -101,9 +110,10 @@ pub(super) async fn claim_loop(
 /// A partition's second claim loop, which claims only while the link to the store is slow. One
 /// loop has one claim on the way at a time, so on a link of a round trip `r` a task that falls
 /// due just after a claim reached the store waits `r` for the next; a second loop, its claims
-/// half a round trip from the first's ([`Pace`]), halves that wait. It starts when the link
-/// turns slow, ends when it is fast again (its handlers finish
-/// and their outcomes are recorded, as at a stop), and does not count towards `Worker::ready`.
+/// half a round trip from the first's ([`Pair`]), halves that wait. Its claims go to the first
+/// loop's buffer, handlers, leases and acknowledgements. It starts when the link turns slow, and
+/// ends when it is fast again (passing a wake-up on to the first loop, and letting the runners
+/// it started finish); it does not count towards `Worker::ready`.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn relay_loop(
     wheel: &Arc<WheelClient>,
@@ -113,7 +123,7 @@ pub(super) async fn relay_loop(
     freed: Arc<Notify>,
     signals: Signals,
     bid_now: &Notify,
-    pace: &Pace,
+    pair: &Pair,
 ) {
     let mut stop = signals.stop.clone();
     let signals = Signals { started: Arc::new(watch::Sender::new(0)), ..signals };
@@ -123,29 +133,50 @@ pub(super) async fn relay_loop(
             () = stopped(&mut stop) => return,
         }
         let (p, h, f, s) = (permits.clone(), handler.clone(), freed.clone(), signals.clone());
-        claim_loop(wheel, part, p, h, f, s, bid_now, pace, true).await;
+        claim_loop(wheel, part, p, h, f, s, bid_now, pair, true).await;
     }
 }
 
-/// When a partition's claim loops last sent a claim (or are to), shared by the two: on a slow
-/// link, a claim goes at least half a round trip after the last, so that the loops' claims
-/// reach the store at even intervals instead of together.
-#[derive(Debug, Default)]
-pub(super) struct Pace(Mutex<Option<tokio::time::Instant>>);
+/// What a partition's two claim loops share: the first loop's handlers (one buffer, one list of
+/// deliveries, one recorder of outcomes, one renewer), which the relay's claims feed too; how
+/// many tasks the claims on the way ask for, which neither loop counts as room; when the last
+/// claim went, so that on a slow link a claim goes at least half a round trip after the other
+/// loop's (the two reach the store at even intervals instead of together); and whether the
+/// relay runs, so that the first loop records every outcome before it ends.
+pub(super) struct Pair {
+    handlers: OnceLock<Handlers>,
+    asked: AtomicUsize,
+    last_sent: Mutex<Option<tokio::time::Instant>>,
+    relay_running: watch::Sender<bool>,
+}
 
-impl Pace {
-    /// On a slow link, the instant the next claim may go, which it takes: half a round trip
-    /// after the last. `None`: at once (a fast link, or the last went long enough ago).
+/// The most a claim waits for the other loop's (half a round trip, at most this).
+const MAX_PACE: Duration = Duration::from_secs(1);
+
+impl Pair {
+    pub(super) fn new() -> Self {
+        Pair {
+            handlers: OnceLock::new(),
+            asked: AtomicUsize::new(0),
+            last_sent: Mutex::new(None),
+            relay_running: watch::Sender::new(false),
+        }
+    }
+
+    /// On a slow link, the instant the next claim may go: half a round trip after the last one
+    /// sent. `None`: at once (a fast link, or the last went long enough ago).
     fn next(&self, clock: &RedisClock) -> Option<tokio::time::Instant> {
         if !clock.slow_link() {
             return None;
         }
-        let half = Duration::from_millis(clock.round_trip_ms() / 2);
-        let now = tokio::time::Instant::now();
-        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let at = last.map_or(now, |last| (last + half).max(now));
-        *last = Some(at);
-        (at > now).then_some(at)
+        let half = Duration::from_millis(clock.round_trip_ms() / 2).min(MAX_PACE);
+        let last = *self.last_sent.lock().unwrap_or_else(PoisonError::into_inner);
+        last.map(|last| last + half).filter(|at| *at > tokio::time::Instant::now())
+    }
+
+    /// A claim goes now.
+    fn sent(&self) {
+        *self.last_sent.lock().unwrap_or_else(PoisonError::into_inner) = Some(tokio::time::Instant::now());
     }
 }
 
@@ -175,10 +206,12 @@ struct ClaimLoop<'a> {
     started: Arc<watch::Sender<usize>>,
     handlers: Handlers,
     runners: JoinSet<()>,
-    /// The partition's recorder of outcomes, renewer of leases and follower of cancel requests.
-    recorder: JoinHandle<()>,
-    renewer: JoinHandle<()>,
-    cancels: JoinHandle<()>,
+    /// The partition's recorder of outcomes, renewer of leases and follower of cancel requests
+    /// (the first loop's; a relay has none of its own).
+    tasks: Option<(JoinHandle<()>, JoinHandle<()>, JoinHandle<()>)>,
+    /// Shared with the partition's other loop.
+    pair: &'a Pair,
+    relay: bool,
     /// The connection its waits for a wake-up block on, made at the first.
     waker: Option<Waker>,
     /// Claims failed in a row.
@@ -196,7 +229,10 @@ struct ClaimLoop<'a> {
 }
 
 impl<'a> ClaimLoop<'a> {
-    /// The loop's state, and the partition's recorder, renewer and cancel follower started.
+    /// The loop's state: the first loop's with the partition's handlers, recorder, renewer and
+    /// cancel follower started; a relay's with the first loop's handlers (`None` if it has made
+    /// none yet).
+    #[allow(clippy::too_many_arguments)]
     fn start(
         wheel: &'a Arc<WheelClient>,
         part: usize,
@@ -205,26 +241,36 @@ impl<'a> ClaimLoop<'a> {
         freed: Arc<Notify>,
         signals: Signals,
         bid_now: &'a Notify,
-    ) -> Self {
+        pair: &'a Pair,
+        relay: bool,
+    ) -> Option<Self> {
         let Signals { stop, abandon, wind_down, started, node } = signals;
-        let deliveries = Arc::new(Deliveries::default());
-        let outcomes = Arc::new(Outcomes::new(deliveries.clone()));
-        let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, outcomes.clone()));
-        let renewer = tokio::spawn(renew_leases(wheel.clone(), part, deliveries.clone()));
-        let cancels = tokio::spawn(follow_cancels(wheel.clone(), part, deliveries.clone()));
-        let handlers = Handlers {
-            handler,
-            timeout: wheel.cfg.handler_timeout,
-            outcomes,
-            deliveries,
-            permits,
-            freed,
-            runs: Arc::new(RunTimes::default()),
-            specs: Arc::new(Specs::default()),
-            wheel: wheel.clone(),
-            part,
+        let (handlers, tasks) = if relay {
+            let handlers = pair.handlers.get()?.clone();
+            pair.relay_running.send_replace(true);
+            (handlers, None)
+        } else {
+            let deliveries = Arc::new(Deliveries::default());
+            let outcomes = Arc::new(Outcomes::new(deliveries.clone()));
+            let recorder = tokio::spawn(record_outcomes(wheel.clone(), part, outcomes.clone()));
+            let renewer = tokio::spawn(renew_leases(wheel.clone(), part, deliveries.clone()));
+            let cancels = tokio::spawn(follow_cancels(wheel.clone(), part, deliveries.clone()));
+            let handlers = Handlers {
+                handler,
+                timeout: wheel.cfg.handler_timeout,
+                outcomes,
+                deliveries,
+                permits,
+                freed,
+                runs: Arc::new(RunTimes::default()),
+                specs: Arc::new(Specs::default()),
+                wheel: wheel.clone(),
+                part,
+            };
+            let _ = pair.handlers.set(handlers.clone());
+            (handlers, Some((recorder, renewer, cancels)))
         };
-        ClaimLoop {
+        Some(ClaimLoop {
             wheel,
             part,
             keys: &wheel.partitions[part].keys,
@@ -236,16 +282,16 @@ impl<'a> ClaimLoop<'a> {
             started,
             handlers,
             runners: JoinSet::new(),
-            recorder,
-            renewer,
-            cancels,
+            tasks,
+            pair,
+            relay,
             waker: None,
             failures: 0,
             backlog: false,
             claimed_once: false,
             unanswered: None,
             answered: String::new(),
-        }
+        })
     }
 
     /// Forgets the runners that have ended.
@@ -255,25 +301,32 @@ impl<'a> ClaimLoop<'a> {
 
     /// The next claim to make: the unanswered one again, at once (asking for what there is
     /// room for now, at least one), else a new one once a claim is worth making (and, on a slow
-    /// link, half a round trip after the partition's last, see [`Pace`]), carrying the
+    /// link, half a round trip after the partition's last, see [`Pair`]), carrying the
     /// acknowledgements waiting; `None` when told to stop.
-    async fn wait_for_room(&mut self, pace: &Pace) -> Option<Call> {
+    async fn wait_for_room(&mut self) -> Option<Call> {
         let (concurrency, prefetch) = (self.wheel.cfg.concurrency, self.wheel.cfg.prefetch);
+        let asked = &self.pair.asked;
         if let Some(mut call) = self.unanswered.take() {
-            call.want = room(&self.handlers, concurrency, prefetch).max(1);
+            call.want = room(&self.handlers, concurrency, prefetch, asked.load(Ordering::SeqCst)).max(1);
             return Some(call);
         }
         let want = loop {
-            let want =
-                room_to_claim(&self.handlers, concurrency, prefetch, self.backlog, &mut self.runners, &mut self.stop)
-                    .await?;
-            let Some(at) = pace.next(&self.wheel.clock) else { break want };
+            let want = room_to_claim(
+                &self.handlers,
+                (concurrency, prefetch),
+                asked,
+                self.backlog,
+                &mut self.runners,
+                &mut self.stop,
+            )
+            .await?;
+            let Some(at) = self.pair.next(&self.wheel.clock) else { break want };
             tokio::select! {
                 () = tokio::time::sleep_until(at) => {}
                 () = stopped(&mut self.stop) => return None,
             }
-            // The other loop's handlers may have taken the free permits meanwhile.
-            match room(&self.handlers, concurrency, prefetch) {
+            // The other loop's claim may have taken the room meanwhile.
+            match room(&self.handlers, concurrency, prefetch, asked.load(Ordering::SeqCst)) {
                 0 => continue,
                 want => break want,
             }
@@ -353,6 +406,10 @@ impl<'a> ClaimLoop<'a> {
     /// claim carries the acknowledgements. A longer wait blocks on `wake`; meanwhile no claim is
     /// coming to carry the acknowledgements, which the recorder then sends at once.
     async fn wait_for_wake(&mut self, claim_in: Option<Duration>) {
+        if self.relay && !self.wheel.clock.slow_link() {
+            // The link is fast again: the relay ends (and passes a wake-up on) instead.
+            return;
+        }
         // Counted from the reply, which took the way back: the claim, which takes the way there,
         // goes a round trip early on a slow link, to reach the store when due (one that arrives
         // early takes nothing and is told again). On a fast one the reply's way is within
@@ -373,20 +430,55 @@ impl<'a> ClaimLoop<'a> {
 
     /// Told to stop: gets back what an unanswered claim took, lets the handlers run what the
     /// buffer holds (or drops them when told to abandon them), and ends the partition's recorder
-    /// once every outcome is recorded, and its renewer and cancel follower.
+    /// once every outcome is recorded (the relay's runners' too), and its renewer and cancel
+    /// follower. A relay ends as [`finish_relay`](Self::finish_relay) says.
     async fn finish(mut self) {
         self.replay_unanswered().await;
-        if !self.run_out().await {
+        if self.relay {
+            self.finish_relay().await;
+            return;
+        }
+        self.drain().await;
+        // The relay's last claim may have buffered tasks since: once it has ended, they run too.
+        let mut relay = self.pair.relay_running.subscribe();
+        if *relay.borrow_and_update() {
+            let _ = relay.wait_for(|running| !running).await;
             self.drain().await;
         }
-        let ClaimLoop { handlers, mut runners, recorder, renewer, cancels, .. } = self;
+        let ClaimLoop { handlers, mut runners, tasks, .. } = self;
         let outcomes = handlers.outcomes.clone();
         drop(handlers);
         while runners.join_next().await.is_some() {}
         outcomes.close();
-        let _ = recorder.await;
-        renewer.abort();
-        cancels.abort();
+        if let Some((recorder, renewer, cancels)) = tasks {
+            let _ = recorder.await;
+            renewer.abort();
+            cancels.abort();
+        }
+    }
+
+    /// A relay that ends (the link is fast again, or the worker stops): passes a wake-up on to
+    /// the first loop, since it may have taken one, or been told a due time, that no one else
+    /// then claims for; and waits for the runners it started, which run the partition's buffer
+    /// beside the first loop's (dropped if the worker is told to abandon its handlers, as the
+    /// first loop drops its own and gives back the leases).
+    async fn finish_relay(mut self) {
+        wake::pass_on_wake(self.wheel, self.keys).await;
+        loop {
+            tokio::select! {
+                ended = self.runners.join_next() => {
+                    if ended.is_none() {
+                        break;
+                    }
+                }
+                () = abandoned(&mut self.abandon) => {
+                    self.runners.abort_all();
+                    while self.runners.join_next().await.is_some() {}
+                    break;
+                }
+            }
+        }
+        self.pair.relay_running.send_replace(false);
     }
 
     /// A claim left unanswered at the stop may have taken tasks: one last try gets them back
@@ -405,29 +497,6 @@ impl<'a> ClaimLoop<'a> {
             Err(e) => {
                 lost(self.wheel, "(an unanswered claim)", &e);
                 self.handlers.outcomes.put_back(acks);
-            }
-        }
-    }
-
-    /// A relay that ends while the worker runs on: starts runners for what its buffer holds as
-    /// handlers come free, until the buffer is empty (true), without holding back the other
-    /// loops' handlers as [`drain`](Self::drain) does. False, at once or later: the worker is
-    /// told to stop, which `drain` then sees to.
-    async fn run_out(&mut self) -> bool {
-        loop {
-            if stopping(&self.stop) {
-                return false;
-            }
-            let freed = self.handlers.freed.notified();
-            let mut freed = std::pin::pin!(freed);
-            freed.as_mut().enable();
-            start_free_runners(&self.handlers, &mut self.runners);
-            if self.handlers.deliveries.buffered() == 0 {
-                return true;
-            }
-            tokio::select! {
-                () = freed => {}
-                () = stopped(&mut self.stop) => return false,
             }
         }
     }
@@ -469,10 +538,12 @@ impl<'a> ClaimLoop<'a> {
 
 /// How many tasks the buffer has room for: the free handlers, and as many more as the handlers
 /// are expected to start within `AHEAD`, less what the buffer holds.
-fn room(handlers: &Handlers, concurrency: usize, prefetch: usize) -> usize {
+/// What the claims on the way ask for (`asked`, the partition's two loops') counts as buffered.
+fn room(handlers: &Handlers, concurrency: usize, prefetch: usize, asked: usize) -> usize {
     let ahead = handlers.runs.ahead(concurrency, prefetch);
     let free = handlers.permits.available_permits();
-    (free + ahead).saturating_sub(handlers.deliveries.buffered()).min(MAX_CLAIM)
+    let held = handlers.deliveries.buffered() + asked;
+    (free + ahead).saturating_sub(held).min(MAX_CLAIM)
 }
 
 /// Waits until a claim is worth making, and returns how many tasks it is to take; `None` when
@@ -483,25 +554,29 @@ fn room(handlers: &Handlers, concurrency: usize, prefetch: usize) -> usize {
 /// per round trip.
 async fn room_to_claim(
     handlers: &Handlers,
-    concurrency: usize,
-    prefetch: usize,
+    (concurrency, prefetch): (usize, usize),
+    asked: &AtomicUsize,
     backlog: bool,
     runners: &mut JoinSet<()>,
     stop: &mut watch::Receiver<bool>,
 ) -> Option<usize> {
     let mut gather_until = None;
     loop {
-        let changed = handlers.deliveries.changed.notified();
+        let mut changed = std::pin::pin!(handlers.deliveries.changed.notified());
+        changed.as_mut().enable();
         let mut freed = std::pin::pin!(handlers.freed.notified());
         freed.as_mut().enable();
         // Tasks wait in the buffer and a handler is free (another partition's runner gave its
         // permit back): run them.
         start_free_runners(handlers, runners);
         let ahead = handlers.runs.ahead(concurrency, prefetch);
-        let (free, buffered) = (handlers.permits.available_permits(), handlers.deliveries.buffered());
-        let room = room(handlers, concurrency, prefetch);
+        let (free, buffered, asked) =
+            (handlers.permits.available_permits(), handlers.deliveries.buffered(), asked.load(Ordering::SeqCst));
+        let room = room(handlers, concurrency, prefetch, asked);
         let low_water = ahead.saturating_sub(MAX_CLAIM).max(ahead / 2);
-        let worth = room > 0 && ((buffered == 0 && free > 0) || (ahead > 0 && buffered <= low_water));
+        // A claim on the way (the other loop's, on a slow link) takes from the room, not from
+        // the reason to claim: free handlers and an empty buffer.
+        let worth = room > 0 && ((buffered == 0 && free > 0) || (ahead > 0 && buffered + asked <= low_water));
         if worth {
             let few = backlog && ahead == 0 && room < concurrency.min(MAX_CLAIM).div_ceil(4);
             let until = *gather_until.get_or_insert_with(|| tokio::time::Instant::now() + GATHER);
@@ -509,7 +584,7 @@ async fn room_to_claim(
                 return Some(room);
             }
             tokio::select! {
-                () = changed => {}
+                () = &mut changed => {}
                 () = &mut freed => {}
                 () = tokio::time::sleep_until(until) => {}
                 () = stopped(stop) => return None,
@@ -517,7 +592,7 @@ async fn room_to_claim(
             continue;
         }
         tokio::select! {
-            () = changed => {}
+            () = &mut changed => {}
             () = &mut freed => {}
             () = stopped(stop) => return None,
         }
@@ -568,28 +643,34 @@ mod tests {
         clock
     }
 
-    /// On a slow link the two loops' claims go half a round trip apart: a claim wanted at once
-    /// after another waits for its half; one wanted later than that goes at once.
+    /// On a slow link a claim goes half a round trip after the last one sent (by either loop);
+    /// one wanted later than that goes at once.
     #[tokio::test(start_paused = true)]
     async fn on_a_slow_link_claims_go_half_a_round_trip_apart() {
-        let (pace, clock) = (Pace::default(), clock_with_round_trips(400, 8));
+        let (pair, clock) = (Pair::new(), clock_with_round_trips(400, 8));
         let start = tokio::time::Instant::now();
-        assert_eq!(pace.next(&clock), None, "the first claim waited");
-        assert_eq!(pace.next(&clock), Some(start + Duration::from_millis(200)));
-        // A third right away waits for the half after the second's.
-        assert_eq!(pace.next(&clock), Some(start + Duration::from_millis(400)));
-        tokio::time::advance(Duration::from_millis(700)).await;
-        assert_eq!(pace.next(&clock), None, "a claim long after the last waited");
+        assert_eq!(pair.next(&clock), None, "the first claim waited");
+        pair.sent();
+        assert_eq!(pair.next(&clock), Some(start + Duration::from_millis(200)));
+        tokio::time::advance(Duration::from_millis(150)).await;
+        assert_eq!(pair.next(&clock), Some(start + Duration::from_millis(200)), "asking again moved it");
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert_eq!(pair.next(&clock), None, "a claim after the half waited");
+        // A round trip of minutes (a reconnect, say) holds a claim back a second at most.
+        let clock = clock_with_round_trips(600_000, 8);
+        pair.sent();
+        assert_eq!(pair.next(&clock), Some(tokio::time::Instant::now() + MAX_PACE));
     }
 
     #[tokio::test(start_paused = true)]
     async fn on_a_fast_link_claims_are_not_paced() {
-        let (pace, clock) = (Pace::default(), clock_with_round_trips(1, 8));
-        assert_eq!((pace.next(&clock), pace.next(&clock)), (None, None));
+        let (pair, clock) = (Pair::new(), clock_with_round_trips(1, 8));
+        pair.sent();
+        assert_eq!(pair.next(&clock), None);
         // A slow round trip now and then does not make the link slow.
         let clock = clock_with_round_trips(400, 3);
         clock.note_round_trip(Duration::from_millis(1));
         clock.note_round_trip(Duration::from_millis(400));
-        assert_eq!((pace.next(&clock), pace.next(&clock)), (None, None));
+        assert_eq!(pair.next(&clock), None);
     }
 }

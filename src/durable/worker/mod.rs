@@ -271,11 +271,11 @@ async fn supervise(
             node: node.clone(),
         };
         // The partition's claim loop, and the second one it has while the link is slow.
-        let pace = Arc::new(claim::Pace::default());
-        let (w2, p2, h2, f2, s2, b2, pace2) =
-            (w.clone(), p.clone(), h.clone(), f.clone(), signals.clone(), bid_now.clone(), pace.clone());
-        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, f, signals, &bid_now, &pace, false).await });
-        claimers.spawn(async move { claim::relay_loop(&w2, part, p2, h2, f2, s2, &b2, &pace2).await });
+        let pair = Arc::new(claim::Pair::new());
+        let (w2, p2, h2, f2, s2, b2, pair2) =
+            (w.clone(), p.clone(), h.clone(), f.clone(), signals.clone(), bid_now.clone(), pair.clone());
+        claimers.spawn(async move { claim::claim_loop(&w, part, p, h, f, signals, &bid_now, &pair, false).await });
+        claimers.spawn(async move { claim::relay_loop(&w2, part, p2, h2, f2, s2, &b2, &pair2).await });
     }
     while claimers.join_next().await.is_some() {}
     let _ = leader_stop.send(true);
