@@ -381,14 +381,17 @@ async fn shutdown_hands_over_the_lead_at_once_and_finishes_its_handlers() {
     slow.ready().await;
     assert!(slow.is_leader());
     let first = leader_of(&store, &timers).await;
-    let other = timers.run(log.handler(2));
-    other.ready().await;
-    assert!(!other.is_leader());
     for i in 0..20 {
         timers.schedule(format!("h{i}"), Duration::from_millis(100), vec![]).await.unwrap();
     }
-    // Wait until the first worker holds some in flight, then stop it.
+    // Wait until the first worker holds some in flight. The other starts only then: with both
+    // idle, the one told the tasks' due time claims them all, and under load that was sometimes
+    // the other, leaving the first nothing to finish.
     assert!(wait_until(Duration::from_secs(2), || log.all().iter().any(|h| h.node == 1)).await, "{:?}", log.all());
+    let other = timers.run(log.handler(2));
+    other.ready().await;
+    assert!(!other.is_leader());
+    // Then stop the first.
     let stopping = Instant::now();
     slow.shutdown().await;
     let took = stopping.elapsed();
