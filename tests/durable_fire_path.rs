@@ -118,9 +118,22 @@ async fn a_worker_killed_with_a_full_buffer_has_its_tasks_handed_out_again_withi
     // The leases as the node last renewed them (read in Redis, on Redis), then SIGKILL.
     let lease_end: HashMap<String, u64> = match store.redis() {
         Some(server) => {
-            let flat = server.command(&["ZRANGE", &keys(NAME).leased(), "0", "-1", "WITHSCORES"]);
-            let flat: Vec<&str> = flat.as_array().iter().filter_map(|r| r.as_str()).collect();
-            flat.chunks(2).map(|p| (p[0].to_owned(), p[1].parse().unwrap())).collect()
+            // A task's lease is its claim call's: the call with the greatest first token at or
+            // below the task's claim token.
+            let scored = |key: String| -> Vec<(String, u64)> {
+                let flat = server.command(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]);
+                let flat: Vec<&str> = flat.as_array().iter().filter_map(|r| r.as_str()).collect();
+                flat.chunks(2).map(|p| (p[0].to_owned(), p[1].parse().unwrap())).collect()
+            };
+            let calls: Vec<(u64, u64)> =
+                scored(keys(NAME).leased()).into_iter().map(|(first, end)| (first.parse().unwrap(), end)).collect();
+            scored(keys(NAME).claimed())
+                .into_iter()
+                .map(|(key, token)| {
+                    let call = calls.iter().filter(|(first, _)| *first <= token).max_by_key(|(first, _)| *first);
+                    (key, call.expect("the claim call of a claimed task").1)
+                })
+                .collect()
         }
         None => HashMap::new(),
     };

@@ -3,7 +3,7 @@
 //! is what Rust reads and writes, a tag Lua does not know included, and what a worker packs for
 //! the history reads back after a script joined it.
 
-use super::{dump, redis_now_ms, wheel};
+use super::{dump, redis_now_ms, seed_lease, wheel};
 use crate::durable::store::formats::{Ended, HistoryRun, Record};
 use crate::durable::store::scripts::{self, Ack};
 use crate::durable::store::shared_conn::Window;
@@ -69,7 +69,7 @@ async fn a_packed_run_reads_back_from_the_history() {
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let now = redis_now_ms(&server);
     server.command(&["HSET", &keys.tasks(), "order:42", &format!("{}:2:7:0:0:0:0:p", now - 100)]);
-    server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), "order:42"]);
+    seed_lease(&server, keys, "order:42", 7, now + 60_000);
     let ack = Ack {
         key: "order:42".into(),
         token: "7".into(),

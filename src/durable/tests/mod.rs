@@ -243,12 +243,21 @@ fn meta(server: &Server, keys: &WheelKeys, field: &str) -> i64 {
     server.command(&["HGET", &keys.meta(), field]).as_int().unwrap_or(0)
 }
 
-/// The expected dump: `(suffix, value)` pairs.
+/// Seeds the claim of task `k` under claim token `token` as `claim.lua` leaves it (its record,
+/// written by the caller, holds that token): its key in `claimed`, a claim call of that one token
+/// in `claims`, the call's lease ending at `until` in `leased`.
+fn seed_lease(server: &Server, keys: &WheelKeys, k: &str, token: u64, until: u64) {
+    server.command(&["ZADD", &keys.claimed(), &token.to_string(), k]);
+    server.command(&["ZADD", &keys.claims(), &token.to_string(), &format!("{token}:1:0:test")]);
+    server.command(&["ZADD", &keys.leased(), &until.to_string(), &token.to_string()]);
+}
+
 /// Acknowledgements of tasks without a spec, from (key, claim token) pairs.
 fn acks(pairs: &[(&str, &str)]) -> Vec<super::store::scripts::Ack> {
     pairs.iter().map(|(k, t)| super::store::scripts::Ack::plain(k, t)).collect()
 }
 
+/// The expected dump: `(suffix, value)` pairs.
 fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{dump, meta, redis_now_ms, wheel, TICK_MS};
+use super::{dump, meta, redis_now_ms, seed_lease, wheel, TICK_MS};
 use crate::durable::series::Stored;
 use crate::durable::store::scripts::{self, Ack, Failed, Moved, NewTask, ScheduleAnswer};
 use crate::durable::store::shared_conn::Window;
@@ -44,12 +44,11 @@ async fn fail_uses_the_tasks_own_settings_and_the_nodes_without_them() {
     let Some((server, timers)) = wheel("o-fail").await else { return };
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let now = redis_now_ms(&server);
-    let lease_end = (now + 60_000).to_string();
     server.command(&["HSET", &keys.tasks(), "once", &rec_with(5, 1, 7, "1/", "", "x")]);
     server.command(&["HSET", &keys.tasks(), "quick", &rec_with(5, 2, 7, "/150", "", "y")]);
     server.command(&["HSET", &keys.tasks(), "plain", &rec(5, 1, 7, "", "z")]);
     for k in ["once", "quick", "plain"] {
-        server.command(&["ZADD", &keys.leased(), &lease_end, k]);
+        seed_lease(&server, keys, k, 7, now + 60_000);
     }
 
     // Its own max attempts, 1: the first failure is its last, though the node allows 3.
@@ -110,7 +109,7 @@ async fn a_lease_that_ran_out_on_the_tasks_own_last_attempt_buries_it() {
     server.command(&["HSET", &keys.tasks(), "once", &rec_with(5, 1, 7, "1/", "", "x")]);
     server.command(&["HSET", &keys.tasks(), "plain", &rec(5, 1, 7, "", "z")]);
     for k in ["once", "plain"] {
-        server.command(&["ZADD", &keys.leased(), &(now - 1_000).to_string(), k]);
+        seed_lease(&server, keys, k, 7, now - 1_000);
     }
     server.command(&["SET", &keys.leader(), "me:1"]);
     scripts::tick(w, keys, "me:1", 128, 0..=0, 1).await.unwrap();

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{acks, dump, expect, meta, redis_now_ms, wheel, SLOTS, TICK_MS};
+use super::{acks, dump, expect, meta, redis_now_ms, seed_lease, wheel, SLOTS, TICK_MS};
 use crate::durable::store::scripts::{
     self, Ack, Bid, Cancelled, Claim, Failed, Moved, NewTask, Requeued, ScheduleAnswer, TickReply,
 };
@@ -60,10 +60,18 @@ fn seed_ready(server: &super::Server, keys: &WheelKeys, k: &str, due: u64, paylo
 }
 
 /// Seeds task `k` as a claim leaves it: delivery `attempt` under token `7`, its lease ending at
-/// `lease_end`.
+/// `lease_end`. A lease is a claim call's: the tasks seeded so share one, which the last of them
+/// sets.
 fn seed_running(server: &super::Server, keys: &WheelKeys, k: &str, due: u64, attempt: u32, lease_end: u64) {
-    server.command(&["HSET", &keys.tasks(), k, &rec(due, attempt, 7, "", "x")]);
-    server.command(&["ZADD", &keys.leased(), &lease_end.to_string(), k]);
+    seed_claimed(server, keys, k, due, attempt, 7, lease_end);
+}
+
+/// Seeds task `k` as a claim leaves it under `token`, its claim call's lease ending at
+/// `lease_end`: with a token other than 7, a call of its own (a lease that ran out beside
+/// running tasks, say).
+fn seed_claimed(server: &super::Server, keys: &WheelKeys, k: &str, due: u64, attempt: u32, token: u64, lease_end: u64) {
+    server.command(&["HSET", &keys.tasks(), k, &rec(due, attempt, token, "", "x")]);
+    seed_lease(server, keys, k, token, lease_end);
 }
 
 fn new_task(key: &str, due_ms: u64) -> NewTask {
@@ -263,7 +271,7 @@ async fn cancel_takes_waiting_ready_and_expired_tasks_and_leaves_running_ones() 
     seed_far(&server, keys, "far", 99_999_999_999_999);
     seed_ready(&server, keys, "ready", 5, "x");
     seed_running(&server, keys, "running", 5, 1, now + 60_000);
-    seed_running(&server, keys, "expired", 5, 1, now - 1_000);
+    seed_claimed(&server, keys, "expired", 5, 1, 8, now - 1_000);
     let before = dump(&server, keys);
 
     let names = ["waiting", "far", "ready", "running", "expired", "missing", "waiting"];
@@ -276,7 +284,8 @@ async fn cancel_takes_waiting_ready_and_expired_tasks_and_leaves_running_ones() 
     want.insert("tasks".into(), hash(&[("running", rec(5, 1, 7, "", "x"))]));
     want.remove("far");
     want.remove("ready");
-    want.insert("leased".into(), format!("running@{}", now + 60_000));
+    want.insert("leased".into(), format!("7@{}", now + 60_000));
+    want.insert("claimed".into(), "running@7".into());
     want.insert("req:c1".into(), "1112100".into());
     assert_eq!(dump(&server, keys), want);
     assert_eq!(meta(&server, keys, "cancelled"), 4);
@@ -419,12 +428,12 @@ async fn a_claim_keeps_its_sets_in_the_skip_list_encoding() {
     }
     let encoding = |key: &str| server.command(&["OBJECT", "ENCODING", key]).as_str().unwrap_or("none").to_string();
     assert_eq!(scripts::claim(w, keys, 2, "k1", false, "").await.unwrap().len(), 2);
-    assert_eq!(encoding(&keys.leased()), "listpack", "two leases stay compact");
+    assert_eq!(encoding(&keys.claimed()), "listpack", "two claims stay compact");
     assert_eq!(scripts::claim(w, keys, 38, "k2", false, "k1").await.unwrap().len(), 38);
-    assert_eq!(encoding(&keys.leased()), "skiplist");
     assert_eq!(encoding(&keys.claimed()), "skiplist");
     let d = dump(&server, keys);
-    assert_eq!(d["leased"].split(' ').count(), 40, "{d:?}");
+    // One lease a claim call, whatever it took.
+    assert_eq!(d["leased"].split(' ').count(), 2, "{d:?}");
     assert_eq!(d["claimed"].split(' ').count(), 40, "{d:?}");
     assert!(!d["leased"].contains("timewheel") && !d["claimed"].contains("timewheel"), "{d:?}");
 }
@@ -444,7 +453,7 @@ async fn a_retried_claim_answers_only_what_its_tokens_still_hold() {
     assert_eq!(tokens, [("a", "1"), ("b", "2"), ("c", "3")]);
     // `a` ends; `c`'s lease is handed back and `c` is claimed again, under token 4.
     assert_eq!(scripts::ack(w, keys, &acks(&[("a", "1")]), Window::Default).await.unwrap(), [true]);
-    server.command(&["ZREM", &keys.leased(), "c"]);
+    server.command(&["ZREM", &keys.claimed(), "c"]);
     server.command(&["HSET", &keys.tasks(), "c", &rec(30, 1, 0, "", "c")]);
     server.command(&["ZADD", &keys.ready(), "30", "c"]);
     let again = scripts::claim(w, keys, 1, "k2", false, "").await.unwrap();
@@ -452,6 +461,66 @@ async fn a_retried_claim_answers_only_what_its_tokens_still_hold() {
 
     let retry = scripts::claim(w, keys, 3, "k1", false, "").await.unwrap();
     assert_eq!(retry, got[1..2], "only b is still held under k1's tokens");
+}
+
+/// A lease is its claim call's: one entry in `leased` for all the tasks a call took, extended by
+/// a renewal of any of them, kept while any of them is claimed and dropped with the last. Tasks
+/// given back leave for a call of their own under fresh tokens, whose lease has run out (the
+/// tick hands them out again), while the others keep theirs.
+#[tokio::test]
+async fn a_claim_call_holds_one_lease_for_all_its_tasks() {
+    let Some((server, timers)) = wheel("s-call-lease").await else { return };
+    let (w, keys) = (&timers.wheel, &timers.wheel.base);
+    for (k, due) in [("a", 10), ("b", 20), ("c", 30), ("d", 40)] {
+        seed_ready(&server, keys, k, due, k);
+    }
+    let got = scripts::claim(w, keys, 4, "k1", false, "").await.unwrap();
+    let tokens: Vec<&str> = got.iter().map(|c| c.token.as_str()).collect();
+    assert_eq!(tokens, ["1", "2", "3", "4"]);
+    let lease = super::LEASE.as_millis() as u64;
+    let call_lease = |server: &super::Server| {
+        server.command(&["ZSCORE", &keys.leased(), "1"]).as_str().map(|s| s.parse::<u64>().unwrap())
+    };
+    let d = dump(&server, keys);
+    assert_eq!(d["leased"].split(' ').count(), 1, "one lease for the call: {d:?}");
+    let first_end = call_lease(&server).expect("the call's lease");
+
+    // Two end: the call keeps its lease for the other two.
+    assert_eq!(scripts::ack(w, keys, &acks(&[("a", "1"), ("b", "2")]), Window::Default).await.unwrap(), [true, true]);
+    assert_eq!(call_lease(&server), Some(first_end));
+
+    // `c` is given back while `d` runs: `c` moves to a call of its own (token 5) whose lease has
+    // run out, and `d` keeps the call's lease.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    assert_eq!(renewed(scripts::renew(w, keys, &[("c", "3")], 0, Window::Default).await.unwrap()), [true]);
+    let d = dump(&server, keys);
+    assert_eq!(d["claimed"], "d@4 c@5", "{d:?}");
+    assert_eq!(call_lease(&server), Some(first_end), "{d:?}");
+    let given_back: u64 = server.command(&["ZSCORE", &keys.leased(), "5"]).as_str().unwrap().parse().unwrap();
+    assert!(given_back <= redis_now_ms(&server) + 1, "{given_back}");
+    assert!(d["tasks"].contains(&format!("c={}", rec(30, 1, 5, "", "c"))), "{d:?}");
+    // A renewal of `d` extends its call's lease; `c`'s old token is refused.
+    let before = redis_now_ms(&server);
+    assert_eq!(
+        renewed(scripts::renew(w, keys, &[("d", "4"), ("c", "3")], 2 * lease, Window::Default).await.unwrap()),
+        [true, false]
+    );
+    assert!(call_lease(&server).unwrap() >= before + 2 * lease);
+
+    // The tick hands `c` out again, and leaves `d` alone.
+    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    server.command(&["SET", &keys.leader(), "me:1"]);
+    scripts::tick(w, keys, "me:1", 128, 0..=0, 1).await.unwrap();
+    let d = dump(&server, keys);
+    assert_eq!(d["ready"], "c@30", "{d:?}");
+    assert_eq!(d["claimed"], "d@4", "{d:?}");
+    assert_eq!(d["leased"].split(' ').count(), 1, "{d:?}");
+    assert!(d["tasks"].contains(&format!("d={}", rec(40, 1, 4, "", "d"))), "{d:?}");
+
+    // The last of the call ends: its lease goes.
+    assert_eq!(scripts::ack(w, keys, &acks(&[("d", "4")]), Window::Default).await.unwrap(), [true]);
+    let d = dump(&server, keys);
+    assert!(!d.contains_key("leased") && !d.contains_key("claimed"), "{d:?}");
 }
 
 #[tokio::test]
@@ -468,7 +537,8 @@ async fn ack_finishes_a_task_under_its_token_only() {
     assert_eq!(got, [true, false, false, false]);
     let d = dump(&server, keys);
     assert_eq!(d["tasks"], hash(&[("b", rec(5, 1, 7, "", "x"))]));
-    assert_eq!(d["leased"], format!("b@{}", now + 60_000));
+    // `b`'s claim call (token 7) keeps its lease while `b` runs.
+    assert_eq!(d["leased"], format!("7@{}", now + 60_000));
     assert_eq!(meta(&server, keys, "acked"), 1);
     // Repeated: refused, nothing changes.
     assert_eq!(scripts::ack(w, keys, &acks(&[("a", "7")]), Window::Default).await.unwrap(), [false]);
@@ -518,23 +588,23 @@ async fn renew_extends_held_leases_and_refuses_one_that_went_to_another_worker()
     let (w, keys) = (&timers.wheel, &timers.wheel.base);
     let now = redis_now_ms(&server);
     seed_running(&server, keys, "held", 5, 1, now + 500);
-    seed_running(&server, keys, "lapsed", 5, 1, now - 1_000);
+    seed_claimed(&server, keys, "lapsed", 5, 1, 8, now - 1_000);
     seed_waiting(&server, keys, "waiting", cursor(&server, keys) + 2);
     let lease = 5_000;
     let before = redis_now_ms(&server);
-    let pairs = [("held", "7"), ("lapsed", "7"), ("held", "6"), ("waiting", "7"), ("gone", "7")];
+    let pairs = [("held", "7"), ("lapsed", "8"), ("held", "6"), ("waiting", "7"), ("gone", "7")];
     let got = renewed(scripts::renew(w, keys, &pairs, lease, Window::Default).await.unwrap());
     let after = redis_now_ms(&server);
     assert_eq!(got, [true, true, false, false, false], "{pairs:?}");
-    let score = |k: &str| server.command(&["ZSCORE", &keys.leased(), k]).as_str().unwrap().parse::<u64>().unwrap();
-    for k in ["held", "lapsed"] {
-        let until = score(k);
-        assert!(until >= before + lease && until <= after + lease + 1, "{k}: {until}, now {before}..{after}");
+    // Each one's claim call (tokens 7 and 8) has its lease renewed.
+    for call in ["7", "8"] {
+        let until = server.command(&["ZSCORE", &keys.leased(), call]).as_str().unwrap().parse::<u64>().unwrap();
+        assert!(until >= before + lease && until <= after + lease + 1, "{call}: {until}, now {before}..{after}");
     }
     assert!(!dump(&server, keys)["tasks"].contains("gone="), "a refused renewal created a task");
 
     // The lease runs out and a tick hands the task to another worker (a new claim, a new token).
-    server.command(&["ZADD", &keys.leased(), "1", "held"]);
+    server.command(&["ZADD", &keys.leased(), "1", "7"]);
     server.command(&["SET", &keys.leader(), "me:1"]);
     scripts::tick(w, keys, "me:1", 128, 0..=0, 1).await.unwrap();
     let claimed = scripts::claim(w, keys, 1, "k1", false, "").await.unwrap();
@@ -580,11 +650,11 @@ async fn tick_moves_due_tasks_requeues_expired_leases_and_is_never_early() {
     seed_far(&server, keys, "moved", (now_tick + 30) * TICK_MS);
     server.command(&["HSET", &keys.tasks(), "moved", &rec((now_tick + 30) * TICK_MS, 0, 0, "", "x")]);
     seed_waiting(&server, keys, "next", now_tick);
-    seed_running(&server, keys, "expired", 5, 1, now - 10);
+    seed_claimed(&server, keys, "expired", 5, 1, 8, now - 10);
     seed_far(&server, keys, "near", (now_tick + 2) * TICK_MS);
     seed_far(&server, keys, "later", (now_tick + 40) * TICK_MS);
-    // A stale lease entry of a task no worker holds (token 0): dropped, the task left waiting.
-    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "later"]);
+    // A stale lease entry of a claim call that holds no task: dropped.
+    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "999"]);
 
     // Given only the first two slots after the cursor, it stops after them.
     let reply = scripts::tick(w, keys, "me:1", 128, start + 1..=start + 2, 1).await.unwrap();
@@ -857,7 +927,7 @@ async fn ack_of_a_recurring_run_places_the_next_by_its_policy() {
     for (k, due, runs, policy, _) in cases {
         let record = format!("{due}:1:7:{period}:{runs}:{policy}:0:x");
         server.command(&["HSET", &keys.tasks(), k, &record]);
-        server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), k]);
+        seed_lease(&server, keys, k, 7, now + 60_000);
     }
     let deliveries: Vec<Ack> = cases.iter().map(|c| Ack::plain(c.0, "7")).collect();
     assert_eq!(scripts::ack(w, keys, &deliveries, Window::Default).await.unwrap(), [true; 5]);
@@ -958,7 +1028,7 @@ async fn cancel_running_asks_a_running_task_only_and_its_outcome_ends_it_as_canc
     let now = redis_now_ms(&server);
     seed_running(&server, keys, "a", 5, 1, now + 60_000);
     seed_running(&server, keys, "b", 5, 1, now + 60_000);
-    seed_running(&server, keys, "lapsed", 5, 1, now - 1_000);
+    seed_claimed(&server, keys, "lapsed", 5, 1, 8, now - 1_000);
     seed_ready(&server, keys, "ready", 5, "x");
     let before = dump(&server, keys);
     for k in ["lapsed", "ready", "gone"] {
@@ -1057,7 +1127,7 @@ async fn the_runs_that_end_go_in_the_history_and_nothing_else_does() {
         seed_running(&server, keys, k, 5, 1, now + 60_000);
     }
     seed_running(&server, keys, "dies", 6, 3, now + 60_000);
-    seed_running(&server, keys, "lapsed", 7, 3, now - 1_000);
+    seed_claimed(&server, keys, "lapsed", 7, 3, 8, now - 1_000);
     let ran = |k: &str, due: u64, attempt: u32, started: u64, took: u64| Ack {
         run: Ack::run(k, due, attempt, Some((started, took))),
         ..Ack::plain(k, "7")

@@ -4,7 +4,7 @@
 //! upserts it queues behind a running run (`store/lua/includes/queued.lua`), which whatever ends the
 //! run (`ack`, `fail`, the tick) or cancels it takes up.
 
-use super::{acks, dump, meta, redis_now_ms, wheel};
+use super::{acks, dump, meta, redis_now_ms, seed_lease, wheel};
 use crate::durable::series::{Spec, Stored, MAX_BURST};
 use crate::durable::store::client::WheelClient;
 use crate::durable::store::scripts::{self, Ack, Cancelled, Failed, NewTask, Upserted};
@@ -60,7 +60,7 @@ async fn ack_moves_a_spec_series_to_the_nodes_next_due() {
     let due = now - 100;
     for (k, runs) in [("on", -1), ("zero", -1), ("none", -1), ("back", -1), ("last", 1), ("counted", 3)] {
         server.command(&["HSET", &keys.tasks(), k, &spec_rec(due, 1, 7, runs, "p")]);
-        server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), k]);
+        seed_lease(&server, keys, k, 7, now + 60_000);
     }
     let next = (due + 5000).to_string();
     let given = [
@@ -186,11 +186,15 @@ async fn upsert_makes_keeps_replaces_or_queues_behind_a_run_in_flight() {
 
     // Runs in flight: `r`, `f`, `c`, `t` and `s` held under a live lease, `e` under one that ran
     // out (the tick has not passed it yet), `w` waiting to be delivered again after a failure.
+    // A lease is a claim call's: `t` and `e` were claimed by calls of their own (tokens 9 and 8),
+    // the others by one call (token 7).
     let running = spec_rec(now - 100, 1, 7, -1, "old");
-    for k in ["r", "f", "c", "t", "s", "e"] {
-        server.command(&["HSET", &keys.tasks(), k, &running]);
+    let (running_e, running_t) = (spec_rec(now - 100, 1, 8, -1, "old"), spec_rec(now - 100, 1, 9, -1, "old"));
+    for (k, tok) in [("r", 7), ("f", 7), ("c", 7), ("t", 9), ("s", 7), ("e", 8)] {
+        let rec = spec_rec(now - 100, 1, tok, -1, "old");
+        server.command(&["HSET", &keys.tasks(), k, &rec]);
         let until = if k == "e" { now - 10 } else { now + 60_000 };
-        server.command(&["ZADD", &keys.leased(), &until.to_string(), k]);
+        seed_lease(&server, keys, k, tok, until);
     }
     let retrying = spec_rec(far, 1, 0, -1, "old");
     server.command(&["HSET", &keys.tasks(), "w", &retrying]);
@@ -207,7 +211,7 @@ async fn upsert_makes_keeps_replaces_or_queues_behind_a_run_in_flight() {
     let queued = |due: u64, p: &str| format!("{due}:0:0:0:-1:2:c{}:{SPEC}0:{p}", SPEC.len());
     assert_eq!(
         d["tasks"],
-        format!("c={running} e={running} f={running} r={running} s={running} t={running} w={retrying}"),
+        format!("c={running} e={running_e} f={running} r={running} s={running} t={running_t} w={retrying}"),
         "the runs are left alone"
     );
     let new = queued(now - 200, "new");
@@ -231,7 +235,7 @@ async fn upsert_makes_keeps_replaces_or_queues_behind_a_run_in_flight() {
     assert_eq!(
         d["tasks"],
         format!(
-            "c={running} e={running} f={failed} r={} s={running} t={running} w={retrying}",
+            "c={running} e={running_e} f={failed} r={} s={running} t={running_t} w={retrying}",
             queued(far + 1, "late")
         )
     );
@@ -240,7 +244,7 @@ async fn upsert_makes_keeps_replaces_or_queues_behind_a_run_in_flight() {
 
     // The tick, finding the leases of `t` and `e` ran out, hands their runs out again (ready,
     // their attempt kept); the series queued behind them waits.
-    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "t"]);
+    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "9"]);
     server.command(&["SET", &keys.leader(), "me:1"]);
     let tick = redis_now_ms(&server) / 100;
     scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2, 1).await.unwrap();
@@ -277,7 +281,7 @@ async fn a_spec_series_goes_on_after_its_last_attempt() {
     let due = now - 1000;
     // The wheel's max attempts are 3: this is the last.
     server.command(&["HSET", &keys.tasks(), "failed", &spec_rec(due, 3, 7, -1, "p")]);
-    server.command(&["ZADD", &keys.leased(), &(now + 60_000).to_string(), "failed"]);
+    seed_lease(&server, keys, "failed", 7, now + 60_000);
     let next = now + 30_000;
     let got = scripts::fail(w, keys, &ack("failed", "7", &next.to_string()), "boom", Window::Default).await.unwrap();
     assert_eq!(got, Failed::Dead);
@@ -287,8 +291,8 @@ async fn a_spec_series_goes_on_after_its_last_attempt() {
     assert!(d["dead_tasks"].starts_with("failed="), "{d:?}");
 
     server.command(&["DEL", &keys.far()]);
-    server.command(&["HSET", &keys.tasks(), "expired", &spec_rec(due, 3, 7, -1, "p")]);
-    server.command(&["ZADD", &keys.leased(), &(now - 10).to_string(), "expired"]);
+    server.command(&["HSET", &keys.tasks(), "expired", &spec_rec(due, 3, 8, -1, "p")]);
+    seed_lease(&server, keys, "expired", 8, now - 10);
     server.command(&["SET", &keys.leader(), "me:1"]);
     let tick = redis_now_ms(&server) / 100;
     scripts::tick(w, keys, "me:1", 128, tick - 2..=tick + 2, 1).await.unwrap();
@@ -322,12 +326,14 @@ async fn a_run_that_dies_hands_its_key_to_the_queued_series() {
     server.command(&["SET", &keys.cursor(), &(now / 100).to_string()]);
     let far = now + 60_000;
     // The wheel's max attempts are 3: each of these runs its last.
-    let last = spec_rec(now - 100, 3, 7, -1, "old");
-    for (k, until) in [("failed", now + 60_000), ("expired", now - 10), ("reset", now - 10), ("stopped", now + 60_000)]
+    // A lease is a claim call's: `failed` and `stopped` were claimed by one (token 7), `expired`
+    // and `reset` by another (token 8), whose lease ran out.
+    for (k, tok, until) in
+        [("failed", 7, now + 60_000), ("expired", 8, now - 10), ("reset", 8, now - 10), ("stopped", 7, now + 60_000)]
     {
-        let rec = if k == "reset" { spec_rec(now - 100, 1, 7, -1, "old") } else { last.clone() };
+        let rec = spec_rec(now - 100, if k == "reset" { 1 } else { 3 }, tok, -1, "old");
         server.command(&["HSET", &keys.tasks(), k, &rec]);
-        server.command(&["ZADD", &keys.leased(), &until.to_string(), k]);
+        seed_lease(&server, keys, k, tok, until);
         assert_eq!(upsert(w, keys, &format!("u-{k}"), k, &series(far, 0, SPEC), b"new").await, Upserted::Queued);
     }
     let new = format!("{far}:0:0:0:-1:2:c{}:{SPEC}0:new", SPEC.len());

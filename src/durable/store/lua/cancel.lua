@@ -32,7 +32,7 @@ local KEYS_FROM = 2
 
 local kept = replayed()
 if kept then return kept end
-local out, seen, gone, held = {}, {}, {}, {}
+local out, seen, gone, held, toks = {}, {}, {}, {}, {}
 local now
 local names, recs = records_of(ARGV, KEYS_FROM, 1)
 for j, k in ipairs(names) do
@@ -42,17 +42,18 @@ for j, k in ipairs(names) do
     -- None pending, or the same key again in this call (the first of them cancelled it).
     out[#out + 1] = '0'
   else
-    local running, claimed = false, token_of(rec) ~= '0'
+    local tok = token_of(rec)
+    local running, claimed = false, tok ~= '0'
     if claimed then
       now = now or clock()
-      running = tonumber(redis.call('ZSCORE', LEASED, k) or 0) > now
+      running = lease_end(tok) > now
     end
     if running then
       out[#out + 1] = '2'
     else
       gone[#gone + 1] = k
       -- Only a claimed task has a lease entry.
-      if claimed then held[#held + 1] = k end
+      if claimed then held[#held + 1], toks[#held + 1] = k, tok end
       out[#out + 1] = '1'
     end
   end
@@ -62,8 +63,7 @@ if #gone > 0 then
   zrem_all(TASKS, gone, 'HDEL')
   zrem_all(FAR, gone)
   zrem_all(READY, gone)
-  zrem_all(LEASED, held)
-  forget_claims(held)
+  forget_claims(held, toks)
   redis.call('HINCRBY', META, 'cancelled', #gone)
 end
 return remember(table.concat(out), ttl)

@@ -18,12 +18,13 @@
 -- @include keys
 -- @include clock
 -- @include record
+-- @include claims
 local k = ARGV[1]
 
 local rec = redis.call('HGET', TASKS, k)
 if not rec then return 0 end
 local tok = token_of(rec)
-if tok == '0' or tonumber(redis.call('ZSCORE', LEASED, k) or 0) <= clock() then return 0 end
+if lease_end(tok) <= clock() then return 0 end
 redis.call('HSET', CANCELLING, k, tok)
 redis.call('XADD', CANCELS, 'MAXLEN', '~', 1000, '*', 'key', k, 'token', tok)
 return 1

@@ -14,9 +14,9 @@
   attempt.
 
   Per task it writes what the claim changes and nothing else: the record's head (deliveries,
-  claim token) before its unchanged tail, the lease entry (its score formatted once a call),
-  its claim token in CLAIMED (and once a call when, and the worker's node: includes/claims.lua);
-  the answer is the record itself, which the worker reads.
+  claim token) before its unchanged tail and its claim token in CLAIMED; once a call, when,
+  by which node and the lease, one entry for all the call's tasks (includes/claims.lua); the
+  answer is the record itself, which the worker reads.
 
   A delivery to acknowledge whose cancel was requested (cancel_running.lua) ends as cancelled
   instead (cancelled.lua), and its acknowledgement is refused.
@@ -213,7 +213,7 @@ local LATE_FIELDS = {
   [0] = 'l0', 'l1', 'l2', 'l3', 'l4', 'l5', 'l6', 'l7', 'l8', 'l9', 'l10', 'l11', 'l12',
   'l13', 'l14', 'l15', 'l16', 'l17', 'l18', 'l19', 'l20', 'l21', 'l22', 'l23', 'l24',
 }
-local leases, figures, claims, starts, spaced = {}, {}, {}, {}, false
+local figures, claims, starts, spaced = {}, {}, {}, false
 local recs = hmget_all(TASKS, names)
 -- m tasks claimed so far; each table's entries are indexed from it (Lua's `#t` is a search).
 local m = 0
@@ -239,7 +239,6 @@ for j, k in ipairs(names) do
     figures[late] = (figures[late] or 0) + 1
     local i = 2 * m
     m = m + 1
-    leases[i + 1], leases[i + 2] = until_ms, k
     claims[i + 1], claims[i + 2] = tok, k
     out[i + 5], out[i + 6] = k, rec
   end
@@ -248,13 +247,11 @@ if limits then out[3] = next_room(limits, now, LIMIT_HORIZON) end
 if #names < n then out[3] = next_due(out[3]) end
 out[3] = from_now(out[3])
 if spaced then out[4] = table.concat(starts, ',', 1, m) end
-zadd_all(LEASED, leases)
 -- The new records: the answer's (key, record) pairs after its first four entries.
 hset_all(TASKS, out, 5)
-record_claims(claims, first + 1, #names, out[1], node)
--- leased and claimed gain and lose members in the same calls: one look at leased serves both.
-if keep_skiplist(LEASED) then keep_skiplist(CLAIMED) end
 if m > 0 then
+  record_claims(claims, first + 1, #names, out[1], node, until_ms)
+  keep_skiplist(CLAIMED)
   redis.call('SET', CALL_KEY, string.format('%s:%d:%d', out[1], first + 1, last), 'PX', math.min(lease, record_ms))
 end
 redis.call('HINCRBY', META, 'handed_out', m)

@@ -58,8 +58,7 @@ local t = decode(rec)
 max_attempts, backoff_ms = retry_limits(t.retry, max_attempts, backoff_ms)
 local w = wheel_now(tick_ms, slots, FIXED_KEYS + 1, declared)
 local up = w.up
-redis.call('ZREM', LEASED, k)
-forget_claims({k})
+forget_claims({k}, {tok})
 release_limits({k})
 if snooze_ms then
   add_history(history, k, rec, 's', run)

@@ -14,6 +14,7 @@
 -- @include keys
 -- @include clock
 -- @include record
+-- @include claims
 local k = ARGV[1]
 local now = clock()
 
@@ -23,7 +24,7 @@ if rec then
   local state = 'waiting'
   if t.tok ~= '0' then
     state = 'ready'
-    if tonumber(redis.call('ZSCORE', LEASED, k) or 0) > now then state = 'running' end
+    if lease_end(t.tok) > now then state = 'running' end
   elseif redis.call('ZSCORE', READY, k) then
     state = 'ready'
   end

@@ -40,7 +40,7 @@ for i = KEYS_FROM, #ARGV do
     out[j] = '0'
   else
     local t = decode(rec)
-    if t.tok ~= '0' and tonumber(redis.call('ZSCORE', LEASED, k) or 0) > w.down then
+    if lease_end(t.tok) > w.down then
       out[j] = '2'
     else
       t.due, t.tok = dues[j], '0'
@@ -56,7 +56,6 @@ end
 -- A key moved twice in one call is placed once, by its last move.
 zrem_all(READY, moved)
 zrem_all(FAR, moved)
-zrem_all(LEASED, moved)
 forget_claims(moved)
 local batch = new_batch()
 for _, k in ipairs(moved) do place(k, due_of[k], w, batch) end

@@ -113,7 +113,7 @@ else
       out[j] = '1'
     else
       local t = decode(redis.call('HGET', TASKS, k))
-      if t.tok ~= '0' and tonumber(redis.call('ZSCORE', LEASED, k) or 0) > w.down then
+      if lease_end(t.tok) > w.down then
         out[j] = '3'
       else
         -- Its old place: a far or ready entry goes now, a slot entry when the cursor passes it.
@@ -122,12 +122,12 @@ else
         batch = new_batch()
         -- A run whose lease ran out (or that waits for its retry) is still the run in flight: an
         -- upsert queued behind it (queued.lua) still waits for its end, as for reschedule.lua.
+        local tok = t.tok
         t.due, t.tok = due, '0'
         redis.call('HSET', TASKS, k, encode(t))
         zrem_all(FAR, {k})
         zrem_all(READY, {k})
-        zrem_all(LEASED, {k})
-        forget_claims({k})
+        if tok ~= '0' then forget_claims({k}, {tok}) end
         place(k, due, w, batch)
         out[j] = '4'
       end

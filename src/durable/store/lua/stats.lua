@@ -6,8 +6,8 @@
   Output:
     {waiting, ready, leased, dead, cursor lag in ticks, scheduled, handed_out, acked, retried,
     dead_lettered, cancelled, 1 if paused else 0}
-  Keys: CURSOR, META, TASKS, READY, LEASED, DEAD. Waiting is every pending task neither ready nor
-  leased (the ring's count also holds the entries of cancelled tasks not yet passed).
+  Keys: CURSOR, META, TASKS, READY, CLAIMED, DEAD. Waiting is every pending task neither ready nor
+  claimed (the ring's count also holds the entries of cancelled tasks not yet passed).
 ]]
 -- @include keys
 -- @include clock
@@ -18,7 +18,7 @@ local cursor = tonumber(redis.call('GET', CURSOR) or now_tick)
 local c = redis.call('HMGET', META, 'scheduled', 'handed_out', 'acked', 'retried', 'dead_lettered', 'cancelled')
 local lag = now_tick - cursor
 if lag < 0 then lag = 0 end
-local ready, leased = redis.call('ZCARD', READY), redis.call('ZCARD', LEASED)
+local ready, leased = redis.call('ZCARD', READY), redis.call('ZCARD', CLAIMED)
 local out = {
   math.max(0, redis.call('HLEN', TASKS) - ready - leased),
   ready,

@@ -71,20 +71,36 @@ local history = history_of(ARGV[10], ARGV[11])
 local say_next = ARGV[12] == '1'
 local ahead = math.max(tonumber(ARGV[13] or '1') or 1, 1)
 
--- Leases that ran out: each task goes back to `ready`, or to the dead letters after its last
--- try. Returns how many leases it looked at and how many tasks it made ready.
+-- Leases that ran out: each task of their calls still held goes back to `ready`, or to the dead
+-- letters after its last try. The calls are taken whole, until their tasks reach the budget.
+-- Returns how many leases and tasks it looked at and how many tasks it made ready.
 local function requeue_expired(now)
-  local expired = redis.call('ZRANGEBYSCORE', LEASED, '-inf', now, 'LIMIT', 0, budget)
-  if #expired == 0 then return 0, 0 end
-  zrem_all(LEASED, expired)
-  forget_claims(expired)
+  local calls = redis.call('ZRANGEBYSCORE', LEASED, '-inf', now, 'LIMIT', 0, budget)
+  if #calls == 0 then return 0, 0 end
+  local expired, toks, taken = {}, {}, {}
+  for _, first in ipairs(calls) do
+    if #expired >= budget then break end
+    taken[#taken + 1] = first
+    local call = redis.call('ZRANGEBYSCORE', CLAIMS, first, first, 'LIMIT', 0, 1)[1]
+    local n = tonumber(string.match(call or '', '^%d+:(%d+):') or 0)
+    if n > 0 then
+      local held = redis.call('ZRANGEBYSCORE', CLAIMED, first, first + n - 1, 'WITHSCORES')
+      for i = 1, #held, 2 do
+        expired[#expired + 1] = held[i]
+        toks[#toks + 1] = held[i + 1]
+      end
+    end
+  end
+  zrem_all(LEASED, taken)
+  forget_claims(expired, toks)
   local to_ready, dead, buried, replaced = {}, {}, 0, {}
   local queued
+  local recs = hmget_all(TASKS, expired)
   for j, k in ipairs(expired) do
-    local rec = redis.call('HGET', TASKS, k)
-    -- A lease entry belongs to a claimed task (token not 0); any other is stale and just goes.
-    -- One whose cancel was requested ends as cancelled instead (cancelled.lua).
-    local live = rec and token_of(rec) ~= '0' and end_cancelled({k, token_of(rec)}, 1, history) == 0
+    local rec, tok = recs[j], toks[j]
+    -- A task held under its call's token; any other entry is stale and just goes. One whose
+    -- cancel was requested ends as cancelled instead (cancelled.lua).
+    local live = rec and tonumber(token_of(rec)) == tonumber(tok) and end_cancelled({k, token_of(rec)}, 1, history) == 0
     if live then
       local t = decode(rec)
       if t.a >= (retry_limits(t.retry, max_attempts)) then
@@ -123,7 +139,7 @@ local function requeue_expired(now)
   -- A lease that ran out is a failed delivery.
   if #expired > 0 then count_figures({ f = buried + #to_ready / 2, d = buried }, now) end
   flush_history(history)
-  return #expired, #to_ready / 2
+  return #taken + #expired, #to_ready / 2
 end
 
 -- The last tick after the cursor whose slot, and every slot before it, was declared.

@@ -7,8 +7,9 @@
 -- not the task's current one is refused and changes nothing, and so is a key given twice (the
 -- records were read before any change). Returns one digit per delivery, as one string: 1
 -- acknowledged, 0 refused. Each acknowledged run goes in the history `h` (see history.lua), and
--- its claim leaves the claim index (claims.lua).
--- Keys: TASKS, LEASED, META, FIGURES, UPSERTS, HISTORY, CLAIMED, and for a recurring task FAR, READY,
+-- its claim leaves the claim index, and its call's lease once no task of the call is left
+-- (claims.lua).
+-- Keys: TASKS, LEASED, META, FIGURES, UPSERTS, HISTORY, CLAIMED, CLAIMS, and for a recurring task FAR, READY,
 -- CURSOR, WAKE.
 -- @include keys
 -- @include wheel_now
@@ -25,7 +26,7 @@
 -- @include claims
 -- @include limits
 local function acknowledge(list, from, tick_ms, slots, h)
-  local out, acked, done, w, batch, seen, replaced = {}, {}, {}, nil, new_batch(), {}, {}
+  local out, acked, toks, done, w, batch, seen, replaced = {}, {}, {}, {}, nil, new_batch(), {}, {}
   local n_acked, n_done = 0, 0
   local names, recs = records_of(list, from, ACK_FIELDS)
   local queued = queued_of(names)
@@ -37,7 +38,7 @@ local function acknowledge(list, from, tick_ms, slots, h)
     if rec and current == tok and not seen[k] then
       seen[k] = true
       n_acked = n_acked + 1
-      acked[n_acked] = k
+      acked[n_acked], toks[n_acked] = k, tok
       add_history(h, k, rec, 'a', list[at + 3])
       local q = queued[j]
       local t = not q and (every ~= '0' or next_due ~= '') and decode(rec)
@@ -59,8 +60,7 @@ local function acknowledge(list, from, tick_ms, slots, h)
     end
   end
   if n_acked > 0 then
-    zrem_all(LEASED, acked)
-    forget_claims(acked)
+    forget_claims(acked, toks)
     release_limits(acked)
     if n_done > 0 then zrem_all(TASKS, done, 'HDEL') end
     drop_queued(replaced)

@@ -1,25 +1,110 @@
--- The claims of the running tasks, for listing them (list.lua) and for a retried claim, which
--- finds the tasks it took by their tokens' range (claim.lua). CLAIMED holds their keys scored by
--- their claim token, which says in which order they were claimed; CLAIMS holds one member per
--- claim call, '<first token>:<tasks>:<claimed ms>:<node>' scored by its first token, the tokens
--- of a call being consecutive: when its tasks were claimed, and the id of the node whose worker
--- claimed them. A claim writes both (claim.lua), one entry a task and one a call, and drops the
--- calls older than the oldest task still in CLAIMED; whatever ends a lease (takes a task's entry
--- out of LEASED) forgets its claim with `forget_claims`.
--- Keys: CLAIMED, CLAIMS.
+-- The claims of the running tasks and their leases. CLAIMED holds the running tasks' keys scored
+-- by their claim token (the order in which they were claimed); CLAIMS holds one member per claim
+-- call, '<first token>:<tasks>:<claimed ms>:<node>' scored by its first token, the tokens of a
+-- call being consecutive: when its tasks were claimed, and the id of the node whose worker
+-- claimed them; LEASED holds the lease of each call that still has a task running, its first
+-- token (as text) scored by the lease's end (ms on Redis's clock). One lease a call, not a task:
+-- a call's tasks all go to one worker, which renews them together (renew.lua), so a claim writes
+-- one lease entry and an acknowledgement none. A task is running while its record's token is not
+-- 0 (it is then in CLAIMED under that token) and the lease of its call has not run out.
+-- A claim writes all three (claim.lua), one entry a task and one a call, and drops the calls
+-- older than the oldest task still in CLAIMED; whatever ends a task's run forgets it with
+-- `forget_claims`, which drops the lease of a call left with no task.
+-- Keys: CLAIMED, CLAIMS, LEASED.
 -- @include keys
 -- @include zrem_all
 -- @include zadd_all
 -- @include constants
-local function forget_claims(names)
+-- The claim call that gave token `tok` (a number): its first token and how many it gave, or nil
+-- when no recorded call gave it.
+local function call_of(tok)
+  local call = redis.call('ZREVRANGEBYSCORE', CLAIMS, tok, '-inf', 'LIMIT', 0, 1)[1]
+  if not call then return nil end
+  local first, n = string.match(call, '^(%d+):(%d+):')
+  if not first then return nil end
+  first, n = tonumber(first), tonumber(n)
+  if tok >= first + n then return nil end
+  return first, n
+end
+-- The calls that gave the tokens in `toks` (texts or numbers): the first token (as text) of
+-- each call once, per token the first token of its call (nil for a token no recorded call gave),
+-- and each call's first and end (one past its last) tokens as numbers. A token is looked up in
+-- CLAIMS only when no call found so far gave it: the tokens a worker hands back come from a call
+-- or two.
+local function calls_of(toks)
+  local firsts, of, lo, hi, m = {}, {}, {}, {}, 0
+  for i = 1, #toks do
+    local tok = tonumber(toks[i])
+    local name
+    for c = m, 1, -1 do
+      if tok >= lo[c] and tok < hi[c] then
+        name = firsts[c]
+        break
+      end
+    end
+    if not name then
+      local first, n = call_of(tok)
+      if first then
+        m = m + 1
+        lo[m], hi[m] = first, first + n
+        name = string.format('%d', first)
+        firsts[m] = name
+      end
+    end
+    of[i] = name
+  end
+  return firsts, of, lo, hi
+end
+-- When the lease of the delivery under claim token `tok` (text, '0' for none) ends (ms), or 0
+-- when it has none.
+local function lease_end(tok)
+  if not tok or tok == '0' then return 0 end
+  local first = call_of(tonumber(tok))
+  if not first then return 0 end
+  return tonumber(redis.call('ZSCORE', LEASED, string.format('%d', first)) or 0)
+end
+-- Drops the leases of the calls that gave tokens from `a` to `b` (numbers) and hold no task any
+-- more.
+local function drop_emptied_calls(a, b)
+  local at = redis.call('ZREVRANGEBYSCORE', CLAIMS, a, '-inf', 'LIMIT', 0, 1)[1]
+  local from = at and string.match(at, '^(%d+):') or a
+  for _, call in ipairs(redis.call('ZRANGEBYSCORE', CLAIMS, from, b)) do
+    local first, n = string.match(call, '^(%d+):(%d+):')
+    if first and redis.call('ZCOUNT', CLAIMED, first, first + n - 1) == 0 then redis.call('ZREM', LEASED, first) end
+  end
+end
+-- Forgets the claims of the tasks `names`, whose runs end (or go back): they leave CLAIMED, and
+-- the calls that gave them lose their lease once none of their tasks is left. `toks`, their
+-- claim tokens, are read from CLAIMED when not given. The calls looked at are those from the
+-- first token's to the last's (a worker's acknowledgements come in claim order, from a call or
+-- two): a call emptied outside that range keeps its lease entry until it runs out, when the
+-- tick drops it with nothing to hand out again (tick.lua).
+local function forget_claims(names, toks)
+  if #names == 0 then return end
+  if not toks then
+    toks = {}
+    for i = 1, #names, 4000 do
+      local part = redis.call('ZMSCORE', CLAIMED, unpack(names, i, math.min(i + 3999, #names)))
+      for j = 1, #part do
+        if part[j] then toks[#toks + 1] = part[j] end
+      end
+    end
+  end
   zrem_all(CLAIMED, names)
+  if #toks == 0 then return end
+  local a, b = tonumber(toks[1]), tonumber(toks[#toks])
+  if a > b then a, b = b, a end
+  drop_emptied_calls(a, b)
 end
 -- Records a claim call: `pairs` (claim token, key per task) in CLAIMED; the call itself, whose
--- `n` tokens start at `first`, in CLAIMS; then drops the calls before the one that holds the
--- oldest token still in CLAIMED (none of their tasks runs).
-local function record_claims(pairs, first, n, claimed_ms, node)
+-- `n` tokens start at `first`, in CLAIMS, and its lease until `until_ms` (text) in LEASED; then
+-- drops the calls before the one that holds the oldest token still in CLAIMED (none of their
+-- tasks runs).
+local function record_claims(pairs, first, n, claimed_ms, node, until_ms)
   zadd_all(CLAIMED, pairs)
-  redis.call('ZADD', CLAIMS, first, string.format('%d:%d:%s:%s', first, n, claimed_ms, node))
+  local name = string.format('%d', first)
+  redis.call('ZADD', CLAIMS, first, string.format('%s:%d:%s:%s', name, n, claimed_ms, node))
+  redis.call('ZADD', LEASED, until_ms, name)
   local oldest = redis.call('ZRANGE', CLAIMED, 0, 0, 'WITHSCORES')[2]
   if oldest then
     local call = redis.call('ZREVRANGEBYSCORE', CLAIMS, oldest, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]

@@ -25,6 +25,7 @@
 -- @include keys
 -- @include zadd_all
 -- @include wake
+-- @include claims
 local HOLD = 1125899906842624 -- 2^50 ms: above every due time (the year 2286 is ~1e13 ms)
 -- A rate limit's starts are spaced 2 % wider than window / rate: a handler starts a little after
 -- its start time (its worker's wake-up), by a few ms that vary, and the margin keeps the starts
@@ -124,7 +125,7 @@ local function running_room(l, now)
   if l.left then return l.left end
   local live = 0
   for _, k in ipairs(l.held) do
-    if tonumber(redis.call('ZSCORE', LEASED, k) or 0) > now then
+    if lease_end(redis.call('ZSCORE', CLAIMED, k) or '0') > now then
       live = live + 1
     else
       redis.call('HDEL', LIMITS, '\1' .. l.p .. '\0' .. k)
