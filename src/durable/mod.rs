@@ -250,7 +250,7 @@
 //! | `ring`         | string | how many entries the ring's slots hold together |
 //! | `far`          | zset   | keys of the tasks due beyond the ring's revolution, scored by due ms; promoted into the ring as the cursor nears |
 //! | `ready`        | zset   | due keys waiting for a worker, scored by due time in ms (oldest first); a task a [`Limit`] holds back is scored 2^50 above its due time, after every other, until the tick finds it room |
-//! | `leased`       | zset   | claimed keys, scored by lease expiry in ms on Redis's clock; a key is here exactly while its record's claim token is not 0 |
+//! | `leased`       | zset   | one lease per claim call: the call's first claim token, scored by the lease's end in ms on Redis's clock, there while any task the call took is still claimed |
 //! | `dead`         | zset   | dead keys, scored by when they died |
 //! | `dead_tasks`   | hash   | the dead letters by key: due time, deliveries, retry settings, last error, payload |
 //! | `leader`       | string | the fencing token (node and epoch) of the node ticking the wheel, expiring after the lease |
@@ -262,7 +262,7 @@
 //! | `upserts`      | hash   | a series upserted while a run of its key was in flight, by key: the record that takes the series' place when the run ends ([`DurableScheduler::upsert_recurring`]) |
 //! | `cancelling`   | hash   | the running tasks whose cancel [`DurableScheduler::cancel_running`] requested, by key: the claim token of the delivery to cancel; gone when its outcome lands |
 //! | `cancels`      | stream | the cancel requests (`key`, `token`), about the last 1,000, which every worker follows to cancel its handlers' tokens at once |
-//! | `claimed`      | zset   | the running tasks' keys by claim token: the order they were claimed in, which [`DurableScheduler::list`] lists them in, and what a retried claim finds its tasks by (its record holds its tokens' range) |
+//! | `claimed`      | zset   | the running tasks' keys by claim token (a key is here exactly while its record's claim token is not 0): the order they were claimed in, which [`DurableScheduler::list`] lists them in, and what a retried claim finds its tasks by (its record holds its tokens' range) |
 //! | `claims`       | zset   | the claim calls running tasks came from (first token, tasks, when, node) scored by first token (a call's tokens are consecutive); those before the oldest running task's go at the next claim |
 //! | `history`      | list   | the runs that ended (acknowledged, dead, cancelled while running, or snoozed), oldest first: when each ended, its outcome, due time, attempts, handler's start and time, key and error (`meta`'s `history_seq` counts them, `history_dropped` those the bounds dropped); the last [`DurableBuilder::history_limit`] runs, none older than [`DurableBuilder::history_age`]; read by [`DurableScheduler::list`] as [`TaskState::Finished`] |
 //! | `limits`       | hash   | the limits by key prefix ([`DurableScheduler::set_limit`]), with the notes that enforce them (a rate limit's next free start, which tasks run under a running limit and when it last gained room) |
@@ -287,8 +287,8 @@
 //!   digit per task in one string: parsing and formatting numbers one argument at a time had
 //!   been a fifth of Redis's work per task.
 //! - `cancel`: one `HMGET`, one `HDEL` and a `ZREM` from the far tier and from `ready` for the
-//!   lot, and for a claimed task a `ZSCORE` of its lease (and a `ZREM` from `leased` if it ran
-//!   out); `reschedule`: an `HGET` and an `HSET` per task and those `ZREM`s for the lot. The
+//!   lot, and for a claimed task a look-up of its claim call's lease (and, if it ran out, a
+//!   `ZREM` from `claimed`); `reschedule`: an `HGET` and an `HSET` per task and those `ZREM`s for the lot. The
 //!   task's entry in its ring slot is left there: the caller cannot name a slot it does not
 //!   know, and the cursor drops an entry whose task's record no longer places it at that tick
 //!   (unclaimed) when it passes it. So a cancelled task holds its slot entry (its key and a few

@@ -1,6 +1,6 @@
 -- Moves task `k` (its record decoded as `t`) to the dead letters: its dead record (record.lua's
 -- `encode_dead`) in DEAD_TASKS, its key in DEAD by when it died. The caller takes it out of TASKS
--- and LEASED and counts it.
+-- and CLAIMED and counts it.
 -- Keys: DEAD_TASKS, DEAD.
 -- @include keys
 -- @include record

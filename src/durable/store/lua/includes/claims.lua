@@ -63,22 +63,23 @@ local function lease_end(tok)
   if not first then return 0 end
   return tonumber(redis.call('ZSCORE', LEASED, string.format('%d', first)) or 0)
 end
--- Drops the leases of the calls that gave tokens from `a` to `b` (numbers) and hold no task any
--- more.
-local function drop_emptied_calls(a, b)
-  local at = redis.call('ZREVRANGEBYSCORE', CLAIMS, a, '-inf', 'LIMIT', 0, 1)[1]
-  local from = at and string.match(at, '^(%d+):') or a
-  for _, call in ipairs(redis.call('ZRANGEBYSCORE', CLAIMS, from, b)) do
-    local first, n = string.match(call, '^(%d+):(%d+):')
-    if first and redis.call('ZCOUNT', CLAIMED, first, first + n - 1) == 0 then redis.call('ZREM', LEASED, first) end
+-- Drops the lease of the call that gave token `tok` (a number) if that call holds no task any
+-- more. Returns the call's first and end (one past its last) tokens, or nil.
+local function drop_if_emptied(tok)
+  local first, n = call_of(tok)
+  if not first then return nil end
+  if redis.call('ZCOUNT', CLAIMED, first, first + n - 1) == 0 then
+    redis.call('ZREM', LEASED, string.format('%d', first))
   end
+  return first, first + n
 end
 -- Forgets the claims of the tasks `names`, whose runs end (or go back): they leave CLAIMED, and
 -- the calls that gave them lose their lease once none of their tasks is left. `toks`, their
--- claim tokens, are read from CLAIMED when not given. The calls looked at are those from the
--- first token's to the last's (a worker's acknowledgements come in claim order, from a call or
--- two): a call emptied outside that range keeps its lease entry until it runs out, when the
--- tick drops it with nothing to hand out again (tick.lua).
+-- claim tokens, are read from CLAIMED when not given. Two calls at most are looked at, a call
+-- each, whatever it ends: those of the first and the last token given (a worker's
+-- acknowledgements come in about the order of its claims, from a call or two). A call emptied
+-- otherwise keeps its lease entry until it runs out, when the tick drops it with nothing to
+-- hand out again (tick.lua).
 local function forget_claims(names, toks)
   if #names == 0 then return end
   if not toks then
@@ -92,9 +93,9 @@ local function forget_claims(names, toks)
   end
   zrem_all(CLAIMED, names)
   if #toks == 0 then return end
-  local a, b = tonumber(toks[1]), tonumber(toks[#toks])
-  if a > b then a, b = b, a end
-  drop_emptied_calls(a, b)
+  local lo, hi = drop_if_emptied(tonumber(toks[1]))
+  local last = tonumber(toks[#toks])
+  if not lo or last < lo or last >= hi then drop_if_emptied(last) end
 end
 -- Records a claim call: `pairs` (claim token, key per task) in CLAIMED; the call itself, whose
 -- `n` tokens start at `first`, in CLAIMS, and its lease until `until_ms` (text) in LEASED; then

@@ -3,8 +3,8 @@
 --   <due ms>:<deliveries>:<claim token>:<period ms>:<runs left>:<missed runs>:<optional fields><error length>:<error><payload>
 -- where each optional field is `<tag letter><length>:<value>` (c the spec, t the trace, r the
 -- retry settings; read by `optional_fields`, which skips and keeps a tag it does not know).
--- The claim token is 0 while no worker holds the task, and a task is in LEASED exactly while its
--- token is not 0 (every script that sets it to 0 removes the lease entry in the same call). A
+-- The claim token is 0 while no worker holds the task, and a task is in CLAIMED exactly while its
+-- token is not 0 (every script that sets it to 0 forgets the claim in the same call: claims.lua). A
 -- task is recurring when its period is not 0 or it has a spec: `runs left` counts the runs of
 -- its series still to come, this one included (-1: forever), and `missed runs` is its policy (0
 -- burst, 1 delay, 2 skip). A fixed-rate series (a period, no spec) is moved on in Lua (see
