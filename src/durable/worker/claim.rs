@@ -610,7 +610,7 @@ async fn run(handlers: &Handlers, claimed: Vec<Claimed>, until: tokio::time::Ins
     let back = handlers.deliveries.buffer(claimed, until);
     if !back.is_empty() {
         let back: Vec<(String, String)> = back.into_iter().map(|c| (c.task.key, c.token)).collect();
-        give_back_leases(&handlers.wheel, handlers.part, &back).await;
+        let _ = give_back_leases(&handlers.wheel, handlers.part, &back).await;
     }
     start_free_runners(handlers, runners);
 }

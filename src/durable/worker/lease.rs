@@ -64,6 +64,11 @@ struct Inner {
     buffer: VecDeque<Claimed>,
     /// Set by [`Deliveries::abandon`]: nothing more starts.
     abandoned: bool,
+    /// Deliveries (key, token) this worker dropped while their tasks may still be leased to it:
+    /// a lease is its claim call's, which the renewals of the call's other tasks keep alive, so
+    /// the next renewal round gives these back (`renew.lua` with a lease of 0; one no longer
+    /// the task's is refused there, harmlessly) rather than leave them to the call's lease.
+    give_back: Vec<(String, String)>,
 }
 
 /// The deliveries of one partition that this worker holds, by claim token (unique within a
@@ -111,15 +116,21 @@ impl Deliveries {
         Vec::new()
     }
 
-    /// Waits until a lease is held (at once if one is).
+    /// Waits until a lease is held or one is to be given back (at once if so).
     async fn until_holding(&self) {
         loop {
             let buffered = self.holding.notified();
-            if !self.inner().held.is_empty() {
+            if !self.idle() {
                 return;
             }
             buffered.await;
         }
+    }
+
+    /// Whether no lease is held and none is to be given back: no renewal round has work.
+    fn idle(&self) -> bool {
+        let inner = self.inner();
+        inner.held.is_empty() && inner.give_back.is_empty()
     }
 
     /// The next buffered task, now running; `None` when the buffer is empty or the worker was
@@ -141,6 +152,8 @@ impl Deliveries {
                 held => {
                     if held.is_some_and(|h| h.state == State::Buffered) {
                         tracing::debug!(key = %c.task.key, "a task claimed ahead outlived its lease in the buffer; it will not start here");
+                        inner.give_back.push((c.task.key.clone(), c.token.clone()));
+                        self.holding.notify_one();
                     }
                     inner.held.remove(&c.token);
                 }
@@ -178,6 +191,26 @@ impl Deliveries {
         self.inner().held.remove(token);
     }
 
+    /// Forgets `token` of task `key` with no outcome recorded (one could not be sent, or it was
+    /// told to stop before it started): the next renewal round gives its lease back.
+    pub(super) fn forget_and_give_back(&self, key: &str, token: &str) {
+        let mut inner = self.inner();
+        inner.held.remove(token);
+        inner.give_back.push((key.to_string(), token.to_string()));
+        drop(inner);
+        self.holding.notify_one();
+    }
+
+    /// The deliveries to give back (see [`Inner::give_back`]), taken.
+    fn take_give_back(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.inner().give_back)
+    }
+
+    /// Puts back deliveries whose giving back failed, for the next round.
+    fn give_back_later(&self, mut deliveries: Vec<(String, String)>) {
+        self.inner().give_back.append(&mut deliveries);
+    }
+
     /// The deliveries whose leases are this worker's to renew, as (key, token).
     fn renewable(&self) -> Vec<(String, String)> {
         let inner = self.inner();
@@ -195,16 +228,20 @@ impl Deliveries {
     /// a buffered one does not start, and no outcome is sent. Returns the keys of the running ones.
     fn expire(&self, now: Instant) -> Vec<String> {
         let mut inner = self.inner();
-        let mut running = Vec::new();
-        for h in inner.held.values_mut() {
+        let (mut running, mut give_back) = (Vec::new(), Vec::new());
+        for (token, h) in inner.held.iter_mut() {
             if matches!(h.state, State::Running | State::Buffered) && h.until <= now {
                 if h.state == State::Running {
                     running.push(h.key.clone());
                 }
                 h.state = State::Lost;
                 h.cancel.cancel();
+                // Redis may still lease it to this worker under its call's lease, which another
+                // round's renewals can have kept alive: given back once Redis answers.
+                give_back.push((h.key.clone(), token.clone()));
             }
         }
+        inner.give_back.append(&mut give_back);
         running
     }
 
@@ -287,23 +324,32 @@ impl Deliveries {
             "shutdown_timeout ran out: dropped the handlers still running; their tasks, and those claimed ahead, \
              are handed out again"
         );
-        give_back_leases(wheel, part, &give_back).await;
+        // Those not given back come back when their leases run out: the worker is going.
+        let _ = give_back_leases(wheel, part, &give_back).await;
     }
 }
 
 /// Gives back the leases of `deliveries` (key, token) of partition `part` (`renew.lua` with a
 /// lease of 0): the next tick hands those tasks out again.
-pub(super) async fn give_back_leases(wheel: &WheelClient, part: usize, deliveries: &[(String, String)]) {
+/// Returns those that could not be given back (Redis did not answer).
+pub(super) async fn give_back_leases(
+    wheel: &WheelClient,
+    part: usize,
+    deliveries: &[(String, String)],
+) -> Vec<(String, String)> {
     let keys = &wheel.partitions[part].keys;
+    let mut failed = Vec::new();
     for chunk in deliveries.chunks(RENEW_BATCH) {
         let pairs: Vec<(&str, &str)> = chunk.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
         if let Err(e) = scripts::renew(wheel, keys, &pairs, 0, Window::Response).await {
             tracing::warn!(
                 wheel = %wheel.name(), error = %e,
-                "could not give back the leases of dropped handlers; their tasks come back when the leases run out"
+                "could not give back the leases of dropped deliveries; their tasks come back when the leases run out"
             );
+            failed.extend_from_slice(chunk);
         }
     }
+    failed
 }
 
 /// Renews the leases `running` holds in partition `part`, every third of the lease, until
@@ -319,12 +365,17 @@ pub(super) async fn renew_leases(wheel: Arc<WheelClient>, part: usize, deliverie
     loop {
         // While nothing is held, no rounds: an idle worker's would wake the runtime every third
         // of a lease for nothing. The first round comes a third of a lease after a claim.
-        if deliveries.inner().held.is_empty() {
+        if deliveries.idle() {
             deliveries.until_holding().await;
             rounds.reset();
         }
         rounds.tick().await;
         let _round = deliveries.round.lock().await;
+        let back = deliveries.take_give_back();
+        if !back.is_empty() {
+            let failed = give_back_leases(&wheel, part, &back).await;
+            deliveries.give_back_later(failed);
+        }
         let held = deliveries.renewable();
         for chunk in held.chunks(RENEW_BATCH) {
             let pairs: Vec<(&str, &str)> = chunk.iter().map(|(k, t)| (k.as_str(), t.as_str())).collect();
@@ -442,5 +493,44 @@ mod tests {
         assert!(deliveries.next().is_none(), "c's lease ran out in the buffer: it must not start");
         assert_eq!(deliveries.buffered(), 0);
         assert!(!deliveries.finish("3"), "and its outcome is never recorded");
+        assert_eq!(deliveries.take_give_back(), [("c".to_string(), "3".to_string())], "its lease is given back");
+    }
+
+    /// A lease is its claim call's, which renewals of the call's other tasks keep alive: what the
+    /// worker drops without an outcome recorded (its lease ran out by this process's count while
+    /// Redis could not be reached, or its outcome could not be sent) goes back at the next round
+    /// of renewals, and a failed giving back is tried again.
+    #[tokio::test(start_paused = true)]
+    async fn what_a_worker_drops_is_given_back() {
+        let lease = Duration::from_secs(1);
+        let deliveries = Deliveries::default();
+        assert!(deliveries
+            .buffer(vec![claimed("a", "1"), claimed("b", "2"), claimed("c", "3")], Instant::now() + lease)
+            .is_empty());
+        assert!(!deliveries.idle());
+        let a = deliveries.next().expect("a starts");
+        assert_eq!(a.token, "1");
+        // "b" renewed; "a" (running) and "c" (buffered) not, and the process counts their leases out.
+        deliveries.renewed(&["2"], Instant::now() + lease * 3);
+        tokio::time::advance(lease * 2).await;
+        assert_eq!(deliveries.expire(Instant::now()), ["a".to_string()], "the running one's handler is told");
+        let mut back = deliveries.take_give_back();
+        back.sort();
+        assert_eq!(back, [("a".to_string(), "1".to_string()), ("c".to_string(), "3".to_string())]);
+        assert!(deliveries.take_give_back().is_empty(), "taken once");
+
+        // "b" runs; its outcome cannot be sent: forgotten, and given back.
+        assert_eq!(deliveries.next().map(|c| c.token), Some("2".to_string()));
+        assert!(deliveries.finish("2"));
+        deliveries.forget_and_give_back("b", "2");
+        assert!(!deliveries.idle(), "a round has work: the giving back");
+        assert_eq!(deliveries.take_give_back(), [("b".to_string(), "2".to_string())]);
+        // A giving back that failed waits for the next round.
+        deliveries.give_back_later(vec![("b".to_string(), "2".to_string())]);
+        assert_eq!(deliveries.take_give_back(), [("b".to_string(), "2".to_string())]);
+        assert!(!deliveries.finish("1"), "a's outcome is not recorded");
+        assert!(deliveries.next().is_none(), "c does not start");
+        assert!(deliveries.take_give_back().is_empty(), "c went back already");
+        assert!(deliveries.idle(), "nothing held, nothing to give back");
     }
 }

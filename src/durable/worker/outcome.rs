@@ -73,8 +73,11 @@ impl Outcomes {
             let (wheel, deliveries) = (wheel.clone(), self.deliveries.clone());
             pending.failures.spawn(async move {
                 let window = Window::Within(wheel.cfg.lease().max(wheel.cfg.retry_window()));
-                record_snooze(&wheel, part, &ack, ms, window).await;
-                deliveries.forget(&ack.token);
+                if record_snooze(&wheel, part, &ack, ms, window).await {
+                    deliveries.forget(&ack.token);
+                } else {
+                    deliveries.forget_and_give_back(&ack.key, &ack.token);
+                }
             });
             return;
         }
@@ -94,8 +97,11 @@ impl Outcomes {
                 let (wheel, deliveries) = (wheel.clone(), self.deliveries.clone());
                 pending.failures.spawn(async move {
                     let window = Window::Within(wheel.cfg.lease().max(wheel.cfg.retry_window()));
-                    record_failure(&wheel, part, &ack, &why, window).await;
-                    deliveries.forget(&ack.token);
+                    if record_failure(&wheel, part, &ack, &why, window).await {
+                        deliveries.forget(&ack.token);
+                    } else {
+                        deliveries.forget_and_give_back(&ack.key, &ack.token);
+                    }
                 });
             }
         }
@@ -171,9 +177,13 @@ pub(super) async fn record_outcomes(wheel: Arc<WheelClient>, part: usize, outcom
         let (send, end, wait) = outcomes.due();
         if send {
             let acks = outcomes.take(ACK_BATCH);
-            send_acks(&wheel, keys, &acks, window).await;
+            let sent = send_acks(&wheel, keys, &acks, window).await;
             for ack in &acks {
-                deliveries.forget(&ack.token);
+                if sent {
+                    deliveries.forget(&ack.token);
+                } else {
+                    deliveries.forget_and_give_back(&ack.key, &ack.token);
+                }
             }
             continue;
         }
@@ -194,11 +204,18 @@ pub(super) async fn record_outcomes(wheel: Arc<WheelClient>, part: usize, outcom
     while failures.join_next().await.is_some() {}
 }
 
-/// Acknowledges `acks` in one `ack.lua` call, logging what was refused or lost.
-async fn send_acks(wheel: &WheelClient, keys: &crate::durable::WheelKeys, acks: &[Ack], window: Window) {
+/// Acknowledges `acks` in one `ack.lua` call, logging what was refused or lost. False when the
+/// call got no answer.
+async fn send_acks(wheel: &WheelClient, keys: &crate::durable::WheelKeys, acks: &[Ack], window: Window) -> bool {
     match scripts::ack(wheel, keys, acks, window).await {
-        Ok(answers) => refused(wheel, acks, &answers),
-        Err(e) => lost(wheel, "(a batch)", &e),
+        Ok(answers) => {
+            refused(wheel, acks, &answers);
+            true
+        }
+        Err(e) => {
+            lost(wheel, "(a batch)", &e);
+            false
+        }
     }
 }
 
@@ -213,8 +230,8 @@ pub(super) fn refused(wheel: &WheelClient, deliveries: &[Ack], answers: &[bool])
     }
 }
 
-/// Records that the delivery `ack` failed with `why`.
-async fn record_failure(wheel: &WheelClient, part: usize, ack: &Ack, why: &str, window: Window) {
+/// Records that the delivery `ack` failed with `why`. False when the call got no answer.
+async fn record_failure(wheel: &WheelClient, part: usize, ack: &Ack, why: &str, window: Window) -> bool {
     let key = ack.key.as_str();
     tracing::debug!(wheel = %wheel.name(), key = %key, error = %why, "a handler failed");
     let metrics = wheel.metrics.partition(part);
@@ -231,24 +248,32 @@ async fn record_failure(wheel: &WheelClient, part: usize, ack: &Ack, why: &str, 
         Ok(Failed::Cancelled) => {
             tracing::debug!(wheel = %wheel.name(), key = %key, "a cancelled task's handler failed; it ends as cancelled")
         }
-        Err(e) => lost(wheel, key, &e),
+        Err(e) => {
+            lost(wheel, key, &e);
+            return false;
+        }
     }
+    true
 }
 
-/// Records that the delivery `ack` was snoozed for `ms`.
-async fn record_snooze(wheel: &WheelClient, part: usize, ack: &Ack, ms: u64, window: Window) {
+/// Records that the delivery `ack` was snoozed for `ms`. False when the call got no answer.
+async fn record_snooze(wheel: &WheelClient, part: usize, ack: &Ack, ms: u64, window: Window) -> bool {
     let key = ack.key.as_str();
     tracing::debug!(wheel = %wheel.name(), key = %key, snooze_ms = ms, "a handler snoozed its task");
     match scripts::snooze(wheel, &wheel.partitions[part].keys, ack, ms, window).await {
         Ok(Failed::Snoozed) => wheel.metrics.partition(part).snoozed(),
         Ok(_) => {}
-        Err(e) => lost(wheel, key, &e),
+        Err(e) => {
+            lost(wheel, key, &e);
+            return false;
+        }
     }
+    true
 }
 
 pub(super) fn lost(wheel: &WheelClient, key: &str, e: &Error) {
     tracing::warn!(
         wheel = %wheel.name(), key = %key, error = %e,
-        "could not record a delivery's outcome; the task is handed out again after its lease"
+        "could not record a delivery's outcome; its lease is given back once Redis answers, or runs out"
     );
 }
