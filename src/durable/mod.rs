@@ -300,14 +300,17 @@
 //! - a claim: one `ZRANGE` and one `ZREMRANGEBYRANK` of `ready`, one `HMGET` and one `HSET`
 //!   (each record's head rewritten: its delivery count and claim token), and a `ZADD` to
 //!   `claimed` (its claim, for `list`) for the lot, and for the call a `ZADD` to `claims` and
-//!   its upkeep and one `SET` of its retry record (its token range: `claimed` names the tasks),
-//!   and an `OBJECT ENCODING` of `leased` (with 32 members or more in Redis's compact listpack
-//!   encoding, which each insert scans, a long member added and removed moves `leased` and
-//!   `claimed` to skip lists; the tick does the same for `ready`); an acknowledgement one
-//!   `HMGET`, one `HDEL` and two `ZREM`s (the lease and the claim) for the lot (and an `HSET`
-//!   per recurring task, its next run), carried by the worker's next claim where one comes, and
-//!   an `HLEN` of `cancelling` (more only for a task whose cancel was requested); a renewal one `HMGET`, one `ZMSCORE` and one `ZADD` for the
-//!   lot, and the `HLEN`. While paused, a claim reads the `paused` field and takes nothing.
+//!   its upkeep, one `ZADD` to `leased` (the lease of all the call's tasks) and one `SET` of its
+//!   retry record (its token range: `claimed` names the tasks), and an `OBJECT ENCODING` of
+//!   `claimed` (with 32 members or more in Redis's compact listpack encoding, which each insert
+//!   scans, a long member added and removed moves it to a skip list; the tick does the same for
+//!   `ready`); an acknowledgement one `HMGET`, one `HDEL` and one `ZREM` (the claim) for the lot
+//!   (and an `HSET` per recurring task, its next run), and for the one or two calls its tokens
+//!   came from a look-up in `claims` and a `ZCOUNT` of `claimed` (a call left with no task loses
+//!   its lease), carried by the worker's next claim where one comes, and an `HLEN` of
+//!   `cancelling` (more only for a task whose cancel was requested); a renewal one `HMGET`, a
+//!   look-up in `claims` per call, one `ZMSCORE` and one `ZADD` of `leased` for the lot, and the
+//!   `HLEN`. While paused, a claim reads the `paused` field and takes nothing.
 //!
 //! A wheel recorded in another layout than this version's (the keys and formats of
 //! docs/DESIGN.md's table; layout 1 is the first release's) is refused by `connect`. Nodes of two
