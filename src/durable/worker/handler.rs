@@ -145,8 +145,8 @@ async fn run_one(
             }
         }
         // Told to stop while it waited (its lease lost, or the worker stopping): it does not
-        // start, and no outcome goes out; its lease is given back (refused if it was lost). A cancel request
-        // goes on below, to end it as cancelled.
+        // start, and no outcome goes out; its lease is given back (refused if it was lost). A
+        // cancel request goes on below, to end it as cancelled.
         if task.cancel.is_cancelled() && !h.deliveries.requested(&token) {
             h.deliveries.forget_and_give_back(&task.key, &token);
             return Ok(());

@@ -52,7 +52,7 @@ for j, k in ipairs(names) do
       out[#out + 1] = '2'
     else
       gone[#gone + 1] = k
-      -- Only a claimed task has a lease entry.
+      -- Only a claimed task has a claim to forget.
       if claimed then held[#held + 1], toks[#held + 1] = k, tok end
       out[#out + 1] = '1'
     end

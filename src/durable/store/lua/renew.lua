@@ -40,19 +40,16 @@ local toks = {}
 for j = 1, #names do toks[j] = ARGV[DELIVERIES_FROM + 2 * j - 1] end
 local firsts, call_of_tok = calls_of(toks)
 local leases = {}
-for i = 1, #firsts, 4000 do
-  local part = redis.call('ZMSCORE', LEASED, unpack(firsts, i, math.min(i + 3999, #firsts)))
-  for j = 1, #part do leases[firsts[i + j - 1]] = part[j] end
-end
+for i, score in ipairs(zmscore_all(LEASED, firsts)) do leases[firsts[i]] = score end
 -- The cancel requests of these deliveries, read only when there are any.
 local cancelling = {}
 if lease > 0 and redis.call('HLEN', CANCELLING) > 0 then cancelling = hmget_all(CANCELLING, names) end
-local held, held_toks, renewed, seen = {}, {}, {}, {}
+local held, held_toks, held_recs, renewed, seen = {}, {}, {}, {}, {}
 for j, k in ipairs(names) do
   local rec, tok, call = recs[j], toks[j], call_of_tok[j]
   if rec and call and leases[call] and token_of(rec) == tok then
     -- A key given twice is given back once.
-    if not seen[k] then held[#held + 1], held_toks[#held + 1] = k, tok end
+    if not seen[k] then held[#held + 1], held_toks[#held + 1], held_recs[#held + 1] = k, tok, rec end
     seen[k] = true
     renewed[call] = true
     out[j] = cancelling[j] == tok and '2' or '1'
@@ -79,11 +76,9 @@ elseif #held > 0 then
   local last = redis.call('INCRBY', SEQ, #held)
   local first = last - #held + 1
   local pairs, recs_out = {}, {}
-  local held_recs = hmget_all(TASKS, held)
   for j, k in ipairs(held) do
     local tok = string.format('%d', first + j - 1)
-    local due, a, tail = string.match(held_recs[j], '^(%d+):(%d+):%d+:()')
-    recs_out[2 * j - 1], recs_out[2 * j] = k, due .. ':' .. a .. ':' .. tok .. ':' .. string.sub(held_recs[j], tail)
+    recs_out[2 * j - 1], recs_out[2 * j] = k, with_token(held_recs[j], tok)
     pairs[2 * j - 1], pairs[2 * j] = tok, k
   end
   hset_all(TASKS, recs_out, 1)

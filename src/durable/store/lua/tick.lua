@@ -81,21 +81,21 @@ local function requeue_expired(now)
   for _, first in ipairs(calls) do
     if #expired >= budget then break end
     taken[#taken + 1] = first
-    local call = string.match(first, '^%d+$') and redis.call('ZRANGEBYSCORE', CLAIMS, first, first, 'LIMIT', 0, 1)[1]
-    local n = tonumber(string.match(call or '', '^%d+:(%d+):') or 0)
-    if not string.match(first, '^%d+$') then
+    if string.match(first, '^%d+$') then
+      local call = redis.call('ZRANGEBYSCORE', CLAIMS, first, first, 'LIMIT', 0, 1)[1]
+      local n = tonumber(string.match(call or '', '^%d+:(%d+):') or 0)
+      local held = n > 0 and redis.call('ZRANGEBYSCORE', CLAIMED, first, first + n - 1, 'WITHSCORES') or {}
+      for i = 1, #held, 2 do
+        expired[#expired + 1] = held[i]
+        toks[#toks + 1] = held[i + 1]
+      end
+    else
       -- A task's own lease entry, as wheels kept them before one lease a call: its task goes
       -- back as any other whose lease ran out.
       local tok = redis.call('ZSCORE', CLAIMED, first)
       if tok then
         expired[#expired + 1] = first
         toks[#toks + 1] = tok
-      end
-    elseif n > 0 then
-      local held = redis.call('ZRANGEBYSCORE', CLAIMED, first, first + n - 1, 'WITHSCORES')
-      for i = 1, #held, 2 do
-        expired[#expired + 1] = held[i]
-        toks[#toks + 1] = held[i + 1]
       end
     end
   end

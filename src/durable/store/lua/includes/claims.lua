@@ -27,8 +27,8 @@ local function call_of(tok)
   return first, n
 end
 -- The calls that gave the tokens in `toks` (texts or numbers): the first token (as text) of
--- each call once, per token the first token of its call (nil for a token no recorded call gave),
--- and each call's first and end (one past its last) tokens as numbers. A token is looked up in
+-- each call once, and per token the first token of its call (nil for a token no recorded call
+-- gave). A token is looked up in
 -- CLAIMS only when no call found so far gave it: the tokens a worker hands back come from a call
 -- or two.
 local function calls_of(toks)
@@ -53,7 +53,7 @@ local function calls_of(toks)
     end
     of[i] = name
   end
-  return firsts, of, lo, hi
+  return firsts, of
 end
 -- When the lease of the delivery under claim token `tok` (text, '0' for none) ends (ms), or 0
 -- when it has none.
@@ -84,11 +84,8 @@ local function forget_claims(names, toks)
   if #names == 0 then return end
   if not toks then
     toks = {}
-    for i = 1, #names, 4000 do
-      local part = redis.call('ZMSCORE', CLAIMED, unpack(names, i, math.min(i + 3999, #names)))
-      for j = 1, #part do
-        if part[j] then toks[#toks + 1] = part[j] end
-      end
+    for _, tok in ipairs(zmscore_all(CLAIMED, names)) do
+      if tok then toks[#toks + 1] = tok end
     end
   end
   zrem_all(CLAIMED, names)

@@ -115,6 +115,12 @@ local function claimed_record(rec, tok)
   local next_a = a == '0' and '1' or string.format('%d', a + 1)
   return due .. ':' .. next_a .. ':' .. tok .. ':' .. string.sub(rec, tail), due
 end
+-- The record `rec` under claim token `tok` (a string), its deliveries unchanged: a delivery
+-- given back moves to a claim call of its own and keeps its count (renew.lua).
+local function with_token(rec, tok)
+  local head, tail = string.match(rec, '^(%d+:%d+:)%d+:()')
+  return head .. tok .. ':' .. string.sub(rec, tail)
+end
 -- A dead letter's record, the value under its key in DEAD_TASKS, one string:
 --   <due ms>:<deliveries>:[r<retry length>:<retry>]<error length>:<error><payload>
 -- (the live record's due time, deliveries, own retry settings if any, last error and payload:

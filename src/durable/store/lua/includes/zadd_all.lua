@@ -7,10 +7,20 @@ local function zadd_all(key, pairs)
   end
   return added
 end
+-- ZMSCORE of many members at once, in runs of 4,000: their scores in order (strings; false for a
+-- member not in the set).
+local function zmscore_all(key, members)
+  local out = {}
+  for i = 1, #members, 4000 do
+    local part = redis.call('ZMSCORE', key, unpack(members, i, math.min(i + 3999, #members)))
+    for j = 1, #part do out[i + j - 1] = part[j] end
+  end
+  return out
+end
 -- Moves the sorted set `key` to Redis's skip-list encoding if it is in the compact one and holds
 -- at least SKIPLIST_FROM members. Redis keeps a set of up to `zset-max-listpack-entries` members
 -- (128 by default) as one listpack, in which every insert and every lookup scans the whole set:
--- the sets the fire path writes a task at a time (`leased`, `claimed`, `ready`) cost far more
+-- the sets the fire path writes a task at a time (`claimed`, `ready`) cost far more
 -- there than in a skip list (the figures: BENCHMARKS.md, "The fire path's Redis work, cut"). A member longer than
 -- `zset-max-listpack-value` (64 bytes by default), added and removed at once, moves the set; Redis
 -- does not move it back while it has members (a set that empties is deleted, and one loaded from
